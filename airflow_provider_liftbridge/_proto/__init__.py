@@ -1,0 +1,1 @@
+"""Python stubs generated from proto/liftbridge/api.proto by scripts/gen_proto.py. Never edit by hand."""

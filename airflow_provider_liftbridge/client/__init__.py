@@ -1,0 +1,1 @@
+"""Resilient Liftbridge client, sync and asyncio. Imports neither Airflow nor PySpark."""

@@ -1,0 +1,1 @@
+"""LiftbridgeHook and its async variant for triggers."""

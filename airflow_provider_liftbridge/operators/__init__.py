@@ -1,0 +1,1 @@
+"""Operators: stream administration, publishing records and files, publishing Spark outputs."""

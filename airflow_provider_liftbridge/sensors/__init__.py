@@ -1,0 +1,1 @@
+"""Sensors waiting on offsets, acks and messages; all deferrable."""

@@ -1,0 +1,1 @@
+"""Publishing Spark DataFrames from the executors, and the liftbridge data source."""

@@ -1,0 +1,1 @@
+"""Async triggers that run in the triggerer: offset, ack and message waiters."""
