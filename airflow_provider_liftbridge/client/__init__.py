@@ -1,1 +1,78 @@
-"""Resilient Liftbridge client, sync and asyncio. Imports neither Airflow nor PySpark."""
+"""Resilient Liftbridge client, sync and asyncio. Imports neither Airflow nor PySpark.
+
+See ``docs/client.md`` for usage and guarantees.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    AckTimeoutError,
+    EncryptionError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    PermissionDeniedError,
+    PublishError,
+    ReadonlyPartitionError,
+    RequestTimeoutError,
+    ServerError,
+    StreamExistsError,
+    UnavailableError,
+)
+from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
+from .types import (
+    Ack,
+    AckError,
+    AckPolicy,
+    BrokerInfo,
+    Message,
+    Metadata,
+    PartitionInfo,
+    Record,
+    StartPosition,
+    StopPosition,
+    StreamInfo,
+    TlsConfig,
+)
+
+__all__ = [
+    "Ack",
+    "AckError",
+    "AckPolicy",
+    "AckTimeoutError",
+    "BrokerInfo",
+    "EncryptionError",
+    "IncorrectOffsetError",
+    "InvalidArgumentError",
+    "KeyPartitioner",
+    "LiftbridgeError",
+    "Message",
+    "MessageTooLargeError",
+    "Metadata",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "NotLeaderError",
+    "PartitionInfo",
+    "PartitionPausedError",
+    "Partitioner",
+    "PartitionerFunc",
+    "PermissionDeniedError",
+    "PublishError",
+    "ReadonlyPartitionError",
+    "Record",
+    "RequestTimeoutError",
+    "RoundRobinPartitioner",
+    "ServerError",
+    "StartPosition",
+    "StopPosition",
+    "StreamExistsError",
+    "StreamInfo",
+    "TlsConfig",
+    "UnavailableError",
+    "partition_for_key",
+]

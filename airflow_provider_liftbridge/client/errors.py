@@ -1,0 +1,126 @@
+"""Typed errors of the client: one base class, one subclass per thing that went wrong.
+
+Every message says what was wrong and what to do about it. The gRPC error that caused one is
+kept as ``__cause__`` but its details never make up the error's type: callers catch these
+classes, never ``grpc.RpcError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .types import Ack
+
+__all__ = [
+    "AckTimeoutError",
+    "EncryptionError",
+    "IncorrectOffsetError",
+    "InvalidArgumentError",
+    "LiftbridgeError",
+    "MessageTooLargeError",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "NotLeaderError",
+    "PartitionPausedError",
+    "PermissionDeniedError",
+    "PublishError",
+    "ReadonlyPartitionError",
+    "RequestTimeoutError",
+    "ServerError",
+    "StreamExistsError",
+    "UnavailableError",
+]
+
+
+class LiftbridgeError(Exception):
+    """Base class of every error the client raises."""
+
+
+class StreamExistsError(LiftbridgeError):
+    """``create_stream``: a stream with this name already exists."""
+
+
+class NoSuchStreamError(LiftbridgeError):
+    """The stream does not exist (never created, or deleted)."""
+
+
+class NoSuchPartitionError(LiftbridgeError):
+    """The stream exists but has no partition with this number."""
+
+
+class PartitionPausedError(LiftbridgeError):
+    """The partition is paused; publish to it, or subscribe with ``resume=True``, to resume it."""
+
+
+class ReadonlyPartitionError(LiftbridgeError):
+    """The partition is read-only: it accepts no more messages."""
+
+
+class IncorrectOffsetError(LiftbridgeError):
+    """Optimistic concurrency control refused a message: ``expected_offset`` was not the offset
+    the message would get."""
+
+
+class MessageTooLargeError(LiftbridgeError):
+    """The message is larger than the server accepts."""
+
+
+class EncryptionError(LiftbridgeError):
+    """The server could not encrypt the message for a stream with encryption at rest."""
+
+
+class NotLeaderError(LiftbridgeError):
+    """The broker is not the partition's leader, and a fresh leader could not be found in time."""
+
+
+class RequestTimeoutError(LiftbridgeError):
+    """A call did not finish within its deadline."""
+
+
+class AckTimeoutError(RequestTimeoutError):
+    """A publish was sent but its ack did not arrive within the timeout. The message may or may
+    not be stored: publish again only if duplicates are acceptable (or use an expected offset)."""
+
+
+class UnavailableError(LiftbridgeError):
+    """No broker could be reached, after every retry."""
+
+
+class InvalidArgumentError(LiftbridgeError, ValueError):
+    """The server (or the client, before sending) refused an argument as invalid."""
+
+
+class PermissionDeniedError(LiftbridgeError):
+    """The server refused the call for lack of permission or authentication."""
+
+
+class ServerError(LiftbridgeError):
+    """The server failed in a way none of the other classes describes."""
+
+
+class PublishError(LiftbridgeError):
+    """``publish_many`` did not get every record acknowledged.
+
+    :ivar acks: one entry per input record, in input order: its :class:`Ack`, or ``None`` when
+        it was not acknowledged.
+    :ivar acked: how many records were acknowledged.
+    :ivar index: the index of the first record that failed, or ``None`` when the failure did not
+        belong to one record (e.g. the connection was lost).
+    :ivar errors: the typed error of each failed record, by record index.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        acks: Sequence[Ack | None],
+        index: int | None,
+        errors: dict[int, LiftbridgeError] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.acks: tuple[Ack | None, ...] = tuple(acks)
+        self.acked: int = sum(1 for a in self.acks if a is not None)
+        self.index: int | None = index
+        self.errors: dict[int, LiftbridgeError] = dict(errors or {})
