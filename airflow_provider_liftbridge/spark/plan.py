@@ -1,0 +1,319 @@
+"""What to publish and how: the plan shared by ``publish_dataframe`` and the data source writer.
+
+A :class:`PublishPlan` is validated on the driver against the DataFrame schema, then shipped to
+executors, where :func:`build_records` turns Arrow record batches into client ``Record`` objects.
+Every record gets an explicit partition computed here, so the per-partition summary is exact and
+the placement does not depend on which executor published the row.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import SparkOptionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from airflow_provider_liftbridge.client import Record
+
+ValueFormat = Literal["json", "raw"]
+PARTITION_BY_KEY = "key"
+PARTITION_ROUND_ROBIN = "round_robin"
+ACK_POLICIES = ("leader", "all", "none")
+VALUE_FORMATS = ("json", "raw")
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    """How rows become Liftbridge messages.
+
+    :param stream: the stream to publish to.
+    :param value_format: ``"json"`` (each row, or ``value_col`` if given, as a JSON object) or
+        ``"raw"`` (``value_col`` as is: a binary column, or a string column encoded as UTF-8).
+        Defaults to ``"raw"`` when ``value_col`` is given, else ``"json"``.
+    :param value_col: the column holding the message value; required for ``"raw"``.
+    :param key_col: the column holding the message key (binary, string, or any atomic type
+        published as its string form); nulls publish without a key.
+    :param header_cols: columns published as headers named after the column.
+    :param partitioning: ``"key"`` (CRC-32 of the key modulo the partition count, as the Go
+        client), ``"round_robin"``, or the name of an integer column holding the partition.
+        Defaults to ``"key"`` when ``key_col`` is given, else ``"round_robin"``.
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (``"none"``: nothing is confirmed,
+        the summary carries no offsets and lost rows go unnoticed).
+    :param window: in-flight messages per executor (pipelining depth).
+    :param timeout: seconds to wait for each batch's acks; ``None`` uses the client default.
+    :param partitions: the stream's partition count, filled in by the driver.
+    :raises SparkOptionError: on an unknown format, policy or bad combination.
+    """
+
+    stream: str
+    value_format: ValueFormat | None = None
+    value_col: str | None = None
+    key_col: str | None = None
+    header_cols: tuple[str, ...] = field(default=())
+    partitioning: str | None = None
+    ack_policy: str = "leader"
+    window: int = 256
+    timeout: float | None = None
+    partitions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.stream:
+            raise SparkOptionError("stream must be a non-empty stream name")
+        value_format = self.value_format or ("raw" if self.value_col else "json")
+        if value_format not in VALUE_FORMATS:
+            raise SparkOptionError(f"value_format must be one of {VALUE_FORMATS}, got {self.value_format!r}")
+        if value_format == "raw" and not self.value_col:
+            raise SparkOptionError("value_format='raw' needs value_col: the binary or string column to publish")
+        object.__setattr__(self, "value_format", value_format)
+        partitioning = self.partitioning or (PARTITION_BY_KEY if self.key_col else PARTITION_ROUND_ROBIN)
+        if partitioning == PARTITION_BY_KEY and not self.key_col:
+            raise SparkOptionError("partitioning='key' needs key_col: the column whose value is hashed")
+        object.__setattr__(self, "partitioning", partitioning)
+        policy = str(self.ack_policy).lower()
+        if policy not in ACK_POLICIES:
+            raise SparkOptionError(f"ack_policy must be one of {ACK_POLICIES}, got {self.ack_policy!r}")
+        object.__setattr__(self, "ack_policy", policy)
+        object.__setattr__(self, "header_cols", tuple(self.header_cols))
+        if self.window < 1:
+            raise SparkOptionError(f"window must be >= 1 in-flight messages, got {self.window!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise SparkOptionError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+
+    @property
+    def partition_col(self) -> str | None:
+        """The explicit partition column, or ``None`` for key / round-robin partitioning."""
+        if self.partitioning in (PARTITION_BY_KEY, PARTITION_ROUND_ROBIN):
+            return None
+        return self.partitioning
+
+    def validate_schema(self, schema: StructType) -> None:
+        """Check the columns this plan uses exist and have usable types.
+
+        :raises SparkOptionError: naming the column and the types it accepts.
+        """
+        from pyspark.sql.types import BinaryType, IntegralType, StringType
+
+        types = {f.name: f.dataType for f in schema.fields}
+
+        def need(column: str, role: str) -> Any:
+            if column not in types:
+                raise SparkOptionError(f"{role} column {column!r} is not in the DataFrame (columns: {sorted(types)})")
+            return types[column]
+
+        if self.value_format == "raw":
+            assert self.value_col is not None
+            kind = need(self.value_col, "value")
+            if not isinstance(kind, BinaryType | StringType):
+                raise SparkOptionError(
+                    f"value column {self.value_col!r} is {kind.simpleString()}; value_format='raw' takes a binary or "
+                    "string column (use value_format='json' to publish other types)"
+                )
+        elif self.value_col:
+            need(self.value_col, "value")
+        if self.key_col:
+            need(self.key_col, "key")
+        for column in self.header_cols:
+            need(column, "header")
+        if self.partition_col:
+            kind = need(self.partition_col, "partition")
+            if not isinstance(kind, IntegralType):
+                raise SparkOptionError(
+                    f"partition column {self.partition_col!r} is {kind.simpleString()}; it must hold integers "
+                    "(or use partitioning='key' / 'round_robin')"
+                )
+
+    def used_columns(self, all_columns: Sequence[str]) -> list[str]:
+        """The columns executors need (all of them for whole-row JSON)."""
+        if self.value_format == "json" and not self.value_col:
+            return list(all_columns)
+        wanted = [self.value_col, self.key_col, *self.header_cols, self.partition_col]
+        return list(dict.fromkeys(c for c in wanted if c))
+
+
+def to_bytes(value: Any) -> bytes:
+    """A key, raw value or header value as bytes: bytes as is, text as UTF-8, anything else as ``str()``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat().encode()
+    return str(value).encode()
+
+
+def _json_default(value: Any) -> Any:
+    # Spark types Python's json module does not know; chosen to round-trip through from_json.
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def _map_fixer(arrow_type: pa.DataType) -> Callable[[Any], Any] | None:
+    """A converter turning Arrow maps (lists of pairs in ``to_pylist``) into dicts, or None if not needed."""
+    import pyarrow as pa
+
+    if pa.types.is_map(arrow_type):
+        fix_value = _map_fixer(arrow_type.item_type) or (lambda v: v)
+        return lambda pairs: None if pairs is None else {str(k): fix_value(v) for k, v in pairs}
+    if pa.types.is_struct(arrow_type):
+        fixers = {f.name: _map_fixer(f.type) for f in arrow_type}
+        fixers = {name: fix for name, fix in fixers.items() if fix}
+        if not fixers:
+            return None
+        return lambda row: None if row is None else {k: (fixers[k](v) if k in fixers else v) for k, v in row.items()}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        fix_item = _map_fixer(arrow_type.value_type)
+        if fix_item is None:
+            return None
+        return lambda items: None if items is None else [fix_item(i) for i in items]
+    return None
+
+
+def json_values(batch: pa.RecordBatch | pa.Table) -> list[bytes]:
+    """Each row of ``batch`` as one compact JSON object (UTF-8)."""
+    schema = batch.schema
+    fixers = {f.name: _map_fixer(f.type) for f in schema}
+    fixers = {name: fix for name, fix in fixers.items() if fix}
+    rows = batch.to_pylist()
+    dumps = json.JSONEncoder(default=_json_default, separators=(",", ":"), ensure_ascii=False).encode
+    out = []
+    for row in rows:
+        for name, fix in fixers.items():
+            row[name] = fix(row[name])
+        out.append(dumps(row).encode())
+    return out
+
+
+def json_column(column: pa.Array | pa.ChunkedArray) -> list[bytes]:
+    """Each value of one column as JSON (``null`` for nulls)."""
+    fix = _map_fixer(column.type)
+    dumps = json.JSONEncoder(default=_json_default, separators=(",", ":"), ensure_ascii=False).encode
+    return [dumps(fix(v) if fix else v).encode() for v in column.to_pylist()]
+
+
+def _bytes_column(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
+    return [None if v is None else to_bytes(v) for v in column.to_pylist()]
+
+
+class RecordBuilder:
+    """Turns Arrow batches into client ``Record`` objects with an explicit partition each.
+
+    :param plan: the validated plan, with ``partitions`` set.
+    :param seed: first partition for round-robin (the Spark partition id, so executors spread).
+    :raises SparkOptionError: when the plan has no partition count.
+    """
+
+    def __init__(self, plan: PublishPlan, seed: int = 0) -> None:
+        if plan.partitions < 1:
+            raise SparkOptionError("the plan has no partition count: resolve the stream on the driver first")
+        self.plan = plan
+        self._next = seed % plan.partitions
+
+    def build(self, batch: pa.RecordBatch) -> tuple[list[Record], int]:
+        """Records for one batch and their payload size (key + value + header bytes).
+
+        :raises SparkOptionError: when a row's explicit partition is null or out of range.
+        """
+        from airflow_provider_liftbridge.client import Record
+
+        plan = self.plan
+        n = batch.num_rows
+        names = batch.schema.names
+        if plan.value_format == "raw":
+            values: list[bytes | None] = _bytes_column(batch.column(names.index(plan.value_col)))
+        elif plan.value_col:
+            values = list(json_column(batch.column(names.index(plan.value_col))))
+        else:
+            values = list(json_values(batch))
+        keys = _bytes_column(batch.column(names.index(plan.key_col))) if plan.key_col else [None] * n
+        headers: list[dict[str, bytes]] = [{} for _ in range(n)]
+        for column in plan.header_cols:
+            for i, value in enumerate(_bytes_column(batch.column(names.index(column)))):
+                if value is not None:
+                    headers[i][column] = value
+        partitions = self._partitions(batch, keys)
+        size = 0
+        records = []
+        for i in range(n):
+            value = values[i] or b""
+            key = keys[i]
+            size += len(value) + (len(key) if key else 0) + sum(len(h) for h in headers[i].values())
+            records.append(Record(value=value, key=key, headers=headers[i] or None, partition=partitions[i]))
+        return records, size
+
+    def _partitions(self, batch: pa.RecordBatch, keys: list[bytes | None]) -> list[int]:
+        from airflow_provider_liftbridge.client import partition_for_key
+
+        plan = self.plan
+        count = plan.partitions
+        if plan.partitioning == PARTITION_BY_KEY:
+            return [partition_for_key(key or b"", count) for key in keys]
+        if plan.partitioning == PARTITION_ROUND_ROBIN:
+            start = self._next
+            self._next = (start + len(keys)) % count
+            return [(start + i) % count for i in range(len(keys))]
+        assert plan.partition_col is not None
+        chosen = batch.column(batch.schema.names.index(plan.partition_col)).to_pylist()
+        for value in chosen:
+            if value is None or not 0 <= value < count:
+                raise SparkOptionError(
+                    f"partition column {plan.partition_col!r} holds {value!r}, but stream {plan.stream!r} has "
+                    f"partitions 0..{count - 1}"
+                )
+        return chosen
+
+
+def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> PublishPlan:
+    """Build a plan from ``liftbridge`` data source write options (case-insensitive keys).
+
+    :raises SparkOptionError: when ``stream`` is missing or a value does not parse.
+    """
+    lowered = {key.lower(): value for key, value in options.items()}
+
+    def get(name: str) -> str | None:
+        value = lowered.get(name.lower())
+        return value if value not in (None, "") else None
+
+    stream = get("stream")
+    if stream is None:
+        raise SparkOptionError("the liftbridge data source needs option 'stream'")
+    headers = get("headerColumns")
+    window = get("window")
+    timeout = get("publishTimeout")
+    try:
+        window_n = int(window) if window else 256
+        timeout_s = float(timeout) if timeout else None
+    except ValueError:
+        raise SparkOptionError(
+            f"options 'window' / 'publishTimeout' must be numbers, got {window!r} / {timeout!r}"
+        ) from None
+    return PublishPlan(
+        stream=stream,
+        value_format=get("valueFormat"),  # type: ignore[arg-type]
+        value_col=get("valueColumn"),
+        key_col=get("keyColumn"),
+        header_cols=tuple(h.strip() for h in headers.split(",") if h.strip()) if headers else (),
+        partitioning=get("partitioning"),
+        ack_policy=get("ackPolicy") or "leader",
+        window=window_n,
+        timeout=timeout_s,
+        partitions=partitions,
+    )

@@ -1,0 +1,325 @@
+"""Publish a Spark DataFrame to a Liftbridge stream from the executors.
+
+Each Spark partition opens its own client, turns its Arrow batches into records and publishes
+them pipelined (``LiftbridgeClient.publish_many``). Each returns one small JSON summary; the
+driver collects only those summaries, never the rows, so driver memory does not depend on the
+row count.
+
+A failure inside a Spark partition is reported in its summary rather than raised: raising would
+make Spark retry the task and publish the already-acknowledged rows a second time. The driver
+raises :class:`SparkPublishError` once all partitions have finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import LiftbridgeSparkError, SparkPublishError, SparkStreamError
+from .plan import PublishPlan, RecordBuilder, ValueFormat
+from .settings import ConnectionSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from airflow_provider_liftbridge.client import LiftbridgeClient
+
+SUMMARY_SCHEMA = "summary string"
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one stream partition received.
+
+    :param partition: stream partition id.
+    :param rows: rows published to it.
+    :param first_offset: smallest acknowledged offset (``None`` with ack policy ``none``).
+    :param last_offset: largest acknowledged offset (``None`` with ack policy ``none``).
+    """
+
+    partition: int
+    rows: int
+    first_offset: int | None
+    last_offset: int | None
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    """Driver-side totals of one DataFrame publish.
+
+    :param stream: the stream published to.
+    :param rows: rows published (all acknowledged unless ``ack_policy`` was ``none``).
+    :param bytes: payload bytes published (key + value + header values).
+    :param seconds: wall time of the Spark job, seconds.
+    :param spark_partitions: Spark partitions (tasks) that ran.
+    :param partitions: per stream partition counts and first/last offsets, by partition id.
+    """
+
+    stream: str
+    rows: int
+    bytes: int
+    seconds: float
+    spark_partitions: int
+    partitions: tuple[PartitionRange, ...]
+
+    @property
+    def rows_per_second(self) -> float:
+        """Throughput of the job (0 when nothing ran)."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def last_offsets(self) -> dict[int, int]:
+        """Last acknowledged offset per stream partition that received rows (for offset sensors)."""
+        return {p.partition: p.last_offset for p in self.partitions if p.last_offset is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A small JSON-safe dict, suitable for XCom."""
+        return {
+            "stream": self.stream,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "spark_partitions": self.spark_partitions,
+            "partitions": [
+                {"partition": p.partition, "rows": p.rows, "first_offset": p.first_offset, "last_offset": p.last_offset}
+                for p in self.partitions
+            ],
+        }
+
+
+def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
+    """The number of partitions of ``stream``.
+
+    :raises SparkStreamError: when the stream does not exist (or has no partitions).
+    """
+    metadata = client.fetch_metadata([stream])
+    info = metadata.streams.get(stream)
+    if info is None or not info.partitions:
+        raise SparkStreamError(
+            f"stream {stream!r} does not exist on the Liftbridge cluster: create it first "
+            "(LiftbridgeCreateStreamOperator or client.create_stream)"
+        )
+    return len(info.partitions)
+
+
+def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan:
+    """The plan with the stream's partition count filled in (driver side).
+
+    :raises SparkStreamError: when the stream does not exist.
+    """
+    from airflow_provider_liftbridge.client import LiftbridgeError
+
+    try:
+        with settings.client() as client:
+            return replace(plan, partitions=stream_partition_count(client, plan.stream))
+    except LiftbridgeError as exc:
+        raise SparkStreamError(
+            f"cannot look up stream {plan.stream!r} on {','.join(settings.brokers)}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def publish_partition(
+    batches: Iterable[pa.RecordBatch], plan: PublishPlan, settings: ConnectionSettings, spark_partition: int
+) -> dict[str, Any]:
+    """Publish one Spark partition's batches and describe the outcome (runs on an executor).
+
+    Never raises for publish failures: the returned dict carries ``error`` instead (see module doc).
+
+    :param batches: the partition's rows as Arrow record batches.
+    :param plan: a resolved plan (``partitions`` set).
+    :param settings: how to open the client.
+    :param spark_partition: the Spark partition id (seeds round-robin, names the partition in errors).
+    :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error"}``.
+    """
+    from airflow_provider_liftbridge.client import AckPolicy
+
+    started = time.monotonic()
+    ranges: dict[int, list[Any]] = {}
+    rows = 0
+    size = 0
+    error: str | None = None
+    builder = RecordBuilder(plan, seed=spark_partition)
+    policy = AckPolicy[plan.ack_policy.upper()]
+    client: LiftbridgeClient | None = None
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            records, batch_bytes = builder.build(batch)
+            if client is None:
+                client = settings.client()
+            try:
+                acks = client.publish_many(
+                    plan.stream, records, ack_policy=policy, window=plan.window, timeout=plan.timeout
+                )
+            except Exception as exc:
+                # PublishError carries one Ack-or-None per record: keep the exact offsets of those that made it.
+                acks_so_far = [a for a in getattr(exc, "acks", ()) if a is not None]
+                _count(ranges, acks_so_far, acks_so_far)
+                rows += len(acks_so_far)
+                error = (
+                    f"Spark partition {spark_partition}: {_describe_failure(exc, records)} "
+                    f"({rows} row(s) of this Spark partition acknowledged before the failure)"
+                )
+                break
+            _count(ranges, records, acks)
+            rows += len(records)
+            size += batch_bytes
+    except Exception as exc:
+        # Bad data in a row (explicit partition out of range, unencodable value) or a client that cannot connect.
+        error = f"Spark partition {spark_partition}: {type(exc).__name__}: {exc} ({rows} row(s) acknowledged before)"
+    finally:
+        if client is not None:
+            client.close()
+    return {
+        "spark_partition": spark_partition,
+        "rows": rows,
+        "bytes": size,
+        "seconds": time.monotonic() - started,
+        "partitions": {str(p): r for p, r in ranges.items()},
+        "error": error,
+    }
+
+
+def _describe_failure(exc: Exception, records: list[Any]) -> str:
+    """Name the stream partition and the cause: the failing record's own error when there is one."""
+    index = getattr(exc, "index", None)
+    cause: Exception = exc
+    if isinstance(index, int) and 0 <= index < len(records):
+        cause = getattr(exc, "errors", {}).get(index, exc)
+        where = f"stream partition {records[index].partition} (row {index} of the batch)"
+    else:
+        where = "stream partition(s) " + ",".join(str(p) for p in sorted({r.partition for r in records}))
+    return f"{where}: {type(cause).__name__}: {cause}"
+
+
+def _count(ranges: dict[int, list[Any]], records: list[Any], acks: Sequence[Any]) -> None:
+    if len(acks) != len(records) or any(a is None for a in acks):
+        # Ack policy NONE: rows went out but nothing was confirmed, so there are no offsets.
+        _count_unacked(ranges, records)
+        return
+    for ack in acks:
+        entry = ranges.setdefault(ack.partition, [ack.offset, ack.offset, 0])
+        entry[0] = ack.offset if entry[0] is None else min(entry[0], ack.offset)
+        entry[1] = ack.offset if entry[1] is None else max(entry[1], ack.offset)
+        entry[2] += 1
+
+
+def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
+    for record in records:
+        ranges.setdefault(record.partition, [None, None, 0])[2] += 1
+
+
+def merge_summaries(stream: str, summaries: Iterable[dict[str, Any]], seconds: float) -> PublishSummary:
+    """Add up executor summaries; raise if any partition failed.
+
+    :raises SparkPublishError: naming each failed Spark partition and what happened.
+    """
+    rows = size = count = 0
+    failures: list[str] = []
+    merged: dict[int, list[Any]] = {}
+    for summary in summaries:
+        count += 1
+        rows += summary["rows"]
+        size += summary["bytes"]
+        if summary.get("error"):
+            failures.append(summary["error"])
+        for key, (first, last, n) in summary["partitions"].items():
+            entry = merged.setdefault(int(key), [None, None, 0])
+            if first is not None:
+                entry[0] = first if entry[0] is None else min(entry[0], first)
+                entry[1] = last if entry[1] is None else max(entry[1], last)
+            entry[2] += n
+    if failures:
+        raise SparkPublishError(stream, sorted(failures), rows)
+    return PublishSummary(
+        stream=stream,
+        rows=rows,
+        bytes=size,
+        seconds=seconds,
+        spark_partitions=count,
+        partitions=tuple(PartitionRange(p, n, first, last) for p, (first, last, n) in sorted(merged.items())),
+    )
+
+
+def _publish_udf(plan: PublishPlan, settings: ConnectionSettings, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    spark_partition = context.partitionId() if context is not None else 0
+    summary = publish_partition(batches, plan, settings, spark_partition)
+    yield pa.RecordBatch.from_pydict({"summary": [json.dumps(summary)]})
+
+
+def publish_dataframe(
+    df: DataFrame,
+    stream: str,
+    *,
+    settings: ConnectionSettings,
+    key_col: str | None = None,
+    value_col: str | None = None,
+    value_format: ValueFormat | None = None,
+    header_cols: Sequence[str] = (),
+    partitioning: str | None = None,
+    ack_policy: str = "leader",
+    window: int = 256,
+    timeout: float | None = None,
+) -> PublishSummary:
+    """Publish every row of ``df`` to ``stream`` from the executors and return driver-side totals.
+
+    Works with classic PySpark and Spark Connect DataFrames (it uses ``mapInArrow``). Executors
+    need this package installed. See :class:`~airflow_provider_liftbridge.spark.plan.PublishPlan`
+    for the meaning of each option.
+
+    :param df: the DataFrame to publish.
+    :param stream: the target stream (must exist).
+    :param settings: connection settings, shipped to the executors.
+    :param key_col: column holding message keys.
+    :param value_col: column holding message values (required for ``value_format="raw"``).
+    :param value_format: ``"json"`` or ``"raw"``.
+    :param header_cols: columns published as headers.
+    :param partitioning: ``"key"``, ``"round_robin"`` or an integer column name.
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``.
+    :param window: in-flight messages per executor.
+    :param timeout: seconds to wait for each batch's acks.
+    :returns: the totals, with per-partition first/last offsets.
+    :raises SparkOptionError: bad options, or columns missing / of the wrong type.
+    :raises SparkStreamError: the stream does not exist or cannot be looked up.
+    :raises SparkPublishError: any row was not acknowledged (names stream partition and cause).
+    """
+    plan = PublishPlan(
+        stream=stream,
+        value_format=value_format,
+        value_col=value_col,
+        key_col=key_col,
+        header_cols=tuple(header_cols),
+        partitioning=partitioning,
+        ack_policy=ack_policy,
+        window=window,
+        timeout=timeout,
+    )
+    plan.validate_schema(df.schema)
+    plan = resolve_plan(plan, settings)
+    projected = df.select(*plan.used_columns(df.columns))
+    started = time.monotonic()
+    summaries = projected.mapInArrow(functools.partial(_publish_udf, plan, settings), SUMMARY_SCHEMA).collect()
+    seconds = time.monotonic() - started
+    return merge_summaries(stream, (json.loads(row["summary"]) for row in summaries), seconds)
+
+
+__all__ = [
+    "LiftbridgeSparkError",
+    "PartitionRange",
+    "PublishSummary",
+    "merge_summaries",
+    "publish_dataframe",
+    "publish_partition",
+    "resolve_plan",
+    "stream_partition_count",
+]

@@ -1,0 +1,164 @@
+"""Publish plans, record building, read bounds and settings: the Spark room's pure logic (no SparkSession)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pickle
+import zlib
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from airflow_provider_liftbridge.spark import ConnectionSettings, PublishPlan, SparkOptionError
+from airflow_provider_liftbridge.spark.datasource import ReadBounds, parse_time_ns
+from airflow_provider_liftbridge.spark.plan import RecordBuilder, plan_from_options
+
+SCHEMA = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("payload", BinaryType()),
+        StructField("p", IntegerType()),
+        StructField("region", StringType()),
+    ]
+)
+
+
+def test_defaults_follow_the_columns_given() -> None:
+    assert PublishPlan("s").value_format == "json" and PublishPlan("s").partitioning == "round_robin"
+    keyed = PublishPlan("s", key_col="id", value_col="payload")
+    assert (keyed.value_format, keyed.partitioning) == ("raw", "key")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"value_format": "avro"}, "value_format"),
+        ({"value_format": "raw"}, "value_col"),
+        ({"partitioning": "key"}, "key_col"),
+        ({"ack_policy": "most"}, "ack_policy"),
+        ({"window": 0}, "window"),
+    ],
+)
+def test_bad_plans_name_the_option(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(SparkOptionError, match=words):
+        PublishPlan("s", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"key_col": "missing"}, "key column 'missing' is not in the DataFrame"),
+        ({"value_col": "p", "value_format": "raw"}, "value column 'p' is int"),
+        ({"partitioning": "region"}, "partition column 'region' is string"),
+    ],
+)
+def test_schema_checks_name_the_column(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(SparkOptionError, match=words):
+        PublishPlan("s", **kwargs).validate_schema(SCHEMA)  # type: ignore[arg-type]
+
+
+def _batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": ["a", "b", None],
+            "payload": [b"\x00\x01", b"", None],
+            "p": [2, 0, 1],
+            "region": ["eu", None, "us"],
+            "when": [dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)] * 3,
+            "price": pa.array([Decimal("1.50"), None, Decimal("2")], type=pa.decimal128(5, 2)),
+            "tags": pa.array([[("k", 1)], [], None], type=pa.map_(pa.string(), pa.int32())),
+        }
+    )
+
+
+def test_key_partitioning_matches_the_go_formula() -> None:
+    records, size = RecordBuilder(PublishPlan("s", key_col="id", value_col="payload", partitions=3)).build(_batch())
+    assert [r.partition for r in records] == [zlib.crc32(b"a") % 3, zlib.crc32(b"b") % 3, 0]
+    assert [r.key for r in records] == [b"a", b"b", None]
+    assert [r.value for r in records] == [b"\x00\x01", b"", b""]
+    assert size == 2 + 1 + 1
+
+
+def test_round_robin_starts_at_the_seed_and_continues_across_batches() -> None:
+    builder = RecordBuilder(PublishPlan("s", partitions=3), seed=4)
+    first, _ = builder.build(_batch())
+    second, _ = builder.build(_batch())
+    assert [r.partition for r in first + second] == [1, 2, 0, 1, 2, 0]
+
+
+def test_explicit_partition_column_and_headers() -> None:
+    plan = PublishPlan("s", value_col="region", partitioning="p", header_cols=("id", "region"), partitions=3)
+    records, _ = RecordBuilder(plan).build(_batch())
+    assert [r.partition for r in records] == [2, 0, 1]
+    assert [dict(r.headers or {}) for r in records] == [{"id": b"a", "region": b"eu"}, {"id": b"b"}, {"region": b"us"}]
+
+
+def test_explicit_partition_out_of_range_is_refused() -> None:
+    with pytest.raises(SparkOptionError, match=r"holds 2, but stream 's' has partitions 0\.\.1"):
+        RecordBuilder(PublishPlan("s", partitioning="p", partitions=2)).build(_batch())
+
+
+def test_json_rows_encode_spark_types() -> None:
+    records, _ = RecordBuilder(PublishPlan("s", partitions=1)).build(_batch())
+    first = json.loads(records[0].value)
+    assert first == {
+        "id": "a",
+        "payload": "AAE=",
+        "p": 2,
+        "region": "eu",
+        "when": "2024-01-02T03:04:05+00:00",
+        "price": "1.50",
+        "tags": {"k": 1},
+    }
+    assert json.loads(records[2].value)["tags"] is None
+
+
+def test_data_source_write_options() -> None:
+    plan = plan_from_options(
+        {"STREAM": "s", "keycolumn": "id", "headerColumns": "a, b", "ackPolicy": "ALL", "window": "8"}
+    )
+    assert (plan.stream, plan.key_col, plan.header_cols, plan.ack_policy, plan.window) == (
+        "s",
+        "id",
+        ("a", "b"),
+        "all",
+        8,
+    )
+    with pytest.raises(SparkOptionError, match="'stream'"):
+        plan_from_options({"brokers": "h:1"})
+
+
+def test_settings_round_trip_through_options_and_pickle() -> None:
+    settings = ConnectionSettings("h1:1, h2:2", nats_servers=["nats://n:4222"], tls_ca_file="/ca.pem", timeout=2.5)
+    assert ConnectionSettings.from_options(settings.to_options()) == settings
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    with pytest.raises(SparkOptionError, match="brokers"):
+        ConnectionSettings.from_options({"stream": "s"})
+    with pytest.raises(SparkOptionError, match="'timeout' must be a float"):
+        ConnectionSettings.from_options({"brokers": "h:1", "timeout": "soon"})
+
+
+def test_read_bounds_split_offset_ranges_up_to_the_high_watermark() -> None:
+    bounds = ReadBounds.from_options({"startingOffset": "3", "endingOffset": "100", "maxRecordsPerSplit": "4"})
+    ranges = [(s.start_offset, s.stop_offset) for s in bounds.splits(0, high_watermark=11)]
+    assert ranges == [(3, 6), (7, 10), (11, 11)]
+    assert ReadBounds().splits(0, high_watermark=-1) == []
+    assert [(s.start_offset, s.stop_offset) for s in ReadBounds().splits(2, 5)] == [(0, 5)]
+
+
+def test_read_bounds_reject_bad_values() -> None:
+    with pytest.raises(SparkOptionError, match="'startingOffset' must be an integer"):
+        ReadBounds.from_options({"startingOffset": "first"})
+    with pytest.raises(SparkOptionError, match="'partitions'"):
+        ReadBounds.from_options({"partitions": "0,x"})
+    with pytest.raises(SparkOptionError, match="ISO-8601"):
+        parse_time_ns("startingTimestamp", "yesterday")
+
+
+def test_times_parse_as_epoch_nanoseconds() -> None:
+    assert parse_time_ns("t", "1000") == 1_000_000_000
+    assert parse_time_ns("t", "1970-01-01T00:00:01.5Z") == 1_500_000_000
+    assert parse_time_ns("t", "1970-01-01T00:00:01") == 1_000_000_000
