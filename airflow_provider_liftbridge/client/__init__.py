@@ -5,6 +5,7 @@ See ``docs/client.md`` for usage and guarantees.
 
 from __future__ import annotations
 
+from .async_client import AsyncLiftbridgeClient
 from .errors import (
     AckTimeoutError,
     EncryptionError,
@@ -25,6 +26,7 @@ from .errors import (
     UnavailableError,
 )
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
+from .sync_client import LiftbridgeClient
 from .types import (
     Ack,
     AckError,
@@ -43,6 +45,8 @@ from .types import (
 __all__ = [
     "Ack",
     "AckError",
+    "AsyncLiftbridgeClient",
+    "LiftbridgeClient",
     "AckPolicy",
     "AckTimeoutError",
     "BrokerInfo",

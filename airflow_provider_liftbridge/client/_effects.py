@@ -1,0 +1,96 @@
+"""The I/O requests an operation hands to its transport.
+
+Operations in :mod:`._ops` are generators: they ``yield`` one of these and get back the result
+(or have a :class:`~._core.RpcFailure` / :class:`~._core.ReadTimeout` thrown in). The sync
+transport executes them with blocking gRPC calls, the async one awaits them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    """Call a unary RPC on ``address``; result: the response protobuf."""
+
+    address: str
+    method: str
+    request: Any
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream:
+    """Open a server-streaming call (``request`` given) or a bidi call (``request`` is ``None``);
+    result: an opaque handle for :class:`Read`, :class:`Write`, :class:`CloseWrite`, :class:`Cancel`.
+    ``long_lived`` streams use the subscription channel pool."""
+
+    address: str
+    method: str
+    request: Any = None
+    long_lived: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read the next response; result: the protobuf, or :data:`END` when the server closed the
+    stream. ``timeout=None`` waits as long as it takes."""
+
+    handle: Any
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Send one request on a bidi stream."""
+
+    handle: Any
+    request: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CloseWrite:
+    """Half-close a bidi stream (no more requests)."""
+
+    handle: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel a stream (idempotent)."""
+
+    handle: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` (backoff)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Hand ``item`` to the caller of a streaming operation (a subscription's next message)."""
+
+    item: Any
+
+
+Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit
+
+
+class _End:
+    def __repr__(self) -> str:
+        return "END"
+
+
+#: What :class:`Read` returns once the server has closed the stream.
+END: Any = _End()
+
+#: An operation: a generator of effects that finally returns ``_R``.
+Op = Generator[Effect, Any, _R]

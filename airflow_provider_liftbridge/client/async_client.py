@@ -1,0 +1,245 @@
+"""The asyncio client: executes the shared operations with grpc.aio on shared channels."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import grpc
+import grpc.aio
+
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+from . import _ops
+from ._core import ClientCore, ReadTimeout, RpcFailure
+from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
+from .channels import ASYNC_REGISTRY, ChannelFactory
+from .errors import InvalidArgumentError
+from .types import AckPolicy, Message, TlsConfig
+
+__all__ = ["AsyncLiftbridgeClient"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Key = tuple[int, str, "TlsConfig | None", int]
+
+
+class _AsyncStream:
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    async def read(self, timeout: float | None) -> Any:
+        try:
+            if timeout is None:
+                response = await self.call.read()
+            else:
+                response = await asyncio.wait_for(self.call.read(), timeout)
+        except TimeoutError:
+            raise ReadTimeout() from None
+        return END if response is grpc.aio.EOF else response
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
+class _AsyncTransport:
+    """Executes effects with grpc.aio; channels come from the process-wide registry."""
+
+    def __init__(self, factory: ChannelFactory, subscription_channels: int) -> None:
+        self._factory = factory
+        self._size = max(1, subscription_channels)
+        self._held: dict[tuple[str, int], tuple[grpc.aio.Channel, _Key]] = {}
+        self._turn: dict[str, int] = {}
+        self.closed = False
+
+    def _stub(self, address: str, long_lived: bool = False) -> Any:
+        if self.closed:
+            raise InvalidArgumentError("the client is closed; create a new one")
+        slot = 0
+        if long_lived:
+            n = self._turn.get(address, 0)
+            self._turn[address] = n + 1
+            slot = 1 + n % self._size
+        held = self._held.get((address, slot))
+        if held is None:
+            held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
+        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
+            held[0]
+        )
+
+    async def close(self) -> None:
+        self.closed = True
+        held, self._held = list(self._held.values()), {}
+        for _, key in held:
+            await ASYNC_REGISTRY.release(key)
+
+    async def execute(self, effect: Effect) -> Any:
+        try:
+            if isinstance(effect, Unary):
+                stub = self._stub(effect.address)
+                return await getattr(stub, effect.method)(effect.request, timeout=effect.timeout)
+            if isinstance(effect, Read):
+                return await effect.handle.read(effect.timeout)
+            if isinstance(effect, Write):
+                return await effect.handle.call.write(effect.request)
+            if isinstance(effect, OpenStream):
+                method = getattr(self._stub(effect.address, effect.long_lived), effect.method)
+                return _AsyncStream(method() if effect.request is None else method(effect.request))
+            if isinstance(effect, CloseWrite):
+                return await effect.handle.call.done_writing()
+            if isinstance(effect, Cancel):
+                return effect.handle.cancel()
+            if isinstance(effect, Sleep):
+                return await asyncio.sleep(effect.seconds)
+        except grpc.RpcError as exc:
+            raise RpcFailure(exc.code(), exc.details() or "") from exc
+        except asyncio.InvalidStateError as exc:  # writing to a call that already ended
+            raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended while writing") from exc
+        raise TypeError(f"unknown effect {effect!r}")
+
+    async def drive(self, op: Op[Any]) -> AsyncGenerator[Any, None]:
+        """Execute ``op``'s effects and yield what it emits; its return value is the last item,
+        wrapped in :class:`_Return`. Streams it opened are cancelled when it ends."""
+        opened: list[_AsyncStream] = []
+        send: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    effect = op.throw(error) if error is not None else op.send(send)
+                except StopIteration as stop:
+                    yield _Return(stop.value)
+                    return
+                send, error = None, None
+                if isinstance(effect, Emit):
+                    yield effect.item
+                    continue
+                try:
+                    send = await self.execute(effect)
+                except (RpcFailure, ReadTimeout) as exc:
+                    error = exc
+                if isinstance(effect, OpenStream):
+                    opened.append(send)
+        finally:
+            op.close()
+            for stream in opened:
+                stream.cancel()
+
+
+class _Return:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+async def _run(transport: _AsyncTransport, op: Op[_R]) -> _R:
+    driver = transport.drive(op)
+    try:
+        first = await driver.__anext__()
+    finally:
+        await driver.aclose()
+    if not isinstance(first, _Return):
+        raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
+    return first.value  # type: ignore[no-any-return]
+
+
+async def _iterate(transport: _AsyncTransport, op: Op[None]) -> AsyncIterator[Message]:
+    driver = transport.drive(op)
+    try:
+        async for item in driver:
+            if isinstance(item, _Return):
+                return
+            yield item
+    finally:
+        await driver.aclose()
+
+
+def _method(
+    op: Callable[Concatenate[ClientCore, _P], Op[_R]],
+) -> Callable[Concatenate[AsyncLiftbridgeClient, _P], Coroutine[Any, Any, _R]]:
+    @functools.wraps(op)
+    async def method(self: AsyncLiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await _run(self._transport, op(self._core, *args, **kwargs))
+
+    return method
+
+
+def _stream_method(
+    op: Callable[Concatenate[ClientCore, _P], Op[None]],
+) -> Callable[Concatenate[AsyncLiftbridgeClient, _P], AsyncIterator[Message]]:
+    @functools.wraps(op)
+    def method(self: AsyncLiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> AsyncIterator[Message]:
+        return _iterate(self._transport, op(self._core, *args, **kwargs))
+
+    return method
+
+
+class AsyncLiftbridgeClient:
+    """The asyncio Liftbridge client: the constructor and methods of
+    :class:`~.sync_client.LiftbridgeClient`, with every method a coroutine and ``subscribe``
+    an async iterator (``async for msg in client.subscribe(...)``).
+
+    Channels are shared process-wide per event loop, broker and TLS settings, so many clients
+    (e.g. triggers in one triggerer) open one connection per broker. ``close()`` releases them.
+    """
+
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        *,
+        tls: TlsConfig | None = None,
+        nats_servers: Sequence[str] = (),
+        timeout: float = 10.0,
+        max_retries: int = 5,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        resubscribe_wait: float = 30.0,
+        subscription_channels: int = 2,
+        backoff_base: float = 0.05,
+        backoff_max: float = 2.0,
+    ) -> None:
+        self._core = ClientCore(
+            brokers,
+            timeout=timeout,
+            max_retries=max_retries,
+            ack_policy=ack_policy,
+            resubscribe_wait=resubscribe_wait,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+        )
+        self.tls = tls
+        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
+        self._transport = _AsyncTransport(ChannelFactory(tls), subscription_channels)
+
+    @property
+    def brokers(self) -> list[str]:
+        """Every broker address the client knows (seeds, then learned ones)."""
+        return self._core.known_addresses()
+
+    create_stream = _method(_ops.create_stream)
+    delete_stream = _method(_ops.delete_stream)
+    pause_stream = _method(_ops.pause_stream)
+    set_stream_readonly = _method(_ops.set_stream_readonly)
+    publish = _method(_ops.publish)
+    publish_many = _method(_ops.publish_many)
+    publish_to_subject = _method(_ops.publish_to_subject)
+    subscribe = _stream_method(_ops.subscribe)
+    fetch_metadata = _method(_ops.fetch_metadata)
+    fetch_partition_metadata = _method(_ops.fetch_partition_metadata)
+    set_cursor = _method(_ops.set_cursor)
+    fetch_cursor = _method(_ops.fetch_cursor)
+
+    async def close(self) -> None:
+        """Release this client's shared channels; idempotent."""
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncLiftbridgeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncLiftbridgeClient(brokers={self._core.seeds!r}, tls={self.tls is not None})"

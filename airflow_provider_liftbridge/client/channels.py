@@ -1,0 +1,179 @@
+"""gRPC channels: options, TLS credentials, the sync per-client pool and the process-wide
+asyncio registry.
+
+Unary calls share one channel per broker. Long-lived subscriptions spread over a small pool of
+extra channels per broker (each its own connection), so hundreds of subscriptions do not queue
+behind HTTP/2's concurrent-stream limit on the channel the unary calls use.
+
+The asyncio registry is process-wide: many clients in one event loop (e.g. a thousand triggers
+in one triggerer) share one channel per (broker, TLS settings, slot); channels are
+reference-counted and closed when the last client releases them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from .errors import InvalidArgumentError
+from .types import TlsConfig
+
+__all__ = ["ChannelFactory", "AsyncChannelRegistry", "SyncChannelPool", "ASYNC_REGISTRY"]
+
+# Reconnect quickly after a broker restart (gRPC's default backoff grows to two minutes, far
+# longer than a resubscription is allowed to wait).
+_BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.enable_retries", 0),  # the client retries itself, across brokers
+)
+
+
+def _read(what: str, path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"TLS {what} {path!r} cannot be read ({exc.strerror}); check the path") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFactory:
+    """Builds channels to a broker with the client's TLS settings (plaintext when ``tls`` is None).
+
+    :raises InvalidArgumentError: (on construction) a certificate without its key or the
+        reverse, or an unreadable file.
+    """
+
+    tls: TlsConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.tls is not None and (self.tls.cert_file is None) != (self.tls.key_file is None):
+            raise InvalidArgumentError("TlsConfig needs both cert_file and key_file for mutual TLS, or neither")
+        if self.tls is not None:
+            self.credentials()  # fail now on unreadable files, not at the first call
+
+    def credentials(self) -> Any:
+        assert self.tls is not None
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read("ca_file", self.tls.ca_file),
+            private_key=_read("key_file", self.tls.key_file),
+            certificate_chain=_read("cert_file", self.tls.cert_file),
+        )
+
+    def options(self, slot: int) -> list[tuple[str, Any]]:
+        opts = list(_BASE_OPTIONS)
+        if slot:
+            # A channel of its own subchannel pool opens its own connection.
+            opts += [("grpc.use_local_subchannel_pool", 1), ("liftbridge.pool_slot", slot)]
+        if self.tls is not None and self.tls.server_name:
+            opts += [("grpc.ssl_target_name_override", self.tls.server_name)]
+        return opts
+
+    def sync_channel(self, address: str, slot: int = 0) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(address, options=self.options(slot))
+        return grpc.secure_channel(address, self.credentials(), options=self.options(slot))
+
+    def async_channel(self, address: str, slot: int = 0) -> grpc.aio.Channel:
+        if self.tls is None:
+            return grpc.aio.insecure_channel(address, options=self.options(slot))
+        return grpc.aio.secure_channel(address, self.credentials(), options=self.options(slot))
+
+
+class SyncChannelPool:
+    """One client's channels: slot 0 per broker for unary calls, ``subscription_channels`` more
+    per broker handed out in turn to long-lived streams."""
+
+    def __init__(self, factory: ChannelFactory, subscription_channels: int) -> None:
+        self._factory = factory
+        self._size = max(1, subscription_channels)
+        self._channels: dict[tuple[str, int], grpc.Channel] = {}
+        self._turn: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def get(self, address: str, long_lived: bool) -> grpc.Channel:
+        with self._lock:
+            if self._closed:
+                raise InvalidArgumentError("the client is closed; create a new one")
+            slot = 0
+            if long_lived:
+                n = self._turn.get(address, 0)
+                self._turn[address] = n + 1
+                slot = 1 + n % self._size
+            channel = self._channels.get((address, slot))
+            if channel is None:
+                channel = self._channels[(address, slot)] = self._factory.sync_channel(address, slot)
+            return channel
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+
+@dataclass(slots=True)
+class _Entry:
+    channel: grpc.aio.Channel
+    loop: asyncio.AbstractEventLoop
+    refs: int
+
+
+class AsyncChannelRegistry:
+    """Process-wide asyncio channels keyed by (event loop, address, TLS settings, slot).
+
+    A grpc.aio channel belongs to the loop it was made on, hence the loop in the key.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, str, TlsConfig | None, int], _Entry] = {}
+        self._lock = threading.Lock()
+
+    def acquire(
+        self, factory: ChannelFactory, address: str, slot: int
+    ) -> tuple[grpc.aio.Channel, tuple[int, str, TlsConfig | None, int]]:
+        """A shared channel and the key to :meth:`release` it with (once per acquire)."""
+        loop = asyncio.get_running_loop()
+        key = (id(loop), address, factory.tls, slot)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.loop is not loop or entry.loop.is_closed():
+                entry = self._entries[key] = _Entry(factory.async_channel(address, slot), loop, 0)
+            entry.refs += 1
+            return entry.channel, key
+
+    async def release(self, key: tuple[int, str, TlsConfig | None, int]) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            entry.refs -= 1
+            if entry.refs > 0:
+                return
+            del self._entries[key]
+        if not entry.loop.is_closed():
+            await entry.channel.close()
+
+    def open_channels(self) -> int:
+        """How many shared channels are open (for tests and diagnostics)."""
+        with self._lock:
+            return len(self._entries)
+
+
+#: The one registry of this process.
+ASYNC_REGISTRY = AsyncChannelRegistry()

@@ -1,0 +1,251 @@
+"""The blocking client: executes the shared operations with synchronous gRPC."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+from . import _ops
+from ._core import ClientCore, ReadTimeout, RpcFailure
+from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
+from .channels import ChannelFactory, SyncChannelPool
+from .types import AckPolicy, Message, TlsConfig
+
+__all__ = ["LiftbridgeClient"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_DONE = object()
+
+
+class _SyncStream:
+    """A streaming call. Bidi requests flow through a queue the gRPC thread drains; reads with a
+    timeout go through a reader thread (a blocking ``next`` on a call cannot time out)."""
+
+    def __init__(self, stub: Any, method: str, request: Any) -> None:
+        self._requests: queue.Queue[Any] | None = None
+        if request is None:
+            self._requests = queue.Queue()
+            self.call = getattr(stub, method)(self._request_iter())
+        else:
+            self.call = getattr(stub, method)(request)
+        self._responses: queue.Queue[tuple[Any, BaseException | None]] | None = None
+
+    def _request_iter(self) -> Iterator[Any]:
+        assert self._requests is not None
+        while (item := self._requests.get()) is not _DONE:
+            yield item
+
+    def write(self, request: Any) -> None:
+        assert self._requests is not None
+        self._requests.put(request)
+
+    def close_write(self) -> None:
+        if self._requests is not None:
+            self._requests.put(_DONE)
+
+    def _pump(self) -> None:
+        assert self._responses is not None
+        try:
+            for response in self.call:
+                self._responses.put((response, None))
+            self._responses.put((END, None))
+        except BaseException as exc:  # handed to the reading thread
+            self._responses.put((None, exc))
+
+    def read(self, timeout: float | None) -> Any:
+        if timeout is None and self._responses is None:
+            return next(self.call, END)
+        if self._responses is None:
+            self._responses = queue.Queue()
+            threading.Thread(target=self._pump, name="liftbridge-stream-reader", daemon=True).start()
+        try:
+            response, exc = self._responses.get(timeout=timeout)
+        except queue.Empty:
+            raise ReadTimeout() from None
+        if exc is not None:
+            raise exc
+        return response
+
+    def cancel(self) -> None:
+        self.close_write()
+        self.call.cancel()
+
+
+class _SyncTransport:
+    """Executes effects with blocking gRPC calls."""
+
+    def __init__(self, pool: SyncChannelPool) -> None:
+        self._pool = pool
+
+    def _stub(self, address: str, long_lived: bool = False) -> Any:
+        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
+            self._pool.get(address, long_lived)
+        )
+
+    def execute(self, effect: Effect) -> Any:
+        try:
+            if isinstance(effect, Unary):
+                return getattr(self._stub(effect.address), effect.method)(effect.request, timeout=effect.timeout)
+            if isinstance(effect, Read):
+                return effect.handle.read(effect.timeout)
+            if isinstance(effect, Write):
+                return effect.handle.write(effect.request)
+            if isinstance(effect, OpenStream):
+                return _SyncStream(self._stub(effect.address, effect.long_lived), effect.method, effect.request)
+            if isinstance(effect, CloseWrite):
+                return effect.handle.close_write()
+            if isinstance(effect, Cancel):
+                return effect.handle.cancel()
+            if isinstance(effect, Sleep):
+                return time.sleep(effect.seconds)
+        except grpc.RpcError as exc:
+            raise RpcFailure(exc.code(), exc.details() or "") from exc
+        raise TypeError(f"unknown effect {effect!r}")
+
+    def drive(self, op: Op[_R]) -> Generator[Any, None, _R]:
+        """Execute ``op``'s effects; yield what it emits; return what it returns. Streams it
+        opened are cancelled when it ends, however it ends."""
+        opened: list[_SyncStream] = []
+        send: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    effect = op.throw(error) if error is not None else op.send(send)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                send, error = None, None
+                if isinstance(effect, Emit):
+                    yield effect.item
+                    continue
+                try:
+                    send = self.execute(effect)
+                except (RpcFailure, ReadTimeout) as exc:
+                    error = exc
+                if isinstance(effect, OpenStream):
+                    opened.append(send)
+        finally:
+            op.close()
+            for stream in opened:
+                stream.cancel()
+
+
+def _run(transport: _SyncTransport, op: Op[_R]) -> _R:
+    driver = transport.drive(op)
+    try:
+        next(driver)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    driver.close()
+    raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
+
+
+def _iterate(transport: _SyncTransport, op: Op[None]) -> Iterator[Message]:
+    yield from transport.drive(op)
+
+
+def _method(op: Callable[Concatenate[ClientCore, _P], Op[_R]]) -> Callable[Concatenate[LiftbridgeClient, _P], _R]:
+    @functools.wraps(op)
+    def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return _run(self._transport, op(self._core, *args, **kwargs))
+
+    return method
+
+
+def _stream_method(
+    op: Callable[Concatenate[ClientCore, _P], Op[None]],
+) -> Callable[Concatenate[LiftbridgeClient, _P], Iterator[Message]]:
+    @functools.wraps(op)
+    def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> Iterator[Message]:
+        return _iterate(self._transport, op(self._core, *args, **kwargs))
+
+    return method
+
+
+class LiftbridgeClient:
+    """A blocking Liftbridge client; thread-safe, a context manager.
+
+    :param brokers: seed brokers: ``"host:port"``, ``"h1:p1,h2:p2"`` or a list; more are learned
+        from metadata.
+    :param tls: TLS settings (``None``: plaintext).
+    :param nats_servers: NATS URLs for the NATS-direct helpers (see :mod:`.nats_direct`).
+    :param timeout: default per-call deadline in seconds (also the ack wait of publishes).
+    :param max_retries: retries on UNAVAILABLE, cycling through the known brokers with
+        exponential backoff and jitter.
+    :param ack_policy: default ack policy of publishes.
+    :param resubscribe_wait: how long a subscription keeps trying to resubscribe after a
+        transient failure, in seconds.
+    :param subscription_channels: channels per broker shared by long-lived subscriptions.
+    :param backoff_base: first retry wait in seconds (doubled per retry).
+    :param backoff_max: longest retry wait in seconds.
+    :raises InvalidArgumentError: a malformed broker address, TLS files missing, a non-positive
+        timeout.
+    """
+
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        *,
+        tls: TlsConfig | None = None,
+        nats_servers: Sequence[str] = (),
+        timeout: float = 10.0,
+        max_retries: int = 5,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        resubscribe_wait: float = 30.0,
+        subscription_channels: int = 2,
+        backoff_base: float = 0.05,
+        backoff_max: float = 2.0,
+    ) -> None:
+        self._core = ClientCore(
+            brokers,
+            timeout=timeout,
+            max_retries=max_retries,
+            ack_policy=ack_policy,
+            resubscribe_wait=resubscribe_wait,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+        )
+        self.tls = tls
+        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
+        self._pool = SyncChannelPool(ChannelFactory(tls), subscription_channels)
+        self._transport = _SyncTransport(self._pool)
+
+    @property
+    def brokers(self) -> list[str]:
+        """Every broker address the client knows (seeds, then learned ones)."""
+        return self._core.known_addresses()
+
+    create_stream = _method(_ops.create_stream)
+    delete_stream = _method(_ops.delete_stream)
+    pause_stream = _method(_ops.pause_stream)
+    set_stream_readonly = _method(_ops.set_stream_readonly)
+    publish = _method(_ops.publish)
+    publish_many = _method(_ops.publish_many)
+    publish_to_subject = _method(_ops.publish_to_subject)
+    subscribe = _stream_method(_ops.subscribe)
+    fetch_metadata = _method(_ops.fetch_metadata)
+    fetch_partition_metadata = _method(_ops.fetch_partition_metadata)
+    set_cursor = _method(_ops.set_cursor)
+    fetch_cursor = _method(_ops.fetch_cursor)
+
+    def close(self) -> None:
+        """Close every channel; idempotent. Open subscriptions end with an error."""
+        self._pool.close()
+
+    def __enter__(self) -> LiftbridgeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LiftbridgeClient(brokers={self._core.seeds!r}, tls={self.tls is not None})"
