@@ -105,7 +105,7 @@ class LiftbridgeWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         summaries = [m.summary for m in messages if isinstance(m, _PartitionSummary)]
-        merge_summaries(self.plan.stream, summaries, 0.0)
+        merge_summaries(self.plan.stream, self.plan.ack_policy, summaries, 0.0)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Nothing to undo: acknowledged messages are durable in the log.

@@ -53,7 +53,9 @@ class PublishSummary:
     """Driver-side totals of one DataFrame publish.
 
     :param stream: the stream published to.
-    :param rows: rows published (all acknowledged unless ``ack_policy`` was ``none``).
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``.
+    :param rows: rows published.
+    :param acknowledged: rows acknowledged (equal to ``rows`` unless ``ack_policy`` was ``none``).
     :param bytes: payload bytes published (key + value + header values).
     :param seconds: wall time of the Spark job, seconds.
     :param spark_partitions: Spark partitions (tasks) that ran.
@@ -61,7 +63,9 @@ class PublishSummary:
     """
 
     stream: str
+    ack_policy: str
     rows: int
+    acknowledged: int
     bytes: int
     seconds: float
     spark_partitions: int
@@ -78,17 +82,22 @@ class PublishSummary:
         return {p.partition: p.last_offset for p in self.partitions if p.last_offset is not None}
 
     def to_dict(self) -> dict[str, Any]:
-        """A small JSON-safe dict, suitable for XCom."""
+        """A small JSON-safe dict for XCom, in the shape every publishing operator of this provider returns
+        (``count``, ``acknowledged``, ``ack_policy``, ``partitions`` keyed by partition number as a string)
+        plus ``bytes``, ``seconds`` and ``spark_partitions``.
+        """
         return {
             "stream": self.stream,
-            "rows": self.rows,
+            "count": self.rows,
+            "acknowledged": self.acknowledged,
+            "ack_policy": self.ack_policy.upper(),
+            "partitions": {
+                str(p.partition): {"first_offset": p.first_offset, "last_offset": p.last_offset, "count": p.rows}
+                for p in self.partitions
+            },
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "spark_partitions": self.spark_partitions,
-            "partitions": [
-                {"partition": p.partition, "rows": p.rows, "first_offset": p.first_offset, "last_offset": p.last_offset}
-                for p in self.partitions
-            ],
         }
 
 
@@ -167,6 +176,10 @@ def publish_partition(
                     f"({rows} row(s) of this Spark partition acknowledged before the failure)"
                 )
                 break
+            refused = _refused(acks)
+            if refused:
+                error = f"Spark partition {spark_partition}: {refused} ({rows} row(s) acknowledged before)"
+                break
             _count(ranges, records, acks)
             rows += len(records)
             size += batch_bytes
@@ -198,6 +211,19 @@ def _describe_failure(exc: Exception, records: list[Any]) -> str:
     return f"{where}: {type(cause).__name__}: {cause}"
 
 
+def _refused(acks: Sequence[Any]) -> str | None:
+    """Describe the first ack that reports an error (publish_many raises for these; this is a second guard)."""
+    from airflow_provider_liftbridge.client import AckError
+
+    for index, ack in enumerate(acks):
+        if ack is not None and ack.ack_error != AckError.OK:
+            return (
+                f"stream partition {ack.partition} (row {index} of the batch): refused with "
+                f"{AckError(ack.ack_error).name}"
+            )
+    return None
+
+
 def _count(ranges: dict[int, list[Any]], records: list[Any], acks: Sequence[Any]) -> None:
     if len(acks) != len(records) or any(a is None for a in acks):
         # Ack policy NONE: rows went out but nothing was confirmed, so there are no offsets.
@@ -215,7 +241,9 @@ def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
         ranges.setdefault(record.partition, [None, None, 0])[2] += 1
 
 
-def merge_summaries(stream: str, summaries: Iterable[dict[str, Any]], seconds: float) -> PublishSummary:
+def merge_summaries(
+    stream: str, ack_policy: str, summaries: Iterable[dict[str, Any]], seconds: float
+) -> PublishSummary:
     """Add up executor summaries; raise if any partition failed.
 
     :raises SparkPublishError: naming each failed Spark partition and what happened.
@@ -239,7 +267,9 @@ def merge_summaries(stream: str, summaries: Iterable[dict[str, Any]], seconds: f
         raise SparkPublishError(stream, sorted(failures), rows)
     return PublishSummary(
         stream=stream,
+        ack_policy=ack_policy,
         rows=rows,
+        acknowledged=0 if ack_policy == "none" else rows,
         bytes=size,
         seconds=seconds,
         spark_partitions=count,
@@ -310,7 +340,7 @@ def publish_dataframe(
     started = time.monotonic()
     summaries = projected.mapInArrow(functools.partial(_publish_udf, plan, settings), SUMMARY_SCHEMA).collect()
     seconds = time.monotonic() - started
-    return merge_summaries(stream, (json.loads(row["summary"]) for row in summaries), seconds)
+    return merge_summaries(stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds)
 
 
 __all__ = [

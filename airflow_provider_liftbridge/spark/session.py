@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,3 +66,26 @@ def build_spark_session(
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+@contextmanager
+def spark_session_scope(
+    master: str | None = None,
+    *,
+    app_name: str = "liftbridge",
+    config: Mapping[str, str] | None = None,
+) -> Iterator[SparkSession]:
+    """A session for one job: stopped at the end only if this call started it.
+
+    When a session is already active in this process (a notebook, ``@task.pyspark``, a test
+    suite), it is reused as is and left running; ``master`` and ``config`` then do not apply.
+    """
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()
+    spark = build_spark_session(master, app_name=app_name, config=config)
+    try:
+        yield spark
+    finally:
+        if existing is None:
+            spark.stop()

@@ -1,0 +1,209 @@
+"""``LiftbridgeSparkPublishOperator``: build a DataFrame with Spark and publish it from the executors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseHook, Context
+
+from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator
+from airflow_provider_liftbridge.spark.errors import SparkOptionError
+from airflow_provider_liftbridge.spark.plan import PublishPlan
+from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
+from airflow_provider_liftbridge.spark.settings import ConnectionSettings
+from airflow_provider_liftbridge.spark.sources import DataFrameSource
+
+__all__ = ["LiftbridgeSparkPublishOperator", "spark_settings_from_connection"]
+
+# Extras of the Spark provider's ``spark`` connection that map to Spark settings of an in-process session.
+_SPARK_EXTRA_CONF = {"queue": "spark.yarn.queue", "namespace": "spark.kubernetes.namespace"}
+
+
+def spark_settings_from_connection(conn_id: str) -> tuple[str, dict[str, str]]:
+    """The Spark master URL and Spark settings of an Airflow ``spark`` or ``spark_connect`` connection.
+
+    - ``spark``: ``host`` is the master (``local[2]``, ``spark://h``, ``yarn``, ``k8s://...`` or
+      ``sc://h`` for Spark Connect), ``port`` is appended when set; extras named ``spark.*`` are
+      Spark settings, ``queue`` and ``namespace`` map to their YARN / Kubernetes settings.
+    - ``spark_connect``: the Spark Connect URL the Spark provider builds (``sc://host:port/;...``).
+
+    :raises SparkOptionError: the connection has no host.
+    """
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type == "spark_connect":
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        return SparkConnectHook(conn_id).get_connection_url(), {}
+    host = (conn.host or "").strip()
+    if not host:
+        raise SparkOptionError(f"Spark connection {conn_id!r} has no host: set it to local[*], a master URL or sc://")
+    master = f"{host}:{conn.port}" if conn.port and not host.startswith("local") else host
+    config: dict[str, str] = {}
+    for key, value in (conn.extra_dejson or {}).items():
+        if key.startswith("spark."):
+            config[key] = str(value)
+        elif key in _SPARK_EXTRA_CONF and value:
+            config[_SPARK_EXTRA_CONF[key]] = str(value)
+    return master, config
+
+
+class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
+    """Build a DataFrame with Spark and publish every row to a stream from the executors.
+
+    The DataFrame comes from exactly one of ``input_path`` (+ ``input_format``), ``table``, ``sql``
+    or ``dataframe_callable``. Rows are published by the executors, each Spark partition with its
+    own client; the driver only gathers one small summary per Spark partition. The task fails if
+    any row is not acknowledged (the error names the stream partition and what happened); rows
+    acknowledged before the failure stay in the stream.
+
+    :param stream: target stream; it must exist. (templated)
+    :param input_path: file or folder to read. (templated)
+    :param input_format: Spark format of ``input_path`` (default ``parquet``). (templated)
+    :param read_options: reader options, e.g. ``{"header": "true"}``. (templated)
+    :param table: a table or view to publish. (templated)
+    :param sql: a Spark SQL query whose result is published. (templated)
+    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``. (templated)
+    :param callable_kwargs: keyword arguments of ``dataframe_callable``. (templated)
+    :param key_col: column holding message keys. (templated)
+    :param value_col: column holding message values; without it each row is published as JSON. (templated)
+    :param value_format: ``"json"`` or ``"raw"`` (binary/string column); see ``docs/spark.md``.
+    :param header_cols: columns published as message headers. (templated)
+    :param partitioning: ``"key"``, ``"round_robin"`` or an integer column; defaults to ``"key"``
+        when ``key_col`` is set, else ``"round_robin"``. (templated)
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``; default: the connection's.
+    :param window: in-flight messages per executor.
+    :param publish_timeout: seconds to wait for each batch's acks (default: the connection timeout).
+    :param liftbridge_conn_id: the ``liftbridge`` connection. (templated)
+    :param spark_conn_id: a ``spark`` or ``spark_connect`` connection; ``None`` runs on ``local[*]``. (templated)
+    :param spark_config: Spark settings applied last (``{"spark.executor.memory": "2g"}``). (templated)
+    :returns: (XCom) ``{"stream", "count", "acknowledged", "ack_policy", "partitions": {"0":
+        {"first_offset", "last_offset", "count"}}, "bytes", "seconds", "spark_partitions"}``.
+    :raises SparkOptionError: bad arguments (at construction) or columns (at run time).
+    :raises SparkStreamError: the stream does not exist.
+    :raises SparkPublishError: rows were not acknowledged.
+    """
+
+    template_fields: Sequence[str] = (
+        "stream",
+        "liftbridge_conn_id",
+        "input_path",
+        "input_format",
+        "read_options",
+        "table",
+        "sql",
+        "dataframe_callable",
+        "callable_kwargs",
+        "key_col",
+        "value_col",
+        "header_cols",
+        "partitioning",
+        "spark_conn_id",
+        "spark_config",
+    )
+    template_fields_renderers = {"sql": "sql", "read_options": "json", "spark_config": "json"}
+    ui_color = "#fde8d7"
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        input_path: str | None = None,
+        input_format: str = "parquet",
+        read_options: Mapping[str, str] | None = None,
+        table: str | None = None,
+        sql: str | None = None,
+        dataframe_callable: str | None = None,
+        callable_kwargs: Mapping[str, Any] | None = None,
+        key_col: str | None = None,
+        value_col: str | None = None,
+        value_format: str | None = None,
+        header_cols: Sequence[str] = (),
+        partitioning: str | None = None,
+        ack_policy: str | None = None,
+        window: int = 256,
+        publish_timeout: float | None = None,
+        spark_conn_id: str | None = None,
+        spark_config: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(stream=stream, **kwargs)
+        self.input_path = input_path
+        self.input_format = input_format
+        self.read_options = dict(read_options or {})
+        self.table = table
+        self.sql = sql
+        self.dataframe_callable = dataframe_callable
+        self.callable_kwargs = dict(callable_kwargs or {})
+        self.key_col = key_col
+        self.value_col = value_col
+        self.value_format = value_format
+        self.header_cols = list(header_cols)
+        self.partitioning = partitioning
+        self.ack_policy = ack_policy
+        self.window = window
+        self.publish_timeout = publish_timeout
+        self.spark_conn_id = spark_conn_id
+        self.spark_config = dict(spark_config or {})
+        # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
+        self._source()
+        if "{{" not in stream:
+            PublishPlan(
+                stream=stream,
+                value_format=value_format,  # type: ignore[arg-type]
+                value_col=value_col,
+                key_col=key_col,
+                header_cols=tuple(header_cols),
+                partitioning=partitioning,
+                ack_policy=ack_policy or "leader",
+                window=window,
+                timeout=publish_timeout,
+            )
+
+    def _source(self) -> DataFrameSource:
+        return DataFrameSource(
+            input_path=self.input_path,
+            input_format=self.input_format,
+            read_options=self.read_options,
+            table=self.table,
+            sql=self.sql,
+            dataframe_callable=self.dataframe_callable,
+            callable_kwargs=self.callable_kwargs,
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_liftbridge.spark.publish import publish_dataframe
+        from airflow_provider_liftbridge.spark.session import spark_session_scope
+
+        connection = self.hook.settings
+        settings = ConnectionSettings.from_connection_settings(connection)
+        master, config = spark_settings_from_connection(self.spark_conn_id) if self.spark_conn_id else (None, {})
+        config.update(self.spark_config)
+        with spark_session_scope(
+            master or config.pop("spark.master", DEFAULT_MASTER),
+            app_name=f"{self.dag_id}-{self.task_id}",
+            config=config,
+        ) as spark:
+            summary = publish_dataframe(
+                self._source().load(spark),
+                self.stream,
+                settings=settings,
+                key_col=self.key_col,
+                value_col=self.value_col,
+                value_format=self.value_format,  # type: ignore[arg-type]
+                header_cols=self.header_cols,
+                partitioning=self.partitioning,
+                ack_policy=self.ack_policy or connection.ack_policy.name.lower(),
+                window=self.window,
+                timeout=self.publish_timeout,
+            )
+        self.log.info(
+            "Published %d row(s) (%d bytes) to stream %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",
+            summary.rows,
+            summary.bytes,
+            summary.stream,
+            summary.spark_partitions,
+            summary.seconds,
+            summary.rows_per_second,
+        )
+        return summary.to_dict()
