@@ -1,1 +1,29 @@
-"""A Liftbridge-compatible server (gRPC API on a real nats-server) for local work and tests."""
+"""A Liftbridge-compatible server (gRPC API on a real nats-server) for local work and tests.
+
+``DevServer`` runs it in this process on a background thread; ``DevServerProcess`` runs it
+as a child process (for crash and restart tests); ``liftbridge-devserver`` is the command.
+See docs/devserver.md.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    DataDirError,
+    DevServerError,
+    NatsServerNotFoundError,
+    NatsServerStartError,
+    PortInUseError,
+    ServerStateError,
+)
+from .server import DevServer, DevServerProcess
+
+__all__ = [
+    "DataDirError",
+    "DevServer",
+    "DevServerError",
+    "DevServerProcess",
+    "NatsServerNotFoundError",
+    "NatsServerStartError",
+    "PortInUseError",
+    "ServerStateError",
+]

@@ -1,0 +1,369 @@
+"""File-backed, append-only commit log of one partition.
+
+A log is a directory of segment files named by the offset of their first record
+(``00000000000000000042.log``). A record on disk is::
+
+    u32 body length | u32 CRC-32C of the rest | i64 offset | i64 timestamp (ns) | body
+
+The body is whatever the caller stores (the dev server stores the ``Message``
+protobuf exactly as subscribers receive it, so reads need no re-encoding).
+
+Appends are buffered in memory and written with one ``write`` per segment per
+:meth:`PartitionLog.flush`; only flushed records are visible to readers and
+count as committed. Opening a log re-reads every segment, verifies each
+record's checksum and offset, and cuts the log at the first torn or corrupt
+record (what a process killed in the middle of a write leaves behind).
+Retention is logical and exact (:attr:`PartitionLog.oldest_offset` moves
+forward); whole segments are deleted once every record in them has expired.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+import google_crc32c
+
+from .errors import DataDirError
+
+_FRAME = struct.Struct(">II")
+_OT = struct.Struct(">qq")
+_LEN = struct.Struct(">I")
+#: Bytes of framing in front of every body.
+RECORD_OVERHEAD = _FRAME.size + _OT.size
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_SUFFIX = ".log"
+_crc32c = google_crc32c.value
+
+
+def frame(offset: int, timestamp: int, body: bytes) -> bytes:
+    """Return the on-disk bytes of one record."""
+    rest = _OT.pack(offset, timestamp) + body
+    return _FRAME.pack(len(body), _crc32c(rest)) + rest
+
+
+class _Segment:
+    """One segment file: its first offset, its open descriptor and an in-memory index."""
+
+    __slots__ = ("base", "fd", "path", "positions", "size", "timestamps")
+
+    def __init__(self, base: int, path: Path) -> None:
+        self.base = base
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.positions = array("q")
+        self.timestamps = array("q")
+        self.size = 0
+
+    @property
+    def next_offset(self) -> int:
+        return self.base + len(self.positions)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class PartitionLog:
+    """The commit log of one partition (see the module docstring for the format).
+
+    Not thread-safe: the dev server drives every log from its single event loop.
+
+    :param directory: where the segment files live (created if missing).
+    :param segment_max_bytes: a new segment is started once the active one reaches this size.
+    :param fsync: ``fsync`` after each flush (survives power loss, not only a process kill).
+    :raises DataDirError: the directory cannot be created or a segment cannot be opened.
+    """
+
+    def __init__(self, directory: Path, *, segment_max_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = False) -> None:
+        self.directory = directory
+        self.segment_max_bytes = max(segment_max_bytes, 1024)
+        self.fsync = fsync
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._pending: list[bytes] = []
+        self._pending_ts: list[int] = []
+        self._next = 0
+        self._flushed_next = 0
+        self._oldest = 0
+        #: Records dropped while opening because they were torn or corrupt.
+        self.recovered_torn_records = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._open()
+        except OSError as exc:
+            self.close()
+            raise DataDirError(f"cannot open the partition log in {directory}: {exc}") from exc
+
+    # -- opening and recovery -------------------------------------------------
+    def _open(self) -> None:
+        files = sorted(
+            (int(p.name[: -len(_SUFFIX)]), p)
+            for p in self.directory.iterdir()
+            if p.name.endswith(_SUFFIX) and p.name[: -len(_SUFFIX)].isdigit()
+        )
+        if not files:
+            self._add_segment(0)
+            return
+        expected = files[0][0]
+        cut = False
+        for base, path in files:
+            if cut or base != expected:
+                # Anything after a torn record (or a gap) cannot be trusted to follow on.
+                path.unlink()
+                cut = True
+                continue
+            seg = _Segment(base, path)
+            self._segments.append(seg)
+            self._bases.append(base)
+            expected, good = self._scan(seg)
+            if not good:
+                cut = True
+        self._next = self._flushed_next = expected
+        self._oldest = self._segments[0].base
+
+    def _scan(self, seg: _Segment) -> tuple[int, bool]:
+        """Index ``seg``; truncate it after the last sound record. Return (next offset, whether it was sound)."""
+        data = seg.path.read_bytes()
+        total = len(data)
+        pos = 0
+        expected = seg.base
+        positions, timestamps = seg.positions, seg.timestamps
+        while pos + RECORD_OVERHEAD <= total:
+            blen, crc = _FRAME.unpack_from(data, pos)
+            end = pos + RECORD_OVERHEAD + blen
+            if end > total or _crc32c(data[pos + _FRAME.size : end]) != crc:
+                break
+            offset, ts = _OT.unpack_from(data, pos + _FRAME.size)
+            if offset != expected:
+                break
+            positions.append(pos)
+            timestamps.append(ts)
+            expected += 1
+            pos = end
+        seg.size = pos
+        if pos != total:
+            os.truncate(seg.path, pos)
+            self.recovered_torn_records += 1
+            return expected, False
+        return expected, True
+
+    def _add_segment(self, base: int) -> _Segment:
+        seg = _Segment(base, self.directory / f"{base:020d}{_SUFFIX}")
+        self._segments.append(seg)
+        self._bases.append(base)
+        return seg
+
+    # -- positions ------------------------------------------------------------
+    @property
+    def oldest_offset(self) -> int:
+        """First offset still retained (equal to ``newest_offset + 1`` when nothing is retained)."""
+        return self._oldest
+
+    @property
+    def newest_offset(self) -> int:
+        """Last committed (flushed) offset, -1 when nothing was ever committed."""
+        return self._flushed_next - 1
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next :meth:`append` gets (counts records not flushed yet)."""
+        return self._next
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no committed record is retained."""
+        return self._oldest >= self._flushed_next
+
+    # -- writing --------------------------------------------------------------
+    def append(self, body: bytes, timestamp: int) -> int:
+        """Buffer one record and return its offset. It becomes visible after :meth:`flush`."""
+        offset = self._next
+        self._next = offset + 1
+        self._pending.append(frame(offset, timestamp, body))
+        self._pending_ts.append(timestamp)
+        return offset
+
+    def append_at(self, offset: int, body: bytes, timestamp: int) -> None:
+        """Buffer a record whose body was built for :attr:`next_offset` (asserted, not silently renumbered)."""
+        if offset != self._next:
+            raise ValueError(f"record built for offset {offset} but the log is at {self._next}")
+        self._next = offset + 1
+        self._pending.append(frame(offset, timestamp, body))
+        self._pending_ts.append(timestamp)
+
+    def flush(self) -> int:
+        """Write buffered records to the segment files; return how many became committed.
+
+        :raises OSError: the write failed (disk full, ...); the records stay uncommitted.
+        """
+        pending = self._pending
+        if not pending:
+            return 0
+        timestamps = self._pending_ts
+        self._pending = []
+        self._pending_ts = []
+        seg = self._segments[-1]
+        pos = seg.size
+        chunk: list[bytes] = []
+        for rec, ts in zip(pending, timestamps, strict=True):
+            if pos >= self.segment_max_bytes and (seg.positions or chunk):
+                self._write(seg, chunk, pos)
+                chunk = []
+                seg = self._add_segment(seg.next_offset)
+                pos = 0
+            seg.positions.append(pos)
+            seg.timestamps.append(ts)
+            pos += len(rec)
+            chunk.append(rec)
+        self._write(seg, chunk, pos)
+        self._flushed_next += len(pending)
+        return len(pending)
+
+    def _write(self, seg: _Segment, chunk: list[bytes], new_size: int) -> None:
+        data = memoryview(b"".join(chunk))
+        while data:
+            written = os.write(seg.fd, data)
+            data = data[written:]
+        if self.fsync:
+            os.fsync(seg.fd)
+        seg.size = new_size
+
+    # -- reading --------------------------------------------------------------
+    def _segment_for(self, offset: int) -> _Segment:
+        return self._segments[bisect_right(self._bases, offset) - 1]
+
+    def read(self, offset: int, max_count: int = 512, max_bytes: int = 1 << 20) -> list[bytes]:
+        """Return the bodies of committed records from ``offset`` (at least one if any), oldest first.
+
+        Offsets below :attr:`oldest_offset` are read from the oldest retained record.
+        """
+        offset = max(offset, self._oldest)
+        end = min(self._flushed_next, offset + max_count)
+        out: list[bytes] = []
+        budget = max_bytes
+        while offset < end and budget > 0:
+            seg = self._segment_for(offset)
+            positions = seg.positions
+            i = offset - seg.base
+            j = min(end - seg.base, len(positions))
+            start = positions[i]
+            # Stop early (but after at least one record) once the byte budget is used.
+            j = max(i + 1, min(j, bisect_right(positions, start + budget, i + 1, j)))
+            stop = positions[j] if j < len(positions) else seg.size
+            data = os.pread(seg.fd, stop - start, start)
+            p = 0
+            for _ in range(j - i):
+                (blen,) = _LEN.unpack_from(data, p)
+                body_at = p + RECORD_OVERHEAD
+                p = body_at + blen
+                out.append(data[body_at:p])
+            budget -= stop - start
+            offset += j - i
+        return out
+
+    def timestamp_of(self, offset: int) -> int:
+        """Timestamp (ns) of a committed, retained record."""
+        seg = self._segment_for(offset)
+        return seg.timestamps[offset - seg.base]
+
+    def first_offset_at_or_after(self, timestamp: int) -> int:
+        """First retained offset whose timestamp is >= ``timestamp`` (``newest + 1`` when there is none)."""
+        for seg in self._segments:
+            if not seg.timestamps or seg.next_offset <= self._oldest:
+                continue
+            lo = max(0, self._oldest - seg.base)
+            if seg.timestamps[-1] >= timestamp:
+                return seg.base + bisect_left(seg.timestamps, timestamp, lo)
+        return self._flushed_next
+
+    def last_offset_at_or_before(self, timestamp: int) -> int:
+        """Last retained offset whose timestamp is <= ``timestamp`` (-1 when there is none)."""
+        found = -1
+        for seg in self._segments:
+            if not seg.timestamps or seg.next_offset <= self._oldest:
+                continue
+            lo = max(0, self._oldest - seg.base)
+            if seg.timestamps[lo] > timestamp:
+                break
+            found = seg.base + bisect_right(seg.timestamps, timestamp, lo) - 1
+        return found
+
+    def _bytes_from(self, offset: int) -> int:
+        seg_index = bisect_right(self._bases, offset) - 1
+        seg = self._segments[seg_index]
+        i = offset - seg.base
+        total = seg.size - (seg.positions[i] if i < len(seg.positions) else seg.size)
+        return total + sum(s.size for s in self._segments[seg_index + 1 :])
+
+    # -- retention ------------------------------------------------------------
+    def enforce_retention(
+        self, *, max_messages: int = 0, max_bytes: int = 0, max_age_ns: int = 0, now_ns: int = 0
+    ) -> bool:
+        """Move :attr:`oldest_offset` forward so that every given limit (0 = none) holds.
+
+        :param max_bytes: limit on the retained records' size on disk, framing included.
+        :returns: whether anything expired.
+        """
+        end = self._flushed_next
+        oldest = self._oldest
+        if max_messages > 0:
+            oldest = max(oldest, end - max_messages)
+        if max_bytes > 0 and oldest < end and self._bytes_from(oldest) > max_bytes:
+            lo, hi = oldest, end  # smallest offset whose suffix fits
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._bytes_from(mid) <= max_bytes:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            oldest = lo
+        if max_age_ns > 0 and oldest < end:
+            oldest = max(oldest, self.first_offset_at_or_after(now_ns - max_age_ns))
+        oldest = min(oldest, end)
+        if oldest <= self._oldest:
+            return False
+        self._oldest = oldest
+        while len(self._segments) > 1 and self._segments[1].base <= oldest:
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            seg.close()
+            seg.path.unlink(missing_ok=True)
+        return True
+
+    @property
+    def first_timestamp(self) -> int:
+        """Timestamp of the oldest retained record, 0 when none."""
+        return 0 if self.is_empty else self.timestamp_of(self._oldest)
+
+    @property
+    def latest_timestamp(self) -> int:
+        """Timestamp of the newest committed record, 0 when none is retained."""
+        return 0 if self.is_empty else self.timestamp_of(self._flushed_next - 1)
+
+    # -- lifecycle ------------------------------------------------------------
+    def close(self) -> None:
+        """Flush what is buffered (best effort) and close every segment file."""
+        if self._pending and self._segments and self._segments[-1].fd >= 0:
+            try:
+                self.flush()
+            except OSError:
+                pass
+        for seg in self._segments:
+            seg.close()
+
+    def destroy(self) -> None:
+        """Close the log and delete its directory."""
+        self._pending.clear()
+        self._pending_ts.clear()
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,541 @@
+"""Running the dev server: the async core, the in-process :class:`DevServer` and the :class:`DevServerProcess` wrapper.
+
+:class:`ServerCore` is the server itself (NATS child or external NATS, the store,
+the NATS ingest and one ``grpc.aio`` server per broker) on the caller's event
+loop; the CLI runs it on the main thread. :class:`DevServer` runs a core on a
+background thread's event loop for tests and local scripts. :class:`DevServerProcess`
+runs the CLI as a child process so it can be SIGKILLed and restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from grpc import aio
+
+from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError
+from .nats_ingest import NatsIngest
+from .natsproc import NatsServerProcess, check_port_free
+from .service import ApiService
+from .state import BrokerSlot, Store
+
+log = logging.getLogger(__name__)
+
+READY_PREFIX = "liftbridge-devserver ready"
+_RETENTION_TICK = 0.5
+_GRPC_OPTIONS = [
+    # Without this, a second server could silently share a port that is in use.
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+@dataclass
+class ServerConfig:
+    """What a dev server listens on and where it keeps its data.
+
+    :param data_dir: directory of the logs and metadata (created if missing).
+    :param host: address the gRPC brokers (and a NATS child) listen on.
+    :param ports: one gRPC port per broker; 0 picks a free port.
+    :param nats_url: use this NATS server instead of starting a child.
+    :param nats_port: port of the NATS child; 0 picks a free port.
+    :param fsync: fsync every log write (default: page cache only, which survives a process kill).
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    ports: list[int] = field(default_factory=lambda: [0])
+    nats_url: str | None = None
+    nats_port: int = 0
+    fsync: bool = False
+
+
+class ServerCore:
+    """The dev server on the running event loop. Start with :meth:`start`, end with :meth:`stop`."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        if not config.ports:
+            raise ValueError("a dev server needs at least one broker (ports is empty)")
+        self.config = config
+        self.brokers = [BrokerSlot(i, f"broker-{i}", config.host, p) for i, p in enumerate(config.ports)]
+        self.nats_url = config.nats_url or ""
+        self._nats_proc: NatsServerProcess | None = None
+        self._store: Store | None = None
+        self._ingest: NatsIngest | None = None
+        self._servers: dict[int, aio.Server] = {}
+        self._retention_task: asyncio.Task[None] | None = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise ServerStateError("the dev server is not running; call start() first")
+        return self._store
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"{b.host}:{b.port}" for b in self.brokers]
+
+    async def start(self) -> None:
+        """Start NATS (unless external), open the data directory, and serve every broker.
+
+        :raises NatsServerNotFoundError, NatsServerStartError, PortInUseError, DataDirError: see their docs.
+        """
+        cfg = self.config
+        try:
+            for b in self.brokers:
+                check_port_free(cfg.host, b.port, f"gRPC (broker {b.index})")
+            if not cfg.nats_url:
+                self._nats_proc = NatsServerProcess(cfg.host, cfg.nats_port)
+                self.nats_url = self._nats_proc.start()
+            for b in self.brokers:
+                b.live = True
+            self._store = Store(cfg.data_dir, self.brokers, fsync=cfg.fsync)
+            self._store.enforce_age_retention()
+            self._ingest = NatsIngest(self.nats_url)
+            try:
+                await self._ingest.connect()
+            except Exception as exc:
+                raise NatsServerStartError(f"cannot connect to NATS at {self.nats_url}: {exc}") from exc
+            self._store.listener = self._ingest
+            for stream in self._store.streams.values():
+                for part in stream.partitions:
+                    if not part.paused:
+                        await self._ingest.partition_opened(part)
+            for b in self.brokers:
+                await self._serve(b)
+            self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _serve(self, broker: BrokerSlot) -> None:
+        assert self._store is not None and self._ingest is not None
+        server = aio.server(options=_GRPC_OPTIONS)
+        server.add_generic_rpc_handlers((ApiService(self._store, self._ingest, broker).handler(),))
+        try:
+            port = server.add_insecure_port(f"{broker.host}:{broker.port}")
+        except RuntimeError as exc:
+            raise PortInUseError(
+                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound; choose another port"
+            ) from exc
+        broker.port = port
+        await server.start()
+        self._servers[broker.index] = server
+        broker.live = True
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_RETENTION_TICK)
+            if self._store is not None:
+                self._store.enforce_age_retention()
+
+    async def stop_broker(self, index: int) -> None:
+        """Stop broker ``index`` (its calls end at once); its partitions move to live brokers.
+
+        :raises IndexError: no such broker.
+        """
+        broker = self.brokers[index]
+        server = self._servers.pop(index, None)
+        broker.live = False
+        if server is not None:
+            await server.stop(None)
+        self.store.reconcile_leaders()
+
+    async def start_broker(self, index: int) -> None:
+        """Serve broker ``index`` again on the same port; it rejoins the ISR of its partitions.
+
+        :raises IndexError: no such broker.
+        :raises PortInUseError: the port was taken meanwhile.
+        """
+        broker = self.brokers[index]
+        if index in self._servers:
+            return
+        await self._serve(broker)
+        self.store.reconcile_leaders()
+
+    async def stop(self) -> None:
+        """Stop serving, flush and close the logs, disconnect from NATS and stop the NATS child."""
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            self._retention_task = None
+        servers, self._servers = list(self._servers.values()), {}
+        await asyncio.gather(*(s.stop(None) for s in servers), return_exceptions=True)
+        for b in self.brokers:
+            b.live = False
+        if self._store is not None:
+            self._store.close()
+        if self._ingest is not None:
+            await self._ingest.close()
+            self._ingest = None
+        self._store = None
+        if self._nats_proc is not None:
+            self._nats_proc.stop()
+            self._nats_proc = None
+
+
+class DevServer:
+    """A dev server in this process, on a background thread's event loop (see docs/devserver.md).
+
+    :param brokers: number of gRPC brokers (cluster mode when > 1).
+    :param data_dir: data directory; ``None`` means a temporary one removed by :meth:`stop`.
+    :param host: listen address.
+    :param nats_url: an external NATS server; ``None`` starts a ``nats-server`` child.
+    :param ports: gRPC ports, one per broker (default: free ports).
+    :param nats_port: port of the NATS child (default: a free port).
+    :param fsync: fsync every log write.
+    """
+
+    def __init__(
+        self,
+        brokers: int = 1,
+        data_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        nats_url: str | None = None,
+        *,
+        ports: Sequence[int] | None = None,
+        nats_port: int = 0,
+        fsync: bool = False,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError(f"brokers must be at least 1, got {brokers}")
+        if ports is not None and len(ports) != brokers:
+            raise ValueError(f"ports lists {len(ports)} ports for {brokers} brokers; give one per broker")
+        self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
+        self.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]
+        self._config = ServerConfig(
+            data_dir=self.data_dir,
+            host=host,
+            ports=list(ports) if ports is not None else [0] * brokers,
+            nats_url=nats_url,
+            nats_port=nats_port,
+            fsync=fsync,
+        )
+        self._core: ServerCore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> DevServer:
+        """Start serving; returns when every broker accepts calls.
+
+        :raises DevServerError: any start-up failure (NATS missing, port in use, bad data dir).
+        :raises ServerStateError: already started.
+        """
+        if self._thread is not None:
+            raise ServerStateError("this DevServer is already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        core = ServerCore(self._config)
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(core.start())
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            self._loop = loop
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                _cancel_all(loop)
+                loop.close()
+
+        # The NATS child is started from this thread and dies with it (PR_SET_PDEATHSIG), so the
+        # thread lives exactly as long as the server.
+        self._thread = threading.Thread(target=run, name="liftbridge-devserver", daemon=True)
+        self._core = core
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise DevServerError(f"the dev server did not start within {timeout:.0f}s")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            self._core = None
+            self._remove_tmp()
+            exc = failure[0]
+            if isinstance(exc, DevServerError):
+                raise exc
+            raise DevServerError(f"the dev server failed to start: {exc}") from exc
+        atexit.register(self.stop)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and stop the NATS child; remove the temporary data directory. Idempotent."""
+        thread, loop, core = self._thread, self._loop, self._core
+        if thread is None or loop is None or core is None:
+            return
+        self._thread = self._loop = self._core = None
+        atexit.unregister(self.stop)
+        try:
+            asyncio.run_coroutine_threadsafe(core.stop(), loop).result(timeout)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+            self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp_dir is not None:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _run(self, coro: Any, timeout: float = 30.0) -> Any:
+        if self._loop is None:
+            coro.close()
+            raise ServerStateError("the dev server is not running; call start() first")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    # -- addresses ------------------------------------------------------------
+    def _running_core(self) -> ServerCore:
+        if self._core is None:
+            raise ServerStateError("the dev server is not running; call start() first")
+        return self._core
+
+    @property
+    def addresses(self) -> list[str]:
+        """``host:port`` of every broker, in broker order."""
+        return self._running_core().addresses
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of broker 0."""
+        return self.addresses[0]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the NATS server the dev server uses."""
+        return self._running_core().nats_url
+
+    @property
+    def broker_ids(self) -> list[str]:
+        """Broker ids as FetchMetadata reports them, in broker order."""
+        return [b.id for b in self._running_core().brokers]
+
+    # -- cluster --------------------------------------------------------------
+    def stop_broker(self, index: int) -> None:
+        """Stop broker ``index``; its partitions' leadership moves to live brokers.
+
+        :raises IndexError: no such broker.
+        """
+        self._run(self._running_core().stop_broker(index))
+
+    def start_broker(self, index: int) -> None:
+        """Start broker ``index`` again on its port.
+
+        :raises IndexError: no such broker.
+        """
+        self._run(self._running_core().start_broker(index))
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def parse_ready_line(line: str) -> tuple[list[str], str]:
+    """Read the broker addresses and the NATS URL from the CLI's ready line.
+
+    :raises DevServerError: ``line`` is not a ready line.
+    """
+    if not line.startswith(READY_PREFIX):
+        raise DevServerError(f"not a dev-server ready line: {line!r}")
+    fields = dict(tok.split("=", 1) for tok in line[len(READY_PREFIX) :].split() if "=" in tok)
+    try:
+        return fields["grpc"].split(","), fields["nats"]
+    except KeyError as exc:
+        raise DevServerError(f"ready line lacks {exc}: {line!r}") from exc
+
+
+class DevServerProcess:
+    """The dev server as a child process (``python -m airflow_provider_liftbridge.devserver``).
+
+    The first :meth:`start` picks free ports; later starts reuse them and the same data
+    directory, so a :meth:`kill` (SIGKILL, which also takes the NATS child down) followed by
+    :meth:`start` is a crash and restart.
+
+    :param data_dir: data directory (kept across restarts; not removed).
+    :param brokers: number of brokers.
+    :param host: listen address.
+    :param nats_url: an external NATS server instead of a child.
+    :param fsync: pass ``--fsync``.
+    :param startup_timeout: seconds to wait for the ready line.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        brokers: int = 1,
+        host: str = "127.0.0.1",
+        nats_url: str | None = None,
+        *,
+        fsync: bool = False,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.brokers = brokers
+        self.host = host
+        self._external_nats = nats_url
+        self.fsync = fsync
+        self.startup_timeout = startup_timeout
+        self._ports: list[int] = [0] * brokers
+        self._nats_port = 0
+        self._addresses: list[str] = []
+        self._nats_url = nats_url or ""
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr_path = Path(tempfile.mkstemp(prefix="liftbridge-devserver-", suffix=".log")[1])
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
+
+    @property
+    def address(self) -> str:
+        if not self._addresses:
+            raise ServerStateError("the dev server process has not been started")
+        return self._addresses[0]
+
+    @property
+    def nats_url(self) -> str:
+        return self._nats_url
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def stderr_log(self) -> Path:
+        """File that receives the child's log output."""
+        return self._stderr_path
+
+    def start(self) -> DevServerProcess:
+        """Start (or restart) the child and wait for its ready line.
+
+        :raises DevServerError: the child exited or printed no ready line in time (its log is in the message).
+        """
+        if self._proc is not None and self._proc.poll() is None:
+            raise ServerStateError("the dev server process is already running")
+        args = [
+            sys.executable,
+            "-m",
+            "airflow_provider_liftbridge.devserver",
+            "--host",
+            self.host,
+            "--data-dir",
+            str(self.data_dir),
+            "--brokers",
+            str(self.brokers),
+            "--ports",
+            ",".join(map(str, self._ports)),
+        ]
+        if self._external_nats:
+            args += ["--nats-url", self._external_nats]
+        else:
+            args += ["--nats-port", str(self._nats_port)]
+        if self.fsync:
+            args.append("--fsync")
+        with open(self._stderr_path, "ab") as err:
+            self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        line = self._read_ready_line(self._proc)
+        self._addresses, self._nats_url = parse_ready_line(line)
+        self._ports = [int(a.rsplit(":", 1)[1]) for a in self._addresses]
+        if not self._external_nats:
+            self._nats_port = int(self._nats_url.rsplit(":", 1)[1])
+        return self
+
+    def _read_ready_line(self, proc: subprocess.Popen[str]) -> str:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if sel.select(timeout=0.1):
+                    line = proc.stdout.readline()
+                    if line.startswith(READY_PREFIX):
+                        return line.strip()
+                    if not line and proc.poll() is not None:
+                        break
+                elif proc.poll() is not None:
+                    break
+        self._terminate(proc, signal.SIGKILL)
+        tail = self._stderr_path.read_text(errors="replace")[-1500:]
+        raise DevServerError(f"the dev server process did not become ready (exit code {proc.returncode}): {tail}")
+
+    def kill(self) -> None:
+        """SIGKILL the server (no clean shutdown; its NATS child dies with it) and wait until its ports are free."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._terminate(proc, signal.SIGKILL)
+        self._wait_ports_free()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the server cleanly (SIGTERM; SIGKILL after ``timeout``). Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._terminate(proc, signal.SIGTERM, timeout)
+            self._wait_ports_free()
+
+    def _terminate(self, proc: subprocess.Popen[str], sig: int, timeout: float = 10.0) -> None:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def _wait_ports_free(self, timeout: float = 10.0) -> None:
+        ports = [p for p in self._ports if p]
+        if not self._external_nats and self._nats_port:
+            ports.append(self._nats_port)
+        deadline = time.monotonic() + timeout
+        for port in ports:
+            while time.monotonic() < deadline:
+                with socket.socket() as sock:
+                    if sock.connect_ex((self.host, port)) != 0:
+                        break
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        """Stop the child and remove its log file."""
+        self.stop()
+        self._stderr_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> DevServerProcess:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

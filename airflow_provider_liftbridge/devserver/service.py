@@ -1,0 +1,438 @@
+"""The ``proto.API`` gRPC service of one broker, on grpc.aio.
+
+Handlers are registered by hand (not through the generated ``add_APIServicer_to_server``)
+so that hot responses can be sent as bytes already serialized: subscribers get the
+stored ``Message`` bytes straight from the log, and PublishAsync acks are framed
+without building a ``PublishResponse`` object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+from grpc import aio
+from nats.nuid import NUID
+
+from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.codec import encode_message
+
+from .state import (
+    ASYNC_BAD_REQUEST,
+    ASYNC_INCORRECT_OFFSET,
+    ASYNC_NOT_FOUND,
+    ASYNC_READONLY,
+    ApiError,
+    BrokerSlot,
+    IncorrectOffsetError,
+    Partition,
+    Store,
+    is_valid_subject,
+)
+from .wire import async_error_bytes, build_ack, publish_response_bytes
+
+if TYPE_CHECKING:
+    from .nats_ingest import NatsIngest
+
+log = logging.getLogger(__name__)
+
+_NONE = api_pb2.NONE
+_WAIT_FOREVER = -1
+#: How long a PublishAsync call waits for outstanding acks after the client half-closes (as the real server).
+ASYNC_ACK_TIMEOUT = 5.0
+_READ_BATCH = 512
+_EMPTY_PUBLISH_RESPONSE = b""
+_HANDSHAKE = b""
+_CONSUMER_GROUPS_MSG = "consumer groups are not implemented by the dev server"
+
+
+def _serialize(msg: Any) -> bytes:
+    return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+
+class _Inboxes:
+    """Made-up ack inboxes, shaped like the real server's (``liftbridge-default.ack.<nuid>``)."""
+
+    def __init__(self) -> None:
+        self._nuid = NUID()
+
+    def next(self) -> str:
+        return "liftbridge-default.ack." + self._nuid.next().decode()
+
+
+class _AsyncSession:
+    """Responses of one PublishAsync call waiting to be written, and the count of acks still owed."""
+
+    __slots__ = ("inbox", "inflight", "out", "wakeup")
+
+    def __init__(self, inbox: str) -> None:
+        self.inbox = inbox
+        self.out: list[bytes] = []
+        self.inflight = 0
+        self.wakeup = asyncio.Event()
+
+    def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
+        part, offset, cid, policy, recv_ts = arg
+        ack = build_ack(part, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts)
+        self.out.append(publish_response_bytes(ack.SerializeToString(), cid))
+        self.inflight -= 1
+        self.wakeup.set()
+
+    def refused(self, arg: tuple[str, int, str], _commit_ts: int) -> None:
+        cid, code, message = arg
+        self.out.append(async_error_bytes(cid, code, message))
+        self.inflight -= 1
+        self.wakeup.set()
+
+
+def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
+    if not fut.done():
+        fut.set_result(commit_ts)
+
+
+async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoReturn:
+    await context.abort(err.code, err.message)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+class ApiService:
+    """The API as served by one broker of the dev server.
+
+    :param store: the shared state.
+    :param ingest: the NATS side (acks to inboxes, PublishToSubject).
+    :param broker: which broker this service answers for (leadership checks).
+    """
+
+    def __init__(self, store: Store, ingest: NatsIngest, broker: BrokerSlot) -> None:
+        self.store = store
+        self.ingest = ingest
+        self.broker = broker
+        self._inboxes = _Inboxes()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler to add to a ``grpc.aio`` server."""
+        u, s = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+        def add(name: str, make: Callable[..., grpc.RpcMethodHandler], fn: Callable[..., Any], req: Any) -> None:
+            handlers[name] = make(fn, request_deserializer=req.FromString, response_serializer=_serialize)
+
+        add("CreateStream", u, self.CreateStream, api_pb2.CreateStreamRequest)
+        add("DeleteStream", u, self.DeleteStream, api_pb2.DeleteStreamRequest)
+        add("PauseStream", u, self.PauseStream, api_pb2.PauseStreamRequest)
+        add("SetStreamReadonly", u, self.SetStreamReadonly, api_pb2.SetStreamReadonlyRequest)
+        add("Subscribe", s, self.Subscribe, api_pb2.SubscribeRequest)
+        add("FetchMetadata", u, self.FetchMetadata, api_pb2.FetchMetadataRequest)
+        add("FetchPartitionMetadata", u, self.FetchPartitionMetadata, api_pb2.FetchPartitionMetadataRequest)
+        add("Publish", u, self.Publish, api_pb2.PublishRequest)
+        add("PublishAsync", grpc.stream_stream_rpc_method_handler, self.PublishAsync, api_pb2.PublishRequest)
+        add("PublishToSubject", u, self.PublishToSubject, api_pb2.PublishToSubjectRequest)
+        add("SetCursor", u, self.SetCursor, api_pb2.SetCursorRequest)
+        add("FetchCursor", u, self.FetchCursor, api_pb2.FetchCursorRequest)
+        add("JoinConsumerGroup", u, self._unimplemented, api_pb2.JoinConsumerGroupRequest)
+        add("LeaveConsumerGroup", u, self._unimplemented, api_pb2.LeaveConsumerGroupRequest)
+        add("FetchConsumerGroupAssignments", u, self._unimplemented, api_pb2.FetchConsumerGroupAssignmentsRequest)
+        add("ReportConsumerGroupCoordinator", u, self._unimplemented, api_pb2.ReportConsumerGroupCoordinatorRequest)
+        return grpc.method_handlers_generic_handler("proto.API", handlers)
+
+    async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
+        try:
+            await action
+        except ApiError as err:
+            await _abort(context, err)
+
+    # -- admin ----------------------------------------------------------------
+    async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        await self._call(context, self.store.create_stream(req))
+        return api_pb2.CreateStreamResponse()
+
+    async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        await self._call(context, self.store.delete_stream(req.name))
+        return api_pb2.DeleteStreamResponse()
+
+    async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        if not req.partitions and req.name not in self.store.streams:
+            await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
+        await self._call(context, self.store.pause(req.name, req.partitions, req.resumeAll))
+        return api_pb2.PauseStreamResponse()
+
+    async def SetStreamReadonly(
+        self, req: api_pb2.SetStreamReadonlyRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        if not req.partitions and req.name not in self.store.streams:
+            await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
+        await self._call(context, self.store.set_readonly(req.name, req.partitions, req.readonly))
+        return api_pb2.SetStreamReadonlyResponse()
+
+    async def _unimplemented(self, req: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _CONSUMER_GROUPS_MSG)
+
+    # -- metadata -------------------------------------------------------------
+    async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        store = self.store
+        hosted, led = store.leader_counts()
+        resp = api_pb2.FetchMetadataResponse()
+        for b in store.live_brokers():
+            resp.brokers.add(
+                id=b.id, host=b.host, port=b.port, partitionCount=hosted.get(b.id, 0), leaderCount=led.get(b.id, 0)
+            )
+        for name in req.streams or list(store.streams):
+            stream = store.streams.get(name)
+            if stream is None:
+                resp.streamMetadata.add(name=name, error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
+                continue
+            sm = resp.streamMetadata.add(name=name, subject=stream.subject, creationTimestamp=stream.creation_timestamp)
+            for part in stream.partitions:
+                sm.partitions[part.id].CopyFrom(part.metadata(for_cluster_view=True))
+        for group in req.groups:
+            resp.groupMetadata.add(groupId=group, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP)
+        return resp
+
+    async def FetchPartitionMetadata(
+        self, req: api_pb2.FetchPartitionMetadataRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        part = self.store.get_partition(req.stream, req.partition)
+        if part is None:
+            await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
+        if part.paused or part.leader != self.broker.id:
+            # A paused partition is closed on its leader: the real server answers as for a non-leader.
+            await _abort(
+                context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+            )
+        return api_pb2.FetchPartitionMetadataResponse(metadata=part.metadata())
+
+    # -- publishing -----------------------------------------------------------
+    def _publish_target(self, req: api_pb2.PublishRequest) -> Partition:
+        """The partition a publish goes to, checked as the real server checks it.
+
+        :raises ApiError: with the gRPC code and the PublishAsync code of the refusal.
+        """
+        if not req.stream:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "no stream provided", ASYNC_BAD_REQUEST)
+        stream = self.store.streams.get(req.stream)
+        if stream is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such stream: {req.stream}", ASYNC_NOT_FOUND)
+        if not 0 <= req.partition < len(stream.partitions):
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such partition: {req.partition}", ASYNC_NOT_FOUND)
+        part = stream.partitions[req.partition]
+        if part.readonly:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"readonly partition: {req.partition}", ASYNC_READONLY)
+        if stream.occ and req.ackPolicy == _NONE:
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "stream with concurrency control must have AckPolicy set",
+                ASYNC_BAD_REQUEST,
+            )
+        return part
+
+    async def Publish(self, req: api_pb2.PublishRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            part = self._publish_target(req)
+        except ApiError as err:
+            await _abort(context, err)
+        if part.paused:
+            await self.store.resume_for_publish(part)
+        inbox = req.ackInbox or self._inboxes.next()
+        # Without a deadline the real server does not wait: fire and forget, even with LEADER/ALL.
+        wait = req.ackPolicy != _NONE and context.time_remaining() is not None
+        now = time.time_ns()
+        try:
+            offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
+        except IncorrectOffsetError:
+            if not wait:
+                return _EMPTY_PUBLISH_RESPONSE
+            await context.abort(grpc.StatusCode.UNKNOWN, "incorrect expected offset")
+        if not wait:
+            return _EMPTY_PUBLISH_RESPONSE
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        part.after_commit(_resolve, fut)
+        commit_ts = await fut
+        ack = build_ack(part, part.subject, offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
+        if req.ackInbox:
+            self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
+        return api_pb2.PublishResponse(ack=ack)
+
+    async def PublishAsync(
+        self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        session = _AsyncSession(self._inboxes.next())
+        reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
+        reader.add_done_callback(lambda _t: session.wakeup.set())
+        drain_deadline: float | None = None
+        try:
+            while True:
+                if session.out:
+                    out, session.out = session.out, []
+                    for item in out:
+                        yield item
+                    continue
+                if reader.done():
+                    if reader.cancelled() or reader.exception() is not None or session.inflight <= 0:
+                        break
+                    loop_time = asyncio.get_running_loop().time()
+                    drain_deadline = drain_deadline or loop_time + ASYNC_ACK_TIMEOUT
+                    if loop_time >= drain_deadline:
+                        break
+                    session.wakeup.clear()
+                    try:
+                        await asyncio.wait_for(session.wakeup.wait(), drain_deadline - loop_time)
+                    except TimeoutError:
+                        break
+                    continue
+                session.wakeup.clear()
+                await session.wakeup.wait()
+        finally:
+            if not reader.done():
+                reader.cancel()
+
+    async def _publish_async_reader(
+        self, requests: AsyncIterator[api_pb2.PublishRequest], session: _AsyncSession
+    ) -> None:
+        inflight_done = session.committed
+        refused = session.refused
+        out = session.out
+        wakeup = session.wakeup
+        async for req in requests:
+            try:
+                part = self._publish_target(req)
+            except ApiError as err:
+                out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
+                wakeup.set()
+                continue
+            if part.paused:
+                await self.store.resume_for_publish(part)
+            now = time.time_ns()
+            policy = req.ackPolicy
+            try:
+                offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
+            except IncorrectOffsetError:
+                # Through the commit queue, so the refusal keeps its place among earlier acks.
+                session.inflight += 1
+                part.after_commit(refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))
+                continue
+            if policy != _NONE:
+                session.inflight += 1
+                part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
+
+    async def PublishToSubject(
+        self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        if not is_valid_subject(req.subject):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid")
+        inbox = req.ackInbox or self._inboxes.next()
+        msg = api_pb2.Message(
+            key=req.key,
+            value=req.value,
+            subject=req.subject,
+            headers=req.headers,
+            ackInbox=inbox,
+            correlationId=req.correlationId,
+            ackPolicy=req.ackPolicy,
+        )
+        wait = req.ackPolicy != _NONE and context.time_remaining() is not None
+        fut = self.ingest.wait_for_ack(inbox) if wait else None
+        try:
+            await self.ingest.publish(req.subject, encode_message(msg))
+            if fut is None:
+                return api_pb2.PublishToSubjectResponse()
+            # No stream on that subject means no ack: the client's deadline ends the call.
+            return api_pb2.PublishToSubjectResponse(ack=await fut)
+        finally:
+            if fut is not None:
+                self.ingest.forget_ack_waiter(inbox, fut)
+
+    # -- subscribing ----------------------------------------------------------
+    def _start_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
+        log_ = part.log
+        pos = req.startPosition
+        if pos == api_pb2.OFFSET:
+            start = req.startOffset
+        elif pos == api_pb2.TIMESTAMP:
+            start = log_.first_offset_at_or_after(req.startTimestamp)
+        elif pos == api_pb2.EARLIEST:
+            start = log_.oldest_offset
+        elif pos == api_pb2.LATEST:
+            start = log_.newest_offset
+        elif pos == api_pb2.NEW_ONLY:
+            start = log_.newest_offset + 1
+        else:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StartPosition {pos}")
+        return max(start, 0)
+
+    def _stop_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
+        log_ = part.log
+        pos = req.stopPosition
+        if pos == api_pb2.STOP_ON_CANCEL:
+            return log_.newest_offset if part.readonly else _WAIT_FOREVER
+        if pos == api_pb2.STOP_OFFSET:
+            return req.stopOffset
+        if pos == api_pb2.STOP_TIMESTAMP:
+            return log_.last_offset_at_or_before(req.stopTimestamp)
+        if pos == api_pb2.STOP_LATEST:
+            if log_.newest_offset == -1:
+                raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty")
+            return log_.newest_offset
+        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StopPosition {pos}")
+
+    async def Subscribe(
+        self, req: api_pb2.SubscribeRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        store = self.store
+        part = store.get_partition(req.stream, req.partition)
+        if part is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "No such partition")
+        if part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+        if req.resume and part.paused:
+            await store.resume_for_publish(part)
+        try:
+            offset = self._start_offset(req, part)
+            stop = self._stop_offset(req, part)
+        except ApiError as err:
+            await _abort(context, err)
+        if stop != _WAIT_FOREVER and stop < offset:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Stop offset is before start offset: {stop} < {offset}"
+            )
+        yield _HANDSHAKE
+        log_ = part.log
+        while True:
+            if part.deleted:
+                await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
+            if part.paused:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "commit log closed")
+            newest = log_.newest_offset
+            if offset <= newest:
+                offset = max(offset, log_.oldest_offset)
+                limit = newest if stop == _WAIT_FOREVER else min(newest, stop)
+                if offset <= limit:
+                    batch = log_.read(offset, min(_READ_BATCH, limit - offset + 1))
+                    for body in batch:
+                        yield body
+                    offset += len(batch)
+                    if offset - 1 == stop:
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
+                    continue
+            if part.readonly:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
+            await part.wait_change()
+
+    # -- cursors --------------------------------------------------------------
+    async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        if not req.stream:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
+        if not req.cursorId:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+        self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
+        return api_pb2.SetCursorResponse()
+
+    async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+        if not req.stream:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
+        if not req.cursorId:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+        return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
