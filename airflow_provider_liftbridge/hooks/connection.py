@@ -1,0 +1,297 @@
+"""Turn an Airflow ``liftbridge`` connection into client settings, validating every field.
+
+Shared by the sync hook (tasks) and the async hook (triggers): they differ only in how they
+fetch the connection and which client class they build.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from airflow_provider_liftbridge.client import AckPolicy, TlsConfig
+
+from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT
+from .exceptions import LiftbridgeConnectionConfigError
+
+__all__ = ["ConnectionLike", "LiftbridgeConnectionSettings", "parse_ack_policy", "settings_from_connection"]
+
+_EXTRA_PREFIX = f"extra__{CONN_TYPE}__"
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+class ConnectionLike(Protocol):
+    """The parts of an Airflow ``Connection`` the parser reads."""
+
+    conn_id: str
+    host: str | None
+    port: int | None
+
+    @property
+    def extra_dejson(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LiftbridgeConnectionSettings:
+    """Validated settings of a ``liftbridge`` connection, ready to build a client.
+
+    :param brokers: ``host:port`` of every configured broker.
+    :param tls: TLS settings, or ``None`` for plaintext.
+    :param nats_servers: NATS server URLs (``nats://host:port``), possibly empty.
+    :param ack_policy: the default ack policy of publishes.
+    :param timeout: per-call deadline in seconds.
+    :param max_retries: retries of a call on an unavailable broker.
+    :param resubscribe_wait: how long a subscription tries to resubscribe, in seconds.
+    """
+
+    conn_id: str
+    brokers: tuple[str, ...]
+    tls: TlsConfig | None = None
+    nats_servers: tuple[str, ...] = ()
+    ack_policy: AckPolicy = AckPolicy.LEADER
+    timeout: float = 10.0
+    max_retries: int = 5
+    resubscribe_wait: float = 30.0
+    extras_seen: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``LiftbridgeClient`` / ``AsyncLiftbridgeClient`` (brokers excluded)."""
+        return {
+            "tls": self.tls,
+            "nats_servers": self.nats_servers,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "ack_policy": self.ack_policy,
+            "resubscribe_wait": self.resubscribe_wait,
+        }
+
+
+def parse_ack_policy(value: object, *, what: str = "ack_policy") -> AckPolicy:
+    """Read an ack policy given as ``"leader"``/``"all"``/``"none"`` (any case), its wire number, or
+    an :class:`AckPolicy`.
+
+    :raises ValueError: the value names no ack policy (the message lists the accepted ones).
+    """
+    if isinstance(value, AckPolicy):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return AckPolicy(value)
+        except ValueError:
+            pass
+    elif isinstance(value, str):
+        name = value.strip().upper()
+        if name in AckPolicy.__members__:
+            return AckPolicy[name]
+        if name.isdigit() and int(name) in {p.value for p in AckPolicy}:
+            return AckPolicy(int(name))
+    raise ValueError(f"{what} {value!r} is not an ack policy: use one of 'leader', 'all', 'none'")
+
+
+def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettings:
+    """Validate a ``liftbridge`` connection and return its settings.
+
+    Extras are read under their plain names (``tls_ca_file``) or the prefixed form older forms
+    stored (``extra__liftbridge__tls_ca_file``).
+
+    :raises LiftbridgeConnectionConfigError: one field is missing or invalid; the error names it.
+    """
+    conn_id = conn.conn_id or "<unnamed>"
+
+    def fail(field_name: str, problem: str) -> LiftbridgeConnectionConfigError:
+        return LiftbridgeConnectionConfigError(conn_id, field_name, problem)
+
+    port = _parse_port(conn.port, fail)
+    brokers = _parse_brokers(conn.host, port, fail)
+    extras = _normalise_extras(conn.extra_dejson, fail)
+
+    tls = _parse_tls(extras, fail)
+    nats_servers = _parse_nats_servers(extras.get("nats_servers"), fail)
+    try:
+        ack_policy = parse_ack_policy(_blank_to_none(extras.get("ack_policy")) or AckPolicy.LEADER)
+    except ValueError as exc:
+        raise fail("extra.ack_policy", str(exc)) from None
+    timeout = _parse_number(extras, "timeout", 10.0, fail, minimum=0.0, strict=True)
+    max_retries = int(_parse_number(extras, "max_retries", 5, fail, minimum=0, integer=True))
+    resubscribe_wait = _parse_number(extras, "resubscribe_wait", 30.0, fail, minimum=0.0)
+    return LiftbridgeConnectionSettings(
+        conn_id=conn_id,
+        brokers=brokers,
+        tls=tls,
+        nats_servers=nats_servers,
+        ack_policy=ack_policy,
+        timeout=timeout,
+        max_retries=max_retries,
+        resubscribe_wait=resubscribe_wait,
+        extras_seen=frozenset(extras),
+    )
+
+
+def _blank_to_none(value: Any) -> Any:
+    return None if value is None or (isinstance(value, str) and not value.strip()) else value
+
+
+def _parse_port(value: object, fail: Any) -> int:
+    if value is None or value == "":
+        return DEFAULT_PORT
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        raise fail("port", f"{value!r} is not a port number; use 1-65535 (default {DEFAULT_PORT})") from None
+    if not 0 < port < 65536:
+        raise fail("port", f"{port} is out of range; use 1-65535 (default {DEFAULT_PORT})")
+    return port
+
+
+def _split_host_port(entry: str) -> tuple[str, str | None]:
+    """Split ``host[:port]``, ``[v6][:port]``; a bare IPv6 address keeps all its colons."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else (None if not rest else rest)
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        return host, port
+    return entry, None
+
+
+def _parse_brokers(host: str | None, default_port: int, fail: Any) -> tuple[str, ...]:
+    text = (host or "").strip()
+    if "://" in text:
+        # Tolerate a URL-ish host ("liftbridge://h:9292"); the scheme carries no meaning here.
+        text = ",".join(part.split("://", 1)[-1] for part in text.split(","))
+    entries = [part.strip() for part in text.split(",") if part.strip()]
+    if not entries:
+        raise fail("host", "no broker given; set it to 'host', 'host:port' or a comma-separated list of them")
+    brokers: list[str] = []
+    for entry in entries:
+        name, port_text = _split_host_port(entry)
+        if not name:
+            raise fail("host", f"broker {entry!r} has no host name")
+        if port_text is None:
+            port = default_port
+        else:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise fail("host", f"broker {entry!r} has a bad port {port_text!r}; use host:port with a port 1-65535")
+            port = int(port_text)
+        brokers.append(f"[{name}]:{port}" if ":" in name else f"{name}:{port}")
+    return tuple(brokers)
+
+
+def _normalise_extras(extra: Mapping[str, Any] | None, fail: Any) -> dict[str, Any]:
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        raise fail("extra", "must be a JSON object")
+    extras: dict[str, Any] = {}
+    unknown: list[str] = []
+    for raw_key, value in extra.items():
+        key = raw_key[len(_EXTRA_PREFIX) :] if raw_key.startswith(_EXTRA_PREFIX) else raw_key
+        if key not in CONN_FIELDS:
+            unknown.append(raw_key)
+            continue
+        extras[key] = value
+    if unknown:
+        raise fail(
+            "extra." + unknown[0],
+            f"unknown extra field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(CONN_FIELDS)}",
+        )
+    return extras
+
+
+def _parse_bool(value: Any, field_name: str, fail: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return None if text == "" else False
+    raise fail(f"extra.{field_name}", f"{value!r} is not a boolean; use true or false")
+
+
+def _check_readable(path: str, field_name: str, fail: Any) -> str:
+    expanded = os.path.expanduser(path)
+    try:
+        with open(expanded, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise fail(f"extra.{field_name}", f"cannot read {path!r}: {exc.strerror or exc}") from None
+    return expanded
+
+
+def _parse_tls(extras: Mapping[str, Any], fail: Any) -> TlsConfig | None:
+    enabled = _parse_bool(extras.get("tls_enabled"), "tls_enabled", fail)
+    files = {name: _blank_to_none(extras.get(name)) for name in ("tls_ca_file", "tls_cert_file", "tls_key_file")}
+    server_name = _blank_to_none(extras.get("tls_server_name"))
+    configured = [name for name, value in files.items() if value is not None]
+    if enabled is False:
+        if configured or server_name:
+            first = configured[0] if configured else "tls_server_name"
+            raise fail(f"extra.{first}", "is set while tls_enabled is false; remove it or enable TLS")
+        return None
+    if enabled is None and not configured and not server_name:
+        return None
+    if (files["tls_cert_file"] is None) != (files["tls_key_file"] is None):
+        missing = "tls_key_file" if files["tls_key_file"] is None else "tls_cert_file"
+        raise fail(f"extra.{missing}", "mutual TLS needs both the client certificate and its key")
+    paths = {name: _check_readable(str(value), name, fail) for name, value in files.items() if value is not None}
+    return TlsConfig(
+        ca_file=paths.get("tls_ca_file"),
+        cert_file=paths.get("tls_cert_file"),
+        key_file=paths.get("tls_key_file"),
+        server_name=str(server_name) if server_name else None,
+    )
+
+
+def _parse_nats_servers(value: Any, fail: Any) -> tuple[str, ...]:
+    value = _blank_to_none(value)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        entries = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, Sequence):
+        entries = [str(part).strip() for part in value if str(part).strip()]
+    else:
+        raise fail("extra.nats_servers", f"{value!r} is neither a comma-separated string nor a list")
+    servers: list[str] = []
+    for entry in entries:
+        url = entry if "://" in entry else f"nats://{entry}"
+        scheme, _, rest = url.partition("://")
+        if scheme not in {"nats", "tls", "ws", "wss"}:
+            raise fail("extra.nats_servers", f"{entry!r} has scheme {scheme!r}; use nats://host:port")
+        host, port_text = _split_host_port(rest.rsplit("@", 1)[-1].rstrip("/"))
+        if not host or (port_text is not None and (not port_text.isdigit() or not 0 < int(port_text) < 65536)):
+            raise fail("extra.nats_servers", f"{entry!r} is not host:port; use nats://host:port")
+        servers.append(url)
+    return tuple(servers)
+
+
+def _parse_number(
+    extras: Mapping[str, Any],
+    name: str,
+    default: float,
+    fail: Any,
+    *,
+    minimum: float,
+    integer: bool = False,
+    strict: bool = False,
+) -> float:
+    value = _blank_to_none(extras.get(name))
+    if value is None:
+        return default
+    kind = "a whole number" if integer else "a number"
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip()) if integer else float(value)
+    except (TypeError, ValueError):
+        raise fail(f"extra.{name}", f"{value!r} is not {kind}") from None
+    if number < minimum or (strict and number == minimum):
+        bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise fail(f"extra.{name}", f"{value!r} must be {bound}")
+    return number

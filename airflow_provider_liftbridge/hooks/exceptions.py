@@ -1,0 +1,68 @@
+"""Errors of the Airflow layer (hooks, operators, sensors, triggers).
+
+They share one base, :class:`LiftbridgeAirflowError`, which is an ``AirflowException`` so Airflow
+fails the task with the message. Errors of the client (``LiftbridgeError`` and its subclasses)
+pass through unchanged: they already say what the server refused.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException
+
+__all__ = [
+    "LiftbridgeAirflowError",
+    "LiftbridgeConnectionConfigError",
+    "LiftbridgeArgumentError",
+    "LiftbridgePublishNotAcknowledgedError",
+    "LiftbridgeFileError",
+    "LiftbridgeTriggerEventError",
+]
+
+
+class LiftbridgeAirflowError(AirflowException):
+    """Base class of every error raised by the provider's hooks, operators, sensors and triggers."""
+
+
+class LiftbridgeConnectionConfigError(LiftbridgeAirflowError, ValueError):
+    """An Airflow connection of type ``liftbridge`` has a missing or invalid field.
+
+    :param conn_id: the connection id.
+    :param field: the field at fault, as the connection form names it (``host``, ``port``,
+        ``extra.tls_ca_file``, ...).
+    :param problem: what is wrong and what to do about it.
+    """
+
+    def __init__(self, conn_id: str, field: str, problem: str) -> None:
+        self.conn_id = conn_id
+        self.field = field
+        self.problem = problem
+        super().__init__(f"Liftbridge connection {conn_id!r}, field {field!r}: {problem}")
+
+
+class LiftbridgeArgumentError(LiftbridgeAirflowError, ValueError):
+    """An operator, sensor or trigger was given an invalid argument (the message names it)."""
+
+
+class LiftbridgePublishNotAcknowledgedError(LiftbridgeAirflowError):
+    """The server did not acknowledge every record a task published.
+
+    :param stream: the stream published to.
+    :param acknowledged: how many records were acknowledged before the failure.
+    :param detail: which record failed and why.
+    """
+
+    def __init__(self, stream: str, acknowledged: int, detail: str) -> None:
+        self.stream = stream
+        self.acknowledged = acknowledged
+        super().__init__(
+            f"publishing to stream {stream!r} failed after {acknowledged} acknowledged record(s): {detail}"
+        )
+
+
+class LiftbridgeFileError(LiftbridgeAirflowError):
+    """A file to publish could not be found or read, or a record in it is malformed (the message
+    names the file and the record number)."""
+
+
+class LiftbridgeTriggerEventError(LiftbridgeAirflowError):
+    """A trigger reported ``{"status": "error"}``; the message is the trigger's."""

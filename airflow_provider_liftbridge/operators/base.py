@@ -1,0 +1,48 @@
+"""The base every Liftbridge operator builds on: connection id, hook, client lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
+
+__all__ = ["LiftbridgeBaseOperator"]
+
+
+class LiftbridgeBaseOperator(BaseOperator):
+    """Run one piece of work against a stream with the client of a ``liftbridge`` connection.
+
+    Subclasses implement :meth:`run`; the client is closed when it returns or raises.
+
+    :param stream: the stream's name. (templated)
+    :param liftbridge_conn_id: the connection to use. (templated)
+    """
+
+    template_fields: Sequence[str] = ("stream", "liftbridge_conn_id")
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, stream: str, liftbridge_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.liftbridge_conn_id = liftbridge_conn_id
+
+    @cached_property
+    def hook(self) -> LiftbridgeHook:
+        """The hook of :attr:`liftbridge_conn_id`."""
+        return LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id)
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return self.run(self.hook.client, context)
+        finally:
+            self.hook.close()
+
+    def run(self, client: LiftbridgeClient, context: Context) -> Any:
+        """Do the operator's work with ``client``; the return value becomes the XCom value."""
+        raise NotImplementedError

@@ -1,0 +1,219 @@
+"""``LiftbridgePublishOperator``: publish records given inline, from XCom, or made by a callable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.module_loading import import_string
+
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+
+from .base import LiftbridgeBaseOperator
+from .publishing import PublishSummary, build_record, make_partitioner, publish_in_windows
+
+__all__ = ["LiftbridgePublishOperator", "LiftbridgePublishingMixin"]
+
+
+class LiftbridgePublishingMixin:
+    """Options shared by the operators that publish records: key, headers, partitioning, acks.
+
+    Holds their validation and the call to :func:`publish_in_windows`, so each operator only says
+    where its records come from.
+    """
+
+    stream: str
+    key: Any
+    headers: Mapping[str, Any] | None
+    partition: int | None
+    partitioner: str | None
+    ack_policy: str | int | AckPolicy | None
+    window: int
+    publish_timeout: float | None
+
+    def _init_publishing(
+        self,
+        *,
+        key: str | bytes | None,
+        headers: Mapping[str, Any] | None,
+        partition: int | None,
+        partitioner: str | None,
+        ack_policy: str | int | AckPolicy | None,
+        window: int,
+        publish_timeout: float | None,
+    ) -> None:
+        self.key = key
+        self.headers = headers
+        self.partition = partition
+        self.partitioner = partitioner
+        self.ack_policy = ack_policy
+        self.window = window
+        self.publish_timeout = publish_timeout
+        make_partitioner(partitioner)  # fail at DAG parse time on a bad name
+
+    def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
+        """The ack policy to publish with: the operator's, else the connection's default.
+
+        :raises LiftbridgeArgumentError: the operator's value names no ack policy.
+        """
+        if self.ack_policy is None or self.ack_policy == "":
+            return default
+        try:
+            return parse_ack_policy(self.ack_policy)
+        except ValueError as exc:
+            raise LiftbridgeArgumentError(str(exc)) from None
+
+    def publish(
+        self, client: LiftbridgeClient, records: Iterable[Any], *, default_ack_policy: AckPolicy, **progress: Any
+    ) -> PublishSummary:
+        """Publish ``records`` in windows with this operator's options and return the summary."""
+        partition = None if self.partition in (None, "") else int(self.partition)  # type: ignore[arg-type]
+        return publish_in_windows(
+            client,
+            self.stream,
+            records,
+            ack_policy=self.resolved_ack_policy(default_ack_policy),
+            window=int(self.window),
+            partition=partition,
+            partitioner=make_partitioner(self.partitioner),
+            timeout=self.publish_timeout,
+            **progress,
+        )
+
+
+class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
+    """Publish records to a stream and fail unless every one is acknowledged.
+
+    Records come from exactly one of:
+
+    - ``records``: a list given inline, rendered by Jinja, or an ``XComArg`` (``task.output``); a
+      string is parsed as a JSON list (so ``"{{ ti.xcom_pull('t') | tojson }}"`` works);
+    - ``records_callable``: the dotted path of a function returning an iterable of records,
+      imported where the task runs (so the DAG serializes cleanly).
+
+    Each record is ``bytes`` (published as it is), ``str`` (UTF-8), a
+    :class:`~airflow_provider_liftbridge.client.Record` (full control), or any other JSON value
+    (published as compact JSON).
+
+    :param stream: the stream to publish to. (templated)
+    :param records: the records, see above. (templated)
+    :param records_callable: dotted path of a function returning records. (templated)
+    :param records_callable_args: / :param records_callable_kwargs: its arguments. (templated)
+    :param key: the key of every record. (templated)
+    :param key_field: for mapping records, the field whose value is the key. (templated)
+    :param headers: headers of every record (str or bytes values). (templated)
+    :param partition: publish every record to this partition. (templated)
+    :param partitioner: ``"key"`` (CRC-32 of the key, like the Go client) or ``"round_robin"``;
+        unset: partition 0 unless ``partition`` is set.
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
+        ``"none"`` nothing is acknowledged and the summary has no offsets.
+    :param window: records published (and acknowledged) per batch.
+    :param publish_timeout: how long to wait for each batch's acks, seconds (default: the connection's).
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :return: the publish summary, ``{"stream", "count", "acknowledged", "ack_policy",
+        "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``.
+    :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused.
+    :raises LiftbridgeArgumentError: no records source, or two of them, or a record cannot be encoded.
+    """
+
+    template_fields: Sequence[str] = (
+        "stream",
+        "records",
+        "records_callable",
+        "records_callable_args",
+        "records_callable_kwargs",
+        "key",
+        "key_field",
+        "headers",
+        "partition",
+        "liftbridge_conn_id",
+    )
+    template_fields_renderers = {"records": "json", "headers": "json"}
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        records: Any = None,
+        records_callable: str | None = None,
+        records_callable_args: Sequence[Any] | None = None,
+        records_callable_kwargs: Mapping[str, Any] | None = None,
+        key: str | bytes | None = None,
+        key_field: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        partition: int | None = None,
+        partitioner: str | None = None,
+        ack_policy: str | None = None,
+        window: int = 1000,
+        publish_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(stream=stream, **kwargs)
+        if (records is None) == (records_callable is None):
+            raise LiftbridgeArgumentError("give exactly one of records and records_callable")
+        if records_callable is not None and not isinstance(records_callable, str):
+            raise LiftbridgeArgumentError(
+                f"records_callable must be a dotted path such as 'my_pkg.make_records', got {records_callable!r}"
+            )
+        self.records = records
+        self.records_callable = records_callable
+        self.records_callable_args = records_callable_args
+        self.records_callable_kwargs = records_callable_kwargs
+        self.key_field = key_field
+        self._init_publishing(
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            window=window,
+            publish_timeout=publish_timeout,
+        )
+
+    def source_records(self) -> Iterable[Any]:
+        """The records to publish, from ``records`` or ``records_callable``.
+
+        :raises LiftbridgeArgumentError: the source does not give a list/iterable of records.
+        """
+        if self.records_callable is not None:
+            try:
+                func = import_string(self.records_callable)
+            except ImportError as exc:
+                raise LiftbridgeArgumentError(f"records_callable {self.records_callable!r}: {exc}") from None
+            produced = func(*(self.records_callable_args or ()), **(self.records_callable_kwargs or {}))
+            if produced is None or isinstance(produced, str | bytes | Mapping):
+                raise LiftbridgeArgumentError(
+                    f"records_callable {self.records_callable!r} must return an iterable of records, "
+                    f"got {type(produced).__name__}"
+                )
+            return produced  # type: ignore[no-any-return]
+        records = self.records
+        if isinstance(records, str):
+            try:
+                records = json.loads(records)
+            except json.JSONDecodeError as exc:
+                raise LiftbridgeArgumentError(f"records is a string but not a JSON list: {exc}") from None
+        if isinstance(records, Mapping) or not isinstance(records, Iterable) or isinstance(records, bytes):
+            raise LiftbridgeArgumentError(f"records must be a list of records, got {type(records).__name__}")
+        return records  # type: ignore[no-any-return]
+
+    def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
+        records = (
+            build_record(item, key=self.key, key_field=self.key_field, headers=self.headers)
+            for item in self.source_records()
+        )
+        summary = self.publish(client, records, default_ack_policy=self.hook.settings.ack_policy)
+        self.log.info(
+            "Published %d record(s) to stream %r (%d acknowledged, ack policy %s)",
+            summary.count,
+            self.stream,
+            summary.acknowledged,
+            summary.ack_policy.name,
+        )
+        if summary.count == 0:
+            self.log.warning("There were no records to publish")
+        return summary.to_xcom()

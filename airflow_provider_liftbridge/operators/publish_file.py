@@ -1,0 +1,231 @@
+"""``LiftbridgePublishFileOperator``: publish the rows of files (local or object storage)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Context, ObjectStoragePath
+
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, Record
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+
+from .base import LiftbridgeBaseOperator
+from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
+from .publish import LiftbridgePublishingMixin
+from .publishing import PublishSummary, build_record
+
+__all__ = ["LiftbridgePublishFileOperator"]
+
+_GLOB_CHARS = frozenset("*?[")
+#: Headers every published row carries, naming where it came from.
+FILE_HEADER = "file"
+RECORD_HEADER = "record"
+
+
+def _has_glob(text: str) -> bool:
+    return any(ch in text for ch in _GLOB_CHARS)
+
+
+def expand_paths(paths: str | Sequence[str], conn_id: str | None) -> list[ObjectStoragePath]:
+    """Resolve file paths and glob patterns (``dir/*.csv``, ``s3://bucket/day=*/part-*.parquet``)
+    into files, in order: each entry in turn, the matches of a pattern sorted by name.
+
+    :raises LiftbridgeFileError: a path does not exist, is a directory, or a pattern matches nothing.
+    """
+    entries = [paths] if isinstance(paths, str) else list(paths)
+    if not entries:
+        raise LiftbridgeArgumentError("path is empty: give a file, a list of files or a glob pattern")
+    files: list[ObjectStoragePath] = []
+    for entry in entries:
+        entry = str(entry)
+        if _has_glob(entry):
+            # Split at the last separator before the first wildcard: glob the rest from there.
+            first = min(entry.index(ch) for ch in _GLOB_CHARS if ch in entry)
+            cut = entry.rfind("/", 0, first)
+            base, pattern = (entry[: cut + 1], entry[cut + 1 :]) if cut >= 0 else ("./", entry)
+            matches = sorted(
+                (p for p in ObjectStoragePath(base, conn_id=conn_id).glob(pattern) if p.is_file()), key=str
+            )
+            if not matches:
+                raise LiftbridgeFileError(f"no file matches {entry!r}")
+            files.extend(matches)
+            continue
+        path = ObjectStoragePath(entry, conn_id=conn_id)
+        if not path.exists():
+            raise LiftbridgeFileError(f"{entry!r} does not exist")
+        if path.is_dir():
+            raise LiftbridgeFileError(f"{entry!r} is a directory; give a pattern such as {entry.rstrip('/') + '/*'!r}")
+        files.append(path)
+    return files
+
+
+class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
+    """Publish files row by row (or whole), in bounded memory, and fail unless every row is
+    acknowledged.
+
+    Files are read through Airflow's ``ObjectStoragePath``: local paths, ``file://`` URLs and any
+    object store it supports (``s3://``, ``gs://``, ... with ``storage_conn_id``). Rows are read
+    lazily and published ``window`` at a time, so a multi-gigabyte file never sits in memory.
+
+    Formats (``format="auto"`` picks one by suffix, unknown suffixes read as ``lines``):
+
+    - ``lines``: each line is a message (line ends removed);
+    - ``jsonl``: each line must be JSON; published as written; ``key_field`` reads the key from it;
+    - ``csv``: each row is published as a JSON object keyed by the header (or a JSON array);
+    - ``parquet``: each row is published as a JSON object, read one row group batch at a time;
+    - ``whole``: the whole file is one message (up to ``max_whole_file_bytes``).
+
+    Every message carries the headers ``file`` (the file's path) and ``record`` (its row number in
+    the file, from 0) besides ``headers``.
+
+    :param stream: the stream to publish to. (templated)
+    :param path: a file, a list of files, or glob patterns. (templated)
+    :param format: one of ``auto``, ``lines``, ``jsonl``, ``csv``, ``parquet``, ``whole``. (templated)
+    :param storage_conn_id: Airflow connection of the object store, if it needs one. (templated)
+    :param key: the key of every message. (templated)
+    :param key_field: the field (JSON/CSV/Parquet) whose value is a row's key. (templated)
+    :param headers: extra headers of every message. (templated)
+    :param partition: / :param partitioner: / :param ack_policy: / :param publish_timeout:
+        as in :class:`LiftbridgePublishOperator`.
+    :param window: rows published and acknowledged per batch; bounds memory.
+    :param progress_every: log progress every this many rows.
+    :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
+        :param max_whole_file_bytes: reading options (see ``ReadOptions``).
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :return: the publish summary of all files plus ``"files"``: one entry per file with
+        ``path``, ``format``, ``count`` and ``partitions`` (same shape as the summary's).
+    :raises LiftbridgeFileError: a file is missing or malformed (the message names file and row).
+    :raises LiftbridgePublishNotAcknowledgedError: a row was not acknowledged or was refused.
+    """
+
+    template_fields: Sequence[str] = (
+        "stream",
+        "path",
+        "format",
+        "storage_conn_id",
+        "key",
+        "key_field",
+        "headers",
+        "partition",
+        "liftbridge_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        path: str | Sequence[str],
+        format: str = "auto",
+        storage_conn_id: str | None = None,
+        key: str | bytes | None = None,
+        key_field: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        partition: int | None = None,
+        partitioner: str | None = None,
+        ack_policy: str | None = None,
+        window: int = 1000,
+        publish_timeout: float | None = None,
+        progress_every: int = 10_000,
+        encoding: str = "utf-8",
+        csv_delimiter: str = ",",
+        csv_header: bool = True,
+        skip_empty_lines: bool = True,
+        max_whole_file_bytes: int = 1024 * 1024,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(stream=stream, **kwargs)
+        if format != "auto" and "{{" not in format and format not in FORMATS:
+            raise LiftbridgeArgumentError(f"format {format!r} is unknown; use auto or one of {', '.join(FORMATS)}")
+        if progress_every < 1:
+            raise LiftbridgeArgumentError(f"progress_every must be at least 1, got {progress_every}")
+        self.path = path
+        self.format = format
+        self.storage_conn_id = storage_conn_id
+        self.key_field = key_field
+        self.progress_every = progress_every
+        self.read_options = ReadOptions(
+            encoding=encoding,
+            csv_delimiter=csv_delimiter,
+            csv_header=csv_header,
+            skip_empty_lines=skip_empty_lines,
+            batch_rows=max(1, window),
+            max_whole_file_bytes=max_whole_file_bytes,
+        )
+        self._init_publishing(
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            window=window,
+            publish_timeout=publish_timeout,
+        )
+
+    def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
+        name = str(path)
+        for number, (value, fields) in enumerate(read_rows(handle, name, fmt, self.read_options)):
+            key = self.key
+            if self.key_field:
+                if fields is None or self.key_field not in fields:
+                    raise LiftbridgeFileError(f"{name}: record {number} has no field {self.key_field!r} for the key")
+                key = fields[self.key_field]
+            yield build_record(
+                value,
+                key=key,
+                headers=self.headers,
+                extra_headers={FILE_HEADER: name, RECORD_HEADER: str(number)},
+            )
+
+    def _publish_file(
+        self, client: LiftbridgeClient, path: ObjectStoragePath, default_policy: AckPolicy, done_before: int
+    ) -> tuple[str, PublishSummary]:
+        fmt = detect_format(path.name, self.format)
+        self.log.info("Publishing %s as %s to stream %r", path, fmt, self.stream)
+        next_log = [self.progress_every]
+        started = time.monotonic()
+
+        def progress(summary: PublishSummary) -> None:
+            if summary.count >= next_log[0]:
+                rate = summary.count / max(time.monotonic() - started, 1e-9)
+                self.log.info(
+                    "%s: %d record(s) published (%d in all), %.0f records/s",
+                    path.name,
+                    summary.count,
+                    done_before + summary.count,
+                    rate,
+                )
+                next_log[0] = (summary.count // self.progress_every + 1) * self.progress_every
+
+        try:
+            with path.open("rb") as handle:
+                summary = self.publish(
+                    client, self._records(path, fmt, handle), default_ack_policy=default_policy, on_window=progress
+                )
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
+        self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)
+        return fmt, summary
+
+    def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
+        files = expand_paths(self.path, self.storage_conn_id)
+        self.log.info("%d file(s) to publish to stream %r", len(files), self.stream)
+        settings = self.hook.settings
+        self.log.info(
+            "Publish path: %s",
+            f"NATS ({', '.join(settings.nats_servers)})" if settings.nats_servers else "gRPC PublishAsync",
+        )
+        total: PublishSummary | None = None
+        per_file: list[dict[str, Any]] = []
+        for path in files:
+            fmt, summary = self._publish_file(client, path, settings.ack_policy, total.count if total else 0)
+            entry = summary.to_xcom()
+            per_file.append(
+                {"path": str(path), "format": fmt, "count": entry["count"], "partitions": entry["partitions"]}
+            )
+            if total is None:
+                total = PublishSummary(self.stream, summary.ack_policy)
+            total.merge(summary)
+        assert total is not None  # expand_paths never returns an empty list
+        return total.to_xcom() | {"files": per_file}

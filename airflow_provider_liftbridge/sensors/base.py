@@ -1,0 +1,84 @@
+"""The base of the Liftbridge sensors: poke with the sync client, or defer to a trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, conf
+
+from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeTriggerEventError
+from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
+
+__all__ = ["LiftbridgeBaseSensor"]
+
+
+class LiftbridgeBaseSensor(BaseSensorOperator):
+    """Poke with the sync client, or (``deferrable=True``) hand the wait to a trigger and free the
+    worker slot. Either way the XCom value is the same.
+
+    The sensor's ``timeout`` is passed to ``defer()``, so a deferred wait times out like a poking one.
+
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
+    """
+
+    template_fields: Sequence[str] = ("liftbridge_conn_id",)
+    ui_color = "#d7ecfb"
+
+    def __init__(
+        self,
+        *,
+        liftbridge_conn_id: str = DEFAULT_CONN_ID,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.liftbridge_conn_id = liftbridge_conn_id
+        self.deferrable = deferrable
+
+    @cached_property
+    def hook(self) -> LiftbridgeHook:
+        """The hook of :attr:`liftbridge_conn_id`."""
+        return LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id)
+
+    def prepare(self, context: Context) -> None:
+        """Validate and resolve the (rendered) arguments before poking or deferring."""
+
+    def make_trigger(self, context: Context) -> LiftbridgeBaseTrigger:
+        """The trigger the deferrable path waits on."""
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> Any:
+        try:
+            self.prepare(context)
+            if self.deferrable:
+                self.defer(
+                    trigger=self.make_trigger(context),
+                    method_name="execute_complete",
+                    timeout=timedelta(seconds=self.timeout),
+                )
+            return super().execute(context)
+        finally:
+            self.hook.close()
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Finish after the trigger fired: the XCom value on success.
+
+        :raises LiftbridgeTriggerEventError: the trigger reported an error (its message is kept).
+        """
+        if not event or event.get("status") != "success":
+            message = (event or {}).get("message", f"no usable event from the trigger: {event!r}")
+            raise LiftbridgeTriggerEventError(f"{self.task_id}: {message}")
+        try:
+            return self.complete(context, {k: v for k, v in event.items() if k != "status"})
+        finally:
+            self.hook.close()
+
+    def complete(self, context: Context, payload: dict[str, Any]) -> Any:
+        """Turn a success event's payload into the XCom value (default: the payload itself)."""
+        return payload

@@ -1,0 +1,154 @@
+"""``LiftbridgeMessageSensor``: wait for a message an apply function accepts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Context, PokeReturnValue
+
+from airflow_provider_liftbridge.client import StartPosition
+from airflow_provider_liftbridge.triggers.base import check_partition, parse_start_at
+from airflow_provider_liftbridge.triggers.message import (
+    LiftbridgeMessageTrigger,
+    apply_to_message,
+    match_event,
+    resolve_apply_function,
+)
+
+from .base import LiftbridgeBaseSensor
+
+__all__ = ["LiftbridgeMessageSensor"]
+
+
+class LiftbridgeMessageSensor(LiftbridgeBaseSensor):
+    """Wait for the first message of a partition that ``apply_function`` accepts, and return it.
+
+    Where reading starts:
+
+    - with ``cursor_id``, after the cursor's offset when the cursor is set (else at ``start_at``);
+      after success the cursor moves to the matched message (``commit_cursor``), and only then,
+      so a failed or timed-out wait never skips messages;
+    - otherwise at ``start_at``: an offset, ``"earliest"``, ``"latest"``, ``"new_only"`` or an ISO
+      8601 timestamp. ``"latest"`` and ``"new_only"`` are pinned to an offset when the task starts,
+      so messages published while the task defers are not missed.
+
+    ``apply_function`` is a dotted path (imported where it runs) to ``f(message, *args, **kwargs)``;
+    a truthy result is a match. The message is a
+    :class:`~airflow_provider_liftbridge.client.Message`. See
+    :mod:`airflow_provider_liftbridge.sensors.matchers` for ready-made functions.
+
+    :param stream: the stream. (templated)
+    :param apply_function: dotted path of the function. (templated)
+    :param partition: the partition. (templated)
+    :param start_at: where to start without a cursor. (templated)
+    :param cursor_id: a Liftbridge cursor to start after and to move on success. (templated)
+    :param commit_cursor: move the cursor to the matched message (default true).
+    :param apply_function_args: / :param apply_function_kwargs: extra arguments. (templated)
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :param deferrable: wait in the triggerer.
+    :return: ``{"message": {stream, partition, offset, timestamp, subject, reply_subject, key, value,
+        value_text, headers}, "match": ...}`` with bytes as base64.
+    :raises LiftbridgeArgumentError: an invalid argument (bad dotted path, start position, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        "stream",
+        "apply_function",
+        "partition",
+        "start_at",
+        "cursor_id",
+        "apply_function_args",
+        "apply_function_kwargs",
+        "liftbridge_conn_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        apply_function: str,
+        partition: int = 0,
+        start_at: int | str = "earliest",
+        cursor_id: str | None = None,
+        commit_cursor: bool = True,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.apply_function = apply_function
+        self.partition = partition
+        self.start_at = start_at
+        self.cursor_id = cursor_id
+        self.commit_cursor = commit_cursor
+        self.apply_function_args = apply_function_args
+        self.apply_function_kwargs = apply_function_kwargs
+        self._start: int | str = "earliest"
+        self._next_offset: int | None = None
+
+    def prepare(self, context: Context) -> None:
+        partition = check_partition(self.partition)
+        self.partition = partition
+        resolve_apply_function(self.apply_function)
+        start = parse_start_at(self.start_at)
+        client = self.hook.client
+        if self.cursor_id:
+            cursor = client.fetch_cursor(self.cursor_id, self.stream, partition)
+            if cursor >= 0:
+                self.log.info("Cursor %r is at offset %d: starting after it", self.cursor_id, cursor)
+                start = cursor + 1
+        if start in (StartPosition.LATEST, StartPosition.NEW_ONLY):
+            # Pin to an offset now, so nothing published while deferring is missed.
+            high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
+            start = max(high_watermark, 0) if start is StartPosition.LATEST else high_watermark + 1
+        if isinstance(start, StartPosition):
+            self._start = start.value
+        elif isinstance(start, dt.datetime):
+            self._start = start.isoformat()
+        else:
+            self._start = start
+        self.log.info("Looking for a matching message in %r partition %d from %s", self.stream, partition, self._start)
+
+    def make_trigger(self, context: Context) -> LiftbridgeMessageTrigger:
+        return LiftbridgeMessageTrigger(
+            stream=self.stream,
+            apply_function=self.apply_function,
+            partition=int(self.partition),
+            start_at=self._start,
+            apply_function_args=self.apply_function_args,
+            apply_function_kwargs=self.apply_function_kwargs,
+            liftbridge_conn_id=self.liftbridge_conn_id,
+        )
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        client = self.hook.client
+        partition = int(self.partition)
+        high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark
+        start: Any = self._next_offset if self._next_offset is not None else parse_start_at(self._start)
+        if high_watermark < 0 or (isinstance(start, int) and start > high_watermark):
+            return False  # nothing new committed since the last poke
+        func = resolve_apply_function(self.apply_function)
+        args, kwargs = self.apply_function_args or (), self.apply_function_kwargs or {}
+        messages = client.subscribe(self.stream, partition=partition, start_at=start, stop_at=high_watermark)
+        try:
+            for message in messages:
+                self._next_offset = message.offset + 1
+                result = apply_to_message(func, self.apply_function, message, args, kwargs)
+                if result:
+                    payload = self.complete(context, match_event(message, result))
+                    return PokeReturnValue(is_done=True, xcom_value=payload)
+        finally:
+            close = getattr(messages, "close", None)
+            if close is not None:
+                close()  # ends the server stream when we stop reading early
+        return False
+
+    def complete(self, context: Context, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.cursor_id and self.commit_cursor:
+            offset = int(payload["message"]["offset"])
+            self.hook.client.set_cursor(self.cursor_id, self.stream, int(self.partition), offset)
+            self.log.info("Cursor %r moved to offset %d", self.cursor_id, offset)
+        return payload

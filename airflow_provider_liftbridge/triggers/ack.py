@@ -1,0 +1,170 @@
+"""``LiftbridgeAckTrigger``: fires when published messages are acknowledged.
+
+Two ways to know what to wait for:
+
+- ``partition_offsets`` (from a publish task's summary): every partition's high watermark must
+  reach its last published offset. Committed is committed: an ack that happened before the
+  trigger started is never missed, because the high watermark says so.
+- ``ack_inbox`` + ``correlation_ids`` (publishers that write enveloped messages to NATS
+  themselves): the trigger subscribes to the ack inbox on NATS and collects the acks. NATS keeps
+  no history, so an ack sent before the subscription started is NOT seen: start waiting before
+  publishing (or use the summary form). This is a limit of NATS, written down in docs/airflow.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_liftbridge.codec import EnvelopeError, unmarshal_ack
+from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
+from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+
+from .base import LiftbridgeBaseTrigger, check_partition, wait_for_offset
+
+__all__ = ["LiftbridgeAckTrigger", "ack_to_json"]
+
+_ACK_ERRORS = {0: "OK", 1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
+
+
+def _partition_of(msg_subject: str, partition_subject: str) -> int:
+    """``subject`` is partition 0 and ``subject.N`` partition N (as the server names them)."""
+    if partition_subject and msg_subject.startswith(partition_subject + "."):
+        tail = msg_subject[len(partition_subject) + 1 :]
+        if tail.isdigit():
+            return int(tail)
+    return 0
+
+
+def ack_to_json(ack: Any) -> dict[str, Any]:
+    """A decoded ack (from the codec) as a small JSON-safe dict."""
+    return {
+        "correlation_id": ack.correlationId,
+        "stream": ack.stream,
+        "partition": _partition_of(ack.msgSubject, ack.partitionSubject),
+        "offset": ack.offset,
+        "ack_error": _ACK_ERRORS.get(int(ack.ackError), str(ack.ackError)),
+    }
+
+
+class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
+    """Wait until published messages are acknowledged (see the module docstring for the two forms).
+
+    Success events:
+    ``{"status": "success", "mode": "offsets", "stream", "partitions": {"<n>": {"target_offset", "offset"}}}``
+    or ``{"status": "success", "mode": "ack_inbox", "acks": [{"correlation_id", "stream", "partition",
+    "offset", "ack_error"}, ...]}`` (in arrival order).
+    An ack with an error (``INCORRECT_OFFSET``, ...) ends the wait with an error event naming it.
+
+    :param stream: the stream (offsets form).
+    :param partition_offsets: ``{partition: last offset}`` to wait for (offsets form).
+    :param ack_inbox: the NATS subject acks are sent to (ack-inbox form).
+    :param correlation_ids: the correlation ids to collect (ack-inbox form).
+    :param liftbridge_conn_id: the connection (its NATS servers are used for the ack-inbox form).
+    :raises LiftbridgeArgumentError: neither or both forms, or an invalid value (constructor).
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str | None = None,
+        partition_offsets: Mapping[str | int, int] | None = None,
+        ack_inbox: str | None = None,
+        correlation_ids: Sequence[str] | None = None,
+        liftbridge_conn_id: str = DEFAULT_CONN_ID,
+    ) -> None:
+        super().__init__(liftbridge_conn_id=liftbridge_conn_id)
+        offsets_form = partition_offsets is not None
+        inbox_form = ack_inbox is not None or correlation_ids is not None
+        if offsets_form == inbox_form:
+            raise LiftbridgeArgumentError(
+                "give either stream + partition_offsets (a publish summary) or ack_inbox + correlation_ids"
+            )
+        self.stream = stream
+        self.partition_offsets: dict[str, int] | None = None
+        self.ack_inbox = ack_inbox
+        self.correlation_ids: list[str] | None = None
+        if offsets_form:
+            if not stream:
+                raise LiftbridgeArgumentError("stream is required with partition_offsets")
+            if not partition_offsets:
+                raise LiftbridgeArgumentError("partition_offsets is empty: there is nothing to wait for")
+            self.partition_offsets = {
+                str(check_partition(p)): check_partition(o, f"offset of partition {p}")
+                for p, o in partition_offsets.items()
+            }
+        else:
+            if not ack_inbox or not isinstance(ack_inbox, str) or any(c.isspace() for c in ack_inbox):
+                raise LiftbridgeArgumentError(f"ack_inbox must be a NATS subject, got {ack_inbox!r}")
+            ids = [correlation_ids] if isinstance(correlation_ids, str) else list(correlation_ids or ())
+            if not ids or not all(isinstance(i, str) and i for i in ids):
+                raise LiftbridgeArgumentError(f"correlation_ids must be a non-empty list of strings, got {ids!r}")
+            self.correlation_ids = ids
+
+    def serialize_args(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "partition_offsets": self.partition_offsets,
+            "ack_inbox": self.ack_inbox,
+            "correlation_ids": self.correlation_ids,
+            "liftbridge_conn_id": self.liftbridge_conn_id,
+        }
+
+    async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        if self.partition_offsets is not None:
+            return await self._wait_offsets(hook)
+        return await self._wait_inbox(hook)
+
+    async def _wait_offsets(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        assert self.stream is not None and self.partition_offsets is not None
+        client = await hook.get_async_client()
+        items = sorted(self.partition_offsets.items(), key=lambda kv: int(kv[0]))
+        reached = await asyncio.gather(*(wait_for_offset(client, self.stream, int(p), target) for p, target in items))
+        return {
+            "mode": "offsets",
+            "stream": self.stream,
+            "partitions": {
+                p: {"target_offset": target, "offset": offset}
+                for (p, target), offset in zip(items, reached, strict=True)
+            },
+        }
+
+    async def _wait_inbox(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        import nats
+
+        assert self.ack_inbox is not None and self.correlation_ids is not None
+        settings = await hook.get_settings()
+        if not settings.nats_servers:
+            raise LiftbridgeAirflowError(
+                f"connection {self.liftbridge_conn_id!r} has no NATS servers (extra.nats_servers); "
+                "the ack-inbox form needs them"
+            )
+        pending = set(self.correlation_ids)
+        acks: list[dict[str, Any]] = []
+        nc = await nats.connect(servers=list(settings.nats_servers), connect_timeout=settings.timeout)
+        try:
+            subscription = await nc.subscribe(self.ack_inbox)
+            self.log.info("Waiting on ack inbox %r for %d ack(s)", self.ack_inbox, len(pending))
+            async for msg in subscription.messages:
+                try:
+                    ack = unmarshal_ack(msg.data)
+                except EnvelopeError as exc:  # someone else's traffic on the subject: skip it
+                    self.log.warning("Ignoring a message on %r that is not an ack: %s", self.ack_inbox, exc)
+                    continue
+                if ack.correlationId not in pending:
+                    continue
+                entry = ack_to_json(ack)
+                if entry["ack_error"] != "OK":
+                    raise LiftbridgeAirflowError(
+                        f"message {ack.correlationId!r} was refused by stream {ack.stream!r} "
+                        f"partition {entry['partition']}: {entry['ack_error']}"
+                    )
+                pending.discard(ack.correlationId)
+                acks.append(entry)
+                if not pending:
+                    break
+        finally:
+            await nc.close()
+        return {"mode": "ack_inbox", "acks": acks}
