@@ -655,7 +655,7 @@ def map_rpc_error(
     if code == C.UNAVAILABLE:
         brokers = ", ".join(tried) if tried else "the known brokers"
         return UnavailableError(
-            f"{method} failed: no broker reachable after {attempts} attempt(s) ({brokers}){server}; check that the"
+            f"{method} failed: no broker reachable after {attempts} attempt(s) ({brokers}); check that the"
             " brokers are running and the addresses are right, or raise max_retries."
         )
     if code == C.INVALID_ARGUMENT:

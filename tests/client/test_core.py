@@ -1,0 +1,305 @@
+"""The sans-I/O core: request building, conversions, positions and error mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+import grpc
+import pytest
+
+from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.client import (
+    AckError,
+    AckPolicy,
+    AckTimeoutError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    PermissionDeniedError,
+    ReadonlyPartitionError,
+    RequestTimeoutError,
+    ServerError,
+    StartPosition,
+    StopPosition,
+    StreamExistsError,
+    UnavailableError,
+)
+from airflow_provider_liftbridge.client._core import (
+    RetryPolicy,
+    RpcFailure,
+    SubscriptionState,
+    ack_from_pb,
+    build_create_stream,
+    build_publish,
+    check_ack,
+    map_async_error,
+    map_rpc_error,
+    metadata_from_pb,
+    parse_brokers,
+    start_fields,
+    stop_fields,
+)
+
+C = grpc.StatusCode
+NONE = dict.fromkeys(
+    [
+        "group",
+        "retention_max_bytes",
+        "retention_max_messages",
+        "retention_max_age",
+        "cleaner_interval",
+        "segment_max_bytes",
+        "segment_max_age",
+        "compact_enabled",
+        "compact_max_goroutines",
+        "auto_pause_time",
+        "auto_pause_disable_if_subscribers",
+        "min_isr",
+        "optimistic_concurrency_control",
+        "encryption",
+    ]
+)
+
+
+def test_parse_brokers_accepts_the_three_forms() -> None:
+    assert parse_brokers("a:1") == ["a:1"]
+    assert parse_brokers("a:1, b:2,a:1") == ["a:1", "b:2"]
+    assert parse_brokers(["a:1", "b:2,c:3"]) == ["a:1", "b:2", "c:3"]
+
+
+@pytest.mark.parametrize("bad", ["", "nohost", "h:", ":9", "h:p"])
+def test_parse_brokers_refuses_malformed(bad: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="host:port|no broker"):
+        parse_brokers(bad)
+
+
+def test_create_stream_leaves_unset_options_unset() -> None:
+    req = build_create_stream("subj", "name", partitions=3, replication_factor=1, **NONE)
+    assert (req.subject, req.name, req.partitions, req.replicationFactor) == ("subj", "name", 3, 1)
+    for field in ("retentionMaxAge", "retentionMaxBytes", "compactEnabled", "minIsr", "optimisticConcurrencyControl"):
+        assert not req.HasField(field)
+
+
+def test_create_stream_sends_durations_in_milliseconds() -> None:
+    opts = dict(NONE)
+    opts.update(
+        retention_max_age=timedelta(hours=1),
+        cleaner_interval=timedelta(seconds=30),
+        segment_max_age=timedelta(minutes=5, milliseconds=7),
+        auto_pause_time=timedelta(microseconds=1500),
+        retention_max_bytes=1024,
+        min_isr=2,
+        compact_enabled=False,
+        optimistic_concurrency_control=True,
+    )
+    req = build_create_stream("s", "n", partitions=1, replication_factor=-1, **opts)
+    assert req.retentionMaxAge.value == 3_600_000
+    assert req.cleanerInterval.value == 30_000
+    assert req.segmentMaxAge.value == 300_007
+    assert req.autoPauseTime.value == 1  # truncated like Go's Duration.Milliseconds()
+    assert req.retentionMaxBytes.value == 1024 and req.minIsr.value == 2
+    assert req.HasField("compactEnabled") and req.compactEnabled.value is False
+    assert req.optimisticConcurrencyControl.value is True
+    assert req.replicationFactor == -1
+
+
+def test_create_stream_refuses_a_number_for_a_duration() -> None:
+    opts = dict(NONE, retention_max_age=3600)
+    with pytest.raises(InvalidArgumentError, match="retention_max_age must be a datetime.timedelta"):
+        build_create_stream("s", "n", partitions=1, replication_factor=1, **opts)
+
+
+@pytest.mark.parametrize(("subject", "name"), [("", "n"), ("s", "")])
+def test_create_stream_refuses_empty_names(subject: str, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="non-empty"):
+        build_create_stream(subject, name, partitions=1, replication_factor=1, **NONE)
+
+
+def test_publish_request_defaults_expected_offset_to_minus_one() -> None:
+    req = build_publish(
+        "s", b"v", partition=2, key=None, headers={"h": b"1"}, ack_policy=AckPolicy.ALL,
+        expected_offset=None, ack_inbox=None, correlation_id="c",
+    )  # fmt: skip
+    assert (req.partition, req.key, req.value, req.expectedOffset) == (2, b"", b"v", -1)
+    assert req.ackPolicy == api_pb2.ALL and dict(req.headers) == {"h": b"1"} and req.correlationId == "c"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"value": "text"}, "value must be bytes"),
+        ({"partition": -1}, "partition must be an int >= 0"),
+        ({"headers": {"h": "text"}}, "headers must map str to bytes"),
+    ],
+)
+def test_publish_request_refuses_bad_arguments(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, object] = dict(
+        value=b"v", partition=0, key=None, headers=None, ack_policy=AckPolicy.LEADER,
+        expected_offset=None, ack_inbox=None, correlation_id=None,
+    )  # fmt: skip
+    args.update(kwargs)
+    value = args.pop("value")
+    with pytest.raises(InvalidArgumentError, match=match):
+        build_publish("s", value, **args)  # type: ignore[arg-type]
+
+
+def test_start_positions() -> None:
+    assert start_fields(StartPosition.EARLIEST) == {"startPosition": api_pb2.EARLIEST}
+    assert start_fields(StartPosition.LATEST) == {"startPosition": api_pb2.LATEST}
+    assert start_fields(StartPosition.NEW_ONLY) == {"startPosition": api_pb2.NEW_ONLY}
+    assert start_fields(42) == {"startPosition": api_pb2.OFFSET, "startOffset": 42}
+    when = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    ns = 1704164645_678901_000
+    assert start_fields(when) == {"startPosition": api_pb2.TIMESTAMP, "startTimestamp": ns}
+    assert start_fields(timedelta(seconds=5), now=when) == {
+        "startPosition": api_pb2.TIMESTAMP,
+        "startTimestamp": ns - 5_000_000_000,
+    }
+
+
+@pytest.mark.parametrize("bad", [True, "earliest", 1.5, datetime(2024, 1, 1)])
+def test_bad_start_positions_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="start_at"):
+        start_fields(bad)  # type: ignore[arg-type]
+
+
+def test_stop_positions() -> None:
+    assert stop_fields(None) == {"stopPosition": api_pb2.STOP_ON_CANCEL}
+    assert stop_fields(StopPosition.LATEST) == {"stopPosition": api_pb2.STOP_LATEST}
+    assert stop_fields(9) == {"stopPosition": api_pb2.STOP_OFFSET, "stopOffset": 9}
+    when = datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)
+    assert stop_fields(when) == {"stopPosition": api_pb2.STOP_TIMESTAMP, "stopTimestamp": 1_000_000_000}
+    with pytest.raises(InvalidArgumentError, match="stop_at"):
+        stop_fields(-1)
+
+
+def test_subscription_resumes_after_last_delivered_offset_and_drops_repeats() -> None:
+    st = SubscriptionState("s", 1, StartPosition.LATEST, 5, read_isr_replica=True, resume=True)
+    first = st.request()
+    assert (first.startPosition, first.stopPosition, first.stopOffset) == (api_pb2.LATEST, api_pb2.STOP_OFFSET, 5)
+    assert first.readISRReplica and first.resume and first.partition == 1
+    assert st.on_message(api_pb2.Message()) is None  # the handshake
+    msg = st.on_message(api_pb2.Message(offset=3, value=b"x", key=b"k", headers={"a": b"b"}, stream="s", partition=1))
+    assert msg is not None and (msg.offset, msg.value, msg.key, dict(msg.headers)) == (3, b"x", b"k", {"a": b"b"})
+    again = st.request()
+    assert (again.startPosition, again.startOffset, again.stopOffset) == (api_pb2.OFFSET, 4, 5)
+    assert st.on_message(api_pb2.Message(offset=3, value=b"x")) is None  # a repeat is dropped
+    assert not st.finished
+    st.on_message(api_pb2.Message(offset=5, value=b"y"))
+    assert st.finished
+
+
+def test_ack_conversion_parses_the_partition_from_the_subject() -> None:
+    pb = api_pb2.Ack(
+        stream="s", partitionSubject="subj", msgSubject="subj.3", offset=7, ackInbox="in", correlationId="c",
+        ackPolicy=api_pb2.ALL, receptionTimestamp=1, commitTimestamp=2,
+    )  # fmt: skip
+    ack = ack_from_pb(pb)
+    assert (ack.partition, ack.offset, ack.ack_policy, ack.ack_error) == (3, 7, AckPolicy.ALL, AckError.OK)
+    assert ack_from_pb(api_pb2.Ack(partitionSubject="a.b", msgSubject="a.b")).partition == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack.offset = 8  # type: ignore[misc]  # frozen
+
+
+@pytest.mark.parametrize(
+    ("error", "cls"),
+    [
+        (api_pb2.Ack.INCORRECT_OFFSET, IncorrectOffsetError),
+        (api_pb2.Ack.TOO_LARGE, MessageTooLargeError),
+        (api_pb2.Ack.UNKNOWN, ServerError),
+    ],
+)
+def test_ack_errors_raise_typed_errors(error: int, cls: type[LiftbridgeError]) -> None:
+    with pytest.raises(cls):
+        check_ack(ack_from_pb(api_pb2.Ack(stream="s", ackError=error)))  # type: ignore[arg-type]
+
+
+def test_metadata_conversion_drops_unknown_streams() -> None:
+    pb = api_pb2.FetchMetadataResponse(
+        brokers=[api_pb2.Broker(id="b0", host="h", port=1, partitionCount=2, leaderCount=1)],
+        streamMetadata=[
+            api_pb2.StreamMetadata(
+                name="s", subject="subj", creationTimestamp=5,
+                partitions={0: api_pb2.PartitionMetadata(id=0, leader="b0", isr=["b0"], highWatermark=-1,
+                                                         newestOffset=-1)},
+            ),
+            api_pb2.StreamMetadata(name="gone", error=api_pb2.StreamMetadata.UNKNOWN_STREAM),
+        ],
+    )  # fmt: skip
+    md = metadata_from_pb(pb)
+    assert [b.address for b in md.brokers] == ["h:1"]
+    assert list(md.streams) == ["s"]
+    part = md.streams["s"].partitions[0]
+    assert (part.leader, part.isr, part.high_watermark, part.newest_offset) == ("b0", ("b0",), -1, -1)
+
+
+# Every row of the status table in liftbridge-semantics.md that a call can raise.
+STATUS_TABLE = [
+    ("CreateStream", C.ALREADY_EXISTS, "stream already exists", StreamExistsError),
+    ("CreateStream", C.INVALID_ARGUMENT, "Invalid replicationFactor 3, cluster size 1", InvalidArgumentError),
+    ("DeleteStream", C.NOT_FOUND, "stream does not exist", NoSuchStreamError),
+    ("PauseStream", C.NOT_FOUND, "no such stream", NoSuchStreamError),
+    ("Publish", C.NOT_FOUND, "no such stream: s", NoSuchStreamError),
+    ("Publish", C.NOT_FOUND, "no such partition: 9", NoSuchPartitionError),
+    ("Publish", C.FAILED_PRECONDITION, "partition is readonly", ReadonlyPartitionError),
+    ("Publish", C.FAILED_PRECONDITION, "", ReadonlyPartitionError),
+    ("Publish", C.UNKNOWN, "incorrect expected offset", IncorrectOffsetError),
+    ("Publish", C.DEADLINE_EXCEEDED, "", AckTimeoutError),
+    ("Subscribe", C.FAILED_PRECONDITION, "Server not partition leader", NotLeaderError),
+    ("Subscribe", C.FAILED_PRECONDITION, "partition is paused", PartitionPausedError),
+    ("FetchPartitionMetadata", C.NOT_FOUND, "partition not found", NoSuchPartitionError),
+    ("FetchMetadata", C.DEADLINE_EXCEEDED, "", RequestTimeoutError),
+    ("FetchMetadata", C.UNAVAILABLE, "connection refused", UnavailableError),
+    ("SetCursor", C.INVALID_ARGUMENT, "cursorId cannot be empty", InvalidArgumentError),
+    ("SetCursor", C.PERMISSION_DENIED, "", PermissionDeniedError),
+    ("SetCursor", C.INTERNAL, "boom", ServerError),
+]
+
+
+@pytest.mark.parametrize(("method", "code", "said", "cls"), STATUS_TABLE)
+def test_status_codes_map_to_typed_errors(method: str, code: grpc.StatusCode, said: str, cls: type) -> None:
+    err = map_rpc_error(method, RpcFailure(code, said), stream="s", partition=9)
+    assert type(err) is cls
+    text = str(err)
+    assert "s" in text and ";" in text  # names the target, then what to do
+    assert "StatusCode" not in text and "grpc" not in text.lower()
+
+
+def test_unavailable_lists_the_brokers_tried_without_grpc_details() -> None:
+    err = map_rpc_error(
+        "FetchMetadata", RpcFailure(C.UNAVAILABLE, "failed to connect to all addresses; ipv4:..."), attempts=3,
+        tried=["a:1", "b:2"],
+    )  # fmt: skip
+    assert "a:1, b:2" in str(err) and "3 attempt" in str(err) and "ipv4" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        (api_pb2.PublishAsyncError.NOT_FOUND, NoSuchStreamError),
+        (api_pb2.PublishAsyncError.READONLY, ReadonlyPartitionError),
+        (api_pb2.PublishAsyncError.INCORRECT_OFFSET, IncorrectOffsetError),
+        (api_pb2.PublishAsyncError.BAD_REQUEST, InvalidArgumentError),
+        (api_pb2.PublishAsyncError.PERMISSION_DENIED, PermissionDeniedError),
+        (api_pb2.PublishAsyncError.INTERNAL, ServerError),
+    ],
+)
+def test_async_errors_map_to_typed_errors(code: int, cls: type) -> None:
+    assert type(map_async_error(code, "x", stream="s", partition=0)) is cls
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+    import random
+
+    policy = RetryPolicy(max_retries=5, backoff_base=0.1, backoff_max=0.5)
+    rng = random.Random(1)
+    for attempt, cap in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (9, 0.5)]:
+        waits = [policy.backoff(attempt, rng) for _ in range(50)]
+        assert all(cap / 2 <= w <= cap for w in waits)
+        assert len(set(waits)) > 1  # jittered
