@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Context
 from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
-from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
+from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings, parse_ack_policy
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
 
 from .base import LiftbridgeBaseOperator
-from .publishing import PublishSummary, build_record, make_partitioner, publish_in_windows
+from .publishing import (
+    PUBLISH_PATHS,
+    BatchSender,
+    PublishSummary,
+    build_record,
+    make_partitioner,
+    open_sender,
+    publish_in_windows,
+)
+
+#: Cap of unacknowledged records in flight, whatever the window.
+MAX_IN_FLIGHT = 1024
 
 __all__ = ["LiftbridgePublishOperator", "LiftbridgePublishingMixin"]
 
@@ -34,6 +45,7 @@ class LiftbridgePublishingMixin:
     ack_policy: str | int | AckPolicy | None
     window: int
     publish_timeout: float | None
+    publish_path: str
 
     def _init_publishing(
         self,
@@ -45,7 +57,13 @@ class LiftbridgePublishingMixin:
         ack_policy: str | int | AckPolicy | None,
         window: int,
         publish_timeout: float | None,
+        publish_path: str,
     ) -> None:
+        if publish_path not in PUBLISH_PATHS:
+            raise LiftbridgeArgumentError(
+                f"publish_path {publish_path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}"
+            )
+        self.publish_path = publish_path
         self.key = key
         self.headers = headers
         self.partition = partition
@@ -67,22 +85,41 @@ class LiftbridgePublishingMixin:
         except ValueError as exc:
             raise LiftbridgeArgumentError(str(exc)) from None
 
-    def publish(
-        self, client: LiftbridgeClient, records: Iterable[Any], *, default_ack_policy: AckPolicy, **progress: Any
-    ) -> PublishSummary:
-        """Publish ``records`` in windows with this operator's options and return the summary."""
+    def open_publisher(self, client: LiftbridgeClient, settings: LiftbridgeConnectionSettings) -> BatchSender:
+        """Open the sender for this operator's options (close it, or use it as a context manager).
+
+        The path is ``publish_path``: ``"auto"`` takes NATS-direct when the connection lists NATS
+        servers (the bulk path of ADR 1), else gRPC PublishAsync; the choice is logged.
+        """
         partition = None if self.partition in (None, "") else int(self.partition)  # type: ignore[arg-type]
-        return publish_in_windows(
+        sender = open_sender(
             client,
             self.stream,
-            records,
-            ack_policy=self.resolved_ack_policy(default_ack_policy),
-            window=int(self.window),
+            path=self.publish_path,
+            nats_servers=settings.nats_servers,
+            ack_policy=self.resolved_ack_policy(settings.ack_policy),
+            window=min(int(self.window), MAX_IN_FLIGHT),
             partition=partition,
             partitioner=make_partitioner(self.partitioner),
-            timeout=self.publish_timeout,
-            **progress,
+            timeout=self.publish_timeout if self.publish_timeout is not None else settings.timeout,
         )
+        self.log.info(  # type: ignore[attr-defined]
+            "Publishing to stream %r over %s (ack policy %s)",
+            self.stream,
+            f"NATS ({', '.join(settings.nats_servers)})" if sender.path == "nats" else "gRPC PublishAsync",
+            sender.ack_policy.name,
+        )
+        return sender
+
+    def publish(
+        self,
+        sender: BatchSender,
+        records: Iterable[Any],
+        *,
+        on_window: Callable[[PublishSummary], None] | None = None,
+    ) -> PublishSummary:
+        """Publish ``records`` through ``sender`` in windows of ``window`` records; return the summary."""
+        return publish_in_windows(sender, records, window=int(self.window), on_window=on_window)
 
 
 class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
@@ -112,7 +149,9 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
     :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
         ``"none"`` nothing is acknowledged and the summary has no offsets.
     :param window: records published (and acknowledged) per batch.
-    :param publish_timeout: how long to wait for each batch's acks, seconds (default: the connection's).
+    :param publish_timeout: how long to wait for each ack, seconds (default: the connection's timeout).
+    :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
+        ``"grpc"`` or ``"nats"``.
     :param liftbridge_conn_id: the connection to use. (templated)
     :return: the publish summary, ``{"stream", "count", "acknowledged", "ack_policy",
         "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``.
@@ -150,6 +189,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
         ack_policy: str | None = None,
         window: int = 1000,
         publish_timeout: float | None = None,
+        publish_path: str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
@@ -172,6 +212,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
             ack_policy=ack_policy,
             window=window,
             publish_timeout=publish_timeout,
+            publish_path=publish_path,
         )
 
     def source_records(self) -> Iterable[Any]:
@@ -206,7 +247,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
             build_record(item, key=self.key, key_field=self.key_field, headers=self.headers)
             for item in self.source_records()
         )
-        summary = self.publish(client, records, default_ack_policy=self.hook.settings.ack_policy)
+        with self.open_publisher(client, self.hook.settings) as sender:
+            summary = self.publish(sender, records)
         self.log.info(
             "Published %d record(s) to stream %r (%d acknowledged, ack policy %s)",
             summary.count,

@@ -8,13 +8,13 @@ from typing import Any
 
 from airflow.sdk import Context, ObjectStoragePath
 
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, Record
+from airflow_provider_liftbridge.client import LiftbridgeClient, Record
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
 from .base import LiftbridgeBaseOperator
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
 from .publish import LiftbridgePublishingMixin
-from .publishing import PublishSummary, build_record
+from .publishing import BatchSender, PublishSummary, build_record
 
 __all__ = ["LiftbridgePublishFileOperator"]
 
@@ -87,8 +87,9 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
     :param key: the key of every message. (templated)
     :param key_field: the field (JSON/CSV/Parquet) whose value is a row's key. (templated)
     :param headers: extra headers of every message. (templated)
-    :param partition: / :param partitioner: / :param ack_policy: / :param publish_timeout:
-        as in :class:`LiftbridgePublishOperator`.
+    :param partition: / :param partitioner: / :param ack_policy: / :param publish_timeout: /
+        :param publish_path: as in :class:`LiftbridgePublishOperator` (``"auto"`` takes the NATS
+        bulk path when the connection lists NATS servers).
     :param window: rows published and acknowledged per batch; bounds memory.
     :param progress_every: log progress every this many rows.
     :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
@@ -127,6 +128,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
         ack_policy: str | None = None,
         window: int = 1000,
         publish_timeout: float | None = None,
+        publish_path: str = "auto",
         progress_every: int = 10_000,
         encoding: str = "utf-8",
         csv_delimiter: str = ",",
@@ -161,6 +163,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
             ack_policy=ack_policy,
             window=window,
             publish_timeout=publish_timeout,
+            publish_path=publish_path,
         )
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
@@ -179,7 +182,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
             )
 
     def _publish_file(
-        self, client: LiftbridgeClient, path: ObjectStoragePath, default_policy: AckPolicy, done_before: int
+        self, sender: BatchSender, path: ObjectStoragePath, done_before: int
     ) -> tuple[str, PublishSummary]:
         fmt = detect_format(path.name, self.format)
         self.log.info("Publishing %s as %s to stream %r", path, fmt, self.stream)
@@ -200,9 +203,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
 
         try:
             with path.open("rb") as handle:
-                summary = self.publish(
-                    client, self._records(path, fmt, handle), default_ack_policy=default_policy, on_window=progress
-                )
+                summary = self.publish(sender, self._records(path, fmt, handle), on_window=progress)
         except (OSError, UnicodeDecodeError) as exc:
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)
@@ -212,20 +213,17 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
         files = expand_paths(self.path, self.storage_conn_id)
         self.log.info("%d file(s) to publish to stream %r", len(files), self.stream)
         settings = self.hook.settings
-        self.log.info(
-            "Publish path: %s",
-            f"NATS ({', '.join(settings.nats_servers)})" if settings.nats_servers else "gRPC PublishAsync",
-        )
         total: PublishSummary | None = None
         per_file: list[dict[str, Any]] = []
-        for path in files:
-            fmt, summary = self._publish_file(client, path, settings.ack_policy, total.count if total else 0)
-            entry = summary.to_xcom()
-            per_file.append(
-                {"path": str(path), "format": fmt, "count": entry["count"], "partitions": entry["partitions"]}
-            )
-            if total is None:
-                total = PublishSummary(self.stream, summary.ack_policy)
-            total.merge(summary)
+        with self.open_publisher(client, settings) as sender:
+            for path in files:
+                fmt, summary = self._publish_file(sender, path, total.count if total else 0)
+                entry = summary.to_xcom()
+                per_file.append(
+                    {"path": str(path), "format": fmt, "count": entry["count"], "partitions": entry["partitions"]}
+                )
+                if total is None:
+                    total = PublishSummary(self.stream, summary.ack_policy)
+                total.merge(summary)
         assert total is not None  # expand_paths never returns an empty list
         return total.to_xcom() | {"files": per_file}

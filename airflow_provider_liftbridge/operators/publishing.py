@@ -11,7 +11,9 @@ Partition numbers are strings because XCom values travel as JSON.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import datetime as dt
 import decimal
 import itertools
@@ -27,11 +29,13 @@ from airflow_provider_liftbridge.client import (
     AckPolicy,
     KeyPartitioner,
     LiftbridgeClient,
+    NoSuchStreamError,
     Partitioner,
     PublishError,
     Record,
     RoundRobinPartitioner,
 )
+from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
 from airflow_provider_liftbridge.hooks.exceptions import (
     LiftbridgeArgumentError,
     LiftbridgePublishNotAcknowledgedError,
@@ -39,11 +43,15 @@ from airflow_provider_liftbridge.hooks.exceptions import (
 
 __all__ = [
     "PARTITIONERS",
+    "PUBLISH_PATHS",
+    "BatchSender",
+    "NatsBatchSender",
     "PartitionRange",
     "PublishSummary",
     "build_record",
     "json_default",
     "make_partitioner",
+    "open_sender",
     "publish_in_windows",
     "to_bytes",
 ]
@@ -254,22 +262,161 @@ def _windows(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
         yield window
 
 
-def publish_in_windows(
+#: Ack wait of the NATS path when neither the operator nor the connection gives one, seconds.
+DEFAULT_ACK_TIMEOUT = 10.0
+#: Values of the operators' ``publish_path`` argument.
+PUBLISH_PATHS = ("auto", "grpc", "nats")
+
+
+class BatchSender:
+    """Sends one window of records and returns their acks in input order (``[]`` with ack policy
+    ``NONE``); raises ``PublishError`` like ``LiftbridgeClient.publish_many``. A context manager.
+
+    :ivar path: ``"grpc"`` or ``"nats"``, for the log.
+    """
+
+    path = "grpc"
+
+    def __init__(
+        self,
+        client: LiftbridgeClient,
+        stream: str,
+        *,
+        ack_policy: AckPolicy,
+        window: int,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        timeout: float | None,
+    ) -> None:
+        self.client = client
+        self.stream = stream
+        self.ack_policy = ack_policy
+        self.window = window
+        self.partition = partition
+        self.partitioner = partitioner
+        self.timeout = timeout
+
+    def send(self, batch: list[Record]) -> list[Ack]:
+        return self.client.publish_many(
+            self.stream,
+            batch,
+            partition=self.partition,
+            partitioner=self.partitioner,
+            ack_policy=self.ack_policy,
+            window=self.window,
+            timeout=self.timeout,
+        )
+
+    def close(self) -> None:
+        """Release what the sender holds (nothing for gRPC: the client is the hook's)."""
+
+    def __enter__(self) -> BatchSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NatsBatchSender(BatchSender):
+    """Sends windows as enveloped messages straight to the stream's NATS subjects, acks on an ack
+    inbox (the bulk path of ADR 1). Partitions are chosen here, as ``publish_many`` would: a
+    record's own partition, else ``partition``, else the partitioner, else 0.
+
+    :raises NoSuchStreamError: the stream does not exist (NATS alone could not tell: publishes to a
+        subject nobody listens on would just time out).
+    """
+
+    path = "nats"
+
+    def __init__(self, client: LiftbridgeClient, stream: str, *, nats_servers: Sequence[str], **options: Any) -> None:
+        super().__init__(client, stream, **options)
+        info = client.fetch_metadata([stream]).streams.get(stream)
+        if info is None:
+            raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first")
+        self.subject = info.subject
+        self.partition_count = max(len(info.partitions), 1)
+        self.ack_timeout = float(self.timeout if self.timeout is not None else DEFAULT_ACK_TIMEOUT)
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._publisher = self._loop.run_until_complete(
+                NatsPublisher.connect(nats_servers, connect_timeout=self.ack_timeout)
+            )
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def _route(self, record: Record) -> Record:
+        if record.partition is not None:
+            return record
+        chosen = self.partition
+        if chosen is None:
+            chosen = (
+                self.partitioner(self.stream, record.key, record.value, self.partition_count) if self.partitioner else 0
+            )
+        return dataclasses.replace(record, partition=chosen)
+
+    def send(self, batch: list[Record]) -> list[Ack]:
+        routed = [self._route(record) for record in batch]
+        return self._loop.run_until_complete(
+            self._publisher.publish_many(
+                self.subject, routed, ack_policy=self.ack_policy, window=self.window, timeout=self.ack_timeout
+            )
+        )
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._loop.run_until_complete(self._publisher.close())
+        finally:
+            self._loop.close()
+
+
+def open_sender(
     client: LiftbridgeClient,
     stream: str,
-    records: Iterable[Record],
     *,
+    path: str,
+    nats_servers: Sequence[str],
     ack_policy: AckPolicy,
-    window: int = 1000,
+    window: int,
     partition: int | None = None,
     partitioner: Partitioner | None = None,
     timeout: float | None = None,
+) -> BatchSender:
+    """Open the sender of ``path``: ``"grpc"`` (PublishAsync), ``"nats"`` (NATS-direct), or
+    ``"auto"`` (NATS when ``nats_servers`` is not empty, else gRPC).
+
+    :raises LiftbridgeArgumentError: unknown path, or ``"nats"`` without NATS servers.
+    """
+    if path not in PUBLISH_PATHS:
+        raise LiftbridgeArgumentError(f"publish_path {path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}")
+    if path == "nats" and not nats_servers:
+        raise LiftbridgeArgumentError("publish_path 'nats' needs NATS servers in the connection (extra.nats_servers)")
+    options: dict[str, Any] = {
+        "ack_policy": ack_policy,
+        "window": window,
+        "partition": partition,
+        "partitioner": partitioner,
+        "timeout": timeout,
+    }
+    if path == "nats" or (path == "auto" and nats_servers):
+        return NatsBatchSender(client, stream, nats_servers=nats_servers, **options)
+    return BatchSender(client, stream, **options)
+
+
+def publish_in_windows(
+    sender: BatchSender,
+    records: Iterable[Record],
+    *,
+    window: int = 1000,
     summary: PublishSummary | None = None,
     on_window: Callable[[PublishSummary], None] | None = None,
 ) -> PublishSummary:
-    """Publish records ``window`` at a time, checking every ack before the next window.
+    """Publish records ``window`` at a time through ``sender``, checking every ack before the next
+    window.
 
-    At most ``window`` records are held in memory at once (plus the client's in-flight window), so
+    At most ``window`` records are held in memory at once (plus the sender's in-flight window), so
     a lazy ``records`` iterable of any length publishes in bounded memory.
 
     :param on_window: called with the running summary after each window (progress logging).
@@ -278,21 +425,16 @@ def publish_in_windows(
     """
     if window < 1:
         raise LiftbridgeArgumentError(f"window must be at least 1, got {window}")
-    summary = summary or PublishSummary(stream, ack_policy)
+    stream = sender.stream
+    summary = summary or PublishSummary(stream, sender.ack_policy)
     for batch in _windows(records, window):
         try:
-            acks = client.publish_many(
-                stream,
-                batch,
-                partition=partition,
-                partitioner=partitioner,
-                ack_policy=ack_policy,
-                window=min(window, 1024),
-                timeout=timeout,
-            )
+            acks = sender.send(batch)
         except PublishError as exc:
-            summary.add_acks([a for a in exc.acks if a is not None], sum(a is not None for a in exc.acks))
-            failed = f"record #{summary.count + exc.index - exc.acked}" if exc.index is not None else "a record"
+            before = summary.count
+            received = [a for a in exc.acks if a is not None]
+            summary.add_acks(received, len(received))
+            failed = f"record #{before + exc.index}" if exc.index is not None else "a record"
             raise LiftbridgePublishNotAcknowledgedError(stream, summary.acknowledged, f"{failed}: {exc}") from exc
         summary.add_acks(acks, len(batch))
         if on_window is not None:

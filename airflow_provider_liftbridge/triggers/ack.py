@@ -17,35 +17,25 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_liftbridge.codec import EnvelopeError, unmarshal_ack
+from airflow_provider_liftbridge.client import Ack, AckError
+from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
-from .base import LiftbridgeBaseTrigger, check_partition, wait_for_offset
+from .base import LiftbridgeBaseTrigger, check_partition, closing_subscription, wait_for_offset
 
 __all__ = ["LiftbridgeAckTrigger", "ack_to_json"]
 
-_ACK_ERRORS = {0: "OK", 1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
 
-
-def _partition_of(msg_subject: str, partition_subject: str) -> int:
-    """``subject`` is partition 0 and ``subject.N`` partition N (as the server names them)."""
-    if partition_subject and msg_subject.startswith(partition_subject + "."):
-        tail = msg_subject[len(partition_subject) + 1 :]
-        if tail.isdigit():
-            return int(tail)
-    return 0
-
-
-def ack_to_json(ack: Any) -> dict[str, Any]:
-    """A decoded ack (from the codec) as a small JSON-safe dict."""
+def ack_to_json(ack: Ack) -> dict[str, Any]:
+    """An ack as a small JSON-safe dict."""
     return {
-        "correlation_id": ack.correlationId,
+        "correlation_id": ack.correlation_id,
         "stream": ack.stream,
-        "partition": _partition_of(ack.msgSubject, ack.partitionSubject),
+        "partition": ack.partition,
         "offset": ack.offset,
-        "ack_error": _ACK_ERRORS.get(int(ack.ackError), str(ack.ackError)),
+        "ack_error": AckError(ack.ack_error).name,
     }
 
 
@@ -132,8 +122,6 @@ class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
         }
 
     async def _wait_inbox(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
-        import nats
-
         assert self.ack_inbox is not None and self.correlation_ids is not None
         settings = await hook.get_settings()
         if not settings.nats_servers:
@@ -143,28 +131,19 @@ class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
             )
         pending = set(self.correlation_ids)
         acks: list[dict[str, Any]] = []
-        nc = await nats.connect(servers=list(settings.nats_servers), connect_timeout=settings.timeout)
-        try:
-            subscription = await nc.subscribe(self.ack_inbox)
+        async with await NatsPublisher.connect(settings.nats_servers, connect_timeout=settings.timeout) as nats:
             self.log.info("Waiting on ack inbox %r for %d ack(s)", self.ack_inbox, len(pending))
-            async for msg in subscription.messages:
-                try:
-                    ack = unmarshal_ack(msg.data)
-                except EnvelopeError as exc:  # someone else's traffic on the subject: skip it
-                    self.log.warning("Ignoring a message on %r that is not an ack: %s", self.ack_inbox, exc)
-                    continue
-                if ack.correlationId not in pending:
-                    continue
-                entry = ack_to_json(ack)
-                if entry["ack_error"] != "OK":
-                    raise LiftbridgeAirflowError(
-                        f"message {ack.correlationId!r} was refused by stream {ack.stream!r} "
-                        f"partition {entry['partition']}: {entry['ack_error']}"
-                    )
-                pending.discard(ack.correlationId)
-                acks.append(entry)
-                if not pending:
-                    break
-        finally:
-            await nc.close()
+            async with closing_subscription(nats.acks(self.ack_inbox)) as inbox:
+                async for ack in inbox:
+                    if ack.correlation_id not in pending:
+                        continue  # another publisher's ack on a shared inbox
+                    if ack.ack_error != AckError.OK:
+                        raise LiftbridgeAirflowError(
+                            f"message {ack.correlation_id!r} was refused by stream {ack.stream!r} "
+                            f"partition {ack.partition}: {AckError(ack.ack_error).name}"
+                        )
+                    pending.discard(ack.correlation_id)
+                    acks.append(ack_to_json(ack))
+                    if not pending:
+                        break
         return {"mode": "ack_inbox", "acks": acks}

@@ -12,7 +12,7 @@ import contextlib
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -24,11 +24,14 @@ from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError,
 __all__ = [
     "LiftbridgeBaseTrigger",
     "check_partition",
+    "closing_subscription",
     "jsonable",
     "message_to_json",
     "parse_start_at",
     "wait_for_offset",
 ]
+
+_T = TypeVar("_T")
 
 START_NAMES = {p.value: p for p in StartPosition}
 
@@ -113,8 +116,9 @@ def jsonable(value: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _closing(iterator: AsyncIterator[Message]) -> AsyncIterator[AsyncIterator[Message]]:
-    """Close a subscription when the waiter stops reading it early (ends the server stream)."""
+async def closing_subscription(iterator: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
+    """Close an async subscription (messages or acks) when the reader stops early, so the server
+    stream or NATS subscription ends with it."""
     try:
         yield iterator
     finally:
@@ -136,7 +140,7 @@ async def wait_for_offset(client: AsyncLiftbridgeClient, stream: str, partition:
     info = await client.fetch_partition_metadata(stream, partition)
     if info.high_watermark >= target:
         return info.high_watermark
-    async with _closing(client.subscribe(stream, partition=partition, start_at=target)) as messages:
+    async with closing_subscription(client.subscribe(stream, partition=partition, start_at=target)) as messages:
         async for message in messages:
             if message.offset >= target:
                 return message.offset

@@ -13,7 +13,14 @@ from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
-from .base import LiftbridgeBaseTrigger, _closing, check_partition, jsonable, message_to_json, parse_start_at
+from .base import (
+    LiftbridgeBaseTrigger,
+    check_partition,
+    closing_subscription,
+    jsonable,
+    message_to_json,
+    parse_start_at,
+)
 
 __all__ = ["LiftbridgeMessageTrigger", "apply_to_message", "resolve_apply_function"]
 
@@ -114,7 +121,7 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
     async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
         client = await hook.get_async_client()
         subscription = client.subscribe(self.stream, partition=self.partition, start_at=parse_start_at(self.start_at))
-        async with _closing(subscription) as messages:
+        async with closing_subscription(subscription) as messages:
             async for message in messages:
                 result = apply_to_message(
                     self._function, self.apply_function, message, self.apply_function_args, self.apply_function_kwargs

@@ -1,0 +1,87 @@
+"""Publish files to a stream: JSON lines by key, a CSV file and a Parquet file, then wait until
+everything published is committed.
+
+The first task writes small sample files so the DAG runs anywhere; point ``path`` at your own
+files, a glob, or object storage (``s3://bucket/exports/*.parquet`` with ``storage_conn_id``).
+Uses the ``liftbridge_default`` connection (see ``liftbridge_stream_lifecycle``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import dag, task
+
+from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+from airflow_provider_liftbridge.operators.stream import (
+    LiftbridgeCreateStreamOperator,
+    LiftbridgeDeleteStreamOperator,
+)
+from airflow_provider_liftbridge.sensors.ack import LiftbridgeAckSensor
+
+ROWS = [{"customer": f"c{i % 5}", "amount": i * 10, "day": f"2024-01-{i % 28 + 1:02d}"} for i in range(50)]
+
+
+@task
+def write_sample_files() -> str:
+    """Write two JSON-lines files, one CSV file and one Parquet file; return their folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(tempfile.mkdtemp(prefix="liftbridge-files-"))
+    for part in range(2):
+        with (folder / f"orders-{part}.jsonl").open("w") as handle:
+            for row in ROWS[part::2]:
+                handle.write(json.dumps(row) + "\n")
+    with (folder / "customers.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["customer", "name"])
+        writer.writeheader()
+        writer.writerows({"customer": f"c{i}", "name": f"Customer {i}"} for i in range(5))
+    pq.write_table(pa.Table.from_pylist(ROWS), folder / "orders.parquet", row_group_size=16)
+    return str(folder)
+
+
+@dag(
+    dag_id="liftbridge_publish_files",
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    params={"stream": "liftbridge-files"},
+    tags=["liftbridge", "example"],
+)
+def liftbridge_publish_files() -> None:
+    stream = "{{ params.stream }}"
+    folder = write_sample_files()
+    create = LiftbridgeCreateStreamOperator(task_id="create_stream", stream=stream, partitions=2)
+    jsonl = LiftbridgePublishFileOperator(
+        task_id="publish_jsonl",
+        stream=stream,
+        path="{{ ti.xcom_pull(task_ids='write_sample_files') }}/orders-*.jsonl",
+        key_field="customer",
+        partitioner="key",
+        window=20,
+        progress_every=20,
+    )
+    tables = LiftbridgePublishFileOperator(
+        task_id="publish_csv_and_parquet",
+        stream=stream,
+        path=[
+            "{{ ti.xcom_pull(task_ids='write_sample_files') }}/customers.csv",
+            "{{ ti.xcom_pull(task_ids='write_sample_files') }}/orders.parquet",
+        ],
+        key_field="customer",
+        partitioner="key",
+    )
+    committed = LiftbridgeAckSensor(
+        task_id="wait_until_committed", publish_summary=jsonl.output, deferrable=True, timeout=120
+    )
+    delete = LiftbridgeDeleteStreamOperator(task_id="delete_stream", stream=stream)
+
+    [folder, create] >> jsonl >> tables >> committed >> delete.as_teardown(setups=create)
+
+
+liftbridge_publish_files()
