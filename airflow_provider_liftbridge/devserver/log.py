@@ -257,8 +257,13 @@ class PartitionLog:
             i = offset - seg.base
             j = min(end - seg.base, len(positions))
             start = positions[i]
-            # Stop early (but after at least one record) once the byte budget is used.
-            j = max(i + 1, min(j, bisect_right(positions, start + budget, i + 1, j)))
+            # Stop at the last whole record within the byte budget (but return at least one).
+            k = bisect_right(positions, start + budget, i + 1, j)
+            if k < j:
+                if out and k == i + 1:
+                    break  # not even the next record fits any more
+                j = max(i + 1, k - 1)
+                budget = 0
             stop = positions[j] if j < len(positions) else seg.size
             data = os.pread(seg.fd, stop - start, start)
             p = 0
@@ -267,7 +272,7 @@ class PartitionLog:
                 body_at = p + RECORD_OVERHEAD
                 p = body_at + blen
                 out.append(data[body_at:p])
-            budget -= stop - start
+            budget = max(0, budget - (stop - start)) if budget else 0
             offset += j - i
         return out
 

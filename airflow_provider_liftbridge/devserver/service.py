@@ -294,14 +294,12 @@ class ApiService:
     ) -> None:
         inflight_done = session.committed
         refused = session.refused
-        out = session.out
-        wakeup = session.wakeup
         async for req in requests:
             try:
                 part = self._publish_target(req)
             except ApiError as err:
-                out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
-                wakeup.set()
+                session.out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
+                session.wakeup.set()
                 continue
             if part.paused:
                 await self.store.resume_for_publish(part)

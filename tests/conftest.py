@@ -1,0 +1,60 @@
+"""Shared fixtures (docs/contracts.md): a real dev server with a real nats-server child.
+
+- ``devserver`` (session): one single-broker in-process :class:`DevServer` for the whole run.
+- ``lb_address`` / ``nats_url``: its gRPC address (``host:port``) and NATS URL.
+- ``stream_name``: a fresh, unique stream name per test (use it as the subject too).
+- ``cluster``: a 3-broker :class:`DevServer` per test, torn down afterwards.
+
+Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
+``atexit`` stop, and the nats-server child is started with a parent-death signal, so it
+goes away even when the test process is killed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_provider_liftbridge.devserver import DevServer
+
+
+@pytest.fixture(scope="session")
+def devserver() -> Iterator[DevServer]:
+    """A single-broker dev server shared by the whole test session."""
+    server = DevServer(brokers=1)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def lb_address(devserver: DevServer) -> str:
+    """``host:port`` of the session dev server's broker."""
+    return devserver.address
+
+
+@pytest.fixture(scope="session")
+def nats_url(devserver: DevServer) -> str:
+    """NATS URL of the session dev server."""
+    return devserver.nats_url
+
+
+@pytest.fixture
+def stream_name() -> str:
+    """A stream name no other test uses (valid as a NATS subject too)."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def cluster() -> Iterator[DevServer]:
+    """A fresh 3-broker dev server for one test."""
+    server = DevServer(brokers=3)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

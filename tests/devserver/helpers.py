@@ -1,0 +1,75 @@
+"""Helpers of the dev-server tests: Subscribe collection, stream creation, status checks over raw stubs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+TIMEOUT = 5.0
+
+
+@dataclass
+class SubResult:
+    """What a Subscribe call produced: every message (handshake included) and how it ended."""
+
+    messages: list[pb.Message] = field(default_factory=list)
+    code: grpc.StatusCode | None = None
+    details: str = ""
+
+    @property
+    def handshake(self) -> bool:
+        return bool(self.messages) and self.messages[0].ByteSize() == 0
+
+    @property
+    def data(self) -> list[pb.Message]:
+        """Messages after the handshake."""
+        return self.messages[1:] if self.handshake else self.messages
+
+    @property
+    def offsets(self) -> list[int]:
+        return [m.offset for m in self.data]
+
+
+def subscribe(
+    stub: api_pb2_grpc.APIStub, req: pb.SubscribeRequest, *, count: int | None = None, timeout: float = TIMEOUT
+) -> SubResult:
+    """Run Subscribe until it ends, or until ``count`` data messages arrived (then cancel)."""
+    result = SubResult()
+    call = stub.Subscribe(req, timeout=timeout)
+    try:
+        for msg in call:
+            result.messages.append(msg)
+            if count is not None and len(result.data) >= count:
+                call.cancel()
+                break
+    except grpc.RpcError as err:
+        result.code, result.details = err.code(), err.details()
+    return result
+
+
+def create(stub: api_pb2_grpc.APIStub, name: str, **kwargs: object) -> None:
+    """CreateStream with the name as subject unless ``subject`` is given."""
+    kwargs.setdefault("subject", name)
+    stub.CreateStream(pb.CreateStreamRequest(name=name, **kwargs), timeout=TIMEOUT)  # type: ignore[arg-type]
+
+
+def publish(stub: api_pb2_grpc.APIStub, stream: str, value: bytes, **kwargs: object) -> pb.PublishResponse:
+    """Publish with a deadline (so LEADER/ALL wait for the ack)."""
+    return stub.Publish(pb.PublishRequest(stream=stream, value=value, **kwargs), timeout=TIMEOUT)  # type: ignore[arg-type]
+
+
+def partition_meta(stub: api_pb2_grpc.APIStub, stream: str, partition: int = 0) -> pb.PartitionMetadata:
+    req = pb.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+    return stub.FetchPartitionMetadata(req, timeout=TIMEOUT).metadata
+
+
+def rpc_error(fn: object, *args: object, **kwargs: object) -> grpc.RpcError:
+    """Call ``fn`` and return the RpcError it must raise."""
+    with pytest.raises(grpc.RpcError) as info:
+        fn(*args, **kwargs)  # type: ignore[operator]
+    return info.value

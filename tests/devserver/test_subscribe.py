@@ -1,0 +1,221 @@
+"""Subscribe: handshake, start and stop positions, delivered fields, and how subscriptions end."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+from .helpers import TIMEOUT, SubResult, create, partition_meta, publish, subscribe
+
+Stub = api_pb2_grpc.APIStub
+
+
+def _filled(stub: Stub, name: str, n: int = 5) -> list[int]:
+    """Create ``name`` with ``n`` messages; return their reception timestamps."""
+    create(stub, name)
+    return [publish(stub, name, b"m%d" % i).ack.receptionTimestamp for i in range(n)]
+
+
+def test_every_subscription_starts_with_an_empty_handshake(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 2)
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST), count=2)
+    assert sub.messages[0].SerializeToString() == b""
+    assert sub.offsets == [0, 1]
+
+
+def test_missing_stream_or_partition_is_not_found_without_handshake(stub: Stub, stream_name: str) -> None:
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name))
+    assert (sub.code, sub.details, sub.messages) == (grpc.StatusCode.NOT_FOUND, "No such partition", [])
+    create(stub, stream_name)
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, partition=3))
+    assert (sub.code, sub.messages) == (grpc.StatusCode.NOT_FOUND, [])
+
+
+def test_start_positions(stub: Stub, stream_name: str) -> None:
+    ts = _filled(stub, stream_name, 5)
+
+    def first(**kw: object) -> int:
+        return subscribe(stub, pb.SubscribeRequest(stream=stream_name, **kw), count=1).offsets[0]  # type: ignore[arg-type]
+
+    assert first(startPosition=pb.EARLIEST) == 0
+    assert first(startPosition=pb.LATEST) == 4
+    assert first(startPosition=pb.OFFSET, startOffset=3) == 3
+    assert first(startPosition=pb.OFFSET, startOffset=-7) == 0
+    assert first(startPosition=pb.TIMESTAMP, startTimestamp=ts[2]) == 2
+    assert first(startPosition=pb.TIMESTAMP, startTimestamp=ts[2] + 1) == 3
+    # NEW_ONLY waits for the next message.
+    result: list[SubResult] = []
+    t = threading.Thread(
+        target=lambda: result.append(subscribe(stub, pb.SubscribeRequest(stream=stream_name), count=1))
+    )
+    t.start()
+    time.sleep(0.3)
+    publish(stub, stream_name, b"new")
+    t.join(TIMEOUT)
+    assert result[0].offsets == [5] and result[0].data[0].value == b"new"
+
+
+def test_delivered_message_fields(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name, partitions=2)
+    publish(
+        stub,
+        stream_name,
+        b"val",
+        key=b"key",
+        partition=1,
+        headers={"h": b"1"},
+        ackInbox="x.y",
+        correlationId="cid",
+        ackPolicy=pb.ALL,
+    )
+    msg = subscribe(
+        stub, pb.SubscribeRequest(stream=stream_name, partition=1, startPosition=pb.EARLIEST), count=1
+    ).data[0]
+    assert (msg.offset, msg.key, msg.value, msg.stream, msg.partition) == (0, b"key", b"val", stream_name, 1)
+    assert msg.subject == f"{stream_name}.1" and msg.replySubject == ""
+    assert dict(msg.headers) == {"h": b"1", "subject": f"{stream_name}.1".encode(), "reply": b""}
+    assert (msg.ackInbox, msg.correlationId, msg.ackPolicy) == ("", "", pb.LEADER)
+    assert abs(msg.timestamp - time.time_ns()) < 60 * 10**9
+
+
+def test_stop_offset_and_stop_latest(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 5)
+    sub = subscribe(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_OFFSET, stopOffset=2),
+    )
+    assert sub.offsets == [0, 1, 2]
+    assert (sub.code, sub.details) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
+    sub = subscribe(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.OFFSET, startOffset=3, stopPosition=pb.STOP_LATEST),
+    )
+    assert sub.offsets == [3, 4] and sub.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_stop_timestamp(stub: Stub, stream_name: str) -> None:
+    ts = _filled(stub, stream_name, 5)
+    req = pb.SubscribeRequest(
+        stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_TIMESTAMP, stopTimestamp=ts[1]
+    )
+    sub = subscribe(stub, req)
+    assert sub.offsets == [0, 1] and sub.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_stop_offset_in_the_future_waits_for_it(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 1)
+    result: list[SubResult] = []
+    req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_OFFSET, stopOffset=2)
+    t = threading.Thread(target=lambda: result.append(subscribe(stub, req)))
+    t.start()
+    time.sleep(0.2)
+    publish(stub, stream_name, b"a")
+    publish(stub, stream_name, b"b")
+    t.join(TIMEOUT)
+    assert result[0].offsets == [0, 1, 2] and result[0].details == "Stop offset reached"
+
+
+def test_stop_latest_on_empty_and_stop_before_start_fail_without_handshake(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name)
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, stopPosition=pb.STOP_LATEST))
+    assert (sub.code, sub.details, sub.messages) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty", [])
+    for i in range(3):
+        publish(stub, stream_name, b"%d" % i)
+    req = pb.SubscribeRequest(
+        stream=stream_name, startPosition=pb.OFFSET, startOffset=2, stopPosition=pb.STOP_OFFSET, stopOffset=1
+    )
+    sub = subscribe(stub, req)
+    assert (sub.code, sub.messages) == (grpc.StatusCode.INVALID_ARGUMENT, [])
+
+
+def test_subscribers_see_committed_messages_in_order_live(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name)
+    result: list[SubResult] = []
+    t = threading.Thread(
+        target=lambda: result.append(
+            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST), count=50)
+        )
+    )
+    t.start()
+    acked = [publish(stub, stream_name, b"%d" % i).ack.offset for i in range(50)]
+    t.join(TIMEOUT)
+    assert result[0].offsets == acked == list(range(50))
+    assert partition_meta(stub, stream_name).highWatermark == 49
+
+
+def test_pause_while_subscribed_is_failed_precondition(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 1)
+    result: list[SubResult] = []
+    t = threading.Thread(
+        target=lambda: result.append(
+            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+        )
+    )
+    t.start()
+    time.sleep(0.3)
+    stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
+    t.join(TIMEOUT)
+    assert result[0].offsets == [0] and result[0].code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 2)
+    stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+    assert sub.handshake and sub.data == [] and sub.code == grpc.StatusCode.FAILED_PRECONDITION
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, resume=True), count=2)
+    assert sub.offsets == [0, 1]
+    assert partition_meta(stub, stream_name).paused is False
+
+
+def test_delete_while_subscribed_is_not_found(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 1)
+    result: list[SubResult] = []
+    t = threading.Thread(
+        target=lambda: result.append(
+            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+        )
+    )
+    t.start()
+    time.sleep(0.3)
+    stub.DeleteStream(pb.DeleteStreamRequest(name=stream_name), timeout=TIMEOUT)
+    t.join(TIMEOUT)
+    assert result[0].offsets == [0] and result[0].code == grpc.StatusCode.NOT_FOUND
+
+
+def test_readonly_partition_ends_subscriptions(stub: Stub, stream_name: str) -> None:
+    _filled(stub, stream_name, 3)
+    # A subscriber waiting live when the partition turns read-only.
+    result: list[SubResult] = []
+    t = threading.Thread(
+        target=lambda: result.append(
+            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+        )
+    )
+    t.start()
+    time.sleep(0.3)
+    stub.SetStreamReadonly(pb.SetStreamReadonlyRequest(name=stream_name, readonly=True), timeout=TIMEOUT)
+    t.join(TIMEOUT)
+    assert result[0].offsets == [0, 1, 2]
+    assert (result[0].code, result[0].details) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
+    # A new subscriber reads to the end and stops there.
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.OFFSET, startOffset=1))
+    assert sub.offsets == [1, 2] and (sub.code, sub.details) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "Stop offset reached",
+    )
+
+
+def test_empty_readonly_partition(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name)
+    stub.SetStreamReadonly(pb.SetStreamReadonlyRequest(name=stream_name, readonly=True), timeout=TIMEOUT)
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+    assert sub.handshake and (sub.code, sub.details) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "End of readonly partition",
+    )
