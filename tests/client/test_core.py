@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -154,7 +154,7 @@ def test_start_positions() -> None:
     assert start_fields(StartPosition.LATEST) == {"startPosition": api_pb2.LATEST}
     assert start_fields(StartPosition.NEW_ONLY) == {"startPosition": api_pb2.NEW_ONLY}
     assert start_fields(42) == {"startPosition": api_pb2.OFFSET, "startOffset": 42}
-    when = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    when = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     ns = 1704164645_678901_000
     assert start_fields(when) == {"startPosition": api_pb2.TIMESTAMP, "startTimestamp": ns}
     assert start_fields(timedelta(seconds=5), now=when) == {
@@ -173,7 +173,7 @@ def test_stop_positions() -> None:
     assert stop_fields(None) == {"stopPosition": api_pb2.STOP_ON_CANCEL}
     assert stop_fields(StopPosition.LATEST) == {"stopPosition": api_pb2.STOP_LATEST}
     assert stop_fields(9) == {"stopPosition": api_pb2.STOP_OFFSET, "stopOffset": 9}
-    when = datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)
+    when = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
     assert stop_fields(when) == {"stopPosition": api_pb2.STOP_TIMESTAMP, "stopTimestamp": 1_000_000_000}
     with pytest.raises(InvalidArgumentError, match="stop_at"):
         stop_fields(-1)
