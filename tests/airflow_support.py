@@ -1,0 +1,76 @@
+"""Airflow in tests: a throw-away AIRFLOW_HOME set before Airflow is first imported, a migrated
+SQLite database on demand, and ``liftbridge`` connections given through environment variables.
+
+Import this module (and call :func:`configure_airflow`) from a conftest before anything imports
+Airflow: Airflow reads AIRFLOW_HOME and its configuration once, at first import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DAGS_FOLDER = REPO / "dags_examples"
+
+_home: Path | None = None
+_db_ready = False
+
+
+def configure_airflow() -> Path:
+    """Point Airflow at a temporary home (SQLite, no examples, the example DAGs folder); idempotent.
+
+    :return: the AIRFLOW_HOME in use.
+    """
+    global _home
+    if _home is not None:
+        return _home
+    if "airflow" in sys.modules and os.environ.get("AIRFLOW_HOME"):
+        # Someone imported Airflow first; keep what it was configured with.
+        _home = Path(os.environ["AIRFLOW_HOME"])
+        return _home
+    _home = Path(tempfile.mkdtemp(prefix="airflow-home-"))
+    atexit.register(shutil.rmtree, _home, True)
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        }
+    )
+    return _home
+
+
+def init_db() -> None:
+    """Create the metadata database (SQLite in the temporary home) once per process (~3 s)."""
+    global _db_ready
+    if _db_ready:
+        return
+    configure_airflow()
+    from airflow.utils import db
+
+    db.initdb()
+    _db_ready = True
+
+
+def conn_env_name(conn_id: str) -> str:
+    """The environment variable Airflow reads connection ``conn_id`` from."""
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def liftbridge_conn_json(host: str, *, port: int | None = None, nats_url: str | None = None, **extra: Any) -> str:
+    """A ``liftbridge`` connection as the JSON Airflow accepts in ``AIRFLOW_CONN_*``."""
+    if nats_url:
+        extra.setdefault("nats_servers", nats_url)
+    conn: dict[str, Any] = {"conn_type": "liftbridge", "host": host, "extra": extra}
+    if port is not None:
+        conn["port"] = port
+    return json.dumps(conn)
