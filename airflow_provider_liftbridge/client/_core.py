@@ -500,10 +500,11 @@ class SubscriptionState:
         """True once the stop offset has been delivered (no need to resubscribe)."""
         return self._stop_offset is not None and self.last_offset is not None and self.last_offset >= self._stop_offset
 
-    def on_message(self, pb: api_pb2.Message) -> Message | None:
-        """Convert a delivered message; ``None`` for the empty handshake (and for a repeat of an
-        offset already delivered, which a resubscription to a lagging replica could send)."""
-        if pb.ByteSize() == 0:
+    def on_message(self, pb: api_pb2.Message, *, first: bool) -> Message | None:
+        """Convert a delivered message; ``None`` for the empty handshake that opens every
+        subscription (``first``: this is the stream's first message) and for a repeat of an
+        offset already delivered, which a resubscription to a lagging replica could send."""
+        if first and pb.ByteSize() == 0:
             return None
         if self.last_offset is not None and pb.offset <= self.last_offset:
             return None
@@ -713,13 +714,16 @@ def is_end_of_stream(failure: RpcFailure) -> bool:
 
 
 def is_transient(failure: RpcFailure) -> bool:
-    """A lost connection or a broker going away: worth resubscribing for."""
+    """A lost connection or a broker going away: worth retrying on another broker.
+
+    A broker stopped mid-call shows up as UNAVAILABLE, CANCELLED, INTERNAL ("Internal error from
+    Core", RST_STREAM) or UNKNOWN ("Stream removed"), depending on the moment and the transport.
+    """
     C = grpc.StatusCode
-    if failure.code in (C.UNAVAILABLE, C.CANCELLED):
+    if failure.code in (C.UNAVAILABLE, C.CANCELLED, C.INTERNAL):
         return True
-    # A broker killed mid-stream shows up as INTERNAL (RST_STREAM) or UNKNOWN ("Stream removed").
     low = failure.details.lower()
-    return failure.code in (C.INTERNAL, C.UNKNOWN) and ("rst_stream" in low or "stream removed" in low or "eof" in low)
+    return bool(failure.code == C.UNKNOWN and ("rst_stream" in low or "stream removed" in low or "eof" in low))
 
 
 def now_monotonic() -> float:

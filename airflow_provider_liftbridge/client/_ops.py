@@ -82,11 +82,12 @@ def _unary(
     stream: str | None = None,
     partition: int | None = None,
 ) -> Op[object]:
-    """One unary call, retried on UNAVAILABLE across the known brokers with backoff.
+    """One unary call, retried on a lost connection across the known brokers, with backoff.
 
-    Every call is retried on UNAVAILABLE: for idempotent ones that is harmless; CreateStream,
-    DeleteStream and the publishes are retried too, which makes a publish at-least-once and lets
-    a create/delete report "exists"/"not found" if the lost attempt went through (the error says so).
+    Every call is retried on UNAVAILABLE and kin (see ``is_transient``): for idempotent calls that
+    is harmless; CreateStream, DeleteStream and the publishes are retried too, which makes a
+    publish at-least-once and lets a create/delete report "exists"/"not found" when the lost
+    attempt went through (the error says so).
     """
     deadline = core.call_timeout(timeout)
     tried: list[str] = []
@@ -97,14 +98,14 @@ def _unary(
         try:
             response = yield Unary(address, method, request, deadline)
         except RpcFailure as failure:
-            if failure.code == grpc.StatusCode.UNAVAILABLE and attempt < core.retry.max_retries:
+            if is_transient(failure) and attempt < core.retry.max_retries:
                 attempt += 1
                 yield Sleep(core.backoff(attempt))
                 continue
             error = map_rpc_error(
                 method, failure, stream=stream, partition=partition, attempts=attempt + 1, tried=tried
             )
-            if attempt and method not in IDEMPOTENT and failure.code != grpc.StatusCode.UNAVAILABLE:
+            if attempt and method not in IDEMPOTENT and not is_transient(failure):
                 # The lost attempt may have done the work (created, deleted, published) already.
                 error.args = (f"{error} (after {attempt} retried attempt(s): the first may have succeeded)",)
             raise error from failure.__cause__
@@ -530,7 +531,7 @@ def _pipeline(
             break
         except RpcFailure as failure:
             yield Cancel(handle)
-            if failure.code == grpc.StatusCode.UNAVAILABLE and attempt < core.retry.max_retries:
+            if is_transient(failure) and attempt < core.retry.max_retries:
                 attempt += 1
                 # Resend what was not acknowledged, in input order (at-least-once).
                 pending = deque(sorted(inflight | set(pending)))
@@ -606,12 +607,14 @@ def subscribe(
         address = address or core.address_for_attempt(attempt)
         handle = yield OpenStream(address, "Subscribe", state.request(), long_lived=True)
         try:
+            first = True
             while True:
                 pb = yield Read(handle)
                 if pb is END:
                     return
                 connected, give_up_at, attempt = True, None, 0
-                message = state.on_message(pb)
+                message = state.on_message(pb, first=first)
+                first = False
                 if message is not None:
                     yield Emit(message)
                 if state.finished:

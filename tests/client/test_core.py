@@ -184,14 +184,16 @@ def test_subscription_resumes_after_last_delivered_offset_and_drops_repeats() ->
     first = st.request()
     assert (first.startPosition, first.stopPosition, first.stopOffset) == (api_pb2.LATEST, api_pb2.STOP_OFFSET, 5)
     assert first.readISRReplica and first.resume and first.partition == 1
-    assert st.on_message(api_pb2.Message()) is None  # the handshake
-    msg = st.on_message(api_pb2.Message(offset=3, value=b"x", key=b"k", headers={"a": b"b"}, stream="s", partition=1))
+    assert st.on_message(api_pb2.Message(), first=True) is None  # the handshake
+    msg = st.on_message(
+        api_pb2.Message(offset=3, value=b"x", key=b"k", headers={"a": b"b"}, stream="s", partition=1), first=False
+    )
     assert msg is not None and (msg.offset, msg.value, msg.key, dict(msg.headers)) == (3, b"x", b"k", {"a": b"b"})
     again = st.request()
     assert (again.startPosition, again.startOffset, again.stopOffset) == (api_pb2.OFFSET, 4, 5)
-    assert st.on_message(api_pb2.Message(offset=3, value=b"x")) is None  # a repeat is dropped
+    assert st.on_message(api_pb2.Message(offset=3, value=b"x"), first=False) is None  # a repeat is dropped
     assert not st.finished
-    st.on_message(api_pb2.Message(offset=5, value=b"y"))
+    st.on_message(api_pb2.Message(offset=5, value=b"y"), first=False)
     assert st.finished
 
 
