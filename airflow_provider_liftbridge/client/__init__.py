@@ -8,6 +8,7 @@ from __future__ import annotations
 from .async_client import AsyncLiftbridgeClient
 from .errors import (
     AckTimeoutError,
+    ClientClosedError,
     EncryptionError,
     IncorrectOffsetError,
     InvalidArgumentError,
@@ -50,6 +51,7 @@ __all__ = [
     "AckPolicy",
     "AckTimeoutError",
     "BrokerInfo",
+    "ClientClosedError",
     "EncryptionError",
     "IncorrectOffsetError",
     "InvalidArgumentError",

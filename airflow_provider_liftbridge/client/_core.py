@@ -346,6 +346,25 @@ def _value(what: str, value: object) -> bytes:
     return bytes(value)
 
 
+def _message_fields(
+    value: bytes,
+    key: bytes | None,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    ack_inbox: str | None,
+    correlation_id: str | None,
+) -> dict[str, Any]:
+    """The fields Publish and PublishToSubject requests share, validated."""
+    return {
+        "key": b"" if key is None else _value("key", key),
+        "value": _value("value", value),
+        "headers": _headers(headers),
+        "ackInbox": ack_inbox or "",
+        "correlationId": correlation_id or "",
+        "ackPolicy": int(ack_policy),
+    }
+
+
 def build_publish(
     stream: str,
     value: bytes,
@@ -366,13 +385,8 @@ def build_publish(
     return api_pb2.PublishRequest(
         stream=stream,
         partition=_check_partition(partition),
-        key=b"" if key is None else _value("key", key),
-        value=_value("value", value),
-        headers=_headers(headers),
-        ackInbox=ack_inbox or "",
-        correlationId=correlation_id or "",
-        ackPolicy=int(ack_policy),  # type: ignore[arg-type]
         expectedOffset=-1 if expected_offset is None else expected_offset,
+        **_message_fields(value, key, headers, ack_policy, ack_inbox, correlation_id),
     )
 
 
@@ -388,13 +402,7 @@ def build_publish_to_subject(
 ) -> api_pb2.PublishToSubjectRequest:
     _check_name("subject", subject)
     return api_pb2.PublishToSubjectRequest(
-        subject=subject,
-        key=b"" if key is None else _value("key", key),
-        value=_value("value", value),
-        headers=_headers(headers),
-        ackInbox=ack_inbox or "",
-        correlationId=correlation_id or "",
-        ackPolicy=int(ack_policy),  # type: ignore[arg-type]
+        subject=subject, **_message_fields(value, key, headers, ack_policy, ack_inbox, correlation_id)
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
@@ -13,11 +13,12 @@ import grpc.aio
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
 from . import _ops
+from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
 from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
-from .channels import ASYNC_REGISTRY, ChannelFactory
-from .errors import InvalidArgumentError
-from .types import AckPolicy, Message, TlsConfig
+from .channels import ASYNC_REGISTRY, ChannelFactory, SlotTurns
+from .errors import ClientClosedError
+from .types import Message, TlsConfig
 
 __all__ = ["AsyncLiftbridgeClient"]
 
@@ -49,19 +50,14 @@ class _AsyncTransport:
 
     def __init__(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._factory = factory
-        self._size = max(1, subscription_channels)
+        self._slots = SlotTurns(subscription_channels)
         self._held: dict[tuple[str, int], tuple[grpc.aio.Channel, _Key]] = {}
-        self._turn: dict[str, int] = {}
         self.closed = False
 
     def _stub(self, address: str, long_lived: bool = False) -> Any:
         if self.closed:
-            raise InvalidArgumentError("the client is closed; create a new one")
-        slot = 0
-        if long_lived:
-            n = self._turn.get(address, 0)
-            self._turn[address] = n + 1
-            slot = 1 + n % self._size
+            raise ClientClosedError("the client is closed; create a new one")
+        slot = self._slots.next(address, long_lived)
         held = self._held.get((address, slot))
         if held is None:
             held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
@@ -177,7 +173,7 @@ def _stream_method(
     return method
 
 
-class AsyncLiftbridgeClient:
+class AsyncLiftbridgeClient(ClientBase):
     """The asyncio Liftbridge client: the constructor and methods of
     :class:`~.sync_client.LiftbridgeClient`, with every method a coroutine and ``subscribe``
     an async iterator (``async for msg in client.subscribe(...)``).
@@ -186,37 +182,8 @@ class AsyncLiftbridgeClient:
     (e.g. triggers in one triggerer) open one connection per broker. ``close()`` releases them.
     """
 
-    def __init__(
-        self,
-        brokers: str | Sequence[str],
-        *,
-        tls: TlsConfig | None = None,
-        nats_servers: Sequence[str] = (),
-        timeout: float = 10.0,
-        max_retries: int = 5,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        resubscribe_wait: float = 30.0,
-        subscription_channels: int = 2,
-        backoff_base: float = 0.05,
-        backoff_max: float = 2.0,
-    ) -> None:
-        self._core = ClientCore(
-            brokers,
-            timeout=timeout,
-            max_retries=max_retries,
-            ack_policy=ack_policy,
-            resubscribe_wait=resubscribe_wait,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-        )
-        self.tls = tls
-        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
-        self._transport = _AsyncTransport(ChannelFactory(tls), subscription_channels)
-
-    @property
-    def brokers(self) -> list[str]:
-        """Every broker address the client knows (seeds, then learned ones)."""
-        return self._core.known_addresses()
+    def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
+        self._transport = _AsyncTransport(factory, subscription_channels)
 
     create_stream = _method(_ops.create_stream)
     delete_stream = _method(_ops.delete_stream)
@@ -240,6 +207,3 @@ class AsyncLiftbridgeClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return f"AsyncLiftbridgeClient(brokers={self._core.seeds!r}, tls={self.tls is not None})"

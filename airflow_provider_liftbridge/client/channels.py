@@ -21,10 +21,10 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .errors import InvalidArgumentError
+from .errors import ClientClosedError, InvalidArgumentError
 from .types import TlsConfig
 
-__all__ = ["ChannelFactory", "AsyncChannelRegistry", "SyncChannelPool", "ASYNC_REGISTRY"]
+__all__ = ["ASYNC_REGISTRY", "AsyncChannelRegistry", "ChannelFactory", "SlotTurns", "SyncChannelPool"]
 
 # Reconnect quickly after a broker restart (gRPC's default backoff grows to two minutes, far
 # longer than a resubscription is allowed to wait).
@@ -93,27 +93,40 @@ class ChannelFactory:
         return grpc.aio.secure_channel(address, self.credentials(), options=self.options(slot))
 
 
+class SlotTurns:
+    """Which channel slot a call uses: 0 (the shared unary channel) for short calls, and
+    1..``size`` in turn per broker for long-lived streams."""
+
+    def __init__(self, size: int) -> None:
+        self._size = max(1, size)
+        self._turn: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next(self, address: str, long_lived: bool) -> int:
+        if not long_lived:
+            return 0
+        with self._lock:
+            n = self._turn.get(address, 0)
+            self._turn[address] = n + 1
+        return 1 + n % self._size
+
+
 class SyncChannelPool:
     """One client's channels: slot 0 per broker for unary calls, ``subscription_channels`` more
     per broker handed out in turn to long-lived streams."""
 
     def __init__(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._factory = factory
-        self._size = max(1, subscription_channels)
+        self._slots = SlotTurns(subscription_channels)
         self._channels: dict[tuple[str, int], grpc.Channel] = {}
-        self._turn: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     def get(self, address: str, long_lived: bool) -> grpc.Channel:
+        slot = self._slots.next(address, long_lived)
         with self._lock:
             if self._closed:
-                raise InvalidArgumentError("the client is closed; create a new one")
-            slot = 0
-            if long_lived:
-                n = self._turn.get(address, 0)
-                self._turn[address] = n + 1
-                slot = 1 + n % self._size
+                raise ClientClosedError("the client is closed; create a new one")
             channel = self._channels.get((address, slot))
             if channel is None:
                 channel = self._channels[(address, slot)] = self._factory.sync_channel(address, slot)

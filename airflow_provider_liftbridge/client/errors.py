@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AckTimeoutError",
+    "ClientClosedError",
     "EncryptionError",
     "IncorrectOffsetError",
     "InvalidArgumentError",
@@ -94,6 +95,10 @@ class InvalidArgumentError(LiftbridgeError, ValueError):
 
 class PermissionDeniedError(LiftbridgeError):
     """The server refused the call for lack of permission or authentication."""
+
+
+class ClientClosedError(LiftbridgeError):
+    """The client was closed; create a new one."""
 
 
 class ServerError(LiftbridgeError):

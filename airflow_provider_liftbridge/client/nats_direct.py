@@ -105,6 +105,20 @@ class NatsPublisher:
         )
         await self._nc.publish(subject, frame)
 
+    async def _publish_record(
+        self, subject: str, rec: Record, inbox: str, correlation_id: str | None, ack_policy: AckPolicy
+    ) -> None:
+        await self.publish(
+            partition_subject(subject, rec.partition or 0),
+            rec.value,
+            key=rec.key,
+            headers=rec.headers,
+            ack_inbox=inbox,
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            expected_offset=rec.expected_offset,
+        )
+
     async def acks(self, inbox: str) -> AsyncIterator[Ack]:
         """Yield the acks arriving on ``inbox`` until the caller stops iterating. Frames that are
         not acks are logged and skipped."""
@@ -140,10 +154,7 @@ class NatsPublisher:
         items = [Record(r) if isinstance(r, bytes | bytearray) else r for r in records]
         if ack_policy == AckPolicy.NONE:
             for rec in items:
-                await self.publish(
-                    partition_subject(subject, rec.partition or 0), rec.value, key=rec.key, headers=rec.headers,
-                    ack_policy=ack_policy, expected_offset=rec.expected_offset,
-                )  # fmt: skip
+                await self._publish_record(subject, rec, "", None, ack_policy)
             await self._nc.flush()
             return []
         batch = uuid.uuid4().hex[:12]
@@ -176,11 +187,7 @@ class NatsPublisher:
                 if errors:
                     break
                 await _wait(room.acquire(), timeout, lambda: _first_missing(acks, errors))
-                await self.publish(
-                    partition_subject(subject, rec.partition or 0), rec.value, key=rec.key, headers=rec.headers,
-                    ack_inbox=inbox, correlation_id=ids[i], ack_policy=ack_policy,
-                    expected_offset=rec.expected_offset,
-                )  # fmt: skip
+                await self._publish_record(subject, rec, inbox, ids[i], ack_policy)
                 sent += 1
             while sum(1 for a in acks[:sent] if a is not None) + len(errors) < sent:
                 progress.clear()

@@ -6,7 +6,7 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
@@ -14,10 +14,11 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
 from . import _ops
+from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
 from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
 from .channels import ChannelFactory, SyncChannelPool
-from .types import AckPolicy, Message, TlsConfig
+from .types import Message
 
 __all__ = ["LiftbridgeClient"]
 
@@ -171,58 +172,14 @@ def _stream_method(
     return method
 
 
-class LiftbridgeClient:
-    """A blocking Liftbridge client; thread-safe, a context manager.
-
-    :param brokers: seed brokers: ``"host:port"``, ``"h1:p1,h2:p2"`` or a list; more are learned
-        from metadata.
-    :param tls: TLS settings (``None``: plaintext).
-    :param nats_servers: NATS URLs for the NATS-direct helpers (see :mod:`.nats_direct`).
-    :param timeout: default per-call deadline in seconds (also the ack wait of publishes).
-    :param max_retries: retries on UNAVAILABLE, cycling through the known brokers with
-        exponential backoff and jitter.
-    :param ack_policy: default ack policy of publishes.
-    :param resubscribe_wait: how long a subscription keeps trying to resubscribe after a
-        transient failure, in seconds.
-    :param subscription_channels: channels per broker shared by long-lived subscriptions.
-    :param backoff_base: first retry wait in seconds (doubled per retry).
-    :param backoff_max: longest retry wait in seconds.
-    :raises InvalidArgumentError: a malformed broker address, TLS files missing, a non-positive
-        timeout.
+class LiftbridgeClient(ClientBase):
+    """A blocking Liftbridge client; thread-safe, a context manager. Constructor parameters:
+    see :class:`~._base.ClientBase`. Methods: the operations of :mod:`._ops`.
     """
 
-    def __init__(
-        self,
-        brokers: str | Sequence[str],
-        *,
-        tls: TlsConfig | None = None,
-        nats_servers: Sequence[str] = (),
-        timeout: float = 10.0,
-        max_retries: int = 5,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        resubscribe_wait: float = 30.0,
-        subscription_channels: int = 2,
-        backoff_base: float = 0.05,
-        backoff_max: float = 2.0,
-    ) -> None:
-        self._core = ClientCore(
-            brokers,
-            timeout=timeout,
-            max_retries=max_retries,
-            ack_policy=ack_policy,
-            resubscribe_wait=resubscribe_wait,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-        )
-        self.tls = tls
-        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
-        self._pool = SyncChannelPool(ChannelFactory(tls), subscription_channels)
+    def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
+        self._pool = SyncChannelPool(factory, subscription_channels)
         self._transport = _SyncTransport(self._pool)
-
-    @property
-    def brokers(self) -> list[str]:
-        """Every broker address the client knows (seeds, then learned ones)."""
-        return self._core.known_addresses()
 
     create_stream = _method(_ops.create_stream)
     delete_stream = _method(_ops.delete_stream)
@@ -246,6 +203,3 @@ class LiftbridgeClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"LiftbridgeClient(brokers={self._core.seeds!r}, tls={self.tls is not None})"

@@ -1,0 +1,69 @@
+"""What both clients share besides the operations: construction, configuration, repr."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._core import ClientCore
+from .channels import ChannelFactory
+from .types import AckPolicy, TlsConfig
+
+
+class ClientBase:
+    """Configuration common to :class:`LiftbridgeClient` and :class:`AsyncLiftbridgeClient`.
+
+    :param brokers: seed brokers: ``"host:port"``, ``"h1:p1,h2:p2"`` or a list; more are learned
+        from metadata.
+    :param tls: TLS settings (``None``: plaintext).
+    :param nats_servers: NATS URLs, for the NATS-direct helpers (:mod:`.nats_direct`).
+    :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack).
+    :param max_retries: retries after a lost connection, cycling through the known brokers with
+        exponential backoff and jitter.
+    :param ack_policy: default ack policy of publishes.
+    :param resubscribe_wait: how long a subscription keeps trying to resubscribe after a
+        transient failure, in seconds.
+    :param subscription_channels: channels per broker shared by long-lived subscriptions.
+    :param backoff_base: first retry wait in seconds (doubled per retry).
+    :param backoff_max: longest retry wait in seconds.
+    :raises InvalidArgumentError: a malformed broker address, unreadable TLS files, a certificate
+        without its key, a non-positive timeout.
+    """
+
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        *,
+        tls: TlsConfig | None = None,
+        nats_servers: Sequence[str] = (),
+        timeout: float = 10.0,
+        max_retries: int = 5,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        resubscribe_wait: float = 30.0,
+        subscription_channels: int = 2,
+        backoff_base: float = 0.05,
+        backoff_max: float = 2.0,
+    ) -> None:
+        self._core = ClientCore(
+            brokers,
+            timeout=timeout,
+            max_retries=max_retries,
+            ack_policy=ack_policy,
+            resubscribe_wait=resubscribe_wait,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+        )
+        self.tls = tls
+        self.nats_servers: tuple[str, ...] = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers)
+        self._open(ChannelFactory(tls), subscription_channels)
+
+    def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
+        """Set up the transport (the only thing the two clients do differently)."""
+        raise NotImplementedError
+
+    @property
+    def brokers(self) -> list[str]:
+        """Every broker address the client knows (seeds, then learned ones)."""
+        return self._core.known_addresses()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(brokers={self._core.seeds!r}, tls={self.tls is not None})"
