@@ -37,6 +37,7 @@ _NONE = api_pb2.NONE
 # Generous limits: dropping a message as a "slow consumer" would lose an unacked publish.
 _SUB_PENDING_MSGS = 4_000_000
 _SUB_PENDING_BYTES = 1 << 30
+_YIELD_EVERY = 256
 
 
 class NatsIngest:
@@ -53,6 +54,7 @@ class NatsIngest:
         self._ack_wakeup = asyncio.Event()
         self._ack_task: asyncio.Task[None] | None = None
         self._ack_waiters: dict[str, list[asyncio.Future[api_pb2.Ack]]] = {}
+        self._handled = 0
 
     async def connect(self) -> None:
         """Connect to NATS and start the ack sender.
@@ -96,6 +98,12 @@ class NatsIngest:
 
         async def on_msg(msg: Msg) -> None:
             self.handle(partition, msg.subject, msg.reply, msg.data)
+            self._handled += 1
+            if self._handled >= _YIELD_EVERY:
+                # nats-py hands queued messages over without yielding; let the flush (and so the
+                # acks) and gRPC calls run between batches instead of after the whole backlog.
+                self._handled = 0
+                await asyncio.sleep(0)
 
         sub = await self.nc.subscribe(
             partition.subject,

@@ -1,0 +1,90 @@
+"""``liftbridge-devserver`` / ``python -m airflow_provider_liftbridge.devserver``: ready line, signals, clear errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+from airflow_provider_liftbridge.devserver.server import READY_PREFIX, parse_ready_line
+
+CMD = [sys.executable, "-m", "airflow_provider_liftbridge.devserver"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ready_line_serves_and_sigterm_stops_server_and_nats(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*CMD, "--port", "0", "--nats-port", "0", "--brokers", "2", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        assert line.startswith(READY_PREFIX), line
+        addresses, nats_url = parse_ready_line(line)
+        assert len(addresses) == 2 and nats_url.startswith("nats://127.0.0.1:")
+        with grpc.insecure_channel(addresses[1]) as ch:
+            meta = api_pb2_grpc.APIStub(ch).FetchMetadata(pb.FetchMetadataRequest(), timeout=5)
+        assert len(meta.brokers) == 2
+        nats_port = int(nats_url.rsplit(":", 1)[1])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        with socket.socket() as sock:  # the nats-server child is gone too
+            assert sock.connect_ex(("127.0.0.1", nats_port)) != 0
+        assert (tmp_path / "meta.json").exists() or (tmp_path / "streams").is_dir()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_port_in_use_is_one_clear_line() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = subprocess.run(
+            [*CMD, "--port", str(port), "--nats-port", "0"], capture_output=True, text=True, timeout=30
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"port {port}" in result.stderr and "already in use" in result.stderr
+
+
+def test_missing_nats_server_is_one_clear_line(tmp_path: Path) -> None:
+    # A Python without nats-server next to it and nothing on PATH: run the module through a symlinked interpreter.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": str(fake_bin), "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [str(fake_bin / "python"), "-m", "airflow_provider_liftbridge.devserver", "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "nats-server binary not found" in result.stderr and "Traceback" not in result.stderr

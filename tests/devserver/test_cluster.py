@@ -1,0 +1,92 @@
+"""Cluster mode: several brokers in one process, leaders spread, failover when a leader stops."""
+
+from __future__ import annotations
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+from airflow_provider_liftbridge.devserver import DevServer
+
+from .helpers import TIMEOUT, create, partition_meta, publish, rpc_error, subscribe
+
+
+def _stubs(cluster: DevServer) -> list[api_pb2_grpc.APIStub]:
+    return [api_pb2_grpc.APIStub(grpc.insecure_channel(a)) for a in cluster.addresses]
+
+
+def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> None:
+    stubs = _stubs(cluster)
+    create(stubs[1], "spread", partitions=6, replicationFactor=3)  # admin calls work on any broker
+    meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
+    assert [(b.id, f"{b.host}:{b.port}") for b in meta.brokers] == list(zip(cluster.broker_ids, cluster.addresses))
+    assert [b.leaderCount for b in meta.brokers] == [2, 2, 2]
+    assert [b.partitionCount for b in meta.brokers] == [6, 6, 6]
+    parts = meta.streamMetadata[0].partitions
+    assert {parts[p].leader for p in parts} == set(cluster.broker_ids)
+    assert all(len(parts[p].replicas) == 3 and list(parts[p].isr) == list(parts[p].replicas) for p in parts)
+
+
+def test_non_leader_refuses_subscribe_and_partition_metadata(cluster: DevServer) -> None:
+    stubs = _stubs(cluster)
+    create(stubs[0], "lead", replicationFactor=3)
+    publish(stubs[2], "lead", b"v")  # publish works on any broker
+    leader = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0].leader
+    li = cluster.broker_ids.index(leader)
+    follower = stubs[(li + 1) % 3]
+    sub = subscribe(follower, pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST))
+    assert (sub.code, sub.details, sub.messages) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "Server not partition leader",
+        [],
+    )
+    assert rpc_error(partition_meta, follower, "lead").code() == grpc.StatusCode.FAILED_PRECONDITION
+    # An ISR replica may serve reads when asked to.
+    req = pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST, readISRReplica=True)
+    assert subscribe(follower, req, count=1).offsets == [0]
+    assert subscribe(stubs[li], pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST), count=1).offsets == [0]
+
+
+def test_leader_failover_and_restart(cluster: DevServer) -> None:
+    stubs = _stubs(cluster)
+    create(stubs[0], "fail", replicationFactor=2)
+    for i in range(3):
+        publish(stubs[0], "fail", b"%d" % i)
+    old = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0]
+    li = cluster.broker_ids.index(old.leader)
+    cluster.stop_broker(li)
+    dead = stubs[li]
+    assert rpc_error(dead.FetchMetadata, pb.FetchMetadataRequest(), timeout=1).code() == grpc.StatusCode.UNAVAILABLE
+    alive = stubs[(li + 1) % 3]
+    meta = alive.FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
+    assert old.leader not in {b.id for b in meta.brokers}
+    new = meta.streamMetadata[0].partitions[0]
+    assert new.leader != old.leader and new.leader in old.replicas  # moved to the live replica
+    assert old.leader not in new.isr
+    ni = cluster.broker_ids.index(new.leader)
+    assert subscribe(stubs[ni], pb.SubscribeRequest(stream="fail", startPosition=pb.EARLIEST), count=3).offsets == [
+        0,
+        1,
+        2,
+    ]
+    assert publish(stubs[ni], "fail", b"more").ack.offset == 3
+    cluster.start_broker(li)
+    back = stubs[li].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT, wait_for_ready=True)
+    assert len(back.brokers) == 3
+    part = back.streamMetadata[0].partitions[0]
+    assert part.leader == new.leader and old.leader in part.isr  # rejoins the ISR, leadership stays
+
+
+def test_subscription_on_stopped_leader_ends_unavailable(cluster: DevServer) -> None:
+    stubs = _stubs(cluster)
+    create(stubs[0], "cut")
+    leader = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0].leader
+    li = cluster.broker_ids.index(leader)
+    call = stubs[li].Subscribe(pb.SubscribeRequest(stream="cut"), timeout=10)
+    assert next(call).ByteSize() == 0  # handshake
+    cluster.stop_broker(li)
+    try:
+        next(call)
+        raise AssertionError("the subscription should have ended")
+    except grpc.RpcError as err:
+        assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)

@@ -1,0 +1,50 @@
+"""Retention by max messages, max bytes and max age: the oldest messages go and EARLIEST moves forward."""
+
+from __future__ import annotations
+
+import time
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+from .helpers import create, partition_meta, publish, subscribe
+
+Stub = api_pb2_grpc.APIStub
+
+
+def _earliest(stub: Stub, stream: str) -> int:
+    return subscribe(stub, pb.SubscribeRequest(stream=stream, startPosition=pb.EARLIEST), count=1).offsets[0]
+
+
+def test_retention_max_messages(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name, retentionMaxMessages=pb.NullableInt64(value=5))
+    for i in range(12):
+        publish(stub, stream_name, b"%d" % i)
+    assert _earliest(stub, stream_name) == 7
+    meta = partition_meta(stub, stream_name)
+    assert (meta.newestOffset, meta.highWatermark) == (11, 11)  # offsets are not reused
+    req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.OFFSET, startOffset=2, stopPosition=pb.STOP_LATEST)
+    assert subscribe(stub, req).offsets == [7, 8, 9, 10, 11]  # below EARLIEST reads from EARLIEST
+
+
+def test_retention_max_bytes(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name, retentionMaxBytes=pb.NullableInt64(value=2000))
+    for i in range(50):
+        publish(stub, stream_name, b"x" * 100 + b"%d" % i)
+    earliest = _earliest(stub, stream_name)
+    assert 30 < earliest < 49  # about 2,000 bytes of records are kept, the rest expired
+    req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+    kept = subscribe(stub, req).data
+    assert sum(len(m.SerializeToString()) for m in kept) <= 2000
+
+
+def test_retention_max_age(stub: Stub, stream_name: str) -> None:
+    create(stub, stream_name, retentionMaxAge=pb.NullableInt64(value=500))  # milliseconds, as the Go client sends
+    for i in range(3):
+        publish(stub, stream_name, b"old%d" % i)
+    time.sleep(0.7)
+    publish(stub, stream_name, b"fresh")
+    deadline = time.monotonic() + 5
+    while _earliest(stub, stream_name) != 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _earliest(stub, stream_name) == 3
