@@ -1,0 +1,207 @@
+"""LiftbridgePublishOperator and the shared publishing helpers, over gRPC and NATS-direct."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, NoSuchStreamError, Record, partition_for_key
+from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.hooks.exceptions import (
+    LiftbridgeArgumentError,
+    LiftbridgePublishNotAcknowledgedError,
+)
+from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
+from airflow_provider_liftbridge.operators.publishing import BatchSender, build_record, publish_in_windows, to_bytes
+from tests.operators import helpers
+from tests.operators.helpers import read_all
+
+pytestmark = pytest.mark.usefixtures("liftbridge_conn")
+PATHS = ["grpc", "nats"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_inline_records_of_every_kind(path: str, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    op = LiftbridgePublishOperator(
+        task_id="p",
+        stream=stream_name,
+        records=[{"id": "a", "n": 1}, "text", b"\x00\xff", [1, 2], Record(b"own", key=b"k", headers={"h": b"1"})],
+        key="default-key",
+        headers={"source": "test"},
+        publish_path=path,
+    )
+    summary = op.execute({})
+    assert summary == {
+        "stream": stream_name,
+        "count": 5,
+        "acknowledged": 5,
+        "ack_policy": "LEADER",
+        "partitions": {"0": {"first_offset": 0, "last_offset": 4, "count": 5}},
+    }
+    json.dumps(summary)  # XCom-safe
+    messages = read_all(liftbridge_client, stream_name)
+    assert [m.value for m in messages] == [b'{"id":"a","n":1}', b"text", b"\x00\xff", b"[1,2]", b"own"]
+    assert [m.key for m in messages] == [b"default-key"] * 4 + [b"k"]
+    assert all(m.headers["source"] == b"test" for m in messages)
+    assert messages[4].headers["h"] == b"1"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_key_partitioning_matches_the_go_client(
+    path: str, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=3)
+    records = helpers.make_records(12)
+    summary = LiftbridgePublishOperator(
+        task_id="p", stream=stream_name, records=records, key_field="id", partitioner="key", publish_path=path
+    ).execute({})
+    assert summary["count"] == summary["acknowledged"] == 12
+    seen = 0
+    for partition in range(3):
+        for message in read_all(liftbridge_client, stream_name, partition):
+            assert partition_for_key(message.key, 3) == partition
+            seen += 1
+        span = summary["partitions"].get(str(partition))
+        if span:
+            assert span["count"] == len(read_all(liftbridge_client, stream_name, partition))
+    assert seen == 12
+
+
+def test_records_from_a_callable_and_an_explicit_partition(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    summary = LiftbridgePublishOperator(
+        task_id="p",
+        stream=stream_name,
+        records_callable="tests.operators.helpers.make_records",
+        records_callable_args=[3],
+        records_callable_kwargs={"prefix": "cb"},
+        partition=1,
+    ).execute({})
+    assert summary["partitions"] == {"1": {"first_offset": 0, "last_offset": 2, "count": 3}}
+    assert [json.loads(m.value)["id"] for m in read_all(liftbridge_client, stream_name, 1)] == ["cb-0", "cb-1", "cb-2"]
+
+
+def test_records_given_as_a_json_string(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    # What "{{ ti.xcom_pull('t') | tojson }}" renders to.
+    liftbridge_client.create_stream(stream_name, stream_name)
+    summary = LiftbridgePublishOperator(task_id="p", stream=stream_name, records='[{"a": 1}, "b"]').execute({})
+    assert summary["count"] == 2
+    assert [m.value for m in read_all(liftbridge_client, stream_name)] == [b'{"a":1}', b"b"]
+
+
+def test_ack_policy_none_publishes_without_offsets(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    summary = LiftbridgePublishOperator(
+        task_id="p", stream=stream_name, records=["x", "y"], ack_policy="none", publish_path="grpc"
+    ).execute({})
+    assert summary == {"stream": stream_name, "count": 2, "acknowledged": 0, "ack_policy": "NONE", "partitions": {}}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_refused_records_fail_the_task(path: str, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, optimistic_concurrency_control=True)
+    op = LiftbridgePublishOperator(
+        task_id="p",
+        stream=stream_name,
+        records_callable="tests.operators.helpers.records_with_expected_offsets",
+        records_callable_args=[[0, 1, 7]],  # the third one is wrong: it would get offset 2
+        publish_path=path,
+        publish_timeout=3,
+        window=1,
+    )
+    with pytest.raises(LiftbridgePublishNotAcknowledgedError) as info:
+        op.execute({})
+    assert info.value.acknowledged == 2
+    assert "record #2" in str(info.value)
+    assert [m.value for m in read_all(liftbridge_client, stream_name)] == [b"occ-0", b"occ-1"]
+
+
+def test_readonly_stream_fails_the_task(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.set_stream_readonly(stream_name)
+    with pytest.raises(LiftbridgePublishNotAcknowledgedError, match="0 acknowledged"):
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path="grpc").execute({})
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_missing_stream(path: str, stream_name: str) -> None:
+    with pytest.raises((NoSuchStreamError, LiftbridgePublishNotAcknowledgedError)):
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path=path).execute({})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({}, "exactly one of records and records_callable"),
+        ({"records": [], "records_callable": "x.y"}, "exactly one"),
+        ({"records_callable": print}, "dotted path"),
+        ({"records": ["x"], "partitioner": "random"}, "partitioner 'random' is unknown"),
+        ({"records": ["x"], "publish_path": "carrier-pigeon"}, "publish_path"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(LiftbridgeArgumentError, match=words):
+        LiftbridgePublishOperator(task_id="p", stream="s", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"records": "not json"}, "not a JSON list"),
+        ({"records": {"a": 1}}, "must be a list"),
+        ({"records_callable": "tests.operators.helpers.nope"}, "records_callable"),
+        ({"records": ["x"], "ack_policy": "maybe"}, "not an ack policy"),
+        ({"records": [{"a": 1}], "key_field": "id"}, "key_field 'id' is missing"),
+    ],
+)
+def test_bad_records_fail_the_task(stream_name: str, kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(LiftbridgeArgumentError, match=words):
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, publish_path="grpc", **kwargs).execute({})  # type: ignore[arg-type]
+
+
+class CountingSender(BatchSender):
+    """The real gRPC sender, noting each window's size and how far the source had been read."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.windows: list[tuple[int, int]] = []
+
+    def send(self, batch: list[Record]):  # type: ignore[no-untyped-def]
+        self.windows.append((len(batch), helpers.PULLED["count"]))
+        return super().send(batch)
+
+
+def test_windows_bound_what_is_read_ahead(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    helpers.PULLED["count"] = 0
+    hook = LiftbridgeHook()
+    sender = CountingSender(
+        hook.client, stream_name, ack_policy=AckPolicy.LEADER, window=256, partition=None, partitioner=None, timeout=10
+    )
+    records = (build_record(v) for v in helpers.counted_records(2500))
+    summary = publish_in_windows(sender, records, window=1000)
+    hook.close()
+    assert summary.count == summary.acknowledged == 2500
+    assert [size for size, _ in sender.windows] == [1000, 1000, 500]
+    # The source is never more than one window ahead of what was published.
+    assert [pulled for _, pulled in sender.windows] == [1000, 2000, 2500]
+    assert summary.to_xcom()["partitions"] == {"0": {"first_offset": 0, "last_offset": 2499, "count": 2500}}
+
+
+def test_to_bytes_and_build_record() -> None:
+    import datetime as dt
+    import decimal
+
+    assert to_bytes({"when": dt.date(2024, 1, 2), "amount": decimal.Decimal("1.50"), "raw": b"\x01"}) == (
+        b'{"when":"2024-01-02","amount":"1.50","raw":"AQ=="}'
+    )
+    with pytest.raises(LiftbridgeArgumentError, match="cannot encode"):
+        to_bytes({"x": object()})
+    record = build_record({"id": 7}, key_field="id", headers={"a": "1"}, extra_headers={"b": b"2"})
+    assert record.key == b"7" and dict(record.headers or {}) == {"a": b"1", "b": b"2"}
+    with pytest.raises(LiftbridgeArgumentError, match="needs records that are mappings"):
+        build_record("plain", key_field="id")
