@@ -134,12 +134,17 @@ async def wait_for_offset(client: AsyncLiftbridgeClient, stream: str, partition:
     subscribes from ``target``: subscribers only see committed messages, so the first message
     delivered at or after ``target`` proves the high watermark got there. No polling.
 
-    :raises LiftbridgeAirflowError: the subscription ended (partition read-only) before the target.
+    :raises LiftbridgeAirflowError: the partition is (or becomes) read-only before the target.
     :raises LiftbridgeError: the stream or partition does not exist, or the cluster failed.
     """
     info = await client.fetch_partition_metadata(stream, partition)
     if info.high_watermark >= target:
         return info.high_watermark
+    if info.readonly:
+        raise LiftbridgeAirflowError(
+            f"stream {stream!r} partition {partition} is read-only at offset {info.high_watermark}: "
+            f"offset {target} will never be written"
+        )
     async with closing_subscription(client.subscribe(stream, partition=partition, start_at=target)) as messages:
         async for message in messages:
             if message.offset >= target:
