@@ -75,6 +75,23 @@ def is_valid_subject(subject: str) -> bool:
     return bool(subject) and not _SUBJECT_BAD_CHARS.search(subject) and all(subject.split("."))
 
 
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def header_entry(key: str, value: bytes) -> bytes:
+    """One encoded entry of ``Message.headers`` (field 9, a map<string, bytes>)."""
+    k = key.encode()
+    entry = b"\x0a" + varint(len(k)) + k + b"\x12" + varint(len(value)) + value
+    return b"\x4a" + varint(len(entry)) + entry
+
+
 def partition_subject(subject: str, partition: int) -> str:
     """Subject of a partition: the stream subject for partition 0, ``subject.N`` otherwise."""
     return subject if partition == 0 else f"{subject}.{partition}"
@@ -158,7 +175,7 @@ class Partition:
         self._callbacks: list[tuple[CommitCallback, Any]] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._stream_name = stream.name
-        self._subject_b = self.subject.encode()
+        self._default_headers = header_entry("subject", self.subject.encode()) + header_entry("reply", b"")
 
     # -- writing --------------------------------------------------------------
     def append(
@@ -183,9 +200,6 @@ class Partition:
         # Reception timestamps never go backwards, so timestamp lookups can bisect.
         timestamp = max(timestamp, self._last_ts)
         self._last_ts = timestamp
-        hdrs = dict(headers) if headers else {}
-        hdrs["subject"] = self._subject_b if subject == self.subject else subject.encode()
-        hdrs["reply"] = reply.encode()
         body = api_pb2.Message(
             offset=offset,
             key=key,
@@ -195,8 +209,15 @@ class Partition:
             partition=self.id,
             subject=subject,
             replySubject=reply,
-            headers=hdrs,
         ).SerializeToString()
+        # Headers are appended as encoded map entries: protobuf merges concatenated fields, and this
+        # skips building a map per message. The server's own ``subject``/``reply`` headers win.
+        if headers:
+            body += b"".join(header_entry(k, v) for k, v in headers.items() if k != "subject" and k != "reply")
+        if subject == self.subject and not reply:
+            body += self._default_headers
+        else:
+            body += header_entry("subject", subject.encode()) + header_entry("reply", reply.encode())
         log_.append_at(offset, body, timestamp)
         self.store.mark_dirty(self)
         return offset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from .state import Partition
+from .state import Partition, varint
 
 ACK_OK = api_pb2.Ack.OK
 ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
@@ -36,25 +36,16 @@ def build_ack(
     )
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def publish_response_bytes(ack_bytes: bytes, correlation_id: str) -> bytes:
     """A serialized ``PublishResponse{ack, correlationId}`` around an already serialized ``Ack``.
 
     Built by hand because PublishAsync sends one per message; the layout is plain protobuf
     (field 1 length-delimited, field 3 string).
     """
-    out = b"\x0a" + _varint(len(ack_bytes)) + ack_bytes
+    out = b"\x0a" + varint(len(ack_bytes)) + ack_bytes
     if correlation_id:
         cid = correlation_id.encode()
-        out += b"\x1a" + _varint(len(cid)) + cid
+        out += b"\x1a" + varint(len(cid)) + cid
     return out
 
 
