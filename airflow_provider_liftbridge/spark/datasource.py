@@ -49,8 +49,18 @@ READ_BATCH_ROWS = 8192
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``liftbridge`` format on ``spark`` (idempotent)."""
+    """Register the ``liftbridge`` format on ``spark`` and make ``spark`` the JVM's active session
+    for the calling thread (idempotent).
+
+    Classic Spark looks Python data sources up in the *active* session of the JVM thread serving
+    the call, and the JVM thread behind a Python thread can change (seen after starting an
+    in-process gRPC server); calling this again right before ``format("liftbridge")`` fixes
+    ``DATA_SOURCE_NOT_FOUND`` in that case.
+    """
     spark.dataSource.register(LiftbridgeDataSource)
+    jsession = getattr(spark, "_jsparkSession", None)  # absent on Spark Connect, which needs no fix
+    if jsession is not None:
+        spark._jvm.SparkSession.setActiveSession(jsession)  # type: ignore[union-attr]
 
 
 class LiftbridgeDataSource(DataSource):

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def _spark_session() -> Iterator[SparkSession]:
     from airflow_provider_liftbridge.spark import build_spark_session
 
     session = build_spark_session(
@@ -30,6 +30,15 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark(_spark_session: SparkSession) -> SparkSession:
+    """The suite's session, re-activated for this thread (see ``register``'s docstring)."""
+    from airflow_provider_liftbridge.spark import register
+
+    register(_spark_session)
+    return _spark_session
 
 
 @pytest.fixture
