@@ -144,9 +144,13 @@ async def test_offset_already_reached_fires_at_once(stream_name: str, liftbridge
     assert event == {"status": "success", "stream": stream_name, "partition": 0, "target_offset": 1, "offset": 2}
 
 
-async def test_offset_fires_when_the_message_is_committed(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+async def test_offset_fires_when_the_message_is_committed(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
     liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
-    waiting = asyncio.ensure_future(first_event(LiftbridgeOffsetTrigger(stream=stream_name, target_offset=2, partition=1)))
+    waiting = asyncio.ensure_future(
+        first_event(LiftbridgeOffsetTrigger(stream=stream_name, target_offset=2, partition=1))
+    )
     await asyncio.sleep(0.3)
     liftbridge_client.publish_many(stream_name, [b"0", b"1"], partition=1)
     await asyncio.sleep(0.3)
@@ -163,7 +167,9 @@ async def test_missing_stream_is_an_error_event(stream_name: str) -> None:
     assert event["message"]
 
 
-async def test_readonly_partition_ends_the_wait_with_an_error(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+async def test_readonly_partition_ends_the_wait_with_an_error(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     liftbridge_client.publish(stream_name, b"only")
     liftbridge_client.set_stream_readonly(stream_name)
@@ -213,7 +219,11 @@ async def test_failing_apply_function_is_an_error_event(stream_name: str, liftbr
     liftbridge_client.publish(stream_name, b"x")
     event = await first_event(LiftbridgeMessageTrigger(stream=stream_name, apply_function=f"{__name__}.explode"))
     assert event["status"] == "error"
-    assert f"{__name__}.explode" in event["message"] and "offset 0" in event["message"] and "bad filter" in event["message"]
+    assert (
+        f"{__name__}.explode" in event["message"]
+        and "offset 0" in event["message"]
+        and "bad filter" in event["message"]
+    )
 
 
 async def test_ack_trigger_waits_for_every_partition(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
@@ -280,9 +290,7 @@ async def test_ack_inbox_needs_nats_servers(monkeypatch: pytest.MonkeyPatch, lb_
 async def test_many_triggers_share_channels(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     before = ASYNC_REGISTRY.open_channels()
-    triggers = [
-        LiftbridgeMessageTrigger(stream=stream_name, apply_function=f"{__name__}.is_ready") for _ in range(30)
-    ]
+    triggers = [LiftbridgeMessageTrigger(stream=stream_name, apply_function=f"{__name__}.is_ready") for _ in range(30)]
     waiting = [asyncio.ensure_future(first_event(t)) for t in triggers]
     await asyncio.sleep(1.0)
     during = ASYNC_REGISTRY.open_channels()
