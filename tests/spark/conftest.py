@@ -1,4 +1,7 @@
-"""One SparkSession for the whole Spark suite (start-up costs ~6 s), plus stream helpers."""
+"""One SparkSession for the whole Spark suite (start-up costs ~6 s), plus stream helpers.
+
+Airflow is configured first (temporary home, env connections) for the operator tests.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_provider_liftbridge.spark import ConnectionSettings
+from tests.airflow_conftest import *  # noqa: F403
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,0 +1,100 @@
+"""LiftbridgeSparkPublishOperator and the spark-submit job, on local[2] against the dev server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from airflow_provider_liftbridge.client import LiftbridgeClient, partition_for_key
+from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+from airflow_provider_liftbridge.sensors.offset import summary_offsets
+from airflow_provider_liftbridge.spark import SparkOptionError
+from airflow_provider_liftbridge.spark.submit import main as submit_main
+from tests.spark import helpers
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("liftbridge_conn")]
+
+
+def test_operator_publishes_from_a_callable_and_returns_a_sensor_ready_summary(
+    spark: SparkSession, lb_address: str, make_stream: Callable[[int], str]
+) -> None:
+    stream = make_stream(2)
+    op = LiftbridgeSparkPublishOperator(
+        task_id="publish",
+        stream=stream,
+        dataframe_callable="tests.spark.helpers.orders",
+        callable_kwargs={"rows": 200},
+        key_col="customer",
+    )
+
+    summary = op.execute({})
+
+    assert (summary["stream"], summary["count"], summary["acknowledged"], summary["ack_policy"]) == (
+        stream,
+        200,
+        200,
+        "LEADER",
+    )
+    json.dumps(summary)  # XCom-safe
+    # The offset sensor accepts it, and its targets are the partitions' real high watermarks.
+    _, offsets = summary_offsets(summary)
+    with LiftbridgeClient(lb_address) as client:
+        assert offsets == {
+            str(p): client.fetch_partition_metadata(stream, p).high_watermark for p in range(2) if str(p) in offsets
+        }
+    expected = {p: sum(1 for c in range(10) if partition_for_key(f"c{c}".encode(), 2) == p) * 20 for p in range(2)}
+    assert {int(p): span["count"] for p, span in summary["partitions"].items()} == {
+        p: n for p, n in expected.items() if n
+    }
+    # The session the test suite owns is still usable: the operator did not stop a session it did not start.
+    assert spark.range(3).count() == 3
+
+
+def test_operator_refuses_bad_arguments_when_the_dag_is_parsed() -> None:
+    with pytest.raises(SparkOptionError, match="exactly one DataFrame source"):
+        LiftbridgeSparkPublishOperator(task_id="p", stream="s", table="t", sql="select 1")
+    with pytest.raises(SparkOptionError, match="value_col"):
+        LiftbridgeSparkPublishOperator(task_id="p", stream="s", table="t", value_format="raw")
+
+
+def test_operator_rejects_a_callable_that_returns_no_dataframe(spark: SparkSession, stream_name: str) -> None:
+    op = LiftbridgeSparkPublishOperator(
+        task_id="p", stream=stream_name, dataframe_callable="tests.spark.helpers.not_a_dataframe"
+    )
+    with pytest.raises(SparkOptionError, match="returned list, not a DataFrame"):
+        op.execute({})
+
+
+def test_submit_job_publishes_a_parquet_folder(
+    spark: SparkSession,
+    lb_address: str,
+    nats_url: str,
+    make_stream: Callable[[int], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stream = make_stream(1)
+    helpers.orders(spark, 50).write.parquet(str(tmp_path / "orders"))
+
+    code = submit_main(
+        [
+            "--stream", stream, "--brokers", lb_address, "--nats-servers", nats_url,
+            "--input", str(tmp_path / "orders"), "--format", "parquet", "--key-col", "customer",
+        ]
+    )  # fmt: skip
+
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["count"], summary["partitions"]["0"]["last_offset"]) == (50, 49)
+
+
+def test_submit_job_fails_with_exit_code_1_naming_the_missing_stream(
+    spark: SparkSession, lb_address: str, stream_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = submit_main(["--stream", stream_name, "--brokers", lb_address, "--sql", "select 1 as x"])
+    assert code == 1
+    assert f"stream '{stream_name}' does not exist" in capsys.readouterr().err
