@@ -382,7 +382,7 @@ class ApiService:
         store = self.store
         part = store.get_partition(req.stream, req.partition)
         if part is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "No such partition")
+            await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "No such partition"))
         if part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
         if req.resume and part.paused:
