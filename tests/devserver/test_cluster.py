@@ -19,7 +19,9 @@ def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> 
     stubs = _stubs(cluster)
     create(stubs[1], "spread", partitions=6, replicationFactor=3)  # admin calls work on any broker
     meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
-    assert [(b.id, f"{b.host}:{b.port}") for b in meta.brokers] == list(zip(cluster.broker_ids, cluster.addresses))
+    assert [(b.id, f"{b.host}:{b.port}") for b in meta.brokers] == list(
+        zip(cluster.broker_ids, cluster.addresses, strict=True)
+    )
     assert [b.leaderCount for b in meta.brokers] == [2, 2, 2]
     assert [b.partitionCount for b in meta.brokers] == [6, 6, 6]
     parts = meta.streamMetadata[0].partitions

@@ -170,3 +170,15 @@ async def test_paused_and_readonly_partitions_drop_nats_messages(stub: Stub, nc:
         stub, pb.SubscribeRequest(stream=stream_name, resume=True, startPosition=pb.EARLIEST), count=1, timeout=0.5
     )
     assert sub.data == []  # nothing was stored while paused
+
+
+async def test_grpc_publish_with_own_ack_inbox_also_acks_on_nats(stub: Stub, nc: Client, stream_name: str) -> None:
+    create(stub, stream_name)
+    inbox = nc.new_inbox()
+    acks = await nc.subscribe(inbox)
+    await nc.flush()
+    resp = stub.Publish(
+        pb.PublishRequest(stream=stream_name, value=b"v", ackInbox=inbox, correlationId="g1"), timeout=TIMEOUT
+    )
+    nats_ack = unmarshal_ack((await acks.next_msg(timeout=TIMEOUT)).data)
+    assert nats_ack == resp.ack and nats_ack.correlationId == "g1"
