@@ -109,6 +109,8 @@ class LiftbridgePublishingMixin:
             f"NATS ({', '.join(settings.nats_servers)})" if sender.path == "nats" else "gRPC PublishAsync",
             sender.ack_policy.name,
         )
+        if sender.fallback_reason:
+            self.log.warning("%s", sender.fallback_reason)  # type: ignore[attr-defined]
         return sender
 
     def publish(

@@ -34,6 +34,7 @@ from airflow_provider_liftbridge.client import (
     PublishError,
     Record,
     RoundRobinPartitioner,
+    StreamInfo,
 )
 from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
 from airflow_provider_liftbridge.hooks.exceptions import (
@@ -276,6 +277,8 @@ class BatchSender:
     """
 
     path = "grpc"
+    #: Why the gRPC path was taken although NATS servers are known (``None``: it was not).
+    fallback_reason: str | None = None
 
     def __init__(
         self,
@@ -322,17 +325,16 @@ class NatsBatchSender(BatchSender):
     inbox (the bulk path of ADR 1). Partitions are chosen here, as ``publish_many`` would: a
     record's own partition, else ``partition``, else the partitioner, else 0.
 
-    :raises NoSuchStreamError: the stream does not exist (NATS alone could not tell: publishes to a
-        subject nobody listens on would just time out).
+    :param info: the stream's metadata (subject and partitions).
+    :raises UnavailableError: NATS cannot be reached.
     """
 
     path = "nats"
 
-    def __init__(self, client: LiftbridgeClient, stream: str, *, nats_servers: Sequence[str], **options: Any) -> None:
+    def __init__(
+        self, client: LiftbridgeClient, stream: str, *, info: StreamInfo, nats_servers: Sequence[str], **options: Any
+    ) -> None:
         super().__init__(client, stream, **options)
-        info = client.fetch_metadata([stream]).streams.get(stream)
-        if info is None:
-            raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first")
         self.subject = info.subject
         self.partition_count = max(len(info.partitions), 1)
         self.ack_timeout = float(self.timeout if self.timeout is not None else DEFAULT_ACK_TIMEOUT)
@@ -401,7 +403,23 @@ def open_sender(
         "timeout": timeout,
     }
     if path == "nats" or (path == "auto" and nats_servers):
-        return NatsBatchSender(client, stream, nats_servers=nats_servers, **options)
+        # NATS alone cannot tell a missing stream, a paused or a read-only partition from a slow
+        # one (the broker drops such messages without an ack), so look first.
+        info = client.fetch_metadata([stream]).streams.get(stream)
+        if info is None:
+            raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first")
+        blocked = sorted(p for p, part in info.partitions.items() if part.paused or part.readonly)
+        if not blocked:
+            return NatsBatchSender(client, stream, info=info, nats_servers=nats_servers, **options)
+        reason = (
+            f"partition(s) {blocked} of stream {stream!r} are paused or read-only; the broker drops NATS-direct "
+            "publishes to them without an ack"
+        )
+        if path == "nats":
+            raise LiftbridgeArgumentError(f"{reason}: use publish_path 'grpc' (it resumes paused partitions)")
+        sender = BatchSender(client, stream, **options)
+        sender.fallback_reason = f"{reason}, so gRPC is used"
+        return sender
     return BatchSender(client, stream, **options)
 
 

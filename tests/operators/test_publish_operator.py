@@ -120,11 +120,24 @@ def test_refused_records_fail_the_task(path: str, stream_name: str, liftbridge_c
     assert [m.value for m in read_all(liftbridge_client, stream_name)] == [b"occ-0", b"occ-1"]
 
 
-def test_readonly_stream_fails_the_task(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+@pytest.mark.parametrize("path", ["grpc", "auto"])
+def test_readonly_stream_fails_the_task(path: str, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    # "auto" sees the read-only partition in the metadata and takes gRPC, which refuses at once
+    # (NATS-direct publishes to it would be dropped without an ack).
     liftbridge_client.create_stream(stream_name, stream_name)
     liftbridge_client.set_stream_readonly(stream_name)
     with pytest.raises(LiftbridgePublishNotAcknowledgedError, match="0 acknowledged"):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path="grpc").execute({})
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path=path).execute({})
+
+
+def test_nats_path_refuses_paused_partitions_up_front(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    liftbridge_client.pause_stream(stream_name, partitions=[1])
+    with pytest.raises(LiftbridgeArgumentError, match=r"partition\(s\) \[1\].*use publish_path 'grpc'"):
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path="nats").execute({})
+    # "auto" falls back to gRPC, which resumes the paused partition.
+    summary = LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], partition=1).execute({})
+    assert summary["partitions"] == {"1": {"first_offset": 0, "last_offset": 0, "count": 1}}
 
 
 @pytest.mark.parametrize("path", PATHS)

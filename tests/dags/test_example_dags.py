@@ -1,0 +1,90 @@
+"""The example DAGs, run for real with ``dag.test()`` (SQLite metadata DB, dev server, deferred
+sensors run in line by Airflow's test runner)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from tests.airflow_support import DAGS_FOLDER
+
+pytestmark = [pytest.mark.usefixtures("airflow_db", "liftbridge_conn"), pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def dagbag() -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(DAGS_FOLDER))
+    assert bag.import_errors == {}
+    return bag
+
+
+def run(dagbag: Any, dag_id: str, **conf: Any) -> tuple[Any, dict[str, str], dict[str, Any]]:
+    """Run a DAG once; return the run, task states and XCom return values."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    dag_run = dagbag.get_dag(dag_id).test(run_conf=conf or None)
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_id, key="return_value")).all()
+        xcoms = {row.task_id: XComModel.deserialize_value(row) for row in rows}
+    return dag_run, states, xcoms
+
+
+def test_example_dags_parse(dagbag: Any) -> None:
+    assert {"liftbridge_stream_lifecycle", "liftbridge_publish_files"} <= set(dagbag.dag_ids)
+
+
+def test_stream_lifecycle_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient) -> None:
+    dag_run, states, xcoms = run(dagbag, "liftbridge_stream_lifecycle")
+    assert dag_run.state == "success", states
+    assert set(states.values()) == {"success"}
+    stream = xcoms["create_stream"]["stream"]
+    assert stream.startswith("lifecycle-manual")
+    assert xcoms["create_stream"]["created"] is True
+    assert xcoms["publish_records"]["count"] == 4
+    assert xcoms["publish_records"]["partitions"] == {"0": {"first_offset": 0, "last_offset": 3, "count": 4}}
+    # The deferrable sensors went through their triggers and execute_complete.
+    assert xcoms["wait_for_offset"] == {"stream": stream, "partition": 0, "target_offset": 3, "offset": 3}
+    found = xcoms["find_ready_order"]
+    assert found["match"] == {"order": 3, "status": "ready"}
+    assert json.loads(base64.b64decode(found["message"]["value"])) == {"order": 3, "status": "ready"}
+    assert base64.b64decode(found["message"]["key"]) == b"3"
+    assert xcoms["pause_stream"] == {"stream": stream, "partitions": None, "resume_all": False}
+    assert xcoms["delete_stream"] == {"stream": stream, "deleted": True}
+    assert stream not in liftbridge_client.fetch_metadata([stream]).streams
+
+
+def test_failed_publish_fails_the_run_and_teardown_still_deletes(
+    dagbag: Any, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.set_stream_readonly(stream_name)  # every publish is refused
+    dag_run, states, _ = run(dagbag, "liftbridge_stream_lifecycle", stream=stream_name)
+    assert dag_run.state == "failed"
+    assert states["create_stream"] == "success"  # existing stream accepted
+    assert states["publish_records"] == "failed"  # never a silent success
+    assert states["wait_for_offset"] == "upstream_failed"
+    assert states["delete_stream"] == "success"  # teardown
+    assert stream_name not in liftbridge_client.fetch_metadata([stream_name]).streams
+
+
+def test_publish_files_end_to_end(dagbag: Any, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    dag_run, states, xcoms = run(dagbag, "liftbridge_publish_files", stream=stream_name)
+    assert dag_run.state == "success", states
+    jsonl = xcoms["publish_jsonl"]
+    assert jsonl["count"] == jsonl["acknowledged"] == 50
+    assert [f["count"] for f in jsonl["files"]] == [25, 25]
+    tables = xcoms["publish_csv_and_parquet"]
+    assert [(f["format"], f["count"]) for f in tables["files"]] == [("csv", 5), ("parquet", 50)]
+    committed = xcoms["wait_until_committed"]
+    assert committed["mode"] == "offsets" and committed["stream"] == stream_name
+    for partition, span in jsonl["partitions"].items():
+        assert committed["partitions"][partition]["offset"] >= span["last_offset"]
+    assert stream_name not in liftbridge_client.fetch_metadata([stream_name]).streams
