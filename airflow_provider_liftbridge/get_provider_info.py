@@ -57,8 +57,15 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": [f"{_PKG}.triggers.offset", f"{_PKG}.triggers.ack", f"{_PKG}.triggers.message"],
+                "python-modules": [
+                    f"{_PKG}.triggers.offset",
+                    f"{_PKG}.triggers.ack",
+                    f"{_PKG}.triggers.message",
+                    f"{_PKG}.triggers.event",
+                ],
             }
         ],
+        # Read by the common.messaging provider (MessageQueueTrigger, scheme "liftbridge").
+        "queues": [f"{_PKG}.queues.liftbridge.LiftbridgeMessageQueueProvider"],
         "connection-types": [connection_type_info()],
     }
