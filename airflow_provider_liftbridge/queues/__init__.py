@@ -1,0 +1,1 @@
+"""Queue providers for the common.messaging provider (``MessageQueueTrigger``)."""

@@ -1,0 +1,407 @@
+"""``LiftbridgeEventTrigger``: a stream partition as an Airflow 3 event source (``AssetWatcher``).
+
+The watcher keeps its place in a Liftbridge cursor and fires one event per matching message, in
+offset order. The cursor moves past a message only after the event made from it was handed over:
+
+* On Airflow 3.3+ the triggerer runs the trigger in *ack mode* (``create_shared_stream_producer``):
+  the cursor is written only once the triggerer has confirmed the event **stored in the metadata
+  database**.
+* Where the triggerer drives :meth:`LiftbridgeEventTrigger.run` (older triggerers, or a caller of
+  its own), the cursor for message N is written when the generator is resumed after yielding N,
+  i.e. once the consumer has taken the event, before N+1 is looked for.
+
+A cursor belongs to one incarnation of the stream (its creation timestamp is part of the cursor id),
+so a stream deleted and re-created under the same name is read from its start, not from the old
+incarnation's offset. See ``docs/event-driven.md`` for what is and is not guaranteed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import inspect
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from airflow_provider_liftbridge.client import (
+    AsyncLiftbridgeClient,
+    LiftbridgeError,
+    Message,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    StartPosition,
+    UnavailableError,
+)
+from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
+from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+
+from .base import LiftbridgeBaseTrigger, check_partition, closing_subscription, parse_start_at
+from .message import apply_to_message, match_event, resolve_apply_function
+
+try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
+    from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+
+    HAS_ACK_MODE = True
+except ImportError:  # pragma: no cover - older Airflow 3: run() is the only path
+    HAS_ACK_MODE = False
+    SharedStreamProducer = object  # type: ignore[assignment,misc]
+    AdvanceItem = Any  # type: ignore[assignment,misc]
+
+__all__ = [
+    "Delivery",
+    "LiftbridgeEventTrigger",
+    "LiftbridgeWatcherError",
+    "default_cursor_id",
+    "incarnation_cursor_id",
+    "started_cursor_id",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = 5.0
+#: On the run() path, filtered-out messages are committed in batches of this many (re-reading a few
+#: non-matching messages after a restart is harmless; one SetCursor per message is not free).
+SKIPPED_COMMIT_EVERY = 100
+#: Conditions a long-lived watcher waits out (polling) instead of failing.
+_WAITABLE = (NoSuchStreamError, NoSuchPartitionError, PartitionPausedError, NotLeaderError, UnavailableError)
+
+
+class LiftbridgeWatcherError(LiftbridgeAirflowError):
+    """The watcher cannot go on without skipping or repeating messages (the message says why)."""
+
+
+def incarnation_cursor_id(cursor_id: str, creation_timestamp: int) -> str:
+    """The Liftbridge cursor id a watcher uses for one incarnation of its stream.
+
+    :param cursor_id: the watcher's cursor id.
+    :param creation_timestamp: the stream's creation timestamp (``StreamInfo.creation_timestamp``).
+    """
+    return f"{cursor_id}@{creation_timestamp}"
+
+
+def started_cursor_id(cursor_key: str) -> str:
+    """The mark a watcher sets when it begins reading an incarnation from its first offset."""
+    return f"{cursor_key}#started"
+
+
+def default_cursor_id(
+    stream: str,
+    partition: int,
+    apply_function: str | None,
+    apply_function_args: Sequence[Any],
+    apply_function_kwargs: Mapping[str, Any],
+) -> str:
+    """The cursor id of a watcher that was given none: derived from what it watches and how it
+    filters, so identical watchers (which Airflow runs as one trigger) share it, and it is the
+    same in every process."""
+    identity = [stream, partition, apply_function, list(apply_function_args), dict(apply_function_kwargs)]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()
+    return f"airflow-watcher-{digest[:16]}"
+
+
+def _parse_watch_start(value: Any) -> StartPosition | int | dt.datetime:
+    position = parse_start_at(value)
+    if position is StartPosition.LATEST:
+        raise LiftbridgeArgumentError(
+            f"start_at {value!r} cannot start a watcher: use 'earliest', 'new_only', an offset or an ISO 8601 "
+            "timestamp ('latest' would re-read the newest message after every restart before the first event)"
+        )
+    return position
+
+
+class Delivery(NamedTuple):
+    """A message read by a watcher, with the cursor id of the stream incarnation it belongs to."""
+
+    cursor_key: str
+    message: Message
+
+
+class _PartitionReader:
+    """Reads one partition from the watcher's place on, waits out a missing, paused or read-only
+    partition, and writes the watcher's cursor. Shared by the run() path and the ack-mode producer;
+    only who calls :meth:`commit`, and when, differs."""
+
+    def __init__(self, trigger: LiftbridgeEventTrigger) -> None:
+        self._trigger = trigger
+        self._hook: LiftbridgeAsyncHook | None = None
+        self._client: AsyncLiftbridgeClient | None = None
+        self._incarnation: int | None = None
+
+    async def open(self) -> AsyncLiftbridgeClient:
+        """Build the client: from ``brokers`` when given, else from the connection."""
+        if self._client is None:
+            if self._trigger.brokers:
+                self._client = AsyncLiftbridgeClient(self._trigger.brokers)
+            else:
+                self._hook = LiftbridgeAsyncHook(liftbridge_conn_id=self._trigger.liftbridge_conn_id)
+                self._client = await self._hook.get_async_client()
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            await hook.aclose()
+        elif client is not None:
+            await client.close()
+
+    async def _locate(self, client: AsyncLiftbridgeClient) -> tuple[str, StartPosition | int | dt.datetime]:
+        """The cursor id of the stream's current incarnation and where to subscribe from.
+
+        :raises NoSuchStreamError: / :raises NoSuchPartitionError: not there (yet).
+        """
+        t = self._trigger
+        metadata = await client.fetch_metadata([t.stream])
+        info = metadata.streams.get(t.stream)
+        if info is None:
+            raise NoSuchStreamError(f"stream {t.stream!r} does not exist (yet)")
+        if t.partition not in info.partitions:
+            raise NoSuchPartitionError(f"stream {t.stream!r} has no partition {t.partition}")
+        key = incarnation_cursor_id(t.cursor_id, info.creation_timestamp)
+        seen_before, self._incarnation = self._incarnation, info.creation_timestamp
+        cursor = await client.fetch_cursor(key, t.stream, t.partition)
+        if cursor >= 0:
+            return key, cursor + 1
+        # No message done yet in this incarnation. A "started" mark (a second cursor) tells a restart
+        # that the watcher already began here, i.e. at the partition's start: a cursor of -1 cannot.
+        started = started_cursor_id(key)
+        if await client.fetch_cursor(started, t.stream, t.partition) >= 0 or (
+            seen_before is not None and seen_before != info.creation_timestamp  # re-created while watched
+        ):
+            start: StartPosition | int | dt.datetime = StartPosition.EARLIEST
+        else:
+            start = _parse_watch_start(t.start_at)
+            if start is StartPosition.NEW_ONLY:
+                # Pin "new" now, so a restart before the first event does not skip what came meanwhile.
+                newest = (await client.fetch_partition_metadata(t.stream, t.partition)).newest_offset
+                if newest >= 0:
+                    await client.set_cursor(key, t.stream, t.partition, newest)
+                    return key, newest + 1
+                start = StartPosition.EARLIEST
+        if start is StartPosition.EARLIEST:
+            await client.set_cursor(started, t.stream, t.partition, 0)
+        return key, start
+
+    async def deliveries(self) -> AsyncIterator[Delivery]:
+        """Every message from the watcher's place on, forever (a missing, paused or read-only
+        partition is polled every ``poll_interval`` seconds)."""
+        t = self._trigger
+        client = await self.open()
+        while True:
+            try:
+                key, start = await self._locate(client)
+                subscription = client.subscribe(t.stream, partition=t.partition, start_at=start)
+                async with closing_subscription(subscription) as messages:
+                    async for message in messages:
+                        yield Delivery(key, message)
+                why = "the partition is read-only"
+            except _WAITABLE as exc:
+                why = str(exc)
+            log.info("watcher of %s/%d waits %gs: %s", t.stream, t.partition, t.poll_interval, why)
+            await asyncio.sleep(t.poll_interval)
+
+    async def commit(self, cursor_key: str, offset: int) -> None:
+        """Record ``offset`` as the last message the watcher is done with."""
+        client = await self.open()
+        await client.set_cursor(cursor_key, self._trigger.stream, self._trigger.partition, offset)
+
+
+class _CursorProducer(SharedStreamProducer):  # type: ignore[misc,valid-type]
+    """Ack mode: the triggerer hands back, in order, the messages whose events are stored (or that
+    the filter passed over); the cursor moves to the last one. Anything else stops the watcher,
+    which then restarts from the cursor: nothing is skipped."""
+
+    def __init__(self, trigger: LiftbridgeEventTrigger) -> None:
+        self._reader = _PartitionReader(trigger)
+
+    async def open_stream(self) -> AsyncIterator[tuple[Delivery, tuple[str, int]]]:
+        async for delivery in self._reader.deliveries():
+            yield delivery, (delivery.cursor_key, delivery.message.offset)
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        done: tuple[str, int] | None = None
+        for item in batch:
+            if not item.outcome.is_clean:
+                if done is not None:
+                    await self._reader.commit(*done)
+                key, offset = item.broker_payload
+                raise LiftbridgeWatcherError(
+                    f"the event of offset {offset} was not confirmed stored ({item.outcome}); the watcher stops "
+                    "and restarts from its cursor, so that message is read again"
+                )
+            if done is not None and done[0] != item.broker_payload[0]:
+                await self._reader.commit(*done)  # the stream was re-created: close the old incarnation
+            done = item.broker_payload
+        if done is not None:
+            await self._reader.commit(*done)
+
+    async def aclose(self) -> None:
+        await self._reader.close()
+
+
+class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
+    """Watch a stream partition and fire one event per message that ``apply_function`` accepts
+    (every message when there is none), in offset order, for as long as it runs. Made for
+    ``AssetWatcher``: each event is an asset event, so a DAG scheduled on the asset runs once per
+    matching message.
+
+    Event payload: ``{"status": "success", "message": {...}, "match": ..., "cursor_id": ...}``;
+    ``message`` is JSON-safe (bytes as base64, ``value_text`` when UTF-8), ``match`` is what the
+    function returned unless ``True``, ``cursor_id`` the Liftbridge cursor the watcher keeps.
+
+    :param stream: the stream.
+    :param partition: the partition.
+    :param apply_function: dotted path of ``f(message, *args, **kwargs)`` returning something
+        truthy for messages that should fire; runs in the triggerer's event loop, so it must be
+        quick (it may be ``async``). ``None``: every message fires. If it raises, the watcher stops
+        without moving its cursor past that message.
+    :param apply_function_args: / :param apply_function_kwargs: extra arguments of the function.
+    :param cursor_id: the Liftbridge cursor holding the watcher's place; by default derived from
+        the stream, partition and filter. Set it to keep the place when the filter changes.
+    :param start_at: where a watcher without a place starts: ``"new_only"`` (default; messages
+        after the newest one when the watcher first starts), ``"earliest"``, an offset or an ISO
+        8601 timestamp. Ignored once the cursor is set.
+    :param brokers: ``"host:port[,host:port]"`` to connect to directly (plain gRPC, default
+        client settings) instead of through the connection.
+    :param poll_interval: seconds between checks while the stream is missing, paused or read-only.
+    :param liftbridge_conn_id: the connection to use when ``brokers`` is not given.
+    :raises LiftbridgeArgumentError: an argument is invalid (checked here, so a DAG with a bad
+        watcher fails to parse).
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        partition: int = 0,
+        apply_function: str | None = None,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        cursor_id: str | None = None,
+        start_at: int | str = "new_only",
+        brokers: str | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        liftbridge_conn_id: str = DEFAULT_CONN_ID,
+    ) -> None:
+        super().__init__(liftbridge_conn_id=liftbridge_conn_id)
+        if not isinstance(stream, str) or not stream:
+            raise LiftbridgeArgumentError(f"stream must be a stream name, got {stream!r}")
+        self.stream = stream
+        self.partition = check_partition(partition)
+        self.apply_function = apply_function
+        self._function: Callable[..., Any] | None = (
+            None if apply_function is None else resolve_apply_function(apply_function)
+        )
+        self.apply_function_args = list(apply_function_args or [])
+        self.apply_function_kwargs = dict(apply_function_kwargs or {})
+        if cursor_id is not None and (not isinstance(cursor_id, str) or not cursor_id.strip()):
+            raise LiftbridgeArgumentError(f"cursor_id must be a non-empty string or None, got {cursor_id!r}")
+        self._cursor_id_arg = cursor_id
+        self.cursor_id = cursor_id or default_cursor_id(
+            stream, self.partition, apply_function, self.apply_function_args, self.apply_function_kwargs
+        )
+        _parse_watch_start(start_at)  # validate; kept as given so serialize() returns it unchanged
+        self.start_at = start_at
+        if brokers is not None and (not isinstance(brokers, str) or not brokers.strip()):
+            raise LiftbridgeArgumentError(f"brokers must be 'host:port[,host:port]' or None, got {brokers!r}")
+        self.brokers = brokers
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
+            raise LiftbridgeArgumentError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        self.poll_interval = float(poll_interval)
+
+    def serialize_args(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "partition": self.partition,
+            "apply_function": self.apply_function,
+            "apply_function_args": self.apply_function_args,
+            "apply_function_kwargs": self.apply_function_kwargs,
+            "cursor_id": self._cursor_id_arg,
+            "start_at": self.start_at,
+            "brokers": self.brokers,
+            "poll_interval": self.poll_interval,
+            "liftbridge_conn_id": self.liftbridge_conn_id,
+        }
+
+    async def event_payload(self, delivery: Delivery) -> dict[str, Any] | None:
+        """The event payload for a message, or ``None`` when the filter passes it over.
+
+        :raises LiftbridgeAirflowError: the apply function raised.
+        """
+        message = delivery.message
+        if self._function is None:
+            result: Any = True
+        else:
+            result = apply_to_message(
+                self._function, str(self.apply_function), message, self.apply_function_args, self.apply_function_kwargs
+            )
+            if inspect.isawaitable(result):
+                result = await result
+        if not result:
+            return None
+        return {"status": "success", **match_event(message, result), "cursor_id": delivery.cursor_key}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Yield one event per matching message, forever. The cursor for message N is written when
+        the generator is resumed after yielding N's event (the consumer has taken it)."""
+        reader = _PartitionReader(self)
+        skipped = 0
+        try:
+            async with closing_subscription(reader.deliveries()) as deliveries:
+                async for delivery in deliveries:
+                    payload = await self.event_payload(delivery)
+                    if payload is None:
+                        skipped += 1
+                        if skipped >= SKIPPED_COMMIT_EVERY:
+                            await reader.commit(delivery.cursor_key, delivery.message.offset)
+                            skipped = 0
+                        continue
+                    yield TriggerEvent(payload)
+                    await reader.commit(delivery.cursor_key, delivery.message.offset)
+                    skipped = 0
+        except LiftbridgeError as exc:
+            raise LiftbridgeWatcherError(
+                f"watcher of stream {self.stream!r} partition {self.partition}: {exc}"
+            ) from exc
+        finally:
+            await reader.close()
+
+    async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        """Not used: an event trigger yields many events (see :meth:`run`)."""
+        raise NotImplementedError("LiftbridgeEventTrigger fires from run(), not wait()")
+
+    # -- ack mode (Airflow 3.3+): the triggerer moves the cursor once the event is stored --------------
+
+    def shared_stream_key(self) -> Hashable | None:
+        """Identical watchers share one subscription; the cursor moves when all have stored their
+        events. ``None`` (run() path) where this Airflow has no ack mode."""
+        if not HAS_ACK_MODE:
+            return None
+        return (
+            "liftbridge-event",
+            self.brokers or self.liftbridge_conn_id,
+            self.stream,
+            self.partition,
+            self.cursor_id,
+            json.dumps(self.start_at),
+        )
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
+        """The ack-mode producer: reads the partition, writes the cursor in ``advance``."""
+        return _CursorProducer(cls(**kwargs))
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """Turn the shared stream of deliveries into this watcher's events."""
+        async for delivery in shared_stream:
+            payload = await self.event_payload(delivery)
+            if payload is not None:
+                yield TriggerEvent(payload)
