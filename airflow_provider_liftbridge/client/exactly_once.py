@@ -1,0 +1,863 @@
+"""Exactly-once publishing (ADR 2): a producer id and sequence numbers on every record, a durable
+per-partition scan start, and resumption by scanning instead of re-sending blindly.
+
+How it works, in order:
+
+1. Every record carries the headers ``lb-producer`` (the producer id, stable across retries) and
+   ``lb-seq`` (its position in the producer's input, from 0, in ASCII decimal).
+2. Before the first record goes to a partition, the partition's next offset (high watermark + 1)
+   is stored in the cursor ``lb-producer:<producer id>`` of that partition, unless the cursor
+   exists already. It never moves afterwards: it is where this producer's records can start.
+3. A publisher's first call reads every partition that has such a cursor, from the cursor to the
+   high watermark, and collects the sequence numbers of its own records. Records already in the
+   stream are skipped (and counted as skipped), the rest are published (and counted as written).
+4. When a send fails (lost connection, ack timeout, optimistic-concurrency refusal), nothing is
+   re-sent blindly: the publisher waits for the partitions to stop moving, reads what was added
+   since its last scan, and sends only the records that are still missing.
+5. Every record is published with the offset it must get (``expected_offset``). On a stream
+   created with optimistic concurrency control the server refuses it if anything else was
+   written first, so no other writer (not even a zombie attempt of the same producer) can
+   interleave with it unnoticed; on other streams the server ignores the expected offset.
+
+The default sender publishes over gRPC PublishAsync with a client that does not retry on its own
+(a client retry would re-send records whose ack was lost); ``nats_servers`` selects the
+NATS-direct bulk path, on a connection that does not reconnect (a reconnecting NATS client would
+flush buffered messages after the publisher has moved on).
+
+No Airflow, no PySpark. See ``docs/exactly-once.md`` for the guarantee and its limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from .errors import (
+    AckTimeoutError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PublishError,
+    RequestTimeoutError,
+    ServerError,
+    UnavailableError,
+)
+from .partitioners import PartitionerFunc
+from .sync_client import LiftbridgeClient
+from .types import Ack, AckPolicy, Record
+
+__all__ = [
+    "CURSOR_PREFIX",
+    "PRODUCER_HEADER",
+    "SEQ_HEADER",
+    "ExactlyOnceError",
+    "ExactlyOncePublishError",
+    "ExactlyOncePublisher",
+    "ExactlyOnceResult",
+    "GrpcSender",
+    "NatsSender",
+    "OffsetRange",
+    "SeqSet",
+    "Sender",
+    "producer_cursor_id",
+    "producer_id_for",
+    "read_producer_records",
+]
+
+log = logging.getLogger(__name__)
+
+#: Header naming the producer of a record.
+PRODUCER_HEADER = "lb-producer"
+#: Header holding the record's sequence number (ASCII decimal).
+SEQ_HEADER = "lb-seq"
+#: Prefix of the cursor that stores a producer's scan start.
+CURSOR_PREFIX = "lb-producer:"
+#: Longest producer id accepted (it travels in every record's headers).
+MAX_PRODUCER_ID = 512
+
+# Errors after which a send is worth resuming (re-scan, then send what is missing). Anything else
+# (read-only partition, message too large, no such stream, bad argument, ...) will fail again.
+_RESUMABLE = (UnavailableError, RequestTimeoutError, NotLeaderError, IncorrectOffsetError, ServerError)
+
+
+class ExactlyOnceError(LiftbridgeError):
+    """Base of the errors of exactly-once publishing."""
+
+
+class ExactlyOncePublishError(ExactlyOnceError):
+    """An exactly-once publish stopped before every record was in the stream.
+
+    Publishing again with the same producer id resumes where this one stopped: nothing already in
+    the stream is written twice.
+
+    :ivar result: what was written and skipped before the failure.
+    """
+
+    def __init__(self, message: str, result: ExactlyOnceResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def producer_id_for(dag_id: str, task_id: str, run_id: str, map_index: int | None = None) -> str:
+    """The default producer id of an Airflow task instance: ``dag_id/task_id/run_id[/map_index]``.
+
+    It is the same for every try of the task instance and differs between runs, so a retry
+    resumes its own earlier tries and nothing else.
+
+    :raises InvalidArgumentError: an empty part.
+    """
+    parts = [dag_id, task_id, run_id]
+    if any(not isinstance(p, str) or not p for p in parts):
+        raise InvalidArgumentError(f"dag_id, task_id and run_id must be non-empty strings, got {parts!r}")
+    if map_index is not None and map_index >= 0:
+        parts.append(str(map_index))
+    return "/".join(parts)
+
+
+def producer_cursor_id(producer_id: str) -> str:
+    """The cursor id under which a producer's scan start is stored (one per stream partition)."""
+    return CURSOR_PREFIX + producer_id
+
+
+def _check_producer_id(producer_id: Any) -> str:
+    if not isinstance(producer_id, str) or not producer_id.strip():
+        raise InvalidArgumentError(f"producer_id must be a non-empty string, got {producer_id!r}")
+    if len(producer_id) > MAX_PRODUCER_ID:
+        raise InvalidArgumentError(
+            f"producer_id is {len(producer_id)} characters long; keep it under {MAX_PRODUCER_ID} (it is sent with "
+            "every record)"
+        )
+    return producer_id
+
+
+class SeqSet:
+    """A set of non-negative ints kept as sorted, disjoint, non-adjacent ``[start, end]`` runs.
+
+    A producer's records are mostly one run per attempt, so this stays tiny where a plain ``set``
+    of millions of sequence numbers would not.
+    """
+
+    def __init__(self, values: Iterable[int] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._size = 0
+        for v in values:
+            self.add(v)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        i = bisect.bisect_right(self._starts, value) - 1
+        return i >= 0 and value <= self._ends[i]
+
+    def add(self, value: int) -> bool:
+        """Add ``value``; return ``False`` if it was there already."""
+        i = bisect.bisect_right(self._starts, value) - 1
+        if i >= 0 and value <= self._ends[i]:
+            return False
+        self._size += 1
+        joins_left = i >= 0 and self._ends[i] == value - 1
+        joins_right = i + 1 < len(self._starts) and self._starts[i + 1] == value + 1
+        if joins_left and joins_right:
+            self._ends[i] = self._ends[i + 1]
+            del self._starts[i + 1], self._ends[i + 1]
+        elif joins_left:
+            self._ends[i] = value
+        elif joins_right:
+            self._starts[i + 1] = value
+        else:
+            self._starts.insert(i + 1, value)
+            self._ends.insert(i + 1, value)
+        return True
+
+    def runs(self) -> list[tuple[int, int]]:
+        """The runs, as inclusive ``(start, end)`` pairs in order."""
+        return list(zip(self._starts, self._ends, strict=True))
+
+
+@dataclass
+class OffsetRange:
+    """Offsets of a producer's records in one partition: first, last, and how many."""
+
+    first_offset: int
+    last_offset: int
+    count: int = 0
+
+    def add(self, offset: int) -> None:
+        if self.count == 0:
+            self.first_offset = self.last_offset = offset
+        else:
+            self.first_offset = min(self.first_offset, offset)
+            self.last_offset = max(self.last_offset, offset)
+        self.count += 1
+
+
+def _note(ranges: dict[int, OffsetRange], partition: int, offset: int) -> None:
+    ranges.setdefault(partition, OffsetRange(offset, offset)).add(offset)
+
+
+@dataclass
+class ExactlyOnceResult:
+    """The outcome of an exactly-once publish (YDB's written / skipped acks, summed up).
+
+    :ivar stream: the stream.
+    :ivar producer_id: the producer id.
+    :ivar written: records this call put into the stream.
+    :ivar skipped: records that were in the stream already (an earlier attempt wrote them).
+    :ivar partitions: offsets of the records written by this call, by partition.
+    :ivar resumes: how many times a failed send was resumed (re-scan, send the rest).
+    """
+
+    stream: str
+    producer_id: str
+    written: int = 0
+    skipped: int = 0
+    partitions: dict[int, OffsetRange] = field(default_factory=dict)
+    resumes: int = 0
+
+    @property
+    def count(self) -> int:
+        """Records handled: ``written + skipped``."""
+        return self.written + self.skipped
+
+    def to_dict(self) -> dict[str, Any]:
+        """A small JSON-safe dict (partition numbers as strings, as XCom wants)."""
+        return {
+            "stream": self.stream,
+            "producer_id": self.producer_id,
+            "written": self.written,
+            "skipped": self.skipped,
+            "resumes": self.resumes,
+            "partitions": {
+                str(p): {"first_offset": r.first_offset, "last_offset": r.last_offset, "count": r.count}
+                for p, r in sorted(self.partitions.items())
+            },
+        }
+
+
+class Sender(Protocol):
+    """Publishes one batch of records (each with its partition set) and returns their acks in
+    input order, raising :class:`PublishError` when some record got no ack or was refused.
+
+    A sender must never re-send a record on its own: whether a record whose ack is missing is in
+    the stream is for the publisher to find out by scanning.
+    """
+
+    def send(self, records: list[Record]) -> Sequence[Ack]: ...
+
+    def reset(self) -> None:
+        """Drop connections after a failure, so nothing queued in them is delivered later."""
+
+    def close(self) -> None: ...
+
+
+class GrpcSender:
+    """Sends over gRPC PublishAsync with a client of its own that never retries (``max_retries=0``);
+    after a failure the next client starts with the next broker.
+
+    :param brokers: broker addresses (``client.brokers``).
+    :param tls: TLS settings of the brokers.
+    :param stream: the stream.
+    :param ack_policy: ``LEADER`` or ``ALL``.
+    :param window: records in flight at a time.
+    :param timeout: how long to wait for each ack, seconds.
+    """
+
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        *,
+        tls: Any,
+        stream: str,
+        ack_policy: AckPolicy,
+        window: int,
+        timeout: float,
+    ) -> None:
+        if not brokers:
+            raise InvalidArgumentError("brokers is empty; give at least one 'host:port'")
+        self._brokers = list(brokers)
+        self._tls = tls
+        self._stream = stream
+        self._ack_policy = ack_policy
+        self._window = window
+        self._timeout = timeout
+        self._client: LiftbridgeClient | None = None
+
+    def send(self, records: list[Record]) -> Sequence[Ack]:
+        if self._client is None:
+            self._client = LiftbridgeClient(
+                self._brokers, tls=self._tls, timeout=self._timeout, max_retries=0, ack_policy=self._ack_policy
+            )
+        return self._client.publish_many(
+            self._stream, records, ack_policy=self._ack_policy, window=self._window, timeout=self._timeout
+        )
+
+    def reset(self) -> None:
+        self.close()
+        self._brokers = self._brokers[1:] + self._brokers[:1]
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+class NatsSender:
+    """Sends enveloped messages straight to the partitions' NATS subjects (the bulk path), on a NATS
+    connection that does not reconnect: a reconnecting client would deliver messages it buffered
+    while disconnected after the publisher had already re-scanned and moved on.
+
+    :param servers: NATS URLs.
+    :param subject: the stream's subject.
+    :param ack_policy: ``LEADER`` or ``ALL``.
+    :param window: records in flight at a time.
+    :param timeout: how long to wait for each ack, seconds.
+    """
+
+    def __init__(
+        self, servers: Sequence[str], *, subject: str, ack_policy: AckPolicy, window: int, timeout: float
+    ) -> None:
+        if not servers:
+            raise InvalidArgumentError("nats_servers is empty; give at least one 'nats://host:port' URL")
+        self._servers = list(servers)
+        self._subject = subject
+        self._ack_policy = ack_policy
+        self._window = window
+        self._timeout = timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._publisher: Any = None
+
+    async def _connect(self) -> Any:
+        import nats
+
+        from .nats_direct import NatsPublisher
+
+        try:
+            nc = await nats.connect(
+                servers=self._servers, allow_reconnect=False, connect_timeout=max(1, int(self._timeout))
+            )
+        except Exception as exc:  # nats-py raises several unrelated types for "cannot connect"
+            raise UnavailableError(f"cannot connect to NATS at {self._servers}: {exc}; check nats_servers") from exc
+        return NatsPublisher(nc)
+
+    def send(self, records: list[Record]) -> Sequence[Ack]:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        if self._publisher is None:
+            self._publisher = self._loop.run_until_complete(self._connect())
+        try:
+            return self._loop.run_until_complete(
+                self._publisher.publish_many(
+                    self._subject, records, ack_policy=self._ack_policy, window=self._window, timeout=self._timeout
+                )
+            )
+        except PublishError:
+            raise
+        except Exception as exc:  # the connection broke mid-batch: no record's fate is known
+            raise PublishError(
+                f"publishing over NATS failed: {type(exc).__name__}: {exc}",
+                acks=[None] * len(records),
+                index=None,
+                errors={},
+            ) from UnavailableError(f"NATS connection lost: {exc}")
+
+    def reset(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None and self._loop is not None:
+            try:
+                # Close without flushing: what is still buffered must not go out.
+                self._loop.run_until_complete(publisher._nc.close())
+            except Exception:  # already broken; nothing more to release
+                log.debug("closing a broken NATS connection failed", exc_info=True)
+
+    def close(self) -> None:
+        self.reset()
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+def _seq_of(headers: Mapping[str, bytes], producer: bytes) -> int | None:
+    """The sequence number of a message if ``producer`` wrote it, else ``None``."""
+    if headers.get(PRODUCER_HEADER) != producer:
+        return None
+    raw = headers.get(SEQ_HEADER)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def read_producer_records(
+    client: LiftbridgeClient, stream: str, producer_id: str, partition: int, start: int, stop: int
+) -> Iterator[tuple[int, int]]:
+    """Yield ``(offset, seq)`` of ``producer_id``'s records in ``partition`` between offsets
+    ``start`` and ``stop`` (inclusive). Nothing when ``stop < start``.
+
+    :raises LiftbridgeError: the subscription failed (see ``LiftbridgeClient.subscribe``).
+    """
+    if stop < start:
+        return
+    producer = producer_id.encode()
+    for message in client.subscribe(stream, partition=partition, start_at=start, stop_at=stop):
+        seq = _seq_of(message.headers, producer)
+        if seq is not None:
+            yield message.offset, seq
+        if message.offset >= stop:
+            return
+
+
+@dataclass
+class _PartitionState:
+    scan_start: int  # the cursor: where this producer's records can start
+    scanned_to: int  # last offset read (or known to hold nothing unknown of ours)
+    next_offset: int  # the offset the next record sent here must get
+
+
+@dataclass
+class _Pending:
+    seq: int
+    record: Record  # partition set; headers include producer and seq
+
+
+class ExactlyOncePublisher:
+    """Publish records exactly once per producer id, resuming earlier attempts (see module doc).
+
+    Sequence numbers continue across :meth:`publish` calls of one publisher (a task publishing
+    several files numbers their rows as one sequence). The input must be the same, in the same
+    order, on every attempt: a record is identified by its position only.
+
+    :param client: the client used for metadata, cursors and scans (its retries are fine there).
+    :param stream: the stream (it must exist).
+    :param producer_id: stable across retries, unique per data set; see :func:`producer_id_for`.
+    :param partition: partition of records that name none (else ``partitioner``, else 0).
+    :param partitioner: chooses the partition of records without one (``KeyPartitioner()``, ...).
+        A partitioner that is not deterministic (round robin) is fine: skipping does not depend on
+        where an earlier attempt put a record.
+    :param ack_policy: ``LEADER`` (default) or ``ALL`` (use ``ALL`` on a replicated cluster: a
+        record acknowledged by the leader alone can be lost when the leader fails).
+    :param batch: records per send; acks are checked before the next batch.
+    :param window: records in flight at a time within a batch.
+    :param timeout: how long to wait for each ack, seconds.
+    :param nats_servers: publish over NATS-direct to these servers instead of gRPC.
+    :param sender: a custom :class:`Sender` (wins over ``nats_servers``); it must not re-send.
+    :param max_resumes: how many times in a row a batch may fail and be resumed before giving up.
+    :param backoff: first wait after a failed send, seconds (doubled per failure, at most 5 s).
+    :param settle: how long a partition's newest offset must stay unchanged after a failed send
+        before it is scanned (a record still queued in the server must land first), seconds.
+    :raises InvalidArgumentError: an empty or overlong producer id, ack policy ``NONE``, a
+        non-positive batch, window or timeout.
+    """
+
+    def __init__(
+        self,
+        client: LiftbridgeClient,
+        stream: str,
+        producer_id: str,
+        *,
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        batch: int = 1000,
+        window: int = 256,
+        timeout: float = 10.0,
+        nats_servers: Sequence[str] = (),
+        sender: Sender | None = None,
+        max_resumes: int = 8,
+        backoff: float = 0.2,
+        settle: float = 0.2,
+    ) -> None:
+        if not stream:
+            raise InvalidArgumentError("stream must be a non-empty stream name")
+        self.producer_id = _check_producer_id(producer_id)
+        if AckPolicy(ack_policy) is AckPolicy.NONE:
+            raise InvalidArgumentError(
+                "exactly-once publishing needs acknowledgements; use ack policy LEADER or ALL, not NONE"
+            )
+        for name, value in (("batch", batch), ("window", window), ("timeout", timeout)):
+            if value <= 0:
+                raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
+        if max_resumes < 0:
+            raise InvalidArgumentError(f"max_resumes must not be negative, got {max_resumes}")
+        self.client = client
+        self.stream = stream
+        self.partition = partition
+        self.partitioner = partitioner
+        self.ack_policy = AckPolicy(ack_policy)
+        self.batch = batch
+        self.window = window
+        self.timeout = float(timeout)
+        self.nats_servers = tuple(nats_servers)
+        self.max_resumes = max_resumes
+        self.backoff = backoff
+        self.settle = settle
+        self._sender = sender
+        self._own_sender = sender is None
+        self._cursor_id = producer_cursor_id(self.producer_id)
+        self._producer = self.producer_id.encode()
+        self._seen = SeqSet()
+        # seq -> (partition, offset) of records acknowledged in a batch that then failed, so the
+        # re-scan recognises them instead of taking them for duplicates.
+        self._acked_at: dict[int, tuple[int, int]] = {}
+        self._parts: dict[int, _PartitionState] = {}
+        self._partition_count = 0
+        self._subject = ""
+        self._next_seq = 0
+        self._resumed = False
+        #: Offsets of this producer's records found in the stream by scans (earlier attempts), by partition.
+        self.found: dict[int, OffsetRange] = {}
+        #: Own sequence numbers seen more than once by scans (a zombie attempt on a stream without OCC).
+        self.duplicates_seen = 0
+        #: Totals over every :meth:`publish` call.
+        self.total = ExactlyOnceResult(stream, self.producer_id)
+
+    # -- public -----------------------------------------------------------------------------
+    def publish(self, records: Iterable[Record | bytes]) -> ExactlyOnceResult:
+        """Publish ``records`` (the next sequence numbers of this producer), skipping those an
+        earlier attempt already put in the stream. Reads the input lazily, ``batch`` at a time.
+
+        :returns: written / skipped counts and the offsets written by this call.
+        :raises ExactlyOncePublishError: a batch could not be completed after ``max_resumes``
+            resumptions, or failed in a way a resumption cannot fix (read-only partition, message
+            too large, ...); ``.result`` says what was done; ``__cause__`` is the last error.
+        :raises NoSuchStreamError: the stream does not exist.
+        :raises InvalidArgumentError: a record is neither ``Record`` nor bytes, or a partitioner
+            returned a partition out of range.
+        """
+        result = ExactlyOnceResult(self.stream, self.producer_id)
+        if not self._resumed:
+            self._with_resumes(result, lambda: self._resume(), "reading the stream to resume")
+        try:
+            batch: list[_Pending] = []
+            for item in records:
+                seq = self._next_seq
+                self._next_seq += 1
+                if seq in self._seen:
+                    result.skipped += 1
+                    continue
+                batch.append(_Pending(seq, self._prepare(item, seq)))
+                if len(batch) >= self.batch:
+                    self._publish_batch(batch, result)
+                    batch = []
+            if batch:
+                self._publish_batch(batch, result)
+        finally:
+            self._accumulate(result)
+            if self._own_sender:
+                self.close()
+        return result
+
+    def close(self) -> None:
+        """Close the sender's connections (a later :meth:`publish` opens new ones)."""
+        if self._sender is not None:
+            self._sender.close()
+            if self._own_sender:
+                self._sender = None
+
+    def __enter__(self) -> ExactlyOncePublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- resuming ---------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """Learn the partitions, then read every partition this producer has written to."""
+        info = self.client.fetch_metadata([self.stream]).streams.get(self.stream)
+        if info is None:
+            raise NoSuchStreamError(f"stream {self.stream!r} does not exist; create it first or check the name.")
+        self._subject = info.subject
+        self._partition_count = max(1, len(info.partitions))
+        for p in sorted(info.partitions) or [0]:
+            if p not in self._parts:  # a resume cut short by a failure keeps what it learned
+                start = self.client.fetch_cursor(self._cursor_id, self.stream, p)
+                if start < 0:
+                    continue
+                self._parts[p] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
+            self._scan(p, {})
+        self._resumed = True
+        if len(self._seen):
+            log.info(
+                "Producer %r resumes on stream %r: %d record(s) already in the stream (sequence runs %s)",
+                self.producer_id,
+                self.stream,
+                len(self._seen),
+                self._seen.runs()[:5],
+            )
+
+    def _scan(self, partition: int, wanted: Mapping[int, _Pending]) -> dict[int, int]:
+        """Read ``partition`` from after the last scanned offset to its high watermark; add own
+        sequence numbers to the seen set. Return ``{seq: offset}`` of the ``wanted`` ones found.
+
+        Progress is kept per message, so a scan cut short by a failure continues where it stopped.
+        """
+        state = self._parts[partition]
+        info = self.client.fetch_partition_metadata(self.stream, partition)
+        # The server's word, not our count: records sent but never stored must not leave a gap.
+        state.next_offset = info.newest_offset + 1
+        found: dict[int, int] = {}
+        if info.high_watermark <= state.scanned_to:
+            return found
+        messages = self.client.subscribe(
+            self.stream, partition=partition, start_at=state.scanned_to + 1, stop_at=info.high_watermark
+        )
+        for message in messages:
+            state.scanned_to = max(state.scanned_to, message.offset)
+            seq = _seq_of(message.headers, self._producer)
+            if seq is None:
+                continue
+            if self._acked_at.pop(seq, None) == (partition, message.offset):
+                continue  # acknowledged to us in a batch that failed later: known, counted
+            if not self._seen.add(seq):
+                self.duplicates_seen += 1
+                log.warning(
+                    "Producer %r: sequence number %d is in stream %r more than once (partition %d offset %d); "
+                    "two attempts of this producer ran at the same time on a stream without optimistic "
+                    "concurrency control",
+                    self.producer_id,
+                    seq,
+                    self.stream,
+                    partition,
+                    message.offset,
+                )
+            elif seq in wanted:
+                found[seq] = message.offset
+            else:
+                _note(self.found, partition, message.offset)
+        state.scanned_to = max(state.scanned_to, info.high_watermark)
+        return found
+
+    def _ensure_cursor(self, partition: int) -> _PartitionState:
+        """The partition's state; stores the scan start first if this producer never wrote there."""
+        state = self._parts.get(partition)
+        if state is not None:
+            return state
+        start = self.client.fetch_cursor(self._cursor_id, self.stream, partition)
+        if start >= 0:  # another attempt (or a call racing this one) stored it: read from there
+            self._parts[partition] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
+            self._scan(partition, {})
+            return self._parts[partition]
+        info = self.client.fetch_partition_metadata(self.stream, partition)
+        start = info.high_watermark + 1
+        self.client.set_cursor(self._cursor_id, self.stream, partition, start)
+        state = _PartitionState(scan_start=start, scanned_to=info.high_watermark, next_offset=info.newest_offset + 1)
+        self._parts[partition] = state
+        return state
+
+    # -- publishing -------------------------------------------------------------------------
+    def _prepare(self, item: Record | bytes, seq: int) -> Record:
+        record = Record(bytes(item)) if isinstance(item, bytes | bytearray | memoryview) else item
+        if not isinstance(record, Record):
+            raise InvalidArgumentError(f"record {seq} is a {type(item).__name__}; pass Record objects or bytes")
+        partition = record.partition if record.partition is not None else self.partition
+        if partition is None:
+            if self.partitioner is None:
+                partition = 0
+            else:
+                partition = self.partitioner(self.stream, record.key, record.value, self._partition_count)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self._partition_count:
+            raise InvalidArgumentError(
+                f"record {seq} goes to partition {partition!r}, but stream {self.stream!r} has "
+                f"{self._partition_count} partition(s)"
+            )
+        headers = dict(record.headers or {})
+        headers[PRODUCER_HEADER] = self._producer
+        headers[SEQ_HEADER] = str(seq).encode()
+        return replace(record, partition=partition, headers=headers, expected_offset=None, correlation_id=None)
+
+    def _get_sender(self) -> Sender:
+        if self._sender is None:
+            if self.nats_servers:
+                self._sender = NatsSender(
+                    self.nats_servers,
+                    subject=self._subject,
+                    ack_policy=self.ack_policy,
+                    window=self.window,
+                    timeout=self.timeout,
+                )
+            else:
+                self._sender = GrpcSender(
+                    self.client.brokers,
+                    tls=self.client.tls,
+                    stream=self.stream,
+                    ack_policy=self.ack_policy,
+                    window=self.window,
+                    timeout=self.timeout,
+                )
+        return self._sender
+
+    def _publish_batch(self, batch: list[_Pending], result: ExactlyOnceResult) -> None:
+        pending = batch
+        recover = False
+
+        def attempt() -> bool:
+            nonlocal pending, recover
+            if recover:
+                pending = self._recover(pending, result)
+                recover = False
+            for partition in sorted({item.record.partition or 0 for item in pending}):
+                self._ensure_cursor(partition)
+            # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
+            kept = [item for item in pending if item.seq not in self._seen]
+            result.skipped += len(pending) - len(kept)
+            pending = kept
+            if not pending:
+                return True
+            outgoing = self._with_offsets(pending)
+            try:
+                acks = self._get_sender().send(outgoing)
+            except PublishError as exc:
+                pending = self._account_partial(pending, exc.acks, result, partial=True)
+                recover = True
+                raise _unwrap(exc) from exc
+            except LiftbridgeError:
+                recover = True
+                raise
+            self._account_partial(pending, acks, result, partial=False)
+            for ack in acks:
+                state = self._parts[ack.partition]
+                state.scanned_to = max(state.scanned_to, ack.offset)
+            return True
+
+        self._with_resumes(result, attempt, f"publishing records {batch[0].seq}..{batch[-1].seq}")
+
+    def _with_offsets(self, pending: list[_Pending]) -> list[Record]:
+        """Give each record the offset it must get (checked on streams with OCC)."""
+        out: list[Record] = []
+        for item in pending:
+            partition = item.record.partition
+            assert partition is not None
+            state = self._parts[partition]
+            out.append(replace(item.record, expected_offset=state.next_offset))
+            state.next_offset += 1
+        return out
+
+    def _account_partial(
+        self, pending: list[_Pending], acks: Sequence[Ack | None], result: ExactlyOnceResult, *, partial: bool
+    ) -> list[_Pending]:
+        """Count the acknowledged records as written; return those without an ack."""
+        left: list[_Pending] = []
+        for item, ack in zip(pending, list(acks) + [None] * (len(pending) - len(acks)), strict=True):
+            if ack is None:
+                left.append(item)
+                continue
+            self._seen.add(item.seq)
+            if partial:
+                self._acked_at[item.seq] = (ack.partition, ack.offset)
+            result.written += 1
+            _note(result.partitions, ack.partition, ack.offset)
+            state = self._parts[ack.partition]
+            state.next_offset = max(state.next_offset, ack.offset + 1)
+        return left
+
+    def _recover(self, pending: list[_Pending], result: ExactlyOnceResult) -> list[_Pending]:
+        """After a failed send: let the partitions settle, read what was added, drop what landed."""
+        if self._sender is not None:
+            self._sender.reset()
+        partitions = sorted({item.record.partition for item in pending if item.record.partition in self._parts})
+        self._settle(partitions)
+        wanted = {item.seq: item for item in pending}
+        left = dict(wanted)
+        for p in partitions:
+            for seq, offset in self._scan(p, wanted).items():
+                # Written by this attempt, ack lost: it is in the stream, so it counts as written.
+                left.pop(seq, None)
+                result.written += 1
+                _note(result.partitions, p, offset)
+        return [item for item in pending if item.seq in left and item.seq not in self._seen]
+
+    def _settle(self, partitions: Sequence[int]) -> None:
+        """Wait until the newest offsets of ``partitions`` stay the same for ``settle`` seconds
+        (at most the ack timeout), so a record the server still held lands before the scan."""
+        if not partitions or self.settle <= 0:
+            return
+        deadline = time.monotonic() + self.timeout
+        last = [self.client.fetch_partition_metadata(self.stream, p).newest_offset for p in partitions]
+        while time.monotonic() < deadline:
+            time.sleep(self.settle)
+            now = [self.client.fetch_partition_metadata(self.stream, p).newest_offset for p in partitions]
+            if now == last:
+                return
+            last = now
+
+    def _with_resumes(self, result: ExactlyOnceResult, step: Callable[[], object], what: str) -> None:
+        """Run ``step`` until it succeeds, resuming after resumable failures, with backoff."""
+        failures = 0
+        while True:
+            try:
+                step()
+                return
+            except LiftbridgeError as exc:
+                if isinstance(exc, ExactlyOnceError) or not isinstance(exc, _RESUMABLE):
+                    raise self._failed(result, what, exc) from exc
+                failures += 1
+                if failures > self.max_resumes:
+                    raise self._failed(result, what, exc, after=failures - 1) from exc
+                result.resumes += 1
+                wait = min(5.0, self.backoff * 2 ** (failures - 1)) * random.uniform(0.75, 1.0)
+                log.warning(
+                    "Producer %r on stream %r: %s failed (%s: %s); resuming in %.1f s (%d of %d)",
+                    self.producer_id,
+                    self.stream,
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                    failures,
+                    self.max_resumes,
+                )
+                time.sleep(wait)
+
+    def _failed(
+        self, result: ExactlyOnceResult, what: str, exc: LiftbridgeError, after: int | None = None
+    ) -> ExactlyOncePublishError:
+        tries = f" after {after} resumption(s)" if after is not None else ""
+        hint = ""
+        if isinstance(exc, IncorrectOffsetError):
+            hint = (
+                " Another writer kept moving the partition (optimistic concurrency control refused the expected "
+                "offset): stop the other writer, or publish to another partition."
+            )
+        return ExactlyOncePublishError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped{tries} while "
+            f"{what}: {type(exc).__name__}: {exc}. {result.written} record(s) written and {result.skipped} skipped "
+            f"so far; publishing again with the same producer id resumes without duplicates.{hint}",
+            result,
+        )
+
+    def _accumulate(self, result: ExactlyOnceResult) -> None:
+        total = self.total
+        total.written += result.written
+        total.skipped += result.skipped
+        total.resumes += result.resumes
+        for p, r in result.partitions.items():
+            mine = total.partitions.setdefault(p, OffsetRange(r.first_offset, r.last_offset))
+            if mine.count == 0:
+                mine.first_offset, mine.last_offset, mine.count = r.first_offset, r.last_offset, r.count
+            else:
+                mine.first_offset = min(mine.first_offset, r.first_offset)
+                mine.last_offset = max(mine.last_offset, r.last_offset)
+                mine.count += r.count
+
+
+def _unwrap(exc: PublishError) -> LiftbridgeError:
+    """The typed error behind a ``PublishError``: the failed record's own, else the cause."""
+    if exc.index is not None and exc.index in exc.errors:
+        return exc.errors[exc.index]
+    if exc.errors:
+        return exc.errors[min(exc.errors)]
+    cause = exc.__cause__
+    if isinstance(cause, LiftbridgeError):
+        return cause
+    return AckTimeoutError(str(exc)) if "ack" in str(exc).lower() else UnavailableError(str(exc))
