@@ -191,6 +191,8 @@ class PublishSummary:
 
     :param stream: the stream published to.
     :param ack_policy: the policy used; with ``NONE`` nothing is acknowledged and offsets are unknown.
+    :param producer_id: set by exactly-once publishing; ``written`` / ``skipped`` then count the
+        records this try put into the stream / found there already (``count`` is their sum).
     """
 
     stream: str
@@ -198,6 +200,9 @@ class PublishSummary:
     count: int = 0
     acknowledged: int = 0
     partitions: dict[int, PartitionRange] = field(default_factory=dict)
+    producer_id: str | None = None
+    written: int = 0
+    skipped: int = 0
 
     def add_acks(self, acks: Sequence[Ack | None], sent: int) -> None:
         """Account for one window of ``sent`` records and the acks that came back for it.
@@ -237,6 +242,9 @@ class PublishSummary:
         """Add another summary of the same stream (e.g. one file's) to this one."""
         self.count += other.count
         self.acknowledged += other.acknowledged
+        self.producer_id = self.producer_id or other.producer_id
+        self.written += other.written
+        self.skipped += other.skipped
         for partition, span in other.partitions.items():
             if partition in self.partitions:
                 self.partitions[partition].merge(span)
@@ -244,8 +252,14 @@ class PublishSummary:
                 self.partitions[partition] = PartitionRange(span.first_offset, span.last_offset, span.count)
 
     def to_xcom(self) -> dict[str, Any]:
-        """The JSON-safe summary (shape in the module docstring)."""
-        return {
+        """The JSON-safe summary (shape in the module docstring; exactly-once publishing adds
+        ``producer_id``, ``written`` and ``skipped``)."""
+        extra = (
+            {"producer_id": self.producer_id, "written": self.written, "skipped": self.skipped}
+            if self.producer_id is not None
+            else {}
+        )
+        return extra | {
             "stream": self.stream,
             "count": self.count,
             "acknowledged": self.acknowledged,
