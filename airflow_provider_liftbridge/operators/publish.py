@@ -6,17 +6,24 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import Context, get_current_context
 from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+from airflow_provider_liftbridge.client.exactly_once import (
+    ExactlyOncePublisher,
+    ExactlyOncePublishError,
+    ExactlyOnceResult,
+    producer_id_for,
+)
 from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings, parse_ack_policy
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 
 from .base import LiftbridgeBaseOperator
 from .publishing import (
     PUBLISH_PATHS,
     BatchSender,
+    PartitionRange,
     PublishSummary,
     build_record,
     make_partitioner,
@@ -46,6 +53,8 @@ class LiftbridgePublishingMixin:
     window: int
     publish_timeout: float | None
     publish_path: str
+    exactly_once: bool
+    producer_id: str | None
 
     def _init_publishing(
         self,
@@ -58,6 +67,8 @@ class LiftbridgePublishingMixin:
         window: int,
         publish_timeout: float | None,
         publish_path: str,
+        exactly_once: bool = False,
+        producer_id: str | None = None,
     ) -> None:
         if publish_path not in PUBLISH_PATHS:
             raise LiftbridgeArgumentError(
@@ -71,6 +82,9 @@ class LiftbridgePublishingMixin:
         self.ack_policy = ack_policy
         self.window = window
         self.publish_timeout = publish_timeout
+        self.exactly_once = bool(exactly_once)
+        self.producer_id = producer_id
+        self._eo: tuple[BatchSender, ExactlyOncePublisher] | None = None
         make_partitioner(partitioner)  # fail at DAG parse time on a bad name
 
     def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
@@ -120,8 +134,71 @@ class LiftbridgePublishingMixin:
         *,
         on_window: Callable[[PublishSummary], None] | None = None,
     ) -> PublishSummary:
-        """Publish ``records`` through ``sender`` in windows of ``window`` records; return the summary."""
-        return publish_in_windows(sender, records, window=int(self.window), on_window=on_window)
+        """Publish ``records`` through ``sender`` in windows of ``window`` records; return the summary.
+
+        With ``exactly_once`` the records go through one
+        :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` per sender (so
+        sequence numbers run on across calls, e.g. across files) on the sender's path.
+        """
+        if not self.exactly_once:
+            return publish_in_windows(sender, records, window=int(self.window), on_window=on_window)
+        if self._eo is None or self._eo[0] is not sender:
+            self._eo = (sender, self._exactly_once_publisher(sender))
+        publisher = self._eo[1]
+        first_call = publisher.total.count == 0
+        try:
+            result = publisher.publish(records)
+        except ExactlyOncePublishError as exc:
+            raise LiftbridgePublishNotAcknowledgedError(self.stream, exc.result.count, str(exc)) from exc
+        summary = _summary_of(result, sender.ack_policy, publisher.found if first_call else {})
+        if on_window is not None:
+            on_window(summary)
+        return summary
+
+    def _exactly_once_publisher(self, sender: BatchSender) -> ExactlyOncePublisher:
+        producer_id = self.producer_id
+        if not producer_id:
+            context = get_current_context()
+            ti = context["ti"]
+            producer_id = producer_id_for(ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", None))
+        self.log.info(  # type: ignore[attr-defined]
+            "Exactly-once publishing to stream %r as producer %r", self.stream, producer_id
+        )
+        return ExactlyOncePublisher(
+            sender.client,
+            self.stream,
+            producer_id,
+            partition=sender.partition,
+            partitioner=sender.partitioner,
+            ack_policy=sender.ack_policy,
+            batch=int(self.window),
+            window=sender.window,
+            timeout=float(sender.timeout if sender.timeout is not None else self.hook.settings.timeout),  # type: ignore[attr-defined]
+            nats_servers=self.hook.settings.nats_servers if sender.path == "nats" else (),  # type: ignore[attr-defined]
+        )
+
+
+def _summary_of(result: ExactlyOnceResult, ack_policy: AckPolicy, found: Any) -> PublishSummary:
+    """The operator summary of an exactly-once publish: every record is in the stream (written now
+    or skipped as written before); offsets of earlier tries' records come from the resume scan."""
+    summary = PublishSummary(
+        result.stream,
+        ack_policy,
+        count=result.count,
+        acknowledged=result.count,
+        producer_id=result.producer_id,
+        written=result.written,
+        skipped=result.skipped,
+    )
+    for partition, span in [*result.partitions.items(), *found.items()]:
+        if span.count == 0:
+            continue
+        mine = PartitionRange(span.first_offset, span.last_offset, span.count)
+        if partition in summary.partitions:
+            summary.partitions[partition].merge(mine)
+        else:
+            summary.partitions[partition] = mine
+    return summary
 
 
 class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
@@ -154,9 +231,15 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
     :param publish_timeout: how long to wait for each ack, seconds (default: the connection's timeout).
     :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
         ``"grpc"`` or ``"nats"``.
+    :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md):
+        every record carries the producer id and its position in ``records``, and a retry skips
+        what an earlier try already put in the stream. The records must be the same, in the same
+        order, on every try.
+    :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
     :param liftbridge_conn_id: the connection to use. (templated)
     :return: the publish summary, ``{"stream", "count", "acknowledged", "ack_policy",
-        "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``.
+        "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``; with ``exactly_once``
+        also ``"producer_id"``, ``"written"`` and ``"skipped"``.
     :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused.
     :raises LiftbridgeArgumentError: no records source, or two of them, or a record cannot be encoded.
     """
@@ -192,6 +275,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
         window: int = 1000,
         publish_timeout: float | None = None,
         publish_path: str = "auto",
+        exactly_once: bool = False,
+        producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
@@ -215,6 +300,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
             window=window,
             publish_timeout=publish_timeout,
             publish_path=publish_path,
+            exactly_once=exactly_once,
+            producer_id=producer_id,
         )
 
     def source_records(self) -> Iterable[Any]:
