@@ -90,6 +90,9 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
     :param partition: / :param partitioner: / :param ack_policy: / :param publish_timeout: /
         :param publish_path: as in :class:`LiftbridgePublishOperator` (``"auto"`` takes the NATS
         bulk path when the connection lists NATS servers).
+    :param exactly_once: / :param producer_id: as in :class:`LiftbridgePublishOperator`; rows are
+        numbered across all files in path order, so the files and their order must not change
+        between tries.
     :param window: rows published and acknowledged per batch; bounds memory.
     :param progress_every: log progress every this many rows.
     :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
@@ -135,6 +138,8 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
         csv_header: bool = True,
         skip_empty_lines: bool = True,
         max_whole_file_bytes: int = 1024 * 1024,
+        exactly_once: bool = False,
+        producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
@@ -164,6 +169,8 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
             window=window,
             publish_timeout=publish_timeout,
             publish_path=publish_path,
+            exactly_once=exactly_once,
+            producer_id=producer_id,
         )
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
