@@ -6,8 +6,8 @@
 - ``cluster``: a 3-broker :class:`DevServer` per test, torn down afterwards.
 
 Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
-``atexit`` stop, and the nats-server child is started with a parent-death signal, so it
-goes away even when the test process is killed.
+``atexit`` stop, and the nats-server child is started with a parent-death signal
+(``setpriv --pdeathsig``), so it goes away even when the test process is killed.
 """
 
 from __future__ import annotations

@@ -1,19 +1,18 @@
 """The ``nats-server`` child process: finding the binary, starting it on a port, stopping it.
 
-The child is started with ``PR_SET_PDEATHSIG`` (Linux) so that it dies with the
-thread that started it, even when the dev server is killed with SIGKILL, and in
-its own session so that a Ctrl-C in a terminal reaches only the dev server,
-which then stops the child in order.
+The child is started through util-linux ``setpriv --pdeathsig KILL`` when that is
+available (Linux), so that it dies with the thread that started it even when the
+dev server is killed with SIGKILL. A ``preexec_fn`` calling ``prctl`` would do the
+same, but it makes Python run its fork hooks, and gRPC's fork hook aborts the
+child when gRPC threads are busy. The child runs in its own session so that a
+Ctrl-C in a terminal reaches only the dev server, which then stops the child in order.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from pathlib import Path
 from .errors import NatsServerNotFoundError, NatsServerStartError, PortInUseError
 
 _LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
-_PR_SET_PDEATHSIG = 1
 
 
 def find_nats_server() -> str:
@@ -61,10 +59,12 @@ def check_port_free(host: str, port: int, what: str) -> None:
             ) from exc
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _parent_death_wrapper() -> list[str]:
+    """``setpriv --pdeathsig KILL`` when available, else nothing (the child then relies on a clean stop)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
 
 
 class NatsServerProcess:
@@ -101,16 +101,10 @@ class NatsServerProcess:
         check_port_free(self.host, self.port, "NATS")
         fd, name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".log")
         self._log_path = Path(name)
-        args = [binary, "-a", self.host, "-p", str(self.port or -1)]
-        preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1)]
         with os.fdopen(fd, "wb") as log_file:
             self._proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                preexec_fn=preexec,  # noqa: PLW1509 - only prctl, no Python state touched
-                start_new_session=True,
+                args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True
             )
         deadline = time.monotonic() + timeout
         while True:
