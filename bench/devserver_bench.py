@@ -43,7 +43,9 @@ def bench_publish(stub: api_pb2_grpc.APIStub, stream: str, n: int) -> float:
 
 def bench_publish_async(channel: grpc.Channel, stream: str, n: int) -> float:
     """One PublishAsync stream; requests pre-serialized so the client spends little per message."""
-    call = channel.stream_stream("/proto.API/PublishAsync", request_serializer=_identity, response_deserializer=_identity)
+    call = channel.stream_stream(
+        "/proto.API/PublishAsync", request_serializer=_identity, response_deserializer=_identity
+    )
     reqs = [pb.PublishRequest(stream=stream, value=VALUE, correlationId=str(i)).SerializeToString() for i in range(n)]
 
     def gen() -> Iterator[bytes]:
@@ -128,7 +130,9 @@ def main() -> None:
         rows.append(("Publish (sequential, LEADER ack)", p, bench_publish(stub, "pub", p)))
         rows.append(("PublishAsync (one stream, LEADER acks)", n, bench_publish_async(channel, "async", n)))
         rows.append(("Subscribe (EARLIEST, stored messages)", n, bench_subscribe(channel, "async", n)))
-        rows.append(("NATS enveloped publish + acks on inbox", n, asyncio.run(bench_nats(server.nats_url, "bench.nats", n))))
+        rows.append(
+            ("NATS enveloped publish + acks on inbox", n, asyncio.run(bench_nats(server.nats_url, "bench.nats", n)))
+        )
         channel.close()
     print(f"Dev server throughput, 100-byte values, one run. Machine: {machine()}.\n")
     print("| path | messages | seconds | msgs/s |")
