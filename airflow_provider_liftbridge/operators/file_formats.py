@@ -131,7 +131,7 @@ def _csv(handle: IO[bytes], name: str, options: ReadOptions) -> Iterator[Row]:
 
 def _parquet(handle: IO[bytes], name: str, options: ReadOptions) -> Iterator[Row]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError:
         raise LiftbridgeArgumentError(
             "format 'parquet' needs pyarrow: pip install 'airflow-provider-liftbridge[files]'"

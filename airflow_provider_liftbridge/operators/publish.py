@@ -47,7 +47,7 @@ class LiftbridgePublishingMixin:
     stream: str
     key: Any
     headers: Mapping[str, Any] | None
-    partition: int | None
+    partition: int | str | None
     partitioner: str | None
     ack_policy: str | int | AckPolicy | None
     window: int
@@ -105,7 +105,9 @@ class LiftbridgePublishingMixin:
         The path is ``publish_path``: ``"auto"`` takes NATS-direct when the connection lists NATS
         servers (the bulk path of ADR 1), else gRPC PublishAsync; the choice is logged.
         """
-        partition = None if self.partition in (None, "") else int(self.partition)  # type: ignore[arg-type]
+        # A templated partition renders to a string; an empty one means "not set".
+        raw: Any = self.partition
+        partition = None if raw is None or raw == "" else int(raw)
         sender = open_sender(
             client,
             self.stream,
@@ -329,7 +331,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
                 raise LiftbridgeArgumentError(f"records is a string but not a JSON list: {exc}") from None
         if isinstance(records, Mapping) or not isinstance(records, Iterable) or isinstance(records, bytes):
             raise LiftbridgeArgumentError(f"records must be a list of records, got {type(records).__name__}")
-        return records  # type: ignore[no-any-return]
+        return records
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         records = (

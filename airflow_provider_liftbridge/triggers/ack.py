@@ -60,7 +60,7 @@ class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
         self,
         *,
         stream: str | None = None,
-        partition_offsets: Mapping[str | int, int] | None = None,
+        partition_offsets: Mapping[str, int] | Mapping[int, int] | None = None,
         ack_inbox: str | None = None,
         correlation_ids: Sequence[str] | None = None,
         liftbridge_conn_id: str = DEFAULT_CONN_ID,
