@@ -10,7 +10,7 @@ from airflow.sdk import Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
-from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger
+from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger, collect_inbox_acks
 
 from .base import LiftbridgeBaseSensor
 from .offset import summary_offsets
@@ -81,22 +81,19 @@ class LiftbridgeAckSensor(LiftbridgeBaseSensor):
         if self.deferrable or self.publish_summary is not None:
             return super().execute(context)
         # Ack-inbox form in the worker: one live NATS subscription for the whole wait (pokes would
-        # drop acks between them), driven by the same code the trigger runs.
-        self.prepare(context)
-        trigger = self.make_trigger(context)
-
-        async def first_event() -> dict[str, Any]:
-            async for event in trigger.run():
-                return dict(event.payload)
-            return {"status": "error", "message": "the trigger ended without an event"}
-
+        # drop acks between them), with the waiter the trigger uses and the sync hook's settings.
+        assert self.ack_inbox is not None and self.correlation_ids is not None
+        self.prepare(context)  # validates the arguments like the deferrable path
+        waiter = collect_inbox_acks(self.hook.settings, self.ack_inbox, list(self.correlation_ids))
         try:
-            event = asyncio.run(asyncio.wait_for(first_event(), timeout=self.timeout))
+            payload = asyncio.run(asyncio.wait_for(waiter, timeout=self.timeout))
         except TimeoutError:
             raise AirflowSensorTimeout(
                 f"{self.task_id}: acks for {self.correlation_ids!r} did not all arrive within {self.timeout}s"
             ) from None
-        return self.execute_complete(context, event)
+        finally:
+            self.hook.close()
+        return self.complete(context, payload)
 
     def poke(self, context: Context) -> PokeReturnValue:
         trigger = self._trigger

@@ -14,18 +14,22 @@ Two ways to know what to wait for:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_liftbridge.client import Ack, AckError
 from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
+from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
 from .base import LiftbridgeBaseTrigger, check_partition, closing_subscription, wait_for_offset
 
-__all__ = ["LiftbridgeAckTrigger", "ack_to_json"]
+__all__ = ["LiftbridgeAckTrigger", "ack_to_json", "collect_inbox_acks"]
+
+log = logging.getLogger(__name__)
 
 
 def ack_to_json(ack: Ack) -> dict[str, Any]:
@@ -123,27 +127,38 @@ class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
 
     async def _wait_inbox(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
         assert self.ack_inbox is not None and self.correlation_ids is not None
-        settings = await hook.get_settings()
-        if not settings.nats_servers:
-            raise LiftbridgeAirflowError(
-                f"connection {self.liftbridge_conn_id!r} has no NATS servers (extra.nats_servers); "
-                "the ack-inbox form needs them"
-            )
-        pending = set(self.correlation_ids)
-        acks: list[dict[str, Any]] = []
-        async with await NatsPublisher.connect(settings.nats_servers, connect_timeout=settings.timeout) as nats:
-            self.log.info("Waiting on ack inbox %r for %d ack(s)", self.ack_inbox, len(pending))
-            async with closing_subscription(nats.acks(self.ack_inbox)) as inbox:
-                async for ack in inbox:
-                    if ack.correlation_id not in pending:
-                        continue  # another publisher's ack on a shared inbox
-                    if ack.ack_error != AckError.OK:
-                        raise LiftbridgeAirflowError(
-                            f"message {ack.correlation_id!r} was refused by stream {ack.stream!r} "
-                            f"partition {ack.partition}: {AckError(ack.ack_error).name}"
-                        )
-                    pending.discard(ack.correlation_id)
-                    acks.append(ack_to_json(ack))
-                    if not pending:
-                        break
-        return {"mode": "ack_inbox", "acks": acks}
+        return await collect_inbox_acks(await hook.get_settings(), self.ack_inbox, self.correlation_ids)
+
+
+async def collect_inbox_acks(
+    settings: LiftbridgeConnectionSettings, ack_inbox: str, correlation_ids: Sequence[str]
+) -> dict[str, Any]:
+    """Listen on ``ack_inbox`` until an ack has arrived for every correlation id; return the ack-inbox
+    success payload. Shared by the trigger and by the sensor waiting in a worker (which passes the
+    settings its sync hook already read, so no async connection lookup happens there).
+
+    :raises LiftbridgeAirflowError: the connection has no NATS servers, or an ack reports an error.
+    :raises UnavailableError: NATS cannot be reached.
+    """
+    if not settings.nats_servers:
+        raise LiftbridgeAirflowError(
+            f"connection {settings.conn_id!r} has no NATS servers (extra.nats_servers); the ack-inbox form needs them"
+        )
+    pending = set(correlation_ids)
+    acks: list[dict[str, Any]] = []
+    async with await NatsPublisher.connect(settings.nats_servers, connect_timeout=settings.timeout) as nats:
+        log.info("Waiting on ack inbox %r for %d ack(s)", ack_inbox, len(pending))
+        async with closing_subscription(nats.acks(ack_inbox)) as inbox:
+            async for ack in inbox:
+                if ack.correlation_id not in pending:
+                    continue  # another publisher's ack on a shared inbox
+                if ack.ack_error != AckError.OK:
+                    raise LiftbridgeAirflowError(
+                        f"message {ack.correlation_id!r} was refused by stream {ack.stream!r} "
+                        f"partition {ack.partition}: {AckError(ack.ack_error).name}"
+                    )
+                pending.discard(ack.correlation_id)
+                acks.append(ack_to_json(ack))
+                if not pending:
+                    break
+    return {"mode": "ack_inbox", "acks": acks}
