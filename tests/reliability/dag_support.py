@@ -1,0 +1,23 @@
+"""Record source of the reliability DAG: on the first try it dies part-way (``EO_FAULT``:
+``exit`` ends the process with ``os._exit``, ``raise`` raises), later tries yield everything."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def records(n: int) -> Iterator[bytes]:
+    """``n`` payloads ``rec-000000``...; the first try (no marker file yet) dies at ``EO_CRASH_AT``."""
+    marker = Path(os.environ["EO_MARKER"])
+    first_try = not marker.exists()
+    if first_try:
+        marker.write_text("first try started\n")
+    crash_at = int(os.environ.get("EO_CRASH_AT", "-1"))
+    for i in range(n):
+        if first_try and i == crash_at:
+            if os.environ.get("EO_FAULT") == "exit":
+                os._exit(137)  # the process dies: no exception handler, no cleanup, no task state update
+            raise RuntimeError(f"injected failure after {i} records")
+        yield f"rec-{i:06d}".encode()
