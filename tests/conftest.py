@@ -12,12 +12,18 @@ Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also regis
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+from tests.airflow_support import configure_airflow
 
-import pytest
+# Airflow reads AIRFLOW_HOME once, at first import: point every test folder (Spark included)
+# at a throw-away home before anything imports Airflow.
+configure_airflow()
 
-from airflow_provider_liftbridge.devserver import DevServer
+import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from airflow_provider_liftbridge.devserver import DevServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
