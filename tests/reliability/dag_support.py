@@ -21,3 +21,13 @@ def records(n: int) -> Iterator[bytes]:
                 os._exit(137)  # the process dies: no exception handler, no cleanup, no task state update
             raise RuntimeError(f"injected failure after {i} records")
         yield f"rec-{i:06d}".encode()
+
+
+#: Offsets the apply function below was shown, in order (the trigger tests read it).
+SEEN: list[int] = []
+
+
+def note_and_match(message: object, target: str) -> bool:
+    """Apply function for the trigger tests: remember the offset, match the value ``target``."""
+    SEEN.append(message.offset)  # type: ignore[attr-defined]
+    return message.value == target.encode()  # type: ignore[attr-defined]
