@@ -195,6 +195,7 @@ class _PartitionReader:
         partition is polled every ``poll_interval`` seconds)."""
         t = self._trigger
         client = await self.open()
+        last_why = ""
         while True:
             try:
                 key, start = await self._locate(client)
@@ -205,7 +206,10 @@ class _PartitionReader:
                 why = "the partition is read-only"
             except _WAITABLE as exc:
                 why = str(exc)
-            log.info("watcher of %s/%d waits %gs: %s", t.stream, t.partition, t.poll_interval, why)
+            # Said once per condition, not once per poll.
+            level = logging.DEBUG if why == last_why else logging.INFO
+            log.log(level, "watcher of %s/%d waits (every %gs): %s", t.stream, t.partition, t.poll_interval, why)
+            last_why = why
             await asyncio.sleep(t.poll_interval)
 
     async def commit(self, cursor_key: str, offset: int) -> None:
