@@ -52,6 +52,7 @@ class PublishPlan:
     :param window: in-flight messages per executor (pipelining depth).
     :param timeout: seconds to wait for each batch's acks; ``None`` uses the client default.
     :param partitions: the stream's partition count, filled in by the driver.
+    :param subject: the stream's NATS subject, filled in by the driver (for the NATS publish path).
     :raises SparkOptionError: on an unknown format, policy or bad combination.
     """
 
@@ -65,6 +66,7 @@ class PublishPlan:
     window: int = 256
     timeout: float | None = None
     partitions: int = 0
+    subject: str = ""
 
     def __post_init__(self) -> None:
         if not self.stream:

@@ -1,9 +1,10 @@
 """Publish a Spark DataFrame to a Liftbridge stream from the executors.
 
-Each Spark partition opens its own client, turns its Arrow batches into records and publishes
-them pipelined (``LiftbridgeClient.publish_many``). Each returns one small JSON summary; the
-driver collects only those summaries, never the rows, so driver memory does not depend on the
-row count.
+Each Spark partition opens its own connection, turns its Arrow batches into records and publishes
+them pipelined: enveloped straight to the partitions' NATS subjects with acks on an inbox when the
+settings list NATS servers (the fast path), else over gRPC ``PublishAsync``. Each returns one small
+JSON summary; the driver collects only those summaries, never the rows, so driver memory does not
+depend on the row count.
 
 A failure inside a Spark partition is reported in its summary rather than raised: raising would
 make Spark retry the task and publish the already-acknowledged rows a second time. The driver
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import LiftbridgeClient
+    from airflow_provider_liftbridge.client import Ack, LiftbridgeClient, Record, StreamInfo
 
 SUMMARY_SCHEMA = "summary string"
 
@@ -101,8 +102,8 @@ class PublishSummary:
         }
 
 
-def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
-    """The number of partitions of ``stream``.
+def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
+    """The metadata of ``stream``.
 
     :raises SparkStreamError: when the stream does not exist (or has no partitions).
     """
@@ -113,7 +114,15 @@ def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
             f"stream {stream!r} does not exist on the Liftbridge cluster: create it first "
             "(LiftbridgeCreateStreamOperator or client.create_stream)"
         )
-    return len(info.partitions)
+    return info
+
+
+def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
+    """The number of partitions of ``stream``.
+
+    :raises SparkStreamError: when the stream does not exist (or has no partitions).
+    """
+    return len(stream_info(client, stream).partitions)
 
 
 def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan:
@@ -125,11 +134,97 @@ def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan
 
     try:
         with settings.client() as client:
-            return replace(plan, partitions=stream_partition_count(client, plan.stream))
+            info = stream_info(client, plan.stream)
+            return replace(plan, partitions=len(info.partitions), subject=info.subject)
     except LiftbridgeError as exc:
         raise SparkStreamError(
             f"cannot look up stream {plan.stream!r} on {','.join(settings.brokers)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+class _GrpcPublisher:
+    """Pipelined gRPC ``PublishAsync`` (used when the settings list no NATS servers)."""
+
+    def __init__(self, settings: ConnectionSettings, plan: PublishPlan) -> None:
+        from airflow_provider_liftbridge.client import AckPolicy
+
+        self._client = settings.client()
+        self._plan = plan
+        self._policy = AckPolicy[plan.ack_policy.upper()]
+
+    def publish(self, records: list[Record]) -> list[Ack | None]:
+        plan = self._plan
+        acks = self._client.publish_many(
+            plan.stream, records, ack_policy=self._policy, window=plan.window, timeout=plan.timeout
+        )
+        return list(acks)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _NatsPublisher:
+    """Enveloped messages straight to the partitions' NATS subjects, acks on an inbox.
+
+    Records are never re-sent on a missing ack: a lost ack is reported as a failure rather
+    than risking a duplicate.
+    """
+
+    def __init__(self, settings: ConnectionSettings, plan: PublishPlan) -> None:
+        import asyncio
+
+        from airflow_provider_liftbridge.client import AckPolicy
+        from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
+
+        self._plan = plan
+        self._policy = AckPolicy[plan.ack_policy.upper()]
+        self._timeout = plan.timeout or settings.timeout
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._pub = self._loop.run_until_complete(NatsPublisher.connect(list(settings.nats_servers)))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def publish(self, records: list[Record]) -> list[Ack | None]:
+        from airflow_provider_liftbridge.client.nats_direct import NO_RESEND
+
+        plan = self._plan
+        acks = self._loop.run_until_complete(
+            self._pub.publish_many(
+                plan.subject or plan.stream,
+                records,
+                ack_policy=self._policy,
+                window=plan.window,
+                timeout=self._timeout,
+                resend=NO_RESEND,
+            )
+        )
+        return list(acks)
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._pub.close())
+        finally:
+            self._loop.close()
+
+
+def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> _GrpcPublisher | _NatsPublisher:
+    return _NatsPublisher(settings, plan) if settings.nats_servers else _GrpcPublisher(settings, plan)
+
+
+def _partition_state(settings: ConnectionSettings, stream: str, partition: int) -> str:
+    """Why a partition may refuse messages (read-only, paused), asked over gRPC; empty if neither or unknown."""
+    try:
+        with settings.client() as client:
+            info = client.fetch_partition_metadata(stream, partition)
+    except Exception as exc:
+        return f"partition {partition} cannot be inspected ({type(exc).__name__})"
+    if info.readonly:
+        return f"partition {partition} of stream {stream!r} is read-only"
+    if info.paused:
+        return f"partition {partition} of stream {stream!r} is paused"
+    return ""
 
 
 def publish_partition(
@@ -145,34 +240,32 @@ def publish_partition(
     :param spark_partition: the Spark partition id (seeds round-robin, names the partition in errors).
     :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error"}``.
     """
-    from airflow_provider_liftbridge.client import AckPolicy
-
     started = time.monotonic()
     ranges: dict[int, list[Any]] = {}
     rows = 0
     size = 0
     error: str | None = None
     builder = RecordBuilder(plan, seed=spark_partition)
-    policy = AckPolicy[plan.ack_policy.upper()]
-    client: LiftbridgeClient | None = None
+    publisher: _GrpcPublisher | _NatsPublisher | None = None
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             records, batch_bytes = builder.build(batch)
-            if client is None:
-                client = settings.client()
+            if publisher is None:
+                publisher = _open_publisher(settings, plan)
             try:
-                acks = client.publish_many(
-                    plan.stream, records, ack_policy=policy, window=plan.window, timeout=plan.timeout
-                )
+                acks = publisher.publish(records)
             except Exception as exc:
                 # PublishError carries one Ack-or-None per record: keep the exact offsets of those that made it.
                 acks_so_far = [a for a in getattr(exc, "acks", ()) if a is not None]
                 _count(ranges, acks_so_far, acks_so_far)
                 rows += len(acks_so_far)
+                failed = _failed_partition(exc, records)
+                state = _partition_state(settings, plan.stream, failed) if failed is not None else ""
                 error = (
-                    f"Spark partition {spark_partition}: {_describe_failure(exc, records)} "
+                    f"Spark partition {spark_partition}: {_describe_failure(exc, records)}"
+                    f"{'; ' + state if state else ''} "
                     f"({rows} row(s) of this Spark partition acknowledged before the failure)"
                 )
                 break
@@ -187,8 +280,8 @@ def publish_partition(
         # Bad data in a row (explicit partition out of range, unencodable value) or a client that cannot connect.
         error = f"Spark partition {spark_partition}: {type(exc).__name__}: {exc} ({rows} row(s) acknowledged before)"
     finally:
-        if client is not None:
-            client.close()
+        if publisher is not None:
+            publisher.close()
     return {
         "spark_partition": spark_partition,
         "rows": rows,
@@ -197,6 +290,13 @@ def publish_partition(
         "partitions": {str(p): r for p, r in ranges.items()},
         "error": error,
     }
+
+
+def _failed_partition(exc: Exception, records: list[Any]) -> int | None:
+    index = getattr(exc, "index", None)
+    if isinstance(index, int) and 0 <= index < len(records):
+        return int(records[index].partition)
+    return None
 
 
 def _describe_failure(exc: Exception, records: list[Any]) -> str:
