@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import LiftbridgeSparkError, SparkPublishError, SparkStreamError
+from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
 from .plan import PublishPlan, RecordBuilder, ValueFormat
 from .settings import ConnectionSettings
 
@@ -61,6 +61,7 @@ class PublishSummary:
     :param seconds: wall time of the Spark job, seconds.
     :param spark_partitions: Spark partitions (tasks) that ran.
     :param partitions: per stream partition counts and first/last offsets, by partition id.
+    :param skipped: with exactly-once publishing, rows an earlier try had published (not in ``rows``).
     """
 
     stream: str
@@ -71,6 +72,7 @@ class PublishSummary:
     seconds: float
     spark_partitions: int
     partitions: tuple[PartitionRange, ...]
+    skipped: int = 0
 
     @property
     def rows_per_second(self) -> float:
@@ -99,6 +101,7 @@ class PublishSummary:
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "spark_partitions": self.spark_partitions,
+            "skipped": self.skipped,
         }
 
 
@@ -227,8 +230,41 @@ def _partition_state(settings: ConnectionSettings, stream: str, partition: int) 
     return ""
 
 
+class _ExactlyOncePublisher:
+    """Exactly-once publishing of one Spark partition (ADR 2): producer ``<producer_id>/spark-<n>``,
+    sequence numbers = row numbers inside the Spark partition, so the DataFrame's partitioning and
+    row order must be the same on every try."""
+
+    def __init__(self, settings: ConnectionSettings, plan: PublishPlan, producer_id: str, spark_partition: int) -> None:
+        from airflow_provider_liftbridge.client import AckPolicy
+        from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+
+        self._client = settings.client()
+        self._publisher = ExactlyOncePublisher(
+            self._client,
+            plan.stream,
+            f"{producer_id}/spark-{spark_partition}",
+            ack_policy=AckPolicy[plan.ack_policy.upper()],
+            batch=1 << 30,  # each Arrow batch is one call already
+            window=plan.window,
+            timeout=plan.timeout or settings.timeout,
+            nats_servers=settings.nats_servers,
+        )
+
+    def publish(self, records: list[Record]) -> Any:
+        return self._publisher.publish(records)
+
+    def close(self) -> None:
+        self._publisher.close()
+        self._client.close()
+
+
 def publish_partition(
-    batches: Iterable[pa.RecordBatch], plan: PublishPlan, settings: ConnectionSettings, spark_partition: int
+    batches: Iterable[pa.RecordBatch],
+    plan: PublishPlan,
+    settings: ConnectionSettings,
+    spark_partition: int,
+    producer_id: str | None = None,
 ) -> dict[str, Any]:
     """Publish one Spark partition's batches and describe the outcome (runs on an executor).
 
@@ -238,7 +274,9 @@ def publish_partition(
     :param plan: a resolved plan (``partitions`` set).
     :param settings: how to open the client.
     :param spark_partition: the Spark partition id (seeds round-robin, names the partition in errors).
-    :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error"}``.
+    :param producer_id: publish exactly once as this producer (see :class:`_ExactlyOncePublisher`).
+    :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error"}``
+        (plus ``"skipped"``: rows an earlier try had published, with ``producer_id``).
     """
     started = time.monotonic()
     ranges: dict[int, list[Any]] = {}
@@ -247,11 +285,23 @@ def publish_partition(
     error: str | None = None
     builder = RecordBuilder(plan, seed=spark_partition)
     publisher: _GrpcPublisher | _NatsPublisher | None = None
+    exactly_once: _ExactlyOncePublisher | None = None
+    skipped = 0
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             records, batch_bytes = builder.build(batch)
+            if producer_id is not None:
+                if exactly_once is None:
+                    exactly_once = _ExactlyOncePublisher(settings, plan, producer_id, spark_partition)
+                result = exactly_once.publish(records)  # ExactlyOncePublishError: reported below
+                for p, span in result.partitions.items():
+                    _count_range(ranges, p, span.first_offset, span.last_offset, span.count)
+                rows += result.written
+                skipped += result.skipped
+                size += batch_bytes
+                continue
             if publisher is None:
                 publisher = _open_publisher(settings, plan)
             try:
@@ -282,8 +332,11 @@ def publish_partition(
     finally:
         if publisher is not None:
             publisher.close()
+        if exactly_once is not None:
+            exactly_once.close()
     return {
         "spark_partition": spark_partition,
+        "skipped": skipped,
         "rows": rows,
         "bytes": size,
         "seconds": time.monotonic() - started,
@@ -336,6 +389,13 @@ def _count(ranges: dict[int, list[Any]], records: list[Any], acks: Sequence[Any]
         entry[2] += 1
 
 
+def _count_range(ranges: dict[int, list[Any]], partition: int, first: int, last: int, n: int) -> None:
+    entry = ranges.setdefault(partition, [first, last, 0])
+    entry[0] = first if entry[0] is None else min(entry[0], first)
+    entry[1] = last if entry[1] is None else max(entry[1], last)
+    entry[2] += n
+
+
 def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
     for record in records:
         ranges.setdefault(record.partition, [None, None, 0])[2] += 1
@@ -348,12 +408,13 @@ def merge_summaries(
 
     :raises SparkPublishError: naming each failed Spark partition and what happened.
     """
-    rows = size = count = 0
+    rows = size = count = skipped = 0
     failures: list[str] = []
     merged: dict[int, list[Any]] = {}
     for summary in summaries:
         count += 1
         rows += summary["rows"]
+        skipped += summary.get("skipped", 0)
         size += summary["bytes"]
         if summary.get("error"):
             failures.append(summary["error"])
@@ -374,16 +435,19 @@ def merge_summaries(
         seconds=seconds,
         spark_partitions=count,
         partitions=tuple(PartitionRange(p, n, first, last) for p, (first, last, n) in sorted(merged.items())),
+        skipped=skipped,
     )
 
 
-def _publish_udf(plan: PublishPlan, settings: ConnectionSettings, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+def _publish_udf(
+    plan: PublishPlan, settings: ConnectionSettings, producer_id: str | None, batches: Iterator[pa.RecordBatch]
+) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
     context = TaskContext.get()
     spark_partition = context.partitionId() if context is not None else 0
-    summary = publish_partition(batches, plan, settings, spark_partition)
+    summary = publish_partition(batches, plan, settings, spark_partition, producer_id)
     yield pa.RecordBatch.from_pydict({"summary": [json.dumps(summary)]})
 
 
@@ -400,6 +464,8 @@ def publish_dataframe(
     ack_policy: str = "leader",
     window: int = 256,
     timeout: float | None = None,
+    exactly_once: bool = False,
+    producer_id: str | None = None,
 ) -> PublishSummary:
     """Publish every row of ``df`` to ``stream`` from the executors and return driver-side totals.
 
@@ -418,6 +484,12 @@ def publish_dataframe(
     :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``.
     :param window: in-flight messages per executor.
     :param timeout: seconds to wait for each batch's acks.
+    :param exactly_once: publish exactly once across retries (docs/exactly-once.md): each Spark
+        partition is producer ``<producer_id>/spark-<n>`` and numbers its rows, so a retry skips
+        what an earlier try published. The DataFrame's partitioning and row order must be
+        deterministic (sort within partitions, or read from files in a fixed order).
+    :param producer_id: required with ``exactly_once``; stable across retries (the operator uses
+        ``dag_id/task_id/run_id``).
     :returns: the totals, with per-partition first/last offsets.
     :raises SparkOptionError: bad options, or columns missing / of the wrong type.
     :raises SparkStreamError: the stream does not exist or cannot be looked up.
@@ -434,11 +506,17 @@ def publish_dataframe(
         window=window,
         timeout=timeout,
     )
+    if exactly_once and not producer_id:
+        raise SparkOptionError("exactly_once needs producer_id: a name that stays the same when the task is retried")
+    if exactly_once and plan.ack_policy == "none":
+        raise SparkOptionError("exactly_once needs acknowledgements: use ack_policy 'leader' or 'all', not 'none'")
     plan.validate_schema(df.schema)
     plan = resolve_plan(plan, settings)
     projected = df.select(*plan.used_columns(df.columns))
     started = time.monotonic()
-    summaries = projected.mapInArrow(functools.partial(_publish_udf, plan, settings), SUMMARY_SCHEMA).collect()
+    summaries = projected.mapInArrow(
+        functools.partial(_publish_udf, plan, settings, producer_id if exactly_once else None), SUMMARY_SCHEMA
+    ).collect()
     seconds = time.monotonic() - started
     return merge_summaries(stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds)
 
