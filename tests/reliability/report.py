@@ -1,0 +1,70 @@
+"""Print the reliability table: ``python -m tests.reliability.report`` (about 1-2 minutes).
+
+Runs every fault scenario of :mod:`tests.reliability.scenarios` once and prints, per scenario, the
+faults injected, records sent, records of the scenario found in the stream, lost and duplicated.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from tests.airflow_support import configure_airflow, init_db
+
+
+def _rows() -> list[tuple[str, Callable[[], object]]]:
+    from airflow_provider_liftbridge.devserver import DevServer
+
+    from . import scenarios
+
+    server = DevServer().start()
+
+    def task_kill(fault: str) -> Callable[[], object]:
+        return lambda: scenarios.task_kill(server.address, fault)
+
+    return [
+        ("server_kill_eo", lambda: scenarios.server_kill(exactly_once=True)),
+        ("server_kill_alo", lambda: scenarios.server_kill(exactly_once=False)),
+        ("server_stall", scenarios.server_stall),
+        ("task_kill_exit", task_kill("exit")),
+        ("task_kill_raise", task_kill("raise")),
+        ("cluster_failover", scenarios.cluster_failover),
+        ("nats_restart", scenarios.nats_restart),
+    ]
+
+
+def main() -> int:
+    configure_airflow()
+    init_db()
+    header = ("scenario", "faults injected", "sent", "in stream", "lost", "duplicated", "s")
+    lines = []
+    for name, run in _rows():
+        started = time.monotonic()
+        try:
+            f = run()
+            lines.append(
+                (f.scenario, f.faults, f.sent, f.in_stream, f.lost, f.duplicated, f"{f.seconds:.1f}")  # type: ignore[attr-defined]
+            )
+            print(f"{name}: {f}", file=sys.stderr)
+        except Exception as exc:  # a failed scenario is a row too
+            lines.append(
+                (
+                    name,
+                    f"FAILED: {type(exc).__name__}: {exc}"[:120],
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"{time.monotonic() - started:.1f}",
+                )
+            )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in lines:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

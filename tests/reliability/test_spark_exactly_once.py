@@ -1,0 +1,49 @@
+"""Exactly-once publishing of a Spark partition (the executor side, ``publish_partition``) against
+the dev server, with real Arrow batches; no SparkSession is needed for this path. A first try that
+died after one batch is resumed by the second try."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.spark.errors import SparkOptionError
+from airflow_provider_liftbridge.spark.plan import PublishPlan
+from airflow_provider_liftbridge.spark.publish import merge_summaries, publish_partition
+from airflow_provider_liftbridge.spark.settings import ConnectionSettings
+
+from .scenarios import count, read_stream, values
+
+
+def _batches(rows: list[bytes], size: int) -> list[pa.RecordBatch]:
+    return [pa.RecordBatch.from_pydict({"value": rows[i : i + size]}) for i in range(0, len(rows), size)]
+
+
+@pytest.mark.parametrize("path", ["grpc", "nats"])
+def test_spark_partition_resumes_after_a_dead_try(
+    liftbridge_client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str, path: str
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    plan = PublishPlan(stream=stream_name, value_col="value", partitioning="round_robin", partitions=2)
+    settings = ConnectionSettings(brokers=(lb_address,), nats_servers=(nats_url,) if path == "nats" else ())
+    rows = values(900)
+    batches = _batches(rows, 200)
+    first = publish_partition(batches[:2], plan, settings, spark_partition=3, producer_id="dag/t/run")
+    assert (first["rows"], first["skipped"], first["error"]) == (400, 0, None)
+    retry = publish_partition(batches, plan, settings, spark_partition=3, producer_id="dag/t/run")
+    assert (retry["rows"], retry["skipped"], retry["error"]) == (500, 400, None)
+    totals = merge_summaries(stream_name, "leader", [retry], 1.0)
+    assert (totals.rows, totals.skipped) == (500, 400)
+    in_stream, lost, dup = count(rows, read_stream(liftbridge_client, stream_name, (0, 1)))
+    assert (in_stream, lost, dup) == (900, 0, 0)
+
+
+def test_exactly_once_needs_a_producer_id_and_acks() -> None:
+    from airflow_provider_liftbridge.spark.publish import publish_dataframe
+
+    settings = ConnectionSettings(brokers=("127.0.0.1:1",))
+    with pytest.raises(SparkOptionError, match="producer_id"):
+        publish_dataframe(None, "s", settings=settings, exactly_once=True)  # type: ignore[arg-type]
+    with pytest.raises(SparkOptionError, match="acknowledgements"):
+        publish_dataframe(None, "s", settings=settings, exactly_once=True, producer_id="p", ack_policy="none")  # type: ignore[arg-type]
