@@ -26,6 +26,7 @@ from .errors import (
     StreamExistsError,
     UnavailableError,
 )
+from .nats_direct import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
 from .sync_client import LiftbridgeClient
 from .types import (
@@ -44,6 +45,10 @@ from .types import (
 )
 
 __all__ = [
+    "NO_RESEND",
+    "NoResend",
+    "ResendPolicy",
+    "ResendUnacked",
     "Ack",
     "AckError",
     "AsyncLiftbridgeClient",

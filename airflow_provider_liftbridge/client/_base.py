@@ -15,7 +15,8 @@ class ClientBase:
     :param brokers: seed brokers: ``"host:port"``, ``"h1:p1,h2:p2"`` or a list; more are learned
         from metadata.
     :param tls: TLS settings (``None``: plaintext).
-    :param nats_servers: NATS URLs, for the NATS-direct helpers (:mod:`.nats_direct`).
+    :param nats_servers: NATS URLs: ``publish_many`` then publishes straight to NATS (the bulk
+        path, see :mod:`.bulk`); also used by the NATS-direct helpers (:mod:`.nats_direct`).
     :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack).
     :param max_retries: retries after a lost connection, cycling through the known brokers with
         exponential backoff and jitter.
@@ -43,8 +44,10 @@ class ClientBase:
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
     ) -> None:
+        nats = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers)
         self._core = ClientCore(
             brokers,
+            nats_servers=nats,
             timeout=timeout,
             max_retries=max_retries,
             ack_policy=ack_policy,
@@ -53,7 +56,7 @@ class ClientBase:
             backoff_max=backoff_max,
         )
         self.tls = tls
-        self.nats_servers: tuple[str, ...] = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers)
+        self.nats_servers: tuple[str, ...] = nats
         self._open(ChannelFactory(tls), subscription_channels)
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:

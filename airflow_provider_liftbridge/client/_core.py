@@ -172,6 +172,7 @@ class ClientCore:
         resubscribe_wait: float,
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
+        nats_servers: Sequence[str] = (),
     ) -> None:
         if timeout <= 0:
             raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -185,6 +186,8 @@ class ClientCore:
         self.ack_policy = AckPolicy(ack_policy)
         self.resubscribe_wait = float(resubscribe_wait)
         self.cache = MetadataCache()
+        #: NATS URLs: when given, ``publish_many`` takes the NATS-direct bulk path (see ``bulk``).
+        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
         self.rng = random.Random()
         self._good = 0  # index (in known_addresses()) of the broker that answered last
         self._lock = threading.Lock()
@@ -533,16 +536,16 @@ def _partition_of(partition_subject: str, msg_subject: str) -> int:
     return 0
 
 
+# Dict lookups: calling an enum class costs several times more, and the NATS bulk path converts
+# tens of thousands of acks per second.
+_ACK_ERRORS: dict[int, AckError] = {e.value: e for e in AckError}
+_ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
+
+
 def ack_from_pb(pb: api_pb2.Ack) -> Ack:
     """Convert an ``Ack`` protobuf (gRPC or ack-inbox) into :class:`Ack`."""
-    try:
-        err = AckError(pb.ackError)
-    except ValueError:
-        err = AckError.UNKNOWN
-    try:
-        policy = AckPolicy(pb.ackPolicy)
-    except ValueError:
-        policy = AckPolicy.LEADER
+    err = _ACK_ERRORS.get(pb.ackError, AckError.UNKNOWN)
+    policy = _ACK_POLICIES.get(pb.ackPolicy, AckPolicy.LEADER)
     return Ack(
         stream=pb.stream,
         partition=_partition_of(pb.partitionSubject, pb.msgSubject),

@@ -7,7 +7,7 @@ transport executes them with blocking gRPC calls, the async one awaits them.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,7 +81,15 @@ class Emit:
     item: Any
 
 
-Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit
+@dataclass(frozen=True, slots=True)
+class NatsCall:
+    """Await ``fn(link)`` on the client's event loop, ``link`` being the client's
+    :class:`~.bulk.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
+
+    fn: Callable[[Any], Awaitable[Any]]
+
+
+Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | NatsCall
 
 
 class _End:

@@ -49,6 +49,7 @@ from .errors import (
     PublishError,
     UnavailableError,
 )
+from .nats_direct import ResendPolicy
 from .partitioners import PartitionerFunc
 from .types import Ack, AckPolicy, Metadata, PartitionInfo, Record, StartPosition
 
@@ -415,6 +416,7 @@ def publish_many(
     ack_policy: AckPolicy | None = None,
     window: int = 256,
     timeout: float | None = None,
+    resend: ResendPolicy | None = None,
 ) -> Op[list[Ack]]:
     """Publish many records pipelined over one PublishAsync stream, at most ``window`` unacked
     at a time; return their acks in input order (an empty list with ``AckPolicy.NONE``, which
@@ -422,7 +424,8 @@ def publish_many(
 
     A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``. If
     the connection is lost (UNAVAILABLE) the unacknowledged records are sent again on another
-    broker, up to ``max_retries`` times: at-least-once. ``timeout`` bounds the wait for each ack.
+    broker, up to ``max_retries`` times, while ``resend`` allows it (default: always):
+    at-least-once. ``timeout`` bounds the wait for each ack.
 
     :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
         received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
@@ -438,9 +441,7 @@ def publish_many(
     requests: list[api_pb2.PublishRequest] = []
     ids: list[str] = []
     for i, item in enumerate(records):
-        rec = Record(item) if isinstance(item, bytes | bytearray | memoryview) else item
-        if not isinstance(rec, Record):
-            raise InvalidArgumentError(f"record {i} is a {type(item).__name__}; pass Record objects or bytes")
+        rec = as_record(i, item)
         chosen = yield from _choose_partition(
             core, stream, rec.key, rec.value, rec.partition if rec.partition is not None else partition, partitioner
         )
@@ -464,7 +465,18 @@ def publish_many(
     if policy == AckPolicy.NONE:
         yield from _send_unacknowledged(core, requests, wait)
         return []
-    return (yield from _pipeline(core, stream, requests, ids, window, wait))
+    return (yield from _pipeline(core, stream, requests, ids, window, wait, resend))
+
+
+def as_record(index: int, item: Record | bytes) -> Record:
+    """``item`` as a :class:`Record` (bytes become its value).
+
+    :raises InvalidArgumentError: ``item`` is neither.
+    """
+    rec = Record(item) if isinstance(item, bytes | bytearray | memoryview) else item
+    if not isinstance(rec, Record):
+        raise InvalidArgumentError(f"record {index} is a {type(item).__name__}; pass Record objects or bytes")
+    return rec
 
 
 def _send_unacknowledged(core: ClientCore, requests: list[api_pb2.PublishRequest], wait: float) -> Op[None]:
@@ -493,6 +505,7 @@ def _pipeline(
     ids: list[str],
     window: int,
     wait: float,
+    resend: ResendPolicy | None = None,
 ) -> Op[list[Ack]]:
     acks: list[Ack | None] = [None] * len(requests)
     errors: dict[int, LiftbridgeError] = {}
@@ -533,7 +546,17 @@ def _pipeline(
             yield Cancel(handle)
             if is_transient(failure) and attempt < core.retry.max_retries:
                 attempt += 1
-                # Resend what was not acknowledged, in input order (at-least-once).
+                # Resend what was not acknowledged, in input order (at-least-once), unless the
+                # caller's policy refuses (exactly-once publishing decides for itself).
+                refused = sorted(i for i in inflight if resend is not None and not resend.should_resend(i, attempt + 1))
+                for i in refused:
+                    errors[i] = AckTimeoutError(
+                        f"the connection was lost before record {i} was acknowledged and the resend policy "
+                        "refused to send it again; it may or may not be stored."
+                    )
+                if refused:
+                    why = f"record {refused[0]} failed: {errors[refused[0]]}"
+                    raise _publish_error(acks, refused[0], errors, why) from errors[refused[0]]
                 pending = deque(sorted(inflight | set(pending)))
                 inflight.clear()
                 yield Sleep(core.backoff(attempt))

@@ -12,10 +12,10 @@ import grpc.aio
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from . import _ops
+from . import _ops, bulk
 from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
+from ._effects import END, Cancel, CloseWrite, Effect, Emit, NatsCall, Op, OpenStream, Read, Sleep, Unary, Write
 from .channels import ASYNC_REGISTRY, ChannelFactory, SlotTurns
 from .errors import ClientClosedError
 from .types import Message, TlsConfig
@@ -48,8 +48,9 @@ class _AsyncStream:
 class _AsyncTransport:
     """Executes effects with grpc.aio; channels come from the process-wide registry."""
 
-    def __init__(self, factory: ChannelFactory, subscription_channels: int) -> None:
+    def __init__(self, factory: ChannelFactory, subscription_channels: int, nats: bulk.NatsLink) -> None:
         self._factory = factory
+        self._nats = nats
         self._slots = SlotTurns(subscription_channels)
         self._held: dict[tuple[str, int], tuple[grpc.aio.Channel, _Key]] = {}
         self.closed = False
@@ -70,6 +71,7 @@ class _AsyncTransport:
         held, self._held = list(self._held.values()), {}
         for _, key in held:
             await ASYNC_REGISTRY.release(key)
+        await self._nats.close()
 
     async def execute(self, effect: Effect) -> Any:
         try:
@@ -89,6 +91,10 @@ class _AsyncTransport:
                 return effect.handle.cancel()
             if isinstance(effect, Sleep):
                 return await asyncio.sleep(effect.seconds)
+            if isinstance(effect, NatsCall):
+                if self.closed:
+                    raise ClientClosedError("the client is closed; create a new one")
+                return await effect.fn(self._nats)
         except grpc.RpcError as exc:
             raise RpcFailure(exc.code(), exc.details() or "") from exc
         except asyncio.InvalidStateError as exc:  # writing to a call that already ended
@@ -183,14 +189,16 @@ class AsyncLiftbridgeClient(ClientBase):
     """
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
-        self._transport = _AsyncTransport(factory, subscription_channels)
+        self._transport = _AsyncTransport(
+            factory, subscription_channels, bulk.NatsLink(self.nats_servers, self._core.timeout)
+        )
 
     create_stream = _method(_ops.create_stream)
     delete_stream = _method(_ops.delete_stream)
     pause_stream = _method(_ops.pause_stream)
     set_stream_readonly = _method(_ops.set_stream_readonly)
     publish = _method(_ops.publish)
-    publish_many = _method(_ops.publish_many)
+    publish_many = _method(bulk.publish_many)
     publish_to_subject = _method(_ops.publish_to_subject)
     subscribe = _stream_method(_ops.subscribe)
     fetch_metadata = _method(_ops.fetch_metadata)
@@ -199,7 +207,7 @@ class AsyncLiftbridgeClient(ClientBase):
     fetch_cursor = _method(_ops.fetch_cursor)
 
     async def close(self) -> None:
-        """Release this client's shared channels; idempotent."""
+        """Release this client's shared channels and close its NATS connection; idempotent."""
         await self._transport.close()
 
     async def __aenter__(self) -> AsyncLiftbridgeClient:

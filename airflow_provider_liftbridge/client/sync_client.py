@@ -13,10 +13,10 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from . import _ops
+from . import _ops, bulk
 from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import END, Cancel, CloseWrite, Effect, Emit, Op, OpenStream, Read, Sleep, Unary, Write
+from ._effects import END, Cancel, CloseWrite, Effect, Emit, NatsCall, Op, OpenStream, Read, Sleep, Unary, Write
 from .channels import ChannelFactory, SyncChannelPool
 from .types import Message
 
@@ -82,10 +82,16 @@ class _SyncStream:
 
 
 class _SyncTransport:
-    """Executes effects with blocking gRPC calls."""
+    """Executes effects with blocking gRPC calls; NATS effects run on a private loop thread."""
 
-    def __init__(self, pool: SyncChannelPool) -> None:
+    def __init__(self, pool: SyncChannelPool, nats: bulk.NatsLink) -> None:
         self._pool = pool
+        self._nats = nats
+        self._loop = bulk.LoopThread()
+
+    def close(self) -> None:
+        self._loop.stop(self._nats.close())
+        self._pool.close()
 
     def _stub(self, address: str, long_lived: bool = False) -> Any:
         return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
@@ -108,6 +114,8 @@ class _SyncTransport:
                 return effect.handle.cancel()
             if isinstance(effect, Sleep):
                 return time.sleep(effect.seconds)
+            if isinstance(effect, NatsCall):
+                return self._loop.run(effect.fn(self._nats))  # type: ignore[arg-type]
         except grpc.RpcError as exc:
             raise RpcFailure(exc.code(), exc.details() or "") from exc
         raise TypeError(f"unknown effect {effect!r}")
@@ -179,14 +187,14 @@ class LiftbridgeClient(ClientBase):
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._pool = SyncChannelPool(factory, subscription_channels)
-        self._transport = _SyncTransport(self._pool)
+        self._transport = _SyncTransport(self._pool, bulk.NatsLink(self.nats_servers, self._core.timeout))
 
     create_stream = _method(_ops.create_stream)
     delete_stream = _method(_ops.delete_stream)
     pause_stream = _method(_ops.pause_stream)
     set_stream_readonly = _method(_ops.set_stream_readonly)
     publish = _method(_ops.publish)
-    publish_many = _method(_ops.publish_many)
+    publish_many = _method(bulk.publish_many)
     publish_to_subject = _method(_ops.publish_to_subject)
     subscribe = _stream_method(_ops.subscribe)
     fetch_metadata = _method(_ops.fetch_metadata)
@@ -195,8 +203,8 @@ class LiftbridgeClient(ClientBase):
     fetch_cursor = _method(_ops.fetch_cursor)
 
     def close(self) -> None:
-        """Close every channel; idempotent. Open subscriptions end with an error."""
-        self._pool.close()
+        """Close every channel and the NATS connection; idempotent. Open subscriptions end with an error."""
+        self._transport.close()
 
     def __enter__(self) -> LiftbridgeClient:
         return self

@@ -1,0 +1,116 @@
+"""The bulk engine while the broker stalls: re-sends after lost acks, the no-re-send policy, and
+the window bounding what is in flight.
+
+The broker is a real dev server in its own process; ``SIGSTOP`` freezes it (its nats-server
+child keeps running and queues what arrives), ``SIGCONT`` lets it go on. The publisher is
+``NatsPublisher.publish_many`` — the same engine as ``LiftbridgeClient.publish_many`` over NATS,
+without the client's metadata call, which a frozen broker could not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from airflow_provider_liftbridge.client import AckTimeoutError, LiftbridgeClient, PublishError
+from airflow_provider_liftbridge.client.nats_direct import NO_RESEND, NatsPublisher, ResendUnacked
+from airflow_provider_liftbridge.devserver import DevServerProcess
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[DevServerProcess]:
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data_dir=data) as srv:
+        yield srv
+
+
+@pytest.fixture
+def stream(server: DevServerProcess) -> str:
+    name = f"pause-{uuid.uuid4().hex[:10]}"
+    with LiftbridgeClient(server.address) as client:
+        client.create_stream(name, name)
+    return name
+
+
+@contextlib.contextmanager
+def frozen(server: DevServerProcess) -> Iterator[None]:
+    """The broker process stopped (SIGSTOP) for the duration; always continued afterwards."""
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+def stored(server: DevServerProcess, stream: str, expect_at_least: int) -> list[bytes]:
+    """Every stored value, once the broker has caught up with at least ``expect_at_least``."""
+    with LiftbridgeClient(server.address) as client:
+        deadline = time.monotonic() + 10
+        while client.fetch_partition_metadata(stream).high_watermark + 1 < expect_at_least:
+            assert time.monotonic() < deadline, "the broker did not catch up"
+            time.sleep(0.05)
+        time.sleep(0.3)  # anything still queued lands too
+        hw = client.fetch_partition_metadata(stream).high_watermark
+        return [m.value for m in client.subscribe(stream, stop_at=hw)]
+
+
+async def test_lost_acks_are_resent_until_acknowledged(server: DevServerProcess, stream: str) -> None:
+    values = [b"r%d" % i for i in range(5)]
+    async with await NatsPublisher.connect(server.nats_url) as pub:
+        with frozen(server):
+            task = asyncio.ensure_future(
+                pub.publish_many(stream, values, timeout=0.3, resend=ResendUnacked(max_resends=50))
+            )
+            await asyncio.sleep(1.2)  # about four ack timeouts: every record goes out again and again
+            assert not task.done()
+        acks = await asyncio.wait_for(task, 20)
+    assert sorted(a.correlation_id for a in acks) == sorted({a.correlation_id for a in acks})
+    assert len(acks) == 5
+    # At-least-once: the broker stored the first copies and the re-sent ones.
+    values_stored = stored(server, stream, 10)
+    assert set(values_stored) == set(values)
+    assert len(values_stored) >= 10
+
+
+async def test_no_resend_policy_fails_and_sends_once(server: DevServerProcess, stream: str) -> None:
+    values = [b"o%d" % i for i in range(3)]
+    async with await NatsPublisher.connect(server.nats_url) as pub:
+        with frozen(server):
+            with pytest.raises(PublishError) as caught:
+                await pub.publish_many(stream, values, timeout=0.3, resend=NO_RESEND)
+    err = caught.value
+    assert err.index == 0 and err.acked == 0
+    assert set(err.errors) == {0, 1, 2}
+    assert all(isinstance(e, AckTimeoutError) for e in err.errors.values())
+    assert stored(server, stream, 3) == values  # each exactly once: nothing was re-sent
+
+
+async def test_window_bounds_what_is_in_flight(server: DevServerProcess, stream: str) -> None:
+    seen: list[bytes] = []
+    spy = await nats.connect(server.nats_url)
+
+    async def count(msg: nats.aio.msg.Msg) -> None:
+        seen.append(msg.data)
+
+    await spy.subscribe(stream, cb=count)
+    await spy.flush()
+    try:
+        async with await NatsPublisher.connect(server.nats_url) as pub:
+            with frozen(server):
+                task = asyncio.ensure_future(pub.publish_many(stream, [b"w%d" % i for i in range(50)], window=8))
+                await asyncio.sleep(0.8)
+                assert len(seen) == 8  # no acks: the ninth record waits for room
+            acks = await asyncio.wait_for(task, 20)
+    finally:
+        await spy.close()
+    assert [a.offset for a in acks] == list(range(50))
+    assert len(seen) == 50
