@@ -213,9 +213,10 @@ def task_kill(lb_address: str, fault: str, n: int = 3000, crash_at: int = 1300) 
             proc = run_dag_subprocess(env)
             timings.append(round(time.monotonic() - t0, 1))
             runs.append(proc)
+            if len(runs) == 1:
+                after_first = count(values(n), read_stream(client, stream))[0]
             if out.exists():
                 break
-        after_first = count(values(n), read_stream(client, stream))[0]
         if not out.exists():
             raise AssertionError(
                 "the DAG never finished: " + " | ".join(f"rc={p.returncode} {p.stderr[-1500:]}" for p in runs)
@@ -231,7 +232,7 @@ def task_kill(lb_address: str, fault: str, n: int = 3000, crash_at: int = 1300) 
         lost,
         dup,
         time.monotonic() - started,
-        f"runs {len(runs)}, exit codes {[p.returncode for p in runs]}, before retry {after_first}, "
+        f"runs {len(runs)}, exit codes {[p.returncode for p in runs]}, after the first run {after_first}, "
         f"retry wrote {summary['publish']['written']} skipped {summary['publish']['skipped']}; "
         f"state {summary['state']}, tries {summary['tries']}, run seconds {timings}",
     )
