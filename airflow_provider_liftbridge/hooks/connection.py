@@ -6,6 +6,7 @@ fetch the connection and which client class they build.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class ConnectionLike(Protocol):
     conn_id: str
     host: str | None
     port: int | None
+    extra: str | None
 
     @property
     def extra_dejson(self) -> dict[str, Any]: ...
@@ -106,7 +108,7 @@ def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettin
 
     port = _parse_port(conn.port, fail)
     brokers = _parse_brokers(conn.host, port, fail)
-    extras = _normalise_extras(conn.extra_dejson, fail)
+    extras = _normalise_extras(_extra_object(conn, fail), fail)
 
     tls = _parse_tls(extras, fail)
     nats_servers = _parse_nats_servers(extras.get("nats_servers"), fail)
@@ -128,6 +130,21 @@ def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettin
         resubscribe_wait=resubscribe_wait,
         extras_seen=frozenset(extras),
     )
+
+
+def _extra_object(conn: ConnectionLike, fail: Any) -> Mapping[str, Any] | None:
+    """The connection's extras as a mapping.
+
+    Airflow's ``extra_dejson`` logs an extra that is not JSON and returns ``{}``, which would run
+    the hook on defaults; the raw string is parsed here so the error names the field instead.
+    """
+    raw = getattr(conn, "extra", None)
+    if isinstance(raw, str) and raw.strip():
+        try:
+            json.loads(raw)
+        except ValueError as exc:
+            raise fail("extra", f"is not valid JSON ({exc}); write it as a JSON object") from None
+    return conn.extra_dejson
 
 
 def _blank_to_none(value: Any) -> Any:

@@ -23,17 +23,13 @@ BIG_GRPC = 65 * 1024 * 1024  # over the dev server's 64 MiB gRPC receive limit
 BIG_NATS = 2 * 1024 * 1024  # over nats-server's default 1 MiB max_payload
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Airflow logs an extra that is not JSON and hands out {}; the hook then runs on defaults "
-    "instead of naming the field (hooks/connection.py should check Connection.extra itself)",
-)
 def test_extra_that_is_not_json_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+    from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeConnectionConfigError
 
     conn = {"conn_type": "liftbridge", "host": "127.0.0.1", "extra": '{"nats_servers": "nats://x:4222",'}
     monkeypatch.setenv(conn_env_name("bad_extra"), json.dumps(conn))
-    with pytest.raises(Exception, match="extra"):
+    with pytest.raises(LiftbridgeConnectionConfigError, match="extra.*not valid JSON"):
         LiftbridgeHook("bad_extra").settings  # noqa: B018
 
 
