@@ -13,7 +13,6 @@ raises :class:`SparkPublishError` once all partitions have finished.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -514,9 +513,14 @@ def publish_dataframe(
     plan = resolve_plan(plan, settings)
     projected = df.select(*plan.used_columns(df.columns))
     started = time.monotonic()
-    summaries = projected.mapInArrow(
-        functools.partial(_publish_udf, plan, settings, producer_id if exactly_once else None), SUMMARY_SCHEMA
-    ).collect()
+    producer = producer_id if exactly_once else None
+
+    # A plain closure, not functools.partial: PySpark inspects the function it is given, and a
+    # partial was called without its argument on a re-created session (bench, local[1] then local[2]).
+    def publish_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+        return _publish_udf(plan, settings, producer, batches)
+
+    summaries = projected.mapInArrow(publish_batches, SUMMARY_SCHEMA).collect()
     seconds = time.monotonic() - started
     return merge_summaries(stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds)
 
