@@ -627,15 +627,19 @@ def map_rpc_error(
     partition: int | None = None,
     attempts: int = 1,
     tried: Sequence[str] = (),
+    timeout: float | None = None,
 ) -> LiftbridgeError:
     """Turn a failed call into the typed error a caller should see.
 
     The server's own message is quoted; the status code only chooses the class.
+
+    :param timeout: the deadline the call had, in seconds, quoted in timeout errors.
     """
     code, said = failure.code, failure.details
     low = said.lower()
     what = _what(stream, partition)
     server = f' (server said: "{said}")' if said else ""
+    within = f"within {timeout:g} s" if timeout is not None else "within the timeout"
     C = grpc.StatusCode
     if code == C.ALREADY_EXISTS:
         return StreamExistsError(f"{what} already exists{server}; choose another name or delete it first.")
@@ -660,10 +664,16 @@ def map_rpc_error(
     if code == C.DEADLINE_EXCEEDED:
         if method in ("Publish", "PublishToSubject"):
             return AckTimeoutError(
-                f"no ack for the message to {what} within the timeout{server}; it may or may not be stored. Raise"
+                f"no ack for the message to {what} {within}{server}; it may or may not be stored. Raise"
                 " timeout=, or publish again only if a duplicate is acceptable."
             )
-        return RequestTimeoutError(f"{method} on {what} did not finish within the timeout{server}; raise timeout=.")
+        return RequestTimeoutError(f"{method} on {what} did not finish {within}{server}; raise timeout=.")
+    if code == C.RESOURCE_EXHAUSTED and "larger than max" in low:
+        # gRPC's own message-size limit (client or server side), not a Liftbridge status.
+        return MessageTooLargeError(
+            f"{method} to {what} refused: the message is over gRPC's size limit{server}; split the record, or"
+            " publish over NATS with a larger max_payload."
+        )
     if code == C.UNAVAILABLE:
         brokers = ", ".join(tried) if tried else "the known brokers"
         return UnavailableError(

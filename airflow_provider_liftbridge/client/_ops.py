@@ -104,7 +104,13 @@ def _unary(
                 yield Sleep(core.backoff(attempt))
                 continue
             error = map_rpc_error(
-                method, failure, stream=stream, partition=partition, attempts=attempt + 1, tried=tried
+                method,
+                failure,
+                stream=stream,
+                partition=partition,
+                attempts=attempt + 1,
+                tried=tried,
+                timeout=deadline,
             )
             if attempt and method not in IDEMPOTENT and not is_transient(failure):
                 # The lost attempt may have done the work (created, deleted, published) already.

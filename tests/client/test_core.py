@@ -305,3 +305,13 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
         waits = [policy.backoff(attempt, rng) for _ in range(50)]
         assert all(cap / 2 <= w <= cap for w in waits)
         assert len(set(waits)) > 1  # jittered
+
+
+def test_timeout_errors_quote_the_deadline() -> None:
+    from airflow_provider_liftbridge.client._core import RpcFailure, map_rpc_error
+
+    failure = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    error = map_rpc_error("FetchMetadata", failure, timeout=2.5)
+    assert isinstance(error, RequestTimeoutError) and "within 2.5 s" in str(error)
+    ack_error = map_rpc_error("Publish", failure, stream="s", partition=0, timeout=0.25)
+    assert isinstance(ack_error, AckTimeoutError) and "within 0.25 s" in str(ack_error)

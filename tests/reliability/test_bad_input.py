@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError, Record
+from airflow_provider_liftbridge.client import LiftbridgeClient, MessageTooLargeError, Record
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
@@ -36,7 +36,7 @@ def test_extra_that_is_not_json_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
 def test_oversized_grpc_message_is_refused_fast(liftbridge_client: LiftbridgeClient, stream_name: str) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     started = time.monotonic()
-    with pytest.raises(LiftbridgeError, match="larger than max"):
+    with pytest.raises(MessageTooLargeError, match="over gRPC's size limit.*larger than max"):
         liftbridge_client.publish(stream_name, b"x" * BIG_GRPC)
     assert time.monotonic() - started < 10
     assert liftbridge_client.publish(stream_name, b"small").offset == 0  # nothing half-stored
