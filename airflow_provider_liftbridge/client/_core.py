@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -536,29 +536,34 @@ def _partition_of(partition_subject: str, msg_subject: str) -> int:
     return 0
 
 
-# Dict lookups: calling an enum class costs several times more, and the NATS bulk path converts
-# tens of thousands of acks per second.
+# The NATS bulk path converts tens of thousands of acks per second, so this is written for speed:
+# dict lookups instead of calling the enum classes (several times dearer), and the frozen
+# dataclass's slots set directly — what its generated __init__ does through object.__setattr__,
+# at two thirds of the cost. The setters follow the field order of Ack.
 _ACK_ERRORS: dict[int, AckError] = {e.value: e for e in AckError}
 _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
+_ACK_SETTERS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
+_new_object = object.__new__
 
 
 def ack_from_pb(pb: api_pb2.Ack) -> Ack:
     """Convert an ``Ack`` protobuf (gRPC or ack-inbox) into :class:`Ack`."""
-    err = _ACK_ERRORS.get(pb.ackError, AckError.UNKNOWN)
-    policy = _ACK_POLICIES.get(pb.ackPolicy, AckPolicy.LEADER)
-    return Ack(
-        stream=pb.stream,
-        partition=_partition_of(pb.partitionSubject, pb.msgSubject),
-        partition_subject=pb.partitionSubject,
-        msg_subject=pb.msgSubject,
-        offset=pb.offset,
-        ack_inbox=pb.ackInbox,
-        correlation_id=pb.correlationId,
-        ack_policy=policy,
-        reception_timestamp=pb.receptionTimestamp,
-        commit_timestamp=pb.commitTimestamp,
-        ack_error=err,
-    )
+    (stream, partition, partition_subject, msg_subject, offset, ack_inbox, correlation_id, ack_policy,
+     reception, commit, ack_error) = _ACK_SETTERS  # fmt: skip
+    ack: Ack = _new_object(Ack)
+    ps, ms = pb.partitionSubject, pb.msgSubject
+    stream(ack, pb.stream)
+    partition(ack, 0 if ps == ms else _partition_of(ps, ms))
+    partition_subject(ack, ps)
+    msg_subject(ack, ms)
+    offset(ack, pb.offset)
+    ack_inbox(ack, pb.ackInbox)
+    correlation_id(ack, pb.correlationId)
+    ack_policy(ack, _ACK_POLICIES.get(pb.ackPolicy, AckPolicy.LEADER))
+    reception(ack, pb.receptionTimestamp)
+    commit(ack, pb.commitTimestamp)
+    ack_error(ack, _ACK_ERRORS.get(pb.ackError, AckError.UNKNOWN))
+    return ack
 
 
 def message_from_pb(pb: api_pb2.Message, stream: str = "", partition: int = 0) -> Message:

@@ -318,18 +318,23 @@ async def _with_acks(
     )
     try:
         nxt = 0
+        publish = nc.publish
         while True:
             if nxt < n and not errors and not timed_out and len(inflight) < window:
+                # One burst fills the free room; acks arriving meanwhile free more for the next.
                 deadline = loop.time() + ack_timeout
-                while nxt < n and len(inflight) < window:
-                    i = nxt
-                    nxt += 1
+                start, end = nxt, min(n, nxt + window - len(inflight))
+                for i in range(start, end):
+                    nxt = i + 1
                     data = frame(i, framer)
                     if data is None:
                         break
-                    inflight[ids[i]] = [i, deadline, 1, subjects[i], data]
-                    await nc.publish(subjects[i], data)
+                    subject = subjects[i]
+                    inflight[ids[i]] = [i, deadline, 1, subject, data]
+                    await publish(subject, data)
                     out.sent += 1
+                else:
+                    nxt = end
                 if len(inflight) > out.peak_in_flight:
                     out.peak_in_flight = len(inflight)
             if not inflight:
