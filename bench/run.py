@@ -292,7 +292,8 @@ def publishing_cases(srv: DevServerProcess, meter: Meter, args: argparse.Namespa
                 ingest.rate >= 30_000,
                 ingest,
                 None,
-                "the raw nats-py run above",
+                f"the raw nats-py run above; the dev server spent {ingest.server_cpu / ingest.count * 1e6:.0f} µs CPU "
+                f"per message, ≈ {ingest.count / ingest.server_cpu:,.0f} msgs/s if it had a core to itself",
             )
         )
     return rows, s_ours
@@ -624,10 +625,14 @@ def machine() -> str:
 
 
 def cpu_cell(run: Run | None) -> str:
-    """``client/server/nats`` CPU in % of one core, then the CPU-bound side."""
+    """``client/server/nats`` CPU in % of one core; client/server CPU µs per item; the CPU-bound side."""
     if run is None:
         return ""
-    return f"{run.pct(run.client_cpu):.0f}/{run.pct(run.server_cpu):.0f}/{run.pct(run.nats_cpu):.0f} → {run.bound}"
+    per = f"{run.client_cpu / run.count * 1e6:.0f}/{run.server_cpu / run.count * 1e6:.0f} µs" if run.count else ""
+    return (
+        f"{run.pct(run.client_cpu):.0f}/{run.pct(run.server_cpu):.0f}/{run.pct(run.nats_cpu):.0f} %, {per} "
+        f"→ {run.bound}"
+    )
 
 
 @dataclass
@@ -648,7 +653,8 @@ class Report:
             f"100-byte values; {args.rounds} interleaved round(s) per case, best run kept; ratio > 1 means ours "
             "is faster. CPU columns: client/server/nats-server CPU time in % of one core over the run's wall time "
             "(client = the publishing or reading process, all threads; server = the dev server process; nats = "
-            "its nats-server child), then the side at ≥ 85 % (CPU-bound), or none.",
+            "its nats-server child); client/server CPU µs per message; then the side at ≥ 85 % (CPU-bound), or "
+            "none (the run waited on round trips, or shared the two cores with other work).",
             "",
             "| case | ours | baseline | baseline value | ratio | target | met | CPU ours | CPU baseline | load1 |",
             "|---|---|---|---|---:|---|---|---|---|---:|",
@@ -666,7 +672,7 @@ class Report:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per case (best run kept)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (best run kept)")
     parser.add_argument("--messages", type=int, default=30_000, help="messages per bulk NATS run")
     parser.add_argument("--grpc-messages", type=int, default=8_000, help="messages per gRPC pipelined run")
     parser.add_argument("--unary", type=int, default=800, help="messages per one-at-a-time publish run")
