@@ -9,10 +9,20 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client.exactly_once import producer_id_for
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 
-__all__ = ["LiftbridgeBaseOperator"]
+__all__ = ["LiftbridgeBaseOperator", "producer_id_of"]
+
+
+def producer_id_of(context: Context, given: str | None = None) -> str:
+    """The exactly-once producer id of the running task: ``given``, else
+    ``dag_id/task_id/run_id[/map_index]``, which stays the same across retries of one run."""
+    if given:
+        return given
+    ti = context["ti"]
+    return producer_id_for(ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", None))
 
 
 class LiftbridgeBaseOperator(BaseOperator):

@@ -14,12 +14,11 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublisher,
     ExactlyOncePublishError,
     ExactlyOnceResult,
-    producer_id_for,
 )
 from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings, parse_ack_policy
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 
-from .base import LiftbridgeBaseOperator
+from .base import LiftbridgeBaseOperator, producer_id_of
 from .publishing import (
     PUBLISH_PATHS,
     BatchSender,
@@ -158,11 +157,7 @@ class LiftbridgePublishingMixin:
         return summary
 
     def _exactly_once_publisher(self, sender: BatchSender) -> ExactlyOncePublisher:
-        producer_id = self.producer_id
-        if not producer_id:
-            context = get_current_context()
-            ti = context["ti"]
-            producer_id = producer_id_for(ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", None))
+        producer_id = self.producer_id or producer_id_of(get_current_context())
         self.log.info(  # type: ignore[attr-defined]
             "Exactly-once publishing to stream %r as producer %r", self.stream, producer_id
         )
@@ -257,6 +252,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
         "headers",
         "partition",
         "liftbridge_conn_id",
+        "producer_id",
     )
     template_fields_renderers = {"records": "json", "headers": "json"}
 

@@ -114,6 +114,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
         "headers",
         "partition",
         "liftbridge_conn_id",
+        "producer_id",
     )
 
     def __init__(

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook, Context
 
-from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator
+from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
@@ -74,6 +74,11 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
     :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``; default: the connection's.
     :param window: in-flight messages per executor.
     :param publish_timeout: seconds to wait for each batch's acks (default: the connection timeout).
+    :param exactly_once: publish exactly once across retries of the task; each Spark partition is a
+        producer ``<producer_id>/spark-<n>``, so the DataFrame's partitioning must be deterministic
+        (see docs/exactly-once.md).
+    :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
+        (templated)
     :param liftbridge_conn_id: the ``liftbridge`` connection. (templated)
     :param spark_conn_id: a ``spark`` or ``spark_connect`` connection; ``None`` runs on ``local[*]``. (templated)
     :param spark_config: Spark settings applied last (``{"spark.executor.memory": "2g"}``). (templated)
@@ -100,6 +105,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
         "partitioning",
         "spark_conn_id",
         "spark_config",
+        "producer_id",
     )
     template_fields_renderers = {"sql": "sql", "read_options": "json", "spark_config": "json"}
     ui_color = "#fde8d7"
@@ -125,6 +131,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
         publish_timeout: float | None = None,
         spark_conn_id: str | None = None,
         spark_config: Mapping[str, str] | None = None,
+        exactly_once: bool = False,
+        producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
@@ -145,6 +153,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
         self.publish_timeout = publish_timeout
         self.spark_conn_id = spark_conn_id
         self.spark_config = dict(spark_config or {})
+        self.exactly_once = bool(exactly_once)
+        self.producer_id = producer_id
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:
@@ -196,6 +206,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
                 ack_policy=self.ack_policy or connection.ack_policy.name.lower(),
                 window=self.window,
                 timeout=self.publish_timeout,
+                exactly_once=self.exactly_once,
+                producer_id=producer_id_of(context, self.producer_id) if self.exactly_once else None,
             )
         self.log.info(
             "Published %d row(s) (%d bytes) to stream %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",

@@ -98,3 +98,29 @@ def test_submit_job_fails_with_exit_code_1_naming_the_missing_stream(
     code = submit_main(["--stream", stream_name, "--brokers", lb_address, "--sql", "select 1 as x"])
     assert code == 1
     assert f"stream '{stream_name}' does not exist" in capsys.readouterr().err
+
+
+def test_operator_exactly_once_skips_what_an_earlier_try_published(
+    spark: SparkSession, lb_address: str, make_stream: Callable[[int], str]
+) -> None:
+    """A retry of the same task (same producer id) finds every row already stored and writes none."""
+    stream = make_stream(2)
+
+    def run() -> dict[str, object]:
+        op = LiftbridgeSparkPublishOperator(
+            task_id="publish",
+            stream=stream,
+            dataframe_callable="tests.spark.helpers.orders",
+            callable_kwargs={"rows": 120},
+            key_col="customer",
+            exactly_once=True,
+            producer_id="dag/publish/run-1",
+        )
+        return op.execute({})
+
+    first, retry = run(), run()
+    assert first["count"] == 120 and first.get("skipped", 0) == 0
+    assert retry.get("skipped") == 120
+    with LiftbridgeClient(lb_address) as client:
+        stored = sum(client.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(2))
+    assert stored == 120
