@@ -554,16 +554,18 @@ class NatsPublisher:
         ack_policy: AckPolicy = AckPolicy.LEADER,
         window: int = 1024,
         timeout: float = 10.0,
-        resend: ResendPolicy = DEFAULT_RESEND,
+        resend: ResendPolicy = NO_RESEND,
     ) -> list[Ack]:
         """Publish records on the partition subjects of the stream subject ``subject`` (a
         record's ``partition`` picks ``subject.N``), at most ``window`` unacknowledged at a time,
         and return their acks in input order (``[]`` with ``AckPolicy.NONE``).
 
-        A record without an ack ``timeout`` seconds after it was sent is sent again while
-        ``resend`` allows (at-least-once; pass :data:`NO_RESEND` to fail instead). A message the
-        broker drops without an ack (paused or read-only partition) ends as an
-        :class:`AckTimeoutError` once the re-sends are used up.
+        A record without an ack ``timeout`` seconds after it was sent fails the call with an
+        :class:`AckTimeoutError`, unless ``resend`` allows sending it again (e.g.
+        :data:`DEFAULT_RESEND`: at-least-once). This standalone publisher never re-sends unless
+        asked, because exactly-once publishing builds on it; ``LiftbridgeClient.publish_many``
+        re-sends by default. A message the broker drops without an ack (paused or read-only
+        partition) ends as an :class:`AckTimeoutError`.
 
         :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
             typed error of each (``IncorrectOffsetError``, ``MessageTooLargeError``,
@@ -615,7 +617,7 @@ def publish_many_direct(
     ack_policy: AckPolicy = AckPolicy.LEADER,
     window: int = 1024,
     timeout: float = 10.0,
-    resend: ResendPolicy = DEFAULT_RESEND,
+    resend: ResendPolicy = NO_RESEND,
 ) -> list[Ack]:
     """Blocking convenience for code without an event loop: connect,
     :meth:`NatsPublisher.publish_many`, close.

@@ -81,12 +81,15 @@ async def test_lost_acks_are_resent_until_acknowledged(server: DevServerProcess,
     assert len(values_stored) >= 10
 
 
-async def test_no_resend_policy_fails_and_sends_once(server: DevServerProcess, stream: str) -> None:
+@pytest.mark.parametrize("explicit", [True, False], ids=["NO_RESEND", "default"])
+async def test_no_resend_policy_fails_and_sends_once(server: DevServerProcess, stream: str, explicit: bool) -> None:
+    # NatsPublisher never re-sends unless asked (exactly-once publishing relies on it).
     values = [b"o%d" % i for i in range(3)]
+    policy = {"resend": NO_RESEND} if explicit else {}
     async with await NatsPublisher.connect(server.nats_url) as pub:
         with frozen(server):
             with pytest.raises(PublishError) as caught:
-                await pub.publish_many(stream, values, timeout=0.3, resend=NO_RESEND)
+                await pub.publish_many(stream, values, timeout=0.3, **policy)
     err = caught.value
     assert err.index == 0 and err.acked == 0
     assert set(err.errors) == {0, 1, 2}
