@@ -667,6 +667,8 @@ def map_rpc_error(
             "newest_offset and publish with newest_offset + 1."
         )
     if code == C.DEADLINE_EXCEEDED:
+        if "deadline exceeded" in low:
+            server = ""  # gRPC's own client-side text ("Stream removed (Deadline Exceeded)"), not the server's
         if method in ("Publish", "PublishToSubject"):
             return AckTimeoutError(
                 f"no ack for the message to {what} {within}{server}; it may or may not be stored. Raise"
