@@ -39,7 +39,8 @@ class OpenStream:
 @dataclass(frozen=True, slots=True)
 class Read:
     """Read the next response; result: the protobuf, or :data:`END` when the server closed the
-    stream. ``timeout=None`` waits as long as it takes."""
+    stream. ``timeout=None`` waits as long as it takes; a read that times out raises
+    ``ReadTimeout`` and the stream is over (both transports cancel it)."""
 
     handle: Any
     timeout: float | None = None

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,3 +118,19 @@ async def test_window_bounds_what_is_in_flight(server: DevServerProcess, stream:
         await spy.close()
     assert [a.offset for a in acks] == list(range(50))
     assert len(seen) == 50
+
+
+def test_grpc_path_times_out_on_a_stalled_broker(server: DevServerProcess, stream: str) -> None:
+    # The blocking client's timed reads on PublishAsync: a watchdog ends a read past its deadline.
+    with LiftbridgeClient(server.address, timeout=10) as client:
+        client.fetch_metadata()  # connected before the broker freezes
+        with frozen(server):
+            started = time.monotonic()
+            with pytest.raises(PublishError) as caught:
+                client.publish_many(stream, [b"g1", b"g2"], path="grpc", timeout=0.5)
+            elapsed = time.monotonic() - started
+    assert 0.5 <= elapsed < 3
+    assert caught.value.index == 0 and isinstance(caught.value.errors[0], AckTimeoutError)
+    for watchdog in [t for t in threading.enumerate() if t.name == "liftbridge-stream-watchdog"]:
+        watchdog.join(1)
+        assert not watchdog.is_alive()
