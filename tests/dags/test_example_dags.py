@@ -88,3 +88,19 @@ def test_publish_files_end_to_end(dagbag: Any, stream_name: str, liftbridge_clie
     for partition, span in jsonl["partitions"].items():
         assert committed["partitions"][partition]["offset"] >= span["last_offset"]
     assert stream_name not in liftbridge_client.fetch_metadata([stream_name]).streams
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient) -> None:
+    """Transform with Spark, publish from the executors, wait with deferred offset sensors, read back."""
+    dag_run, states, xcoms = run(dagbag, "liftbridge_spark_pipeline")
+    assert dag_run.state == "success", states
+    published = xcoms["transform_and_publish"]
+    assert published["count"] == published["acknowledged"] == xcoms["ensure_input"]["paid"]
+    assert xcoms["read_back"] == published["count"]
+    for partition, span in published["partitions"].items():
+        assert (
+            liftbridge_client.fetch_partition_metadata(published["stream"], int(partition)).high_watermark
+            >= span["last_offset"]
+        )
