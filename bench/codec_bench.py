@@ -48,7 +48,8 @@ def main() -> None:
     print("| operation | µs/op | target |")
     print("|---|---:|---:|")
     for name, us, target in rows:
-        print(f"| {name} | {us:.2f} | {'≤ %.1f' % target if target else ''} |")
+        bound = f"≤ {target:.1f}" if target else ""
+        print(f"| {name} | {us:.2f} | {bound} |")
 
 
 if __name__ == "__main__":
