@@ -23,7 +23,8 @@ class ClientBase:
     :param ack_policy: default ack policy of publishes.
     :param resubscribe_wait: how long a subscription keeps trying to resubscribe after a
         transient failure, in seconds.
-    :param subscription_channels: channels per broker shared by long-lived subscriptions.
+    :param subscription_channels: channels per broker shared by long-lived subscriptions, beside the
+        one for unary calls; 0 puts subscriptions on that one too (one channel per broker).
     :param backoff_base: first retry wait in seconds (doubled per retry).
     :param backoff_max: longest retry wait in seconds.
     :raises InvalidArgumentError: a malformed broker address, unreadable TLS files, a certificate

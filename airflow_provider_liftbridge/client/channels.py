@@ -95,15 +95,16 @@ class ChannelFactory:
 
 class SlotTurns:
     """Which channel slot a call uses: 0 (the shared unary channel) for short calls, and
-    1..``size`` in turn per broker for long-lived streams."""
+    1..``size`` in turn per broker for long-lived streams; with ``size`` 0, streams share slot 0 too,
+    so a process holds exactly one channel per broker (HTTP/2 multiplexes the streams)."""
 
     def __init__(self, size: int) -> None:
-        self._size = max(1, size)
+        self._size = max(0, size)
         self._turn: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def next(self, address: str, long_lived: bool) -> int:
-        if not long_lived:
+        if not long_lived or not self._size:
             return 0
         with self._lock:
             n = self._turn.get(address, 0)

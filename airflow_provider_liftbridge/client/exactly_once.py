@@ -344,8 +344,14 @@ class NatsSender:
         from .nats_direct import NatsPublisher
 
         try:
+            # nats-py retries the first connection max_reconnect_attempts times even without
+            # reconnects (60 x 2 s by default): a refused connection must fail in seconds.
             nc = await nats.connect(
-                servers=self._servers, allow_reconnect=False, connect_timeout=max(1, int(self._timeout))
+                servers=self._servers,
+                allow_reconnect=False,
+                connect_timeout=max(1, int(self._timeout)),
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.5,
             )
         except Exception as exc:  # nats-py raises several unrelated types for "cannot connect"
             raise UnavailableError(f"cannot connect to NATS at {self._servers}: {exc}; check nats_servers") from exc

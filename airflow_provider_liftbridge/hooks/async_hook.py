@@ -52,7 +52,11 @@ class LiftbridgeAsyncHook(BaseHook):
         """The async client of this connection, built on first call and reused until :meth:`aclose`."""
         if self._client is None:
             settings = await self.get_settings()
-            self._client = AsyncLiftbridgeClient(list(settings.brokers), **settings.client_kwargs())
+            # In the triggerer many waiting triggers share the process-wide channel registry; with
+            # subscriptions on the unary channel too, that is exactly one channel per broker.
+            self._client = AsyncLiftbridgeClient(
+                list(settings.brokers), subscription_channels=0, **settings.client_kwargs()
+            )
         return self._client
 
     async def aclose(self) -> None:

@@ -314,9 +314,12 @@ class BatchSender:
         self.timeout = timeout
 
     def send(self, batch: list[Record]) -> list[Ack]:
+        # path="grpc": this is the gRPC sender; without it a client that knows NATS servers would
+        # take the NATS path while the task log says gRPC.
         return self.client.publish_many(
             self.stream,
             batch,
+            path="grpc",
             partition=self.partition,
             partitioner=self.partitioner,
             ack_policy=self.ack_policy,

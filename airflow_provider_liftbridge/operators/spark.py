@@ -210,10 +210,11 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
                 producer_id=producer_id_of(context, self.producer_id) if self.exactly_once else None,
             )
         self.log.info(
-            "Published %d row(s) (%d bytes) to stream %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",
+            "Published %d row(s) (%d bytes) to stream %s over %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",
             summary.rows,
             summary.bytes,
             summary.stream,
+            "NATS-direct envelopes" if settings.nats_servers else "gRPC PublishAsync",
             summary.spark_partitions,
             summary.seconds,
             summary.rows_per_second,

@@ -47,3 +47,16 @@ async def test_breaking_out_of_a_subscription_releases_it(lb_address: str, strea
         await sub.aclose()  # type: ignore[attr-defined]
         newest = (await c.fetch_partition_metadata(stream_name)).newest_offset
         assert newest == 2
+
+
+async def test_zero_subscription_channels_keeps_one_channel_per_broker(lb_address: str, stream_name: str) -> None:
+    before = ASYNC_REGISTRY.open_channels()
+    async with AsyncLiftbridgeClient(lb_address, subscription_channels=0) as c:
+        await c.create_stream(stream_name, stream_name)
+        await c.publish(stream_name, b"x")
+        subs = [c.subscribe(stream_name) for _ in range(5)]
+        got = [await anext(s) for s in subs]
+        assert [m.value for m in got] == [b"x"] * 5
+        assert ASYNC_REGISTRY.open_channels() == before + 1
+        for s in subs:
+            await s.aclose()

@@ -218,3 +218,15 @@ def test_to_bytes_and_build_record() -> None:
     assert record.key == b"7" and dict(record.headers or {}) == {"a": b"1", "b": b"2"}
     with pytest.raises(LiftbridgeArgumentError, match="needs records that are mappings"):
         build_record("plain", key_field="id")
+
+
+def test_grpc_path_stays_on_grpc_when_the_connection_knows_nats(
+    stream_name: str, liftbridge_client: LiftbridgeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection lists NATS servers; publish_path='grpc' must still publish over gRPC, as its log says."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    with caplog.at_level("INFO", logger="airflow_provider_liftbridge.client"):
+        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["a", "b"], publish_path="grpc").execute({})
+    paths = [r.getMessage() for r in caplog.records if r.name.startswith("airflow_provider_liftbridge.client")]
+    assert any("over gRPC PublishAsync" in m for m in paths), paths
+    assert not any("NATS-direct" in m for m in paths), paths
