@@ -33,7 +33,7 @@ from .state import (
     Store,
     is_valid_subject,
 )
-from .wire import async_error_bytes, build_ack, publish_response_bytes
+from .wire import ack_bytes, async_error_bytes, publish_response_bytes
 
 if TYPE_CHECKING:
     from .nats_ingest import NatsIngest
@@ -77,8 +77,8 @@ class _AsyncSession:
 
     def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
         part, offset, cid, policy, recv_ts = arg
-        ack = build_ack(part, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts)
-        self.out.append(publish_response_bytes(ack.SerializeToString(), cid))
+        ack = ack_bytes(part.ack_prefix(part.subject), offset, self.inbox, cid, policy, recv_ts, commit_ts)
+        self.out.append(publish_response_bytes(ack, cid))
         self.inflight -= 1
         self.wakeup.set()
 
@@ -251,10 +251,10 @@ class ApiService:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         part.after_commit(_resolve, fut)
         commit_ts = await fut
-        ack = build_ack(part, part.subject, offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
+        ack = ack_bytes(part.ack_prefix(part.subject), offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
         if req.ackInbox:
             self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
-        return api_pb2.PublishResponse(ack=ack)
+        return publish_response_bytes(ack)
 
     async def PublishAsync(
         self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
@@ -338,7 +338,7 @@ class ApiService:
             if fut is None:
                 return api_pb2.PublishToSubjectResponse()
             # No stream on that subject means no ack: the client's deadline ends the call.
-            return api_pb2.PublishToSubjectResponse(ack=await fut)
+            return publish_response_bytes(await fut)  # PublishToSubjectResponse: the ack is field 1 too
         finally:
             if fut is not None:
                 self.ingest.forget_ack_waiter(inbox, fut)

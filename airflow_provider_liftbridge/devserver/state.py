@@ -32,6 +32,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import DataDirError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
+from .wire import ack_prefix, header_entry
 
 log = logging.getLogger(__name__)
 
@@ -73,23 +74,6 @@ _SUBJECT_BAD_CHARS = re.compile(r"[\s]")
 def is_valid_subject(subject: str) -> bool:
     """A NATS subject: no whitespace, no empty token (the real server's check)."""
     return bool(subject) and not _SUBJECT_BAD_CHARS.search(subject) and all(subject.split("."))
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def header_entry(key: str, value: bytes) -> bytes:
-    """One encoded entry of ``Message.headers`` (field 9, a map<string, bytes>)."""
-    k = key.encode()
-    entry = b"\x0a" + varint(len(k)) + k + b"\x12" + varint(len(value)) + value
-    return b"\x4a" + varint(len(entry)) + entry
 
 
 def partition_subject(subject: str, partition: int) -> str:
@@ -176,6 +160,16 @@ class Partition:
         self._waiters: list[asyncio.Future[None]] = []
         self._stream_name = stream.name
         self._default_headers = header_entry("subject", self.subject.encode()) + header_entry("reply", b"")
+        self._ack_prefixes: dict[str, bytes] = {}
+
+    def ack_prefix(self, msg_subject: str) -> bytes:
+        """The encoded fields of this partition's acks that do not change per message (see :mod:`.wire`)."""
+        prefix = self._ack_prefixes.get(msg_subject)
+        if prefix is None:
+            if len(self._ack_prefixes) > 64:
+                self._ack_prefixes.clear()
+            prefix = self._ack_prefixes[msg_subject] = ack_prefix(self, msg_subject)
+        return prefix
 
     # -- writing --------------------------------------------------------------
     def append(

@@ -1,0 +1,300 @@
+"""A small NATS client for the dev server's ingest: subscriptions delivered straight from the socket, batched publishes.
+
+Why not nats-py here: nats-py hands every incoming message to a per-subscription task
+through an ``asyncio.Queue`` and builds a ``Msg`` object for it, and every publish is its
+own call; on the ingest path that machinery cost more CPU than storing the message.
+This client parses ``MSG`` frames in ``data_received`` and calls one function per
+message synchronously, and buffers publishes (acks) into one socket write per event-loop
+turn. It speaks only what the ingest needs: ``CONNECT`` (no headers, no auth), ``SUB``,
+``UNSUB``, ``PUB``, ``PING``/``PONG``, and it reconnects forever to the same URL,
+re-subscribing every live subscription, when the connection drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+#: ``handler(sid, subject, reply, payload, received_ns)``, called for every message, synchronously;
+#: ``received_ns`` is when the socket read that brought it returned (one value per read).
+MessageHandler = Callable[[int, str, str, bytes, int], None]
+
+_CRLF = b"\r\n"
+_RECONNECT_WAIT = 0.1
+
+
+class NatsConnectionError(ConnectionError):
+    """The NATS connection is closed or could not be established."""
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    if parts.scheme not in ("nats", "tcp"):
+        raise ValueError(f"NATS URL {url!r} must use nats:// (TLS and WebSocket NATS are not supported here)")
+    return parts.hostname or "127.0.0.1", parts.port or 4222
+
+
+class _Protocol(asyncio.Protocol):
+    """One TCP connection: parses what the server sends and calls back into :class:`NatsConnection`."""
+
+    def __init__(self, owner: NatsConnection) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.info: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if not self.info.done():
+            self.info.set_exception(NatsConnectionError(f"connection closed before INFO: {exc}"))
+        self.owner._lost(self)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        end = len(buf)
+        deliver = self.owner._deliver
+        now = time.time_ns()
+        try:
+            while pos < end:
+                eol = buf.find(_CRLF, pos)
+                if eol < 0:
+                    break
+                if buf[pos] == 0x4D:  # b"M": MSG <subject> <sid> [reply] <#bytes>
+                    parts = bytes(buf[pos + 4 : eol]).split()
+                    size = int(parts[-1])
+                    start = eol + 2
+                    stop = start + size
+                    if stop + 2 > end:
+                        break  # the payload is not all here yet
+                    reply = parts[2].decode() if len(parts) == 4 else ""
+                    deliver(int(parts[1]), parts[0].decode(), reply, bytes(buf[start:stop]), now)
+                    pos = stop + 2
+                    continue
+                if buf[pos] == 0x48:  # b"H": HMSG <subject> <sid> [reply] <#header bytes> <#total bytes>
+                    parts = bytes(buf[pos + 5 : eol]).split()
+                    start = eol + 2
+                    stop = start + int(parts[-1])
+                    if stop + 2 > end:
+                        break
+                    reply = parts[2].decode() if len(parts) == 5 else ""
+                    # NATS headers are not part of a Liftbridge message: only the payload is kept.
+                    deliver(int(parts[1]), parts[0].decode(), reply, bytes(buf[start + int(parts[-2]) : stop]), now)
+                    pos = stop + 2
+                    continue
+                self._control(bytes(buf[pos:eol]))
+                pos = eol + 2
+        finally:
+            del buf[:pos]
+
+    def _control(self, line: bytes) -> None:
+        if line.startswith(b"PING"):
+            self.owner._write(b"PONG\r\n")
+        elif line.startswith(b"PONG"):
+            self.owner._pong()
+        elif line.startswith(b"INFO "):
+            if not self.info.done():
+                self.info.set_result(json.loads(line[5:]))
+        elif line.startswith(b"-ERR"):
+            log.warning("NATS server error: %s", line.decode(errors="replace"))
+        # +OK and anything else: nothing to do (verbose is off).
+
+
+class NatsConnection:
+    """A NATS connection that delivers subscribed messages to ``handler`` and survives server restarts.
+
+    :param url: ``nats://host:port`` of the server.
+    :param handler: called as ``handler(sid, subject, reply, payload, received_ns)`` for every message, on the loop.
+    :param name: the client name the server shows.
+    """
+
+    def __init__(self, url: str, handler: MessageHandler, *, name: str = "liftbridge-devserver") -> None:
+        self.url = url
+        self.host, self.port = _host_port(url)
+        self.name = name
+        self._handler = handler
+        self._proto: _Protocol | None = None
+        self._subs: dict[int, tuple[str, str]] = {}
+        self._next_sid = 1
+        self._out: list[bytes] = []
+        self._out_handle: asyncio.Handle | None = None
+        self._pongs: list[asyncio.Future[None]] = []
+        self._closed = False
+        self._reconnect_task: asyncio.Task[None] | None = None
+        #: Completed (re)connections; the first connect counts as 1.
+        self.connects = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._proto is not None
+
+    async def connect(self, timeout: float = 5.0) -> None:
+        """Connect (and subscribe everything subscribed so far).
+
+        :raises NatsConnectionError: the server cannot be reached within ``timeout``.
+        """
+        try:
+            await asyncio.wait_for(self._open(), timeout)
+        except (OSError, TimeoutError, NatsConnectionError) as exc:
+            raise NatsConnectionError(f"cannot connect to NATS at {self.url}: {exc or type(exc).__name__}") from exc
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(lambda: _Protocol(self), self.host, self.port)
+        await proto.info
+        assert proto.transport is not None
+        connect = {
+            "verbose": False,
+            "pedantic": False,
+            "name": self.name,
+            "lang": "python",
+            "version": "devserver",
+            "protocol": 1,
+            "headers": False,
+            "no_responders": False,
+        }
+        lines = [b"CONNECT " + json.dumps(connect).encode() + _CRLF]
+        # Re-subscribe before anything queued meanwhile goes out.
+        lines += [self._sub_cmd(sid, subject, queue) for sid, (subject, queue) in self._subs.items()]
+        lines.append(b"PING\r\n")
+        pong: asyncio.Future[None] = loop.create_future()
+        self._pongs = [pong]
+        proto.transport.write(b"".join(lines))
+        self._proto = proto
+        done, _ = await asyncio.wait({pong, proto.lost}, return_when=asyncio.FIRST_COMPLETED)
+        if pong not in done:
+            raise NatsConnectionError("the NATS server closed the connection during CONNECT")
+        self.connects += 1
+        if self._out:
+            self._schedule_out()
+
+    def _lost(self, proto: _Protocol) -> None:
+        if self._proto is not proto:
+            return
+        self._proto = None
+        for fut in self._pongs:
+            if not fut.done():
+                fut.set_exception(NatsConnectionError("the NATS connection was lost"))
+        self._pongs = []
+        if not self._closed and self._reconnect_task is None:
+            log.warning("lost the NATS connection to %s; reconnecting", self.url)
+            self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        try:
+            while not self._closed:
+                await asyncio.sleep(_RECONNECT_WAIT)
+                try:
+                    await asyncio.wait_for(self._open(), 5.0)
+                except (OSError, TimeoutError, NatsConnectionError):
+                    continue
+                log.warning("reconnected to NATS at %s", self.url)
+                return
+        finally:
+            self._reconnect_task = None
+
+    # -- subscriptions ------------------------------------------------------------
+    @staticmethod
+    def _sub_cmd(sid: int, subject: str, queue: str) -> bytes:
+        return f"SUB {subject} {queue} {sid}\r\n".encode() if queue else f"SUB {subject} {sid}\r\n".encode()
+
+    def subscribe(self, subject: str, queue: str = "") -> int:
+        """Subscribe ``subject`` (in queue group ``queue`` if given); return the subscription id."""
+        sid = self._next_sid
+        self._next_sid += 1
+        self._subs[sid] = (subject, queue)
+        self._write(self._sub_cmd(sid, subject, queue))
+        return sid
+
+    def unsubscribe(self, sid: int) -> None:
+        """Stop the subscription ``sid`` (messages already read are still delivered)."""
+        if self._subs.pop(sid, None) is not None:
+            self._write(f"UNSUB {sid}\r\n".encode())
+
+    def _deliver(self, sid: int, subject: str, reply: str, payload: bytes, received_ns: int) -> None:
+        if sid in self._subs:
+            try:
+                self._handler(sid, subject, reply, payload, received_ns)
+            except Exception:  # one bad message must not break the connection
+                log.exception("handling a NATS message on %r failed", subject)
+
+    # -- publishing -----------------------------------------------------------------
+    def publish(self, subject: str, payload: bytes) -> None:
+        """Queue a publish; everything queued in one loop turn goes out in one write.
+
+        Publishes queued while disconnected go out after the reconnect.
+
+        :raises NatsConnectionError: the connection was closed with :meth:`close`.
+        """
+        if self._closed:
+            raise NatsConnectionError("the dev server's NATS connection is closed")
+        self._out.append(b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+        if self._out_handle is None:
+            self._schedule_out()
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        if self._out_handle is None:
+            self._schedule_out()
+
+    def _schedule_out(self) -> None:
+        self._out_handle = asyncio.get_running_loop().call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._out_handle = None
+        proto = self._proto
+        if proto is None or proto.transport is None or not self._out:
+            return  # kept for after the reconnect
+        out, self._out = self._out, []
+        proto.transport.write(b"".join(out))
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Send what is queued and wait until the server has processed it (PING/PONG).
+
+        :raises NatsConnectionError: not connected, or the connection dropped meanwhile.
+        :raises TimeoutError: no PONG within ``timeout``.
+        """
+        if self._proto is None:
+            raise NatsConnectionError(f"not connected to NATS at {self.url}")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pongs.append(fut)
+        self._write(b"PING\r\n")
+        await asyncio.wait_for(fut, timeout)
+
+    def _pong(self) -> None:
+        if self._pongs:
+            fut = self._pongs.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def close(self) -> None:
+        """Send what is queued, then close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnect_task
+        if self._out_handle is not None:
+            self._out_handle.cancel()
+        self._write_out()
+        proto, self._proto = self._proto, None
+        if proto is not None and proto.transport is not None:
+            proto.transport.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proto.lost), 2.0)
