@@ -14,16 +14,19 @@ from .errors import (
     NatsServerStartError,
     PortInUseError,
     ServerStateError,
+    TlsConfigError,
 )
-from .server import DevServer, DevServerProcess
+from .server import DevServer, DevServerProcess, DevServerTls
 
 __all__ = [
     "DataDirError",
     "DevServer",
     "DevServerError",
     "DevServerProcess",
+    "DevServerTls",
     "NatsServerNotFoundError",
     "NatsServerStartError",
     "PortInUseError",
     "ServerStateError",
+    "TlsConfigError",
 ]

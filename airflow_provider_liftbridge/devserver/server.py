@@ -1,7 +1,7 @@
 """Running the dev server: the async core, the in-process :class:`DevServer` and the :class:`DevServerProcess` wrapper.
 
 :class:`ServerCore` is the server itself (NATS child or external NATS, the store,
-the NATS ingest and one ``grpc.aio`` server per broker) on the caller's event
+the NATS ingest and one gRPC server (:mod:`.h2grpc`) per broker) on the caller's event
 loop; the CLI runs it on the main thread. :class:`DevServer` runs a core on a
 background thread's event loop for tests and local scripts. :class:`DevServerProcess`
 runs the CLI as a child process so it can be SIGKILLed and restarted.
@@ -18,6 +18,7 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,9 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from grpc import aio
-
-from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError
+from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
+from .h2grpc import GrpcServer, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import ApiService
@@ -41,12 +41,46 @@ log = logging.getLogger(__name__)
 
 READY_PREFIX = "liftbridge-devserver ready"
 _RETENTION_TICK = 0.5
-_GRPC_OPTIONS = [
-    # Without this, a second server could silently share a port that is in use.
-    ("grpc.so_reuseport", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
+
+
+@dataclass(frozen=True)
+class DevServerTls:
+    """TLS for the dev server's gRPC ports (NATS stays plaintext).
+
+    :param cert_file: PEM file of the server certificate (with its chain, if any).
+    :param key_file: PEM file of the certificate's private key (unencrypted).
+    :param client_ca_file: PEM file of the CA(s) that sign client certificates; when given, every
+        client must present a certificate signed by one of them (mutual TLS).
+    """
+
+    cert_file: str | os.PathLike[str]
+    key_file: str | os.PathLike[str]
+    client_ca_file: str | os.PathLike[str] | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The server-side TLS context (ALPN ``h2``, TLS 1.2+).
+
+        :raises TlsConfigError: a file is missing or does not hold a usable certificate, key or CA.
+        """
+        try:
+            return server_ssl_context(
+                os.fspath(self.cert_file),
+                os.fspath(self.key_file),
+                os.fspath(self.client_ca_file) if self.client_ca_file is not None else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(
+                f"cannot load the TLS files (cert {os.fspath(self.cert_file)!r}, key {os.fspath(self.key_file)!r}"
+                f"{f', client CA {os.fspath(self.client_ca_file)!r}' if self.client_ca_file else ''}): {exc}; "
+                "give PEM files of a certificate, its unencrypted private key and, for mutual TLS, a CA certificate"
+            ) from exc
+
+    def cli_args(self) -> list[str]:
+        """The same settings as ``liftbridge-devserver`` options."""
+        args = ["--tls-cert", os.fspath(self.cert_file), "--tls-key", os.fspath(self.key_file)]
+        if self.client_ca_file is not None:
+            args += ["--tls-client-ca", os.fspath(self.client_ca_file)]
+        return args
 
 
 @dataclass
@@ -59,6 +93,7 @@ class ServerConfig:
     :param nats_url: use this NATS server instead of starting a child.
     :param nats_port: port of the NATS child; 0 picks a free port.
     :param fsync: fsync every log write (default: page cache only, which survives a process kill).
+    :param tls: serve gRPC over TLS (mutual TLS when it names a client CA); ``None`` is plaintext.
     """
 
     data_dir: Path
@@ -67,6 +102,7 @@ class ServerConfig:
     nats_url: str | None = None
     nats_port: int = 0
     fsync: bool = False
+    tls: DevServerTls | None = None
 
 
 class ServerCore:
@@ -81,8 +117,9 @@ class ServerCore:
         self._nats_proc: NatsServerProcess | None = None
         self._store: Store | None = None
         self._ingest: NatsIngest | None = None
-        self._servers: dict[int, aio.Server] = {}
+        self._servers: dict[int, GrpcServer] = {}
         self._retention_task: asyncio.Task[None] | None = None
+        self._ssl: ssl.SSLContext | None = None
 
     @property
     def store(self) -> Store:
@@ -101,6 +138,7 @@ class ServerCore:
         """
         cfg = self.config
         try:
+            self._ssl = cfg.tls.ssl_context() if cfg.tls is not None else None
             for b in self.brokers:
                 check_port_free(cfg.host, b.port, f"gRPC (broker {b.index})")
             if not cfg.nats_url:
@@ -129,16 +167,15 @@ class ServerCore:
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        server = aio.server(options=_GRPC_OPTIONS)
-        server.add_generic_rpc_handlers((ApiService(self._store, self._ingest, broker).handler(),))
+        server = GrpcServer(ApiService(self._store, self._ingest, broker).methods(), self._ssl)
         try:
-            port = server.add_insecure_port(f"{broker.host}:{broker.port}")
-        except RuntimeError as exc:
+            port = await server.start(broker.host, broker.port)
+        except OSError as exc:
             raise PortInUseError(
-                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound; choose another port"
+                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound "
+                f"({exc.strerror or exc}); choose another port"
             ) from exc
         broker.port = port
-        await server.start()
         self._servers[broker.index] = server
         broker.live = True
 
@@ -157,7 +194,7 @@ class ServerCore:
         server = self._servers.pop(index, None)
         broker.live = False
         if server is not None:
-            await server.stop(None)
+            await server.stop()
         self.store.reconcile_leaders()
 
     async def start_broker(self, index: int) -> None:
@@ -178,7 +215,7 @@ class ServerCore:
             self._retention_task.cancel()
             self._retention_task = None
         servers, self._servers = list(self._servers.values()), {}
-        await asyncio.gather(*(s.stop(None) for s in servers), return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
         for b in self.brokers:
             b.live = False
         if self._store is not None:
@@ -202,6 +239,7 @@ class DevServer:
     :param ports: gRPC ports, one per broker (default: free ports).
     :param nats_port: port of the NATS child (default: a free port).
     :param fsync: fsync every log write.
+    :param tls: serve gRPC over TLS, or mutual TLS (see :class:`DevServerTls`).
     """
 
     def __init__(
@@ -214,6 +252,7 @@ class DevServer:
         ports: Sequence[int] | None = None,
         nats_port: int = 0,
         fsync: bool = False,
+        tls: DevServerTls | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
@@ -228,6 +267,7 @@ class DevServer:
             nats_url=nats_url,
             nats_port=nats_port,
             fsync=fsync,
+            tls=tls,
         )
         self._core: ServerCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -390,6 +430,7 @@ class DevServerProcess:
     :param host: listen address.
     :param nats_url: an external NATS server instead of a child.
     :param fsync: pass ``--fsync``.
+    :param tls: serve gRPC over TLS, or mutual TLS (see :class:`DevServerTls`).
     :param startup_timeout: seconds to wait for the ready line.
     """
 
@@ -401,6 +442,7 @@ class DevServerProcess:
         nats_url: str | None = None,
         *,
         fsync: bool = False,
+        tls: DevServerTls | None = None,
         startup_timeout: float = 30.0,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -408,12 +450,15 @@ class DevServerProcess:
         self.host = host
         self._external_nats = nats_url
         self.fsync = fsync
+        self.tls = tls
         self.startup_timeout = startup_timeout
         self._ports: list[int] = [0] * brokers
         self._nats_port = 0
         self._addresses: list[str] = []
         self._nats_url = nats_url or ""
         self._proc: subprocess.Popen[str] | None = None
+        #: The last ready line the child printed ("" before the first start).
+        self.ready_line = ""
         self._stderr_path = Path(tempfile.mkstemp(prefix="liftbridge-devserver-", suffix=".log")[1])
 
     @property
@@ -465,9 +510,12 @@ class DevServerProcess:
             args += ["--nats-port", str(self._nats_port)]
         if self.fsync:
             args.append("--fsync")
+        if self.tls is not None:
+            args += self.tls.cli_args()
         with open(self._stderr_path, "ab") as err:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
         line = self._read_ready_line(self._proc)
+        self.ready_line = line
         self._addresses, self._nats_url = parse_ready_line(line)
         self._ports = [int(a.rsplit(":", 1)[1]) for a in self._addresses]
         if not self._external_nats:

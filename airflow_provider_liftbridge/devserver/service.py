@@ -1,9 +1,8 @@
-"""The ``proto.API`` gRPC service of one broker, on grpc.aio.
+"""The ``proto.API`` gRPC service of one broker, served by :mod:`.h2grpc`.
 
-Handlers are registered by hand (not through the generated ``add_APIServicer_to_server``)
-so that hot responses can be sent as bytes already serialized: subscribers get the
-stored ``Message`` bytes straight from the log, and PublishAsync acks are framed
-without building a ``PublishResponse`` object.
+Hot responses are sent as bytes already serialized, in batches: subscribers get the stored
+``Message`` bytes straight from the log, as many as one log read returns per batch, and
+PublishAsync responses are framed by hand and sent together.
 """
 
 from __future__ import annotations
@@ -11,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
-from grpc import aio
 from nats.nuid import NUID
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
+from .h2grpc import CallContext, Method, bidi_stream, method_table, server_stream, unary
 from .state import (
     ASYNC_BAD_REQUEST,
     ASYNC_INCORRECT_OFFSET,
@@ -48,10 +47,6 @@ _READ_BATCH = 512
 _EMPTY_PUBLISH_RESPONSE = b""
 _HANDSHAKE = b""
 _CONSUMER_GROUPS_MSG = "consumer groups are not implemented by the dev server"
-
-
-def _serialize(msg: Any) -> bytes:
-    return msg if isinstance(msg, bytes) else msg.SerializeToString()
 
 
 class _Inboxes:
@@ -94,7 +89,7 @@ def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
         fut.set_result(commit_ts)
 
 
-async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoReturn:
+async def _abort(context: CallContext, err: ApiError) -> NoReturn:
     await context.abort(err.code, err.message)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -113,66 +108,72 @@ class ApiService:
         self.broker = broker
         self._inboxes = _Inboxes()
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        """The generic handler to add to a ``grpc.aio`` server."""
-        u, s = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
-        handlers: dict[str, grpc.RpcMethodHandler] = {}
+    def methods(self) -> dict[str, Method]:
+        """The RPC table to serve with :class:`.h2grpc.GrpcServer`."""
+        pb = api_pb2
+        return method_table(
+            "proto.API",
+            [
+                ("CreateStream", unary(self.CreateStream, pb.CreateStreamRequest.FromString)),
+                ("DeleteStream", unary(self.DeleteStream, pb.DeleteStreamRequest.FromString)),
+                ("PauseStream", unary(self.PauseStream, pb.PauseStreamRequest.FromString)),
+                ("SetStreamReadonly", unary(self.SetStreamReadonly, pb.SetStreamReadonlyRequest.FromString)),
+                ("Subscribe", server_stream(self.Subscribe, pb.SubscribeRequest.FromString)),
+                ("FetchMetadata", unary(self.FetchMetadata, pb.FetchMetadataRequest.FromString)),
+                (
+                    "FetchPartitionMetadata",
+                    unary(self.FetchPartitionMetadata, pb.FetchPartitionMetadataRequest.FromString),
+                ),
+                ("Publish", unary(self.Publish, pb.PublishRequest.FromString)),
+                ("PublishAsync", bidi_stream(self.PublishAsync, pb.PublishRequest.FromString)),
+                ("PublishToSubject", unary(self.PublishToSubject, pb.PublishToSubjectRequest.FromString)),
+                ("SetCursor", unary(self.SetCursor, pb.SetCursorRequest.FromString)),
+                ("FetchCursor", unary(self.FetchCursor, pb.FetchCursorRequest.FromString)),
+                ("JoinConsumerGroup", unary(self._unimplemented, pb.JoinConsumerGroupRequest.FromString)),
+                ("LeaveConsumerGroup", unary(self._unimplemented, pb.LeaveConsumerGroupRequest.FromString)),
+                (
+                    "FetchConsumerGroupAssignments",
+                    unary(self._unimplemented, pb.FetchConsumerGroupAssignmentsRequest.FromString),
+                ),
+                (
+                    "ReportConsumerGroupCoordinator",
+                    unary(self._unimplemented, pb.ReportConsumerGroupCoordinatorRequest.FromString),
+                ),
+            ],
+        )
 
-        def add(name: str, make: Callable[..., grpc.RpcMethodHandler], fn: Callable[..., Any], req: Any) -> None:
-            handlers[name] = make(fn, request_deserializer=req.FromString, response_serializer=_serialize)
-
-        add("CreateStream", u, self.CreateStream, api_pb2.CreateStreamRequest)
-        add("DeleteStream", u, self.DeleteStream, api_pb2.DeleteStreamRequest)
-        add("PauseStream", u, self.PauseStream, api_pb2.PauseStreamRequest)
-        add("SetStreamReadonly", u, self.SetStreamReadonly, api_pb2.SetStreamReadonlyRequest)
-        add("Subscribe", s, self.Subscribe, api_pb2.SubscribeRequest)
-        add("FetchMetadata", u, self.FetchMetadata, api_pb2.FetchMetadataRequest)
-        add("FetchPartitionMetadata", u, self.FetchPartitionMetadata, api_pb2.FetchPartitionMetadataRequest)
-        add("Publish", u, self.Publish, api_pb2.PublishRequest)
-        add("PublishAsync", grpc.stream_stream_rpc_method_handler, self.PublishAsync, api_pb2.PublishRequest)
-        add("PublishToSubject", u, self.PublishToSubject, api_pb2.PublishToSubjectRequest)
-        add("SetCursor", u, self.SetCursor, api_pb2.SetCursorRequest)
-        add("FetchCursor", u, self.FetchCursor, api_pb2.FetchCursorRequest)
-        add("JoinConsumerGroup", u, self._unimplemented, api_pb2.JoinConsumerGroupRequest)
-        add("LeaveConsumerGroup", u, self._unimplemented, api_pb2.LeaveConsumerGroupRequest)
-        add("FetchConsumerGroupAssignments", u, self._unimplemented, api_pb2.FetchConsumerGroupAssignmentsRequest)
-        add("ReportConsumerGroupCoordinator", u, self._unimplemented, api_pb2.ReportConsumerGroupCoordinatorRequest)
-        return grpc.method_handlers_generic_handler("proto.API", handlers)
-
-    async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
+    async def _call(self, context: CallContext, action: Awaitable[Any]) -> None:
         try:
             await action
         except ApiError as err:
             await _abort(context, err)
 
     # -- admin ----------------------------------------------------------------
-    async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: CallContext) -> Any:
         await self._call(context, self.store.create_stream(req))
         return api_pb2.CreateStreamResponse()
 
-    async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: CallContext) -> Any:
         await self._call(context, self.store.delete_stream(req.name))
         return api_pb2.DeleteStreamResponse()
 
-    async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: CallContext) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
         await self._call(context, self.store.pause(req.name, req.partitions, req.resumeAll))
         return api_pb2.PauseStreamResponse()
 
-    async def SetStreamReadonly(
-        self, req: api_pb2.SetStreamReadonlyRequest, context: aio.ServicerContext[Any, Any]
-    ) -> Any:
+    async def SetStreamReadonly(self, req: api_pb2.SetStreamReadonlyRequest, context: CallContext) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
         await self._call(context, self.store.set_readonly(req.name, req.partitions, req.readonly))
         return api_pb2.SetStreamReadonlyResponse()
 
-    async def _unimplemented(self, req: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def _unimplemented(self, req: Any, context: CallContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, _CONSUMER_GROUPS_MSG)
 
     # -- metadata -------------------------------------------------------------
-    async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: CallContext) -> Any:
         store = self.store
         hosted, led = store.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
@@ -192,9 +193,7 @@ class ApiService:
             resp.groupMetadata.add(groupId=group, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP)
         return resp
 
-    async def FetchPartitionMetadata(
-        self, req: api_pb2.FetchPartitionMetadataRequest, context: aio.ServicerContext[Any, Any]
-    ) -> Any:
+    async def FetchPartitionMetadata(self, req: api_pb2.FetchPartitionMetadataRequest, context: CallContext) -> Any:
         part = self.store.get_partition(req.stream, req.partition)
         if part is None:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
@@ -229,7 +228,7 @@ class ApiService:
             )
         return part
 
-    async def Publish(self, req: api_pb2.PublishRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def Publish(self, req: api_pb2.PublishRequest, context: CallContext) -> Any:
         try:
             part = self._publish_target(req)
         except ApiError as err:
@@ -257,8 +256,8 @@ class ApiService:
         return publish_response_bytes(ack)
 
     async def PublishAsync(
-        self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
+        self, requests: AsyncIterator[api_pb2.PublishRequest], context: CallContext
+    ) -> AsyncIterator[bytes | list[bytes]]:
         session = _AsyncSession(self._inboxes.next())
         reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
         reader.add_done_callback(lambda _t: session.wakeup.set())
@@ -267,8 +266,7 @@ class ApiService:
             while True:
                 if session.out:
                     out, session.out = session.out, []
-                    for item in out:
-                        yield item
+                    yield out  # one batch: framed and sent together
                     continue
                 if reader.done():
                     if reader.cancelled() or reader.exception() is not None or session.inflight <= 0:
@@ -316,9 +314,7 @@ class ApiService:
                 session.inflight += 1
                 part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
 
-    async def PublishToSubject(
-        self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]
-    ) -> Any:
+    async def PublishToSubject(self, req: api_pb2.PublishToSubjectRequest, context: CallContext) -> Any:
         if not is_valid_subject(req.subject):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid")
         inbox = req.ackInbox or self._inboxes.next()
@@ -377,8 +373,8 @@ class ApiService:
         raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StopPosition {pos}")
 
     async def Subscribe(
-        self, req: api_pb2.SubscribeRequest, context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
+        self, req: api_pb2.SubscribeRequest, context: CallContext
+    ) -> AsyncIterator[bytes | list[bytes]]:
         store = self.store
         part = store.get_partition(req.stream, req.partition)
         if part is None:
@@ -409,9 +405,8 @@ class ApiService:
                 limit = newest if stop == _WAIT_FOREVER else min(newest, stop)
                 if offset <= limit:
                     batch = log_.read(offset, min(_READ_BATCH, limit - offset + 1))
-                    for body in batch:
-                        yield body
                     offset += len(batch)
+                    yield batch  # stored bytes, sent as they are, together
                     if offset - 1 == stop:
                         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
                     continue
@@ -420,7 +415,7 @@ class ApiService:
             await part.wait_change()
 
     # -- cursors --------------------------------------------------------------
-    async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def SetCursor(self, req: api_pb2.SetCursorRequest, context: CallContext) -> Any:
         if not req.stream:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
         if not req.cursorId:
@@ -428,7 +423,7 @@ class ApiService:
         self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
         return api_pb2.SetCursorResponse()
 
-    async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
+    async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: CallContext) -> Any:
         if not req.stream:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
         if not req.cursorId:
