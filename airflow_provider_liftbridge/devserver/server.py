@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 READY_PREFIX = "liftbridge-devserver ready"
 _RETENTION_TICK = 0.5
+#: How often the NATS child is checked; a dead one is restarted on the same port.
+_NATS_WATCH_TICK = 0.1
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,16 @@ class ServerCore:
         self._ingest: NatsIngest | None = None
         self._servers: dict[int, GrpcServer] = {}
         self._retention_task: asyncio.Task[None] | None = None
+        self._nats_watch_task: asyncio.Task[None] | None = None
         self._ssl: ssl.SSLContext | None = None
+        #: How many times a dead NATS child was restarted.
+        self.nats_restarts = 0
+
+    @property
+    def nats_pid(self) -> int | None:
+        """Process id of the running ``nats-server`` child (``None`` with an external NATS)."""
+        proc = self._nats_proc
+        return proc.pid if proc is not None and proc.alive else None
 
     @property
     def store(self) -> Store:
@@ -161,6 +172,8 @@ class ServerCore:
             for b in self.brokers:
                 await self._serve(b)
             self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+            if self._nats_proc is not None:
+                self._nats_watch_task = asyncio.get_running_loop().create_task(self._watch_nats())
         except BaseException:
             await self.stop()
             raise
@@ -184,6 +197,25 @@ class ServerCore:
             await asyncio.sleep(_RETENTION_TICK)
             if self._store is not None:
                 self._store.enforce_age_retention()
+
+    async def _watch_nats(self) -> None:
+        """Restart the NATS child on its port when it dies; the ingest connection then reconnects and
+        re-subscribes by itself. Messages published to NATS while it was down are lost, as with any
+        NATS outage: publishers see no ack and re-send."""
+        while True:
+            await asyncio.sleep(_NATS_WATCH_TICK)
+            proc = self._nats_proc
+            if proc is None or proc.alive:
+                continue
+            log.warning("the nats-server child (port %s) exited; restarting it", proc.port)
+            try:
+                # Started from this (the loop's) thread on purpose: the child's parent-death signal is
+                # tied to the thread that started it, and this thread lives as long as the server.
+                proc.restart()
+            except DevServerError as exc:
+                log.error("could not restart nats-server, trying again: %s", exc)
+                continue
+            self.nats_restarts += 1
 
     async def stop_broker(self, index: int) -> None:
         """Stop broker ``index`` (its calls end at once); its partitions move to live brokers.
@@ -211,9 +243,10 @@ class ServerCore:
 
     async def stop(self) -> None:
         """Stop serving, flush and close the logs, disconnect from NATS and stop the NATS child."""
-        if self._retention_task is not None:
-            self._retention_task.cancel()
-            self._retention_task = None
+        for task in (self._retention_task, self._nats_watch_task):
+            if task is not None:
+                task.cancel()
+        self._retention_task = self._nats_watch_task = None
         servers, self._servers = list(self._servers.values()), {}
         await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
         for b in self.brokers:
@@ -375,6 +408,12 @@ class DevServer:
         return self._running_core().nats_url
 
     @property
+    def nats_pid(self) -> int | None:
+        """Process id of the ``nats-server`` child (``None`` with an external NATS), e.g. to kill it in a
+        fault test: the server restarts it on the same port and its subscriptions resume."""
+        return self._running_core().nats_pid
+
+    @property
     def broker_ids(self) -> list[str]:
         """Broker ids as FetchMetadata reports them, in broker order."""
         return [b.id for b in self._running_core().brokers]
@@ -478,6 +517,19 @@ class DevServerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def nats_pid(self) -> int | None:
+        """Process id of the server's ``nats-server`` child (Linux: read from ``/proc``; ``None`` when the
+        server is not running, uses an external NATS, or ``/proc`` is not there)."""
+        if self._proc is None or self._proc.poll() is not None or self._external_nats:
+            return None
+        for children in Path(f"/proc/{self._proc.pid}/task").glob("*/children"):
+            for pid in children.read_text().split():
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/comm").read_text().strip().startswith("nats-server"):
+                        return int(pid)
+        return None
 
     @property
     def stderr_log(self) -> Path:
