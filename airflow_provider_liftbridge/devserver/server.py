@@ -1,7 +1,7 @@
 """Running the dev server: the async core, the in-process :class:`DevServer` and the :class:`DevServerProcess` wrapper.
 
 :class:`ServerCore` is the server itself (NATS child or external NATS, the store,
-the NATS ingest and one gRPC server (:mod:`.h2grpc`) per broker) on the caller's event
+the NATS ingest and one gRPC server (:mod:`.grpcserver`) per broker) on the caller's event
 loop; the CLI runs it on the main thread. :class:`DevServer` runs a core on a
 background thread's event loop for tests and local scripts. :class:`DevServerProcess`
 runs the CLI as a child process so it can be SIGKILLed and restarted.
@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
-from .h2grpc import GrpcServer, server_ssl_context
+from .grpcserver import GrpcServer, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import ApiService

@@ -1,4 +1,4 @@
-"""The ``proto.API`` gRPC service of one broker, served by :mod:`.h2grpc`.
+"""The ``proto.API`` gRPC service of one broker, served by :mod:`.grpcserver`.
 
 Hot responses are sent as bytes already serialized, in batches: subscribers get the stored
 ``Message`` bytes straight from the log, as many as one log read returns per batch, and
@@ -19,7 +19,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
-from .h2grpc import CallContext, Method, bidi_stream, method_table, server_stream, unary
+from .grpcserver import CallContext, Method, bidi_stream, method_table, server_stream, unary
 from .state import (
     ASYNC_BAD_REQUEST,
     ASYNC_INCORRECT_OFFSET,
@@ -109,7 +109,7 @@ class ApiService:
         self._inboxes = _Inboxes()
 
     def methods(self) -> dict[str, Method]:
-        """The RPC table to serve with :class:`.h2grpc.GrpcServer`."""
+        """The RPC table to serve with :class:`.grpcserver.GrpcServer`."""
         pb = api_pb2
         return method_table(
             "proto.API",

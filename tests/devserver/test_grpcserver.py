@@ -1,4 +1,4 @@
-"""The dev server's own gRPC transport (h2grpc) as gRPC clients see it: statuses, deadlines, big messages,
+"""The dev server's own gRPC transport (grpcserver) as gRPC clients see it: statuses, deadlines, big messages,
 flow control and many streams on one connection. Raw generated stubs over real HTTP/2."""
 
 from __future__ import annotations
