@@ -382,13 +382,13 @@ class _Connection(asyncio.Protocol):
             inc = _U32.unpack_from(buf, start)[0] & 0x7FFFFFFF
             if sid == 0:
                 self._send_window += inc
-                for call in self.calls.values():
-                    call.wake_window()
+                for waiting in self.calls.values():
+                    waiting.wake_window()
             else:
-                call = self.calls.get(sid)
-                if call is not None:
-                    call.send_window += inc
-                    call.wake_window()
+                target = self.calls.get(sid)
+                if target is not None:
+                    target.send_window += inc
+                    target.wake_window()
         elif ftype == _SETTINGS:
             if not flags & _ACK:
                 self._settings(buf, start, end)
@@ -396,9 +396,9 @@ class _Connection(asyncio.Protocol):
             if not flags & _ACK:
                 self._send_frame(_PING, _ACK, 0, bytes(buf[start:end]))
         elif ftype == _RST_STREAM:
-            call = self.calls.pop(sid, None)
-            if call is not None:
-                self._cancel(call)
+            reset = self.calls.pop(sid, None)
+            if reset is not None:
+                self._cancel(reset)
         elif ftype == _GOAWAY:
             pass  # the client stops opening streams; running calls finish, then it closes
         # PRIORITY, PUSH_PROMISE (never sent by clients) and unknown types are ignored.
