@@ -18,15 +18,19 @@ import asyncio
 import os
 import platform
 import resource
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import hpack
 import nats
 import psutil
 
@@ -36,7 +40,8 @@ from airflow_provider_liftbridge.codec import new_message
 from airflow_provider_liftbridge.devserver import DevServerProcess
 
 VALUE = b"x" * 100
-PATHS = ("publish", "async", "subscribe", "nats")
+PATHS = ("publish", "async", "async-raw", "subscribe", "nats")
+_H2_HEAD = struct.Struct(">BHBBI")
 
 
 def _identity(b: bytes) -> bytes:
@@ -64,6 +69,78 @@ def bench_publish_async(channel: grpc.Channel, stream: str, n: int) -> None:
     count = sum(1 for _ in call(gen(), timeout=600))
     if count != n:
         raise RuntimeError(f"PublishAsync returned {count} responses for {n} requests")
+
+
+def _h2_frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return _H2_HEAD.pack(len(payload) >> 16, len(payload) & 0xFFFF, ftype, flags, sid) + payload
+
+
+def bench_publish_async_raw(address: str, stream: str, n: int, per_frame: int = 256) -> None:
+    """One PublishAsync stream from a bare HTTP/2 client that packs ``per_frame`` requests into each
+    DATA frame (as a client that coalesces its writes does): what the server can take when the
+    client is not the limit. Python gRPC clients send one frame per request."""
+    host, port = address.rsplit(":", 1)
+    headers = hpack.Encoder().encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", "/proto.API/PublishAsync"),
+            (":authority", address),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+    )
+    big = (1 << 31) - 1  # windows wide open: the client never has to send WINDOW_UPDATE
+    start = [
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        _h2_frame(4, 0, 0, struct.pack(">HI", 4, big) + struct.pack(">HI", 5, 1 << 20)),
+        _h2_frame(8, 0, 0, struct.pack(">I", big - 65_535)),
+        _h2_frame(1, 4, 1, headers),
+    ]
+    reqs = [pb.PublishRequest(stream=stream, value=VALUE, correlationId=str(i)).SerializeToString() for i in range(n)]
+    frames = [
+        _h2_frame(
+            0,
+            1 if i + per_frame >= n else 0,
+            1,
+            b"".join(struct.pack(">BI", 0, len(r)) + r for r in reqs[i : i + per_frame]),
+        )
+        for i in range(0, n, per_frame)
+    ]
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"".join(start))
+        sender = threading.Thread(target=lambda: [sock.sendall(f) for f in frames])
+        sender.start()
+        buf, grpc_buf, responses, status = bytearray(), bytearray(), 0, None
+        while status is None:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            buf += data
+            pos = 0
+            while len(buf) - pos >= 9:
+                hi, lo, ftype, flags, sid = _H2_HEAD.unpack_from(buf, pos)
+                length = (hi << 16) | lo
+                if len(buf) - pos - 9 < length:
+                    break
+                payload = bytes(buf[pos + 9 : pos + 9 + length])
+                pos += 9 + length
+                if ftype == 0 and sid == 1:
+                    grpc_buf += payload
+                    p = 0
+                    while (
+                        len(grpc_buf) - p >= 5 and len(grpc_buf) - p - 5 >= struct.unpack_from(">I", grpc_buf, p + 1)[0]
+                    ):
+                        p += 5 + struct.unpack_from(">I", grpc_buf, p + 1)[0]
+                        responses += 1
+                    del grpc_buf[:p]
+                elif ftype == 1 and sid == 1 and flags & 1:
+                    status = b"grpc-status" in payload and payload.endswith(b"\x010")
+            del buf[:pos]
+        sender.join()
+    if responses != n or not status:
+        raise RuntimeError(f"raw PublishAsync got {responses} responses for {n} requests (status OK: {status})")
 
 
 def bench_subscribe(channel: grpc.Channel, stream: str, n: int) -> None:
@@ -198,6 +275,11 @@ def main() -> None:
         cases: dict[str, tuple[str, int, Callable[[str], None]]] = {
             "publish": ("Publish (sequential, LEADER ack)", p, lambda s: bench_publish(channel, s, p)),
             "async": ("PublishAsync (one stream, LEADER acks)", n, lambda s: bench_publish_async(channel, s, n)),
+            "async-raw": (
+                "PublishAsync, bare HTTP/2 client, 256 requests per frame",
+                n,
+                lambda s: bench_publish_async_raw(server.address, s, n),
+            ),
             "subscribe": ("Subscribe (EARLIEST, stored messages)", n, lambda _s: bench_subscribe(channel, "sub", n)),
             "nats": (
                 "NATS enveloped publish + acks on inbox",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, encode, unmarshal_message
@@ -45,7 +44,9 @@ class NatsIngest:
         self.url = url
         self.conn: NatsConnection | None = None
         self._subs: dict[Partition, int] = {}
-        self._by_sid: dict[int, Partition] = {}
+        #: Acks waiting for their partition's next write: (subject, offset, inbox, correlation id,
+        #: policy, reception time, error) per message, sent together once it is written.
+        self._pending: dict[Partition, list[tuple[str, int, str, str, int, int, int]]] = {}
         self._ack_waiters: dict[str, list[asyncio.Future[bytes]]] = {}
         self._good_inboxes: set[str] = set()
 
@@ -54,7 +55,7 @@ class NatsIngest:
 
         :raises NatsConnectionError: NATS is not reachable.
         """
-        conn = NatsConnection(self.url, self._on_msg)
+        conn = NatsConnection(self.url)
         await conn.connect()
         self.conn = conn
 
@@ -64,7 +65,7 @@ class NatsIngest:
         if conn is not None:
             await conn.close()
         self._subs.clear()
-        self._by_sid.clear()
+        self._pending.clear()
 
     # -- subscriptions ----------------------------------------------------------
     async def partition_opened(self, partition: Partition) -> None:
@@ -72,9 +73,12 @@ class NatsIngest:
         conn = self.conn
         if partition in self._subs or conn is None:
             return
-        sid = conn.subscribe(partition.subject, partition.stream.group)
-        self._subs[partition] = sid
-        self._by_sid[sid] = partition
+        handle = self.handle
+
+        def on_msg(subject: str, reply: str, data: bytes, received_ns: int) -> None:
+            handle(partition, subject, reply, data, received_ns)
+
+        self._subs[partition] = conn.subscribe(partition.subject, on_msg, partition.stream.group)
         # A publish racing right behind CreateStream must find the subscription in place.
         try:
             await conn.flush()
@@ -84,15 +88,10 @@ class NatsIngest:
     async def partition_closed(self, partition: Partition) -> None:
         """Stop taking NATS messages for ``partition``."""
         sid = self._subs.pop(partition, None)
-        if sid is not None:
-            self._by_sid.pop(sid, None)
-            if self.conn is not None:
-                self.conn.unsubscribe(sid)
-
-    def _on_msg(self, sid: int, subject: str, reply: str, data: bytes, received_ns: int) -> None:
-        part = self._by_sid.get(sid)
-        if part is not None:
-            self.handle(part, subject, reply, data, received_ns)
+        if sid is not None and self.conn is not None:
+            self.conn.unsubscribe(sid)
+        if partition.deleted:
+            self._pending.pop(partition, None)  # its commit callbacks are dropped with it
 
     # -- the hot path -----------------------------------------------------------
     def handle(self, part: Partition, subject: str, reply: str, data: bytes, now: int) -> None:
@@ -113,21 +112,37 @@ class NatsIngest:
             return
         inbox = msg.ackInbox
         policy = msg.ackPolicy
-        cid = msg.correlationId
         try:
             offset = part.append(msg.key, msg.value, msg.headers, subject, reply, msg.offset, now)
+            error = 0
         except IncorrectOffsetError:
-            if inbox and policy != _NONE:
-                part.after_commit(
-                    self._ack_committed, (part, subject, -1, inbox, cid, policy, now, ACK_INCORRECT_OFFSET)
-                )
-            return
+            offset, error = -1, ACK_INCORRECT_OFFSET
         if inbox and policy != _NONE:
-            part.after_commit(self._ack_committed, (part, subject, offset, inbox, cid, policy, now, 0))
+            pending = self._pending.get(part)
+            if pending is None:
+                pending = self._pending[part] = []
+                part.after_commit(self._acks_committed, part)
+            pending.append((subject, offset, inbox, msg.correlationId, policy, now, error))
 
-    def _ack_committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
-        part, subject, offset, inbox, cid, policy, recv_ts, error = arg
-        self.send_ack(inbox, ack_bytes(part.ack_prefix(subject), offset, inbox, cid, policy, recv_ts, commit_ts, error))
+    def commit_failed(self, partition: Partition) -> None:
+        """Writing ``partition`` failed: its pending acks are dropped (publishers time out and re-send)."""
+        self._pending.pop(partition, None)
+
+    def _acks_committed(self, part: Partition, commit_ts: int) -> None:
+        """Publish the acks of everything ``part`` just wrote, in one go."""
+        pending = self._pending.pop(part, None)
+        conn = self.conn
+        if not pending or conn is None:
+            return
+        out: list[tuple[str, bytes]] = []
+        good, prefix_of, waiters = self._good_inboxes, part.ack_prefix, self._ack_waiters
+        for subject, offset, inbox, cid, policy, recv_ts, error in pending:
+            ack = ack_bytes(prefix_of(subject), offset, inbox, cid, policy, recv_ts, commit_ts, error)
+            if inbox in good or self._check_inbox(inbox):
+                out.append((inbox, encode(ack, MsgType.ACK, crc=False)))
+            if waiters:
+                self._resolve_waiters(inbox, ack)
+        conn.publish_many(out)
 
     def send_ack(self, inbox: str, ack: bytes) -> None:
         """Publish the serialized ``Ack`` ``ack`` on ``inbox`` and hand it to in-process waiters of that inbox.
@@ -135,11 +150,11 @@ class NatsIngest:
         Acks queued in one loop turn go out in one socket write.
         """
         conn = self.conn
-        if conn is not None:
-            if inbox in self._good_inboxes or self._check_inbox(inbox):
-                conn.publish(inbox, encode(ack, MsgType.ACK, crc=False))
-            else:  # a bad inbox name must not corrupt the connection for the other acks
-                log.warning("not publishing an ack to the invalid subject %r", inbox)
+        if conn is not None and (inbox in self._good_inboxes or self._check_inbox(inbox)):
+            conn.publish(inbox, encode(ack, MsgType.ACK, crc=False))
+        self._resolve_waiters(inbox, ack)
+
+    def _resolve_waiters(self, inbox: str, ack: bytes) -> None:
         waiters = self._ack_waiters.pop(inbox, None)
         if waiters:
             for fut in waiters:
@@ -148,6 +163,8 @@ class NatsIngest:
 
     def _check_inbox(self, inbox: str) -> bool:
         if not is_valid_subject(inbox):
+            # A bad inbox name must not corrupt the connection for the other acks.
+            log.warning("not publishing an ack to the invalid subject %r", inbox)
             return False
         if len(self._good_inboxes) > 10_000:  # publishers with one inbox per message
             self._good_inboxes.clear()

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-#: ``handler(sid, subject, reply, payload, received_ns)``, called for every message, synchronously;
-#: ``received_ns`` is when the socket read that brought it returned (one value per read).
-MessageHandler = Callable[[int, str, str, bytes, int], None]
+#: ``handler(subject, reply, payload, received_ns)``, called for every message of its subscription,
+#: synchronously; ``received_ns`` is when the socket read that brought it returned (one value per read).
+MessageHandler = Callable[[str, str, bytes, int], None]
 
 _CRLF = b"\r\n"
 _RECONNECT_WAIT = 0.1
@@ -39,6 +39,13 @@ def _host_port(url: str) -> tuple[str, int]:
     if parts.scheme not in ("nats", "tcp"):
         raise ValueError(f"NATS URL {url!r} must use nats:// (TLS and WebSocket NATS are not supported here)")
     return parts.hostname or "127.0.0.1", parts.port or 4222
+
+
+def _deliver(handler: MessageHandler, subject: str, reply: str, payload: bytes, now: int) -> None:
+    try:
+        handler(subject, reply, payload, now)
+    except Exception:  # one bad message must not break the connection
+        log.exception("handling a NATS message on %r failed", subject)
 
 
 class _Protocol(asyncio.Protocol):
@@ -67,7 +74,7 @@ class _Protocol(asyncio.Protocol):
         buf += data
         pos = 0
         end = len(buf)
-        deliver = self.owner._deliver
+        handlers = self.owner._handlers
         now = time.time_ns()
         try:
             while pos < end:
@@ -81,8 +88,13 @@ class _Protocol(asyncio.Protocol):
                     stop = start + size
                     if stop + 2 > end:
                         break  # the payload is not all here yet
-                    reply = parts[2].decode() if len(parts) == 4 else ""
-                    deliver(int(parts[1]), parts[0].decode(), reply, bytes(buf[start:stop]), now)
+                    handler = handlers.get(int(parts[1]))
+                    if handler is not None:
+                        reply = parts[2].decode() if len(parts) == 4 else ""
+                        try:
+                            handler(parts[0].decode(), reply, bytes(buf[start:stop]), now)
+                        except Exception:  # one bad message must not break the connection
+                            log.exception("handling a NATS message on %r failed", parts[0])
                     pos = stop + 2
                     continue
                 if buf[pos] == 0x48:  # b"H": HMSG <subject> <sid> [reply] <#header bytes> <#total bytes>
@@ -91,9 +103,11 @@ class _Protocol(asyncio.Protocol):
                     stop = start + int(parts[-1])
                     if stop + 2 > end:
                         break
-                    reply = parts[2].decode() if len(parts) == 5 else ""
-                    # NATS headers are not part of a Liftbridge message: only the payload is kept.
-                    deliver(int(parts[1]), parts[0].decode(), reply, bytes(buf[start + int(parts[-2]) : stop]), now)
+                    handler = handlers.get(int(parts[1]))
+                    if handler is not None:
+                        reply = parts[2].decode() if len(parts) == 5 else ""
+                        # NATS headers are not part of a Liftbridge message: only the payload is kept.
+                        _deliver(handler, parts[0].decode(), reply, bytes(buf[start + int(parts[-2]) : stop]), now)
                     pos = stop + 2
                     continue
                 self._control(bytes(buf[pos:eol]))
@@ -118,17 +132,16 @@ class NatsConnection:
     """A NATS connection that delivers subscribed messages to ``handler`` and survives server restarts.
 
     :param url: ``nats://host:port`` of the server.
-    :param handler: called as ``handler(sid, subject, reply, payload, received_ns)`` for every message, on the loop.
     :param name: the client name the server shows.
     """
 
-    def __init__(self, url: str, handler: MessageHandler, *, name: str = "liftbridge-devserver") -> None:
+    def __init__(self, url: str, *, name: str = "liftbridge-devserver") -> None:
         self.url = url
         self.host, self.port = _host_port(url)
         self.name = name
-        self._handler = handler
         self._proto: _Protocol | None = None
         self._subs: dict[int, tuple[str, str]] = {}
+        self._handlers: dict[int, MessageHandler] = {}
         self._next_sid = 1
         self._out: list[bytes] = []
         self._out_handle: asyncio.Handle | None = None
@@ -212,25 +225,20 @@ class NatsConnection:
     def _sub_cmd(sid: int, subject: str, queue: str) -> bytes:
         return f"SUB {subject} {queue} {sid}\r\n".encode() if queue else f"SUB {subject} {sid}\r\n".encode()
 
-    def subscribe(self, subject: str, queue: str = "") -> int:
-        """Subscribe ``subject`` (in queue group ``queue`` if given); return the subscription id."""
+    def subscribe(self, subject: str, handler: MessageHandler, queue: str = "") -> int:
+        """Subscribe ``subject`` (in queue group ``queue`` if given) with ``handler``; return the subscription id."""
         sid = self._next_sid
         self._next_sid += 1
         self._subs[sid] = (subject, queue)
+        self._handlers[sid] = handler
         self._write(self._sub_cmd(sid, subject, queue))
         return sid
 
     def unsubscribe(self, sid: int) -> None:
         """Stop the subscription ``sid`` (messages already read are still delivered)."""
+        self._handlers.pop(sid, None)
         if self._subs.pop(sid, None) is not None:
             self._write(f"UNSUB {sid}\r\n".encode())
-
-    def _deliver(self, sid: int, subject: str, reply: str, payload: bytes, received_ns: int) -> None:
-        if sid in self._subs:
-            try:
-                self._handler(sid, subject, reply, payload, received_ns)
-            except Exception:  # one bad message must not break the connection
-                log.exception("handling a NATS message on %r failed", subject)
 
     # -- publishing -----------------------------------------------------------------
     def publish(self, subject: str, payload: bytes) -> None:
@@ -243,6 +251,17 @@ class NatsConnection:
         if self._closed:
             raise NatsConnectionError("the dev server's NATS connection is closed")
         self._out.append(b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+        if self._out_handle is None:
+            self._schedule_out()
+
+    def publish_many(self, messages: list[tuple[str, bytes]]) -> None:
+        """Queue several publishes at once (see :meth:`publish`).
+
+        :raises NatsConnectionError: the connection was closed with :meth:`close`.
+        """
+        if self._closed:
+            raise NatsConnectionError("the dev server's NATS connection is closed")
+        self._out.append(b"".join([b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(p), p) for s, p in messages]))
         if self._out_handle is None:
             self._schedule_out()
 

@@ -229,6 +229,8 @@ class Partition:
                 "writing partition %s/%d failed; its unacked publishes will time out", self.stream.name, self.id
             )
             self._callbacks.clear()
+            if self.store.listener is not None:
+                self.store.listener.commit_failed(self)
             return
         cfg = self.stream.config
         if cfg.retention_max_messages or cfg.retention_max_bytes:
@@ -345,6 +347,8 @@ class PartitionListener(Protocol):
     async def partition_opened(self, partition: Partition) -> None: ...
 
     async def partition_closed(self, partition: Partition) -> None: ...
+
+    def commit_failed(self, partition: Partition) -> None: ...
 
 
 class CursorStore:
