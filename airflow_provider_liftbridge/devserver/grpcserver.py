@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import inspect
 import logging
 import ssl
 import struct
@@ -84,13 +85,16 @@ class Method:
     """One RPC: its shape, its handler and how to parse its request bytes.
 
     Handlers get ``(request_or_request_iterator, context)``. A unary handler returns one
-    response; a streaming handler is an async generator. A response is ``bytes`` (already
-    serialized), a protobuf message, or a list/tuple of ``bytes`` sent together (a batch).
+    response; a streaming handler is an async generator, or — for stream-stream methods — a
+    coroutine that sends its responses with :meth:`CallContext.send_nowait` (``push``). A
+    response is ``bytes`` (already serialized), a protobuf message, or a list/tuple of
+    ``bytes`` sent together (a batch).
     """
 
     arity: Arity
     handler: Callable[..., Any]
     parse: Callable[[bytes], Any]
+    push: bool = False
 
 
 class AbortError(Exception):
@@ -113,11 +117,20 @@ class _ConnectionError(Exception):
 class CallContext:
     """What a handler can ask about its call (the subset of ``grpc.aio.ServicerContext`` the API uses)."""
 
-    __slots__ = ("_deadline", "_loop")
+    __slots__ = ("_deadline", "_loop", "_push")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float | None, push: Callable[[bytes], None]) -> None:
         self._loop = loop
         self._deadline = deadline
+        self._push = push
+
+    def send_nowait(self, response: Any) -> None:
+        """Queue a response (or a list of serialized responses); everything queued in one loop turn
+        goes out together, as flow control allows. For push-style stream-stream handlers.
+
+        :raises ConnectionResetError: the client is gone.
+        """
+        self._push(_frame_messages(response))
 
     def time_remaining(self) -> float | None:
         """Seconds until the client's deadline, ``None`` when the client set none."""
@@ -188,6 +201,7 @@ class _Call:
         "headers_sent",
         "inbox",
         "method",
+        "pending",
         "recv_unacked",
         "send_window",
         "sid",
@@ -206,6 +220,7 @@ class _Call:
         self.inbox: deque[bytes] = deque()
         self.ended = False
         self.headers_sent = False
+        self.pending = bytearray()  # framed responses not sent yet (flow control, or queued this turn)
         self.send_window = send_window
         self.recv_unacked = 0
         self.task: asyncio.Task[None] | None = None
@@ -221,7 +236,7 @@ class _Call:
             if not fut.done():
                 fut.set_result(None)
 
-    def wake_window(self) -> None:
+    def wake_drained(self) -> None:
         fut = self.window_waiter
         if fut is not None:
             self.window_waiter = None
@@ -242,6 +257,7 @@ class _Connection(asyncio.Protocol):
         self._preface = False
         self._out: list[bytes] = []
         self._write_handle: asyncio.Handle | None = None
+        self._to_drain: dict[_Call, None] = {}  # calls with responses queued by send_nowait
         self._decoder = hpack.Decoder(max_header_list_size=_MAX_HEADER_BLOCK)
         self._header_block: bytearray | None = None  # HEADERS waiting for CONTINUATION
         self._header_sid = 0
@@ -298,6 +314,11 @@ class _Connection(asyncio.Protocol):
             self._write_handle = self.loop.call_soon(self._write)
 
     def _write(self) -> None:
+        if self._to_drain:
+            calls, self._to_drain = self._to_drain, {}
+            for call in calls:
+                if self.calls.get(call.sid) is call:
+                    self._drain(call)
         self._write_handle = None
         if self._out and self.transport is not None and not self.closed:
             out, self._out = self._out, []
@@ -382,13 +403,15 @@ class _Connection(asyncio.Protocol):
             inc = _U32.unpack_from(buf, start)[0] & 0x7FFFFFFF
             if sid == 0:
                 self._send_window += inc
-                for waiting in self.calls.values():
-                    waiting.wake_window()
+                for waiting in list(self.calls.values()):
+                    if waiting.pending:
+                        self._drain(waiting)
             else:
                 target = self.calls.get(sid)
                 if target is not None:
                     target.send_window += inc
-                    target.wake_window()
+                    if target.pending:
+                        self._drain(target)
         elif ftype == _SETTINGS:
             if not flags & _ACK:
                 self._settings(buf, start, end)
@@ -411,9 +434,10 @@ class _Connection(asyncio.Protocol):
             if key == _S_INITIAL_WINDOW_SIZE:
                 delta = value - self._peer_window
                 self._peer_window = value
-                for call in self.calls.values():
+                for call in list(self.calls.values()):
                     call.send_window += delta
-                    call.wake_window()
+                    if call.pending:
+                        self._drain(call)
             elif key == _S_MAX_FRAME_SIZE:
                 self._peer_max_frame = value
             # HEADER_TABLE_SIZE: our responses never use the dynamic table, nothing to resize.
@@ -539,49 +563,79 @@ class _Connection(asyncio.Protocol):
     async def _run(self, call: _Call) -> None:
         method = call.method
         assert method is not None
-        ctx = CallContext(self.loop, call.deadline)
+        ctx = CallContext(self.loop, call.deadline, lambda data: self._push(call, data, later=True))
         try:
-            if method.arity is Arity.UNARY_UNARY:
-                response = await method.handler(method.parse(call.inbox.popleft()), ctx)
-                await self._send(call, _frame_messages(response))
-            else:
-                arg = method.parse(call.inbox.popleft()) if method.arity is Arity.UNARY_STREAM else self._requests(call)
-                async with contextlib.aclosing(method.handler(arg, ctx)) as responses:
-                    async for item in responses:
-                        await self._send(call, _frame_messages(item))
-            self._finish(call, grpc.StatusCode.OK, "")
-        except AbortError as err:
-            self._finish(call, err.code, err.details)
+            try:
+                if method.arity is Arity.UNARY_UNARY:
+                    response = await method.handler(method.parse(call.inbox.popleft()), ctx)
+                    self._push(call, _frame_messages(response))
+                elif method.push:
+                    await method.handler(self._requests(call), ctx)
+                else:
+                    arity = method.arity
+                    arg = method.parse(call.inbox.popleft()) if arity is Arity.UNARY_STREAM else self._requests(call)
+                    async with contextlib.aclosing(method.handler(arg, ctx)) as responses:
+                        async for item in responses:
+                            self._push(call, _frame_messages(item))
+                            if call.pending:  # blocked by flow control: the handler waits
+                                await self._drained(call)
+                code, details = grpc.StatusCode.OK, ""
+            except AbortError as err:
+                code, details = err.code, err.details
+            except Exception as exc:
+                if isinstance(exc, ConnectionResetError):
+                    raise
+                log.exception("unexpected error in %s", getattr(method.handler, "__name__", method.handler))
+                code, details = grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}"
+            await self._drained(call)  # the status goes after every response
+            self._finish(call, code, details)
         except asyncio.CancelledError:
             if call.timed_out:
                 self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except ConnectionResetError:
             pass  # the client went away while we were sending
-        except Exception as exc:
-            log.exception("unexpected error in %s", getattr(method.handler, "__name__", method.handler))
-            self._finish(call, grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}")
         finally:
             if call.timer is not None:
                 call.timer.cancel()
 
-    async def _send(self, call: _Call, data: bytes) -> None:
-        sid = call.sid
+    def _push(self, call: _Call, data: bytes, *, later: bool = False) -> None:
+        """Queue framed responses of ``call``; send them now, or (``later``) with this turn's write."""
+        if self.closed or self.calls.get(call.sid) is not call:
+            raise ConnectionResetError("the client connection or stream is gone")
         if not call.headers_sent:
             call.headers_sent = True
-            self._send_headers(sid, _RESPONSE_HEADERS, False)
-        pos, total = 0, len(data)
-        while pos < total:
-            if self.closed or self.calls.get(sid) is not call:
-                raise ConnectionResetError("the client connection or stream is gone")
-            size = min(self._send_window, call.send_window, self._peer_max_frame, total - pos)
+            self._send_headers(call.sid, _RESPONSE_HEADERS, False)
+        call.pending += data
+        if later:
+            self._to_drain[call] = None
+            if self._write_handle is None:
+                self._write_handle = self.loop.call_soon(self._write)
+        else:
+            self._drain(call)
+
+    def _drain(self, call: _Call) -> None:
+        """Send as much of ``call``'s queued responses as the flow-control windows allow."""
+        pending, sid = call.pending, call.sid
+        while pending:
+            size = min(self._send_window, call.send_window, self._peer_max_frame, len(pending))
             if size <= 0:
-                call.window_waiter = self.loop.create_future()
-                await call.window_waiter
-                continue
-            self._send_frame(_DATA, 0, sid, data[pos : pos + size] if pos or size < total else data)
+                return
+            self._send_frame(_DATA, 0, sid, bytes(pending[:size]))
+            del pending[:size]
             self._send_window -= size
             call.send_window -= size
-            pos += size
+        call.wake_drained()
+
+    async def _drained(self, call: _Call) -> None:
+        """Wait until everything queued for ``call`` went out.
+
+        :raises ConnectionResetError: the client connection or stream is gone.
+        """
+        while call.pending or call in self._to_drain:
+            if self.closed or self.calls.get(call.sid) is not call:
+                raise ConnectionResetError("the client connection or stream is gone")
+            call.window_waiter = self.loop.create_future()
+            await call.window_waiter
 
     def _finish(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
         if self.calls.pop(call.sid, None) is None or self.closed:
@@ -657,10 +711,12 @@ def server_stream(handler: Callable[[Any, CallContext], AsyncIterator[Any]], par
 
 
 def bidi_stream(
-    handler: Callable[[AsyncIterator[Any], CallContext], AsyncIterator[Any]], parse: Callable[[bytes], Any]
+    handler: Callable[[AsyncIterator[Any], CallContext], AsyncIterator[Any] | Awaitable[None]],
+    parse: Callable[[bytes], Any],
 ) -> Method:
-    """A stream-stream method."""
-    return Method(Arity.STREAM_STREAM, handler, parse)
+    """A stream-stream method: an async generator of responses, or a coroutine that pushes them
+    with :meth:`CallContext.send_nowait`."""
+    return Method(Arity.STREAM_STREAM, handler, parse, push=not inspect.isasyncgenfunction(handler))
 
 
 def method_table(service: str, methods: Iterable[tuple[str, Method]]) -> dict[str, Method]:

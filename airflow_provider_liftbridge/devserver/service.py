@@ -8,6 +8,7 @@ PublishAsync responses are framed by hand and sent together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -60,28 +61,31 @@ class _Inboxes:
 
 
 class _AsyncSession:
-    """Responses of one PublishAsync call waiting to be written, and the count of acks still owed."""
+    """One PublishAsync call: sends each response as its write commits, and counts the acks still owed."""
 
-    __slots__ = ("inbox", "inflight", "out", "wakeup")
+    __slots__ = ("all_acked", "inbox", "inflight", "send")
 
-    def __init__(self, inbox: str) -> None:
+    def __init__(self, inbox: str, context: CallContext) -> None:
         self.inbox = inbox
-        self.out: list[bytes] = []
+        self.send = context.send_nowait
         self.inflight = 0
-        self.wakeup = asyncio.Event()
+        self.all_acked: asyncio.Future[None] | None = None
 
     def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
         part, offset, cid, policy, recv_ts = arg
         ack = ack_bytes(part.ack_prefix(part.subject), offset, self.inbox, cid, policy, recv_ts, commit_ts)
-        self.out.append(publish_response_bytes(ack, cid))
-        self.inflight -= 1
-        self.wakeup.set()
+        self._sent(publish_response_bytes(ack, cid))
 
     def refused(self, arg: tuple[str, int, str], _commit_ts: int) -> None:
         cid, code, message = arg
-        self.out.append(async_error_bytes(cid, code, message))
+        self._sent(async_error_bytes(cid, code, message))
+
+    def _sent(self, response: bytes) -> None:
         self.inflight -= 1
-        self.wakeup.set()
+        with contextlib.suppress(ConnectionResetError):  # the client left; the write still counts
+            self.send(response)
+        if self.inflight <= 0 and self.all_acked is not None and not self.all_acked.done():
+            self.all_acked.set_result(None)
 
 
 def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
@@ -255,49 +259,16 @@ class ApiService:
             self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
         return publish_response_bytes(ack)
 
-    async def PublishAsync(
-        self, requests: AsyncIterator[api_pb2.PublishRequest], context: CallContext
-    ) -> AsyncIterator[bytes | list[bytes]]:
-        session = _AsyncSession(self._inboxes.next())
-        reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
-        reader.add_done_callback(lambda _t: session.wakeup.set())
-        drain_deadline: float | None = None
-        try:
-            while True:
-                if session.out:
-                    out, session.out = session.out, []
-                    yield out  # one batch: framed and sent together
-                    continue
-                if reader.done():
-                    if reader.cancelled() or reader.exception() is not None or session.inflight <= 0:
-                        break
-                    loop_time = asyncio.get_running_loop().time()
-                    drain_deadline = drain_deadline or loop_time + ASYNC_ACK_TIMEOUT
-                    if loop_time >= drain_deadline:
-                        break
-                    session.wakeup.clear()
-                    try:
-                        await asyncio.wait_for(session.wakeup.wait(), drain_deadline - loop_time)
-                    except TimeoutError:
-                        break
-                    continue
-                session.wakeup.clear()
-                await session.wakeup.wait()
-        finally:
-            if not reader.done():
-                reader.cancel()
-
-    async def _publish_async_reader(
-        self, requests: AsyncIterator[api_pb2.PublishRequest], session: _AsyncSession
-    ) -> None:
-        inflight_done = session.committed
-        refused = session.refused
+    async def PublishAsync(self, requests: AsyncIterator[api_pb2.PublishRequest], context: CallContext) -> None:
+        """Responses are pushed as writes commit (one batch per loop turn), not yielded: no task
+        wakes up per response."""
+        session = _AsyncSession(self._inboxes.next(), context)
+        committed, refused = session.committed, session.refused
         async for req in requests:
             try:
                 part = self._publish_target(req)
             except ApiError as err:
-                session.out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
-                session.wakeup.set()
+                context.send_nowait(async_error_bytes(req.correlationId, err.async_code, err.message))
                 continue
             if part.paused:
                 await self.store.resume_for_publish(part)
@@ -312,7 +283,12 @@ class ApiService:
                 continue
             if policy != _NONE:
                 session.inflight += 1
-                part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
+                part.after_commit(committed, (part, offset, req.correlationId, policy, now))
+        # The client half-closed: as the real server, wait (a while) for the acks still owed.
+        if session.inflight > 0:
+            session.all_acked = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.all_acked, ASYNC_ACK_TIMEOUT)
 
     async def PublishToSubject(self, req: api_pb2.PublishToSubjectRequest, context: CallContext) -> Any:
         if not is_valid_subject(req.subject):
