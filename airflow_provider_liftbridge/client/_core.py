@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +39,7 @@ from .errors import (
     UnavailableError,
 )
 from .types import (
+    EMPTY_HEADERS,
     Ack,
     AckError,
     AckPolicy,
@@ -71,6 +72,13 @@ class RpcFailure(Exception):
         super().__init__(f"{code}: {details}")
         self.code = code
         self.details = details
+
+    @classmethod
+    def of(cls, exc: grpc.RpcError) -> RpcFailure:
+        """The failure of a gRPC error (sync or asyncio), with the error as its ``__cause__``."""
+        failure = cls(exc.code(), exc.details() or "")
+        failure.__cause__ = exc
+        return failure
 
 
 class ReadTimeout(Exception):
@@ -465,7 +473,9 @@ def stop_fields(stop_at: StopAt) -> dict[str, Any]:
 
 
 class SubscriptionState:
-    """Where a subscription is: builds each (re)subscribe request and tracks delivered offsets.
+    """Where a subscription is: builds each (re)subscribe request, tracks delivered offsets and
+    turns delivered protobuf messages into :class:`Message` values (the :class:`~._effects.Pump`
+    sink of a subscription).
 
     After a failure the next request starts at the last delivered offset + 1, so a resubscription
     neither skips nor repeats a message.
@@ -486,10 +496,15 @@ class SubscriptionState:
         self.partition = _check_partition(partition)
         self._start = start_fields(start_at)  # a timedelta is resolved once, now
         self._stop = stop_fields(stop_at)
-        self._stop_offset: int | None = self._stop.get("stopOffset")
+        stop_offset: int | None = self._stop.get("stopOffset")
+        # Plain ints, so the per-message checks in take() are single comparisons.
+        self._stop_offset = _NO_OFFSET_LIMIT if stop_offset is None else stop_offset
+        self._next_offset = -_NO_OFFSET_LIMIT  # the lowest offset not delivered yet
         self.read_isr_replica = read_isr_replica
         self.resume = resume
         self.last_offset: int | None = None
+        #: True once the stop offset has been delivered (no need to resubscribe).
+        self.done = False
 
     def request(self) -> api_pb2.SubscribeRequest:
         start = (
@@ -509,7 +524,7 @@ class SubscriptionState:
     @property
     def finished(self) -> bool:
         """True once the stop offset has been delivered (no need to resubscribe)."""
-        return self._stop_offset is not None and self.last_offset is not None and self.last_offset >= self._stop_offset
+        return self.done
 
     def on_message(self, pb: api_pb2.Message, *, first: bool) -> Message | None:
         """Convert a delivered message; ``None`` for the empty handshake that opens every
@@ -517,10 +532,76 @@ class SubscriptionState:
         offset already delivered, which a resubscription to a lagging replica could send."""
         if first and pb.ByteSize() == 0:
             return None
-        if self.last_offset is not None and pb.offset <= self.last_offset:
+        return self.take(pb)
+
+    # Every subscribed message passes through here, so it is written for speed (see ack_from_pb):
+    # the Message's slots are set directly, the stream and partition are the subscription's own,
+    # and messages without headers share one empty mapping.
+    def take(self, pb: api_pb2.Message) -> Message | None:
+        """Convert a message after the handshake; ``None`` for a repeat of a delivered offset."""
+        offset = pb.offset
+        if offset < self._next_offset:
             return None
-        self.last_offset = pb.offset
-        return message_from_pb(pb, self.stream, self.partition)
+        self._next_offset = offset + 1
+        self.last_offset = offset
+        if offset >= self._stop_offset:
+            self.done = True
+        stream, partition, offset_, key, value, timestamp, subject, reply_subject, headers = _MESSAGE_SETTERS
+        message: Message = _new_object(Message)
+        stream(message, self.stream)
+        partition(message, self.partition)
+        offset_(message, offset)
+        key(message, pb.key or None)
+        value(message, pb.value)
+        timestamp(message, pb.timestamp)
+        subject(message, pb.subject)
+        reply_subject(message, pb.replySubject)
+        pb_headers = pb.headers
+        headers(message, _Headers(pb_headers) if pb_headers else EMPTY_HEADERS)
+        return message
+
+
+class _Headers(Mapping[str, bytes]):
+    """A subscribed message's headers: a read-only mapping, copied out of the protobuf's map the
+    first time it is used (and the protobuf released then). Copying every message's headers at
+    once was the dearest part of the conversion, and most readers never look at them."""
+
+    __slots__ = ("_copy", "_source")
+
+    def __init__(self, source: Mapping[str, bytes]) -> None:
+        self._source: Mapping[str, bytes] | None = source
+        self._copy: dict[str, bytes] | None = None
+
+    def _dict(self) -> dict[str, bytes]:
+        copy = self._copy
+        if copy is None:
+            assert self._source is not None
+            copy = self._copy = dict(self._source.items())
+            self._source = None
+        return copy
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._dict()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._dict().get(name, default)
+
+    def __eq__(self, other: object) -> bool:
+        return self._dict() == (dict(other.items()) if isinstance(other, Mapping) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # like a dict's
+
+    def __repr__(self) -> str:
+        return f"mappingproxy({self._dict()!r})"  # as an eagerly copied message's headers print
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,6 +624,8 @@ def _partition_of(partition_subject: str, msg_subject: str) -> int:
 _ACK_ERRORS: dict[int, AckError] = {e.value: e for e in AckError}
 _ACK_POLICIES: dict[int, AckPolicy] = {p.value: p for p in AckPolicy}
 _ACK_SETTERS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
+_MESSAGE_SETTERS = tuple(getattr(Message, f.name).__set__ for f in fields(Message))
+_NO_OFFSET_LIMIT = 1 << 64  # beyond any int64 offset
 _new_object = object.__new__
 
 
@@ -564,20 +647,6 @@ def ack_from_pb(pb: api_pb2.Ack) -> Ack:
     commit(ack, pb.commitTimestamp)
     ack_error(ack, _ACK_ERRORS.get(pb.ackError, AckError.UNKNOWN))
     return ack
-
-
-def message_from_pb(pb: api_pb2.Message, stream: str = "", partition: int = 0) -> Message:
-    return Message(
-        stream=pb.stream or stream,
-        partition=pb.partition or partition,
-        offset=pb.offset,
-        key=pb.key or None,
-        value=pb.value,
-        timestamp=pb.timestamp,
-        subject=pb.subject,
-        reply_subject=pb.replySubject,
-        headers=dict(pb.headers),
-    )
 
 
 def partition_from_pb(stream: str, pb: api_pb2.PartitionMetadata) -> PartitionInfo:

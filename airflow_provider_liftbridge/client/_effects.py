@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 _R = TypeVar("_R")
 
@@ -82,6 +82,32 @@ class Emit:
     item: Any
 
 
+class Sink(Protocol):
+    """Where :class:`Pump` puts a stream's responses (a subscription's state)."""
+
+    #: True once nothing more is wanted from the stream (checked after each delivered item).
+    done: bool
+
+    def take(self, response: Any) -> Any:
+        """Turn one response into the item to deliver, or ``None`` to deliver nothing for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pump:
+    """Hand a stream's responses to the caller until the stream is over: each response goes
+    through ``sink.take``, and what it returns (unless ``None``) is delivered as if emitted.
+    Result: ``None`` once ``sink.done`` after a delivery, :data:`END` when the server closed the
+    stream; a failure is raised as from :class:`Read`.
+
+    One effect for a whole stream instead of a :class:`Read` and an :class:`Emit` per message:
+    a subscription's hot loop is then the transport's plain loop over the call (a per-message
+    round trip through the operation cost more client CPU than the message conversion).
+    """
+
+    handle: Any
+    sink: Sink
+
+
 @dataclass(frozen=True, slots=True)
 class NatsCall:
     """Await ``fn(link)`` on the client's event loop, ``link`` being the client's
@@ -90,7 +116,7 @@ class NatsCall:
     fn: Callable[[Any], Awaitable[Any]]
 
 
-Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | NatsCall
+Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | Pump | NatsCall
 
 
 class _End:

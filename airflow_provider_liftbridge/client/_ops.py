@@ -37,7 +37,7 @@ from ._core import (
     now_monotonic,
     partition_from_pb,
 )
-from ._effects import END, Cancel, CloseWrite, Emit, Op, OpenStream, Read, Sleep, Unary, Write
+from ._effects import END, Cancel, CloseWrite, Emit, Op, OpenStream, Pump, Read, Sleep, Unary, Write
 from .errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -636,21 +636,19 @@ def subscribe(
         address = address or core.address_for_attempt(attempt)
         handle = yield OpenStream(address, "Subscribe", state.request(), long_lived=True)
         try:
-            first = True
-            while True:
-                pb = yield Read(handle)
-                if pb is END:
-                    return
-                connected, give_up_at, attempt = True, None, 0
-                message = state.on_message(pb, first=first)
-                first = False
-                if message is not None:
-                    yield Emit(message)
-                if state.finished:
-                    return
+            pb = yield Read(handle)  # the handshake (an empty message): the subscription is on
+            if pb is END:
+                return
+            connected, give_up_at, attempt = True, None, 0
+            message = state.on_message(pb, first=True)
+            if message is not None:
+                yield Emit(message)
+            if not state.done:
+                yield Pump(handle, state)  # every further message, until the stop or the stream's end
+            return
         except RpcFailure as failure:
             yield Cancel(handle)
-            if is_end_of_stream(failure) or state.finished:
+            if is_end_of_stream(failure) or state.done:
                 return
             mapped = map_rpc_error("Subscribe", failure, stream=stream, partition=partition, attempts=attempt + 1)
             retryable = is_transient(failure) or isinstance(mapped, _ROUTING_ERRORS)

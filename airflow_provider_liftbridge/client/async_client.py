@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
@@ -15,7 +15,21 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from . import _ops, bulk
 from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import END, Cancel, CloseWrite, Effect, Emit, NatsCall, Op, OpenStream, Read, Sleep, Unary, Write
+from ._effects import (
+    END,
+    Cancel,
+    CloseWrite,
+    Effect,
+    Emit,
+    NatsCall,
+    Op,
+    OpenStream,
+    Pump,
+    Read,
+    Sleep,
+    Unary,
+    Write,
+)
 from .channels import ASYNC_REGISTRY, ChannelFactory, SlotTurns
 from .errors import ClientClosedError
 from .types import Message, TlsConfig
@@ -25,21 +39,34 @@ __all__ = ["AsyncLiftbridgeClient"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _Key = tuple[int, str, "TlsConfig | None", int]
+_EOF = grpc.aio.EOF
 
 
 class _AsyncStream:
-    def __init__(self, call: Any) -> None:
+    """A streaming call. A server-streaming call (``responses_only``) is read through its
+    response iterator, a little cheaper per message than ``call.read()``; a bidi call with
+    ``read()``. A read that times out ends the stream either way."""
+
+    def __init__(self, call: Any, responses_only: bool) -> None:
         self.call = call
+        self.next_response: Callable[[], Awaitable[Any]] | None = call.__aiter__().__anext__ if responses_only else None
+
+    async def _read(self) -> Any:
+        if self.next_response is None:
+            response = await self.call.read()
+            return END if response is _EOF else response
+        try:
+            return await self.next_response()
+        except StopAsyncIteration:
+            return END
 
     async def read(self, timeout: float | None) -> Any:
+        if timeout is None:
+            return await self._read()
         try:
-            if timeout is None:
-                response = await self.call.read()
-            else:
-                response = await asyncio.wait_for(self.call.read(), timeout)
+            return await asyncio.wait_for(self._read(), timeout)
         except TimeoutError:
             raise ReadTimeout() from None
-        return END if response is grpc.aio.EOF else response
 
     def cancel(self) -> None:
         self.call.cancel()
@@ -84,7 +111,9 @@ class _AsyncTransport:
                 return await effect.handle.call.write(effect.request)
             if isinstance(effect, OpenStream):
                 method = getattr(self._stub(effect.address, effect.long_lived), effect.method)
-                return _AsyncStream(method() if effect.request is None else method(effect.request))
+                if effect.request is None:
+                    return _AsyncStream(method(), responses_only=False)
+                return _AsyncStream(method(effect.request), responses_only=True)
             if isinstance(effect, CloseWrite):
                 return await effect.handle.call.done_writing()
             if isinstance(effect, Cancel):
@@ -96,14 +125,14 @@ class _AsyncTransport:
                     raise ClientClosedError("the client is closed; create a new one")
                 return await effect.fn(self._nats)
         except grpc.RpcError as exc:
-            raise RpcFailure(exc.code(), exc.details() or "") from exc
+            raise RpcFailure.of(exc) from exc
         except asyncio.InvalidStateError as exc:  # writing to a call that already ended
             raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended while writing") from exc
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def drive(self, op: Op[Any]) -> AsyncGenerator[Any, None]:
-        """Execute ``op``'s effects and yield what it emits; its return value is the last item,
-        wrapped in :class:`_Return`. Streams it opened are cancelled when it ends."""
+    async def drive(self, op: Op[Any], returned: list[Any] | None = None) -> AsyncGenerator[Any, None]:
+        """Execute ``op``'s effects and yield what it emits; its return value is appended to
+        ``returned``. Streams it opened are cancelled when it ends."""
         opened: list[_AsyncStream] = []
         send: Any = None
         error: BaseException | None = None
@@ -112,11 +141,29 @@ class _AsyncTransport:
                 try:
                     effect = op.throw(error) if error is not None else op.send(send)
                 except StopIteration as stop:
-                    yield _Return(stop.value)
+                    if returned is not None:
+                        returned.append(stop.value)
                     return
                 send, error = None, None
                 if isinstance(effect, Emit):
                     yield effect.item
+                    continue
+                if isinstance(effect, Pump):
+                    # A subscription's hot loop: straight over the call's response iterator, no
+                    # round trip through the operation per message.
+                    sink, take, next_response, send = effect.sink, effect.sink.take, effect.handle.next_response, END
+                    try:
+                        while True:
+                            item = take(await next_response())
+                            if item is not None:
+                                yield item
+                                if sink.done:
+                                    send = None
+                                    break
+                    except StopAsyncIteration:
+                        pass  # the server closed the stream
+                    except grpc.RpcError as exc:
+                        error = RpcFailure.of(exc)
                     continue
                 try:
                     send = await self.execute(effect)
@@ -130,33 +177,15 @@ class _AsyncTransport:
                 stream.cancel()
 
 
-class _Return:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
 async def _run(transport: _AsyncTransport, op: Op[_R]) -> _R:
-    driver = transport.drive(op)
+    returned: list[_R] = []
+    driver = transport.drive(op, returned)
     try:
-        first = await driver.__anext__()
+        async for _ in driver:
+            raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
     finally:
         await driver.aclose()
-    if not isinstance(first, _Return):
-        raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
-    return first.value  # type: ignore[no-any-return]
-
-
-async def _iterate(transport: _AsyncTransport, op: Op[None]) -> AsyncIterator[Message]:
-    driver = transport.drive(op)
-    try:
-        async for item in driver:
-            if isinstance(item, _Return):
-                return
-            yield item
-    finally:
-        await driver.aclose()
+    return returned[0]
 
 
 def _method(
@@ -174,7 +203,7 @@ def _stream_method(
 ) -> Callable[Concatenate[AsyncLiftbridgeClient, _P], AsyncIterator[Message]]:
     @functools.wraps(op)
     def method(self: AsyncLiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> AsyncIterator[Message]:
-        return _iterate(self._transport, op(self._core, *args, **kwargs))
+        return self._transport.drive(op(self._core, *args, **kwargs))
 
     return method
 

@@ -16,7 +16,21 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from . import _ops, bulk
 from ._base import ClientBase
 from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import END, Cancel, CloseWrite, Effect, Emit, NatsCall, Op, OpenStream, Read, Sleep, Unary, Write
+from ._effects import (
+    END,
+    Cancel,
+    CloseWrite,
+    Effect,
+    Emit,
+    NatsCall,
+    Op,
+    OpenStream,
+    Pump,
+    Read,
+    Sleep,
+    Unary,
+    Write,
+)
 from .channels import ChannelFactory, SyncChannelPool
 from .types import Message
 
@@ -131,7 +145,7 @@ class _SyncTransport:
             if isinstance(effect, NatsCall):
                 return self._loop.run(effect.fn(self._nats))  # type: ignore[arg-type]
         except grpc.RpcError as exc:
-            raise RpcFailure(exc.code(), exc.details() or "") from exc
+            raise RpcFailure.of(exc) from exc
         raise TypeError(f"unknown effect {effect!r}")
 
     def drive(self, op: Op[_R]) -> Generator[Any, None, _R]:
@@ -149,6 +163,21 @@ class _SyncTransport:
                 send, error = None, None
                 if isinstance(effect, Emit):
                     yield effect.item
+                    continue
+                if isinstance(effect, Pump):
+                    # A subscription's hot loop: straight over the gRPC call, no round trip
+                    # through the operation per message.
+                    sink, take, send = effect.sink, effect.sink.take, END
+                    try:
+                        for response in effect.handle.call:
+                            item = take(response)
+                            if item is not None:
+                                yield item
+                                if sink.done:
+                                    send = None
+                                    break
+                    except grpc.RpcError as exc:
+                        error = RpcFailure.of(exc)
                     continue
                 try:
                     send = self.execute(effect)
@@ -172,10 +201,6 @@ def _run(transport: _SyncTransport, op: Op[_R]) -> _R:
     raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
 
 
-def _iterate(transport: _SyncTransport, op: Op[None]) -> Iterator[Message]:
-    yield from transport.drive(op)
-
-
 def _method(op: Callable[Concatenate[ClientCore, _P], Op[_R]]) -> Callable[Concatenate[LiftbridgeClient, _P], _R]:
     @functools.wraps(op)
     def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -189,7 +214,7 @@ def _stream_method(
 ) -> Callable[Concatenate[LiftbridgeClient, _P], Iterator[Message]]:
     @functools.wraps(op)
     def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> Iterator[Message]:
-        return _iterate(self._transport, op(self._core, *args, **kwargs))
+        return self._transport.drive(op(self._core, *args, **kwargs))
 
     return method
 

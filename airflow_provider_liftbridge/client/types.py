@@ -26,12 +26,13 @@ __all__ = [
     "TlsConfig",
 ]
 
-_EMPTY: Mapping[str, bytes] = MappingProxyType({})
+#: The headers of every message that has none (shared: it is read-only).
+EMPTY_HEADERS: Mapping[str, bytes] = MappingProxyType({})
 
 
 def _frozen_map(value: Mapping[str, bytes] | None) -> Mapping[str, bytes]:
     """Copy a mapping into a read-only view so a frozen dataclass stays immutable."""
-    return MappingProxyType(dict(value)) if value else _EMPTY
+    return MappingProxyType(dict(value)) if value else EMPTY_HEADERS
 
 
 class AckPolicy(enum.IntEnum):
@@ -150,7 +151,7 @@ class Message:
     timestamp: int
     subject: str
     reply_subject: str
-    headers: Mapping[str, bytes] = field(default_factory=lambda: _EMPTY)
+    headers: Mapping[str, bytes] = field(default_factory=lambda: EMPTY_HEADERS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", _frozen_map(self.headers))

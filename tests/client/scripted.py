@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_liftbridge.client._core import ReadTimeout, RpcFailure
-from airflow_provider_liftbridge.client._effects import Effect, Emit, Op
+from airflow_provider_liftbridge.client._effects import END, Effect, Emit, Op, Pump, Read
 
 
 class Run:
@@ -41,7 +41,23 @@ def drive(op: Op[Any], answer: Callable[[Effect], Any], *, run: Run | None = Non
             run.emitted.append(effect.item)
             continue
         try:
-            send = answer(effect)
+            send = _pump(effect, answer, run) if isinstance(effect, Pump) else answer(effect)
         except (RpcFailure, ReadTimeout) as exc:
             error = exc
     raise AssertionError("operation did not finish within the effect limit")
+
+
+def _pump(pump: Pump, answer: Callable[[Effect], Any], run: Run) -> Any:
+    """What the transports do for a Pump, with ``answer`` standing in for the stream: ``Read``
+    after ``Read`` (each recorded like any effect) until the sink is done or the stream ends."""
+    while True:
+        read = Read(pump.handle)
+        run.effects.append(read)
+        response = answer(read)
+        if response is END:
+            return END
+        item = pump.sink.take(response)
+        if item is not None:
+            run.emitted.append(item)
+            if pump.sink.done:
+                return None

@@ -12,9 +12,11 @@ import pytest
 from airflow_provider_liftbridge.client import (
     AckPolicy,
     AckTimeoutError,
+    ClientClosedError,
     IncorrectOffsetError,
     InvalidArgumentError,
     KeyPartitioner,
+    LiftbridgeClient,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -284,6 +286,43 @@ def test_subscribe_ends_with_an_error_when_the_stream_is_deleted(make_client: An
     threading.Timer(0.3, lambda: c.delete_stream(stream_name)).start()
     with pytest.raises(NoSuchStreamError):
         next(it)
+
+
+def test_subscribe_delivers_a_burst_in_order_and_stops_inside_it(client: Any, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name)
+    client.publish_many(stream_name, [b"v%d" % i for i in range(2000)])
+    got = list(client.subscribe(stream_name, start_at=100, stop_at=1499))
+    assert [m.offset for m in got] == list(range(100, 1500))
+    assert {(m.stream, m.partition) for m in got} == {(stream_name, 0)}
+    assert [m.value for m in got[:2]] == [b"v100", b"v101"] and got[-1].value == b"v1499"
+
+
+def test_subscribed_messages_carry_key_headers_and_subject(client: Any, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name)
+    client.publish(stream_name, b"v", key=b"k", headers={"h": b"1", "e": b""})
+    [first] = list(client.subscribe(stream_name, stop_at=0))
+    [again] = list(client.subscribe(stream_name, stop_at=0))
+    assert (first.key, first.value, first.subject, first.timestamp > 0) == (b"k", b"v", stream_name, True)
+    assert (first.headers["h"], first.headers.get("e"), first.headers.get("absent")) == (b"1", b"", None)
+    assert first == again  # headers compare by content
+    assert {"h": b"1", "e": b""}.items() <= dict(first.headers).items()
+
+
+def test_closing_the_sync_client_from_another_thread_ends_a_waiting_subscription(
+    lb_address: str, stream_name: str
+) -> None:
+    # The sync client reads a subscription on the caller's thread (gRPC's single-threaded
+    # server-streaming mode); closing the client from elsewhere must still wake it.
+    with LiftbridgeClient(lb_address, timeout=5.0) as c:
+        c.create_stream(stream_name, stream_name)
+        _fill(c, stream_name, 1)
+        it = c.subscribe(stream_name)
+        assert next(it).offset == 0
+        threading.Timer(0.3, c.close).start()
+        started = time.monotonic()
+        with pytest.raises(ClientClosedError):
+            next(it)  # waits for offset 1, which never comes
+        assert time.monotonic() - started < 5
 
 
 # --- metadata and cursors ---------------------------------------------------------------------

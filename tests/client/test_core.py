@@ -16,6 +16,7 @@ from airflow_provider_liftbridge.client import (
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    Message,
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -195,6 +196,40 @@ def test_subscription_resumes_after_last_delivered_offset_and_drops_repeats() ->
     assert not st.finished
     st.on_message(api_pb2.Message(offset=5, value=b"y"), first=False)
     assert st.finished
+
+
+def test_subscribed_message_conversion_matches_the_dataclass_constructor() -> None:
+    st = SubscriptionState("s", 2, StartPosition.EARLIEST, None, read_isr_replica=False, resume=False)
+    pb = api_pb2.Message(
+        offset=7, key=b"k", value=b"v", timestamp=123, subject="s.2", replySubject="r", headers={"a": b"1", "b": b""}
+    )
+    msg = st.take(pb)
+    expected = Message("s", 2, 7, b"k", b"v", 123, "s.2", "r", {"a": b"1", "b": b""})
+    assert msg == expected and expected == msg
+    one = st.take(api_pb2.Message(offset=8, headers={"a": b"1"}))
+    assert repr(one) == repr(Message("s", 2, 8, None, b"", 0, "", "", {"a": b"1"}))
+    headers = msg.headers  # type: ignore[union-attr]
+    assert (headers["a"], headers.get("b"), headers.get("c", b"-")) == (b"1", b"", b"-")
+    assert "a" in headers and "c" not in headers
+    assert (len(headers), sorted(headers), dict(headers.items())) == (2, ["a", "b"], {"a": b"1", "b": b""})
+    assert headers == {"a": b"1", "b": b""} and headers != {"a": b"1"}
+    with pytest.raises(KeyError):
+        headers["c"]
+    with pytest.raises(TypeError):
+        headers["a"] = b"2"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        msg.offset = 8  # type: ignore[misc, union-attr]
+    bare = st.take(api_pb2.Message(offset=9))
+    assert bare is not None and (bare.key, bare.value, dict(bare.headers), bare.headers) == (None, b"", {}, {})
+    assert not st.done and st.last_offset == 9
+
+
+def test_subscription_is_done_at_the_stop_offset_and_skips_what_it_delivered() -> None:
+    st = SubscriptionState("s", 0, StartPosition.EARLIEST, 3, read_isr_replica=False, resume=False)
+    taken = [st.take(api_pb2.Message(offset=o)) for o in (1, 1, 0, 2)]  # a lagging replica repeats itself
+    assert [m.offset if m else None for m in taken] == [1, None, None, 2] and not st.done
+    last = st.take(api_pb2.Message(offset=3))
+    assert last is not None and last.offset == 3 and st.done and st.finished
 
 
 def test_ack_conversion_parses_the_partition_from_the_subject() -> None:

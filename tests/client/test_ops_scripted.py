@@ -127,3 +127,41 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
     run = drive(_ops.publish_many(c, "s", [b"x"] * 20, window=3), answer)
     assert peak == 3
     assert [a.offset for a in run.result] == list(range(20))
+
+
+def test_subscribe_stops_reading_at_the_stop_offset_and_swallows_only_the_handshake() -> None:
+    c = core()
+    # After the handshake, offset 0 with an empty value is as empty on the wire as a handshake.
+    script = [api_pb2.Message(), api_pb2.Message(offset=0), api_pb2.Message(offset=1),
+              api_pb2.Message(offset=2), api_pb2.Message(offset=3)]  # fmt: skip
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            return metadata()
+        if isinstance(e, OpenStream):
+            return "h"
+        if isinstance(e, Read):
+            return script.pop(0)
+        return None
+
+    run = drive(_ops.subscribe(c, "s", stop_at=2), answer)
+    assert [(m.offset, m.value) for m in run.emitted] == [(0, b""), (1, b""), (2, b"")]
+    assert [m.offset for m in script] == [3]  # nothing read past the stop offset
+    assert len([e for e in run.effects if isinstance(e, OpenStream)]) == 1
+
+
+def test_subscribe_ends_cleanly_when_the_server_closes_the_stream() -> None:
+    c = core()
+    script = [api_pb2.Message(), api_pb2.Message(offset=0), END]
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            return metadata()
+        if isinstance(e, OpenStream):
+            return "h"
+        if isinstance(e, Read):
+            return script.pop(0)
+        return None
+
+    run = drive(_ops.subscribe(c, "s"), answer)
+    assert [m.offset for m in run.emitted] == [0] and run.result is None and not script

@@ -1,0 +1,170 @@
+"""Client CPU per message of a subscription: ours (sync, asyncio) beside raw generated stubs.
+
+    .venv/bin/python bench/subscribe_bench.py [--messages 100000] [--rounds 3] [--only ours-sync,raw-sync]
+        [--compare-tree DIR]   # also run the client of another checkout (e.g. `git archive` of a
+                               # commit) as old-sync / old-async, against the same server
+
+The dev server runs in its own process (``DevServerProcess``); the figure that matters is the
+client's CPU time per message (``time.process_time`` of this process, all threads, over the
+run), which does not depend on how fast the server is. Variants run interleaved, ``--rounds``
+times; each one's lowest CPU per message is kept (the run least disturbed by other work on a
+shared machine), with the median beside it. Values are 100 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import grpc  # noqa: E402
+import grpc.experimental  # noqa: E402
+from run import raw_subscribe_aio, raw_subscribe_n  # noqa: E402  (the raw stub baselines of the main table)
+
+from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
+from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient  # noqa: E402
+from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
+
+VALUE = b"x" * 100
+
+
+def raw_subscribe_single_threaded(address: str, stream: str, n: int) -> int:
+    """The raw stub on a channel with gRPC's single-threaded server-streaming option (as ours uses)."""
+    options = [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
+    with grpc.insecure_channel(address, options=options) as channel:
+        req = api_pb2.SubscribeRequest(
+            stream=stream, startPosition=api_pb2.EARLIEST, stopPosition=api_pb2.STOP_OFFSET, stopOffset=n - 1
+        )
+        got = 0
+        try:
+            for msg in api_pb2_grpc.APIStub(channel).Subscribe(req):
+                got += msg.ByteSize() > 0
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+        return got
+
+
+def ours_sync(address: str, stream: str, n: int) -> int:
+    with LiftbridgeClient(address) as client:
+        return sum(1 for _ in client.subscribe(stream, stop_at=n - 1))
+
+
+async def _ours_async(address: str, stream: str, n: int) -> int:
+    got = 0
+    async with AsyncLiftbridgeClient(address) as client:
+        async for _ in client.subscribe(stream, stop_at=n - 1):
+            got += 1
+    return got
+
+
+def child(variant: str, address: str, stream: str, n: int) -> None:
+    """Run one of our variants here and print what it cost (the --compare-tree child)."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    got = ours_sync(address, stream, n) if variant == "sync" else asyncio.run(_ours_async(address, stream, n))
+    print(json.dumps({"got": got, "cpu": time.process_time() - c0, "wall": time.perf_counter() - w0}))
+
+
+def in_tree(tree: Path, variant: str, address: str, stream: str, n: int) -> Callable[[], int]:
+    """A variant run in a child process that imports the client from ``tree``; its CPU is its own."""
+
+    def run() -> int:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", variant, address, stream, str(n)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        result = json.loads(out.splitlines()[-1])
+        CHILD.append((result["cpu"], result["wall"]))
+        return int(result["got"])
+
+    return run
+
+
+#: CPU and wall seconds of the last child run (its own, without the interpreter's start-up).
+CHILD: list[tuple[float, float]] = []
+
+
+def variants(address: str, stream: str, n: int, tree: Path | None) -> dict[str, Callable[[], int]]:
+    old = {}
+    if tree is not None:
+        old = {
+            "old-sync": in_tree(tree, "sync", address, stream, n),
+            "old-async": in_tree(tree, "async", address, stream, n),
+        }
+    return old | {
+        "raw-sync": lambda: raw_subscribe_n(address, stream, n),
+        "raw-sync-1t": lambda: raw_subscribe_single_threaded(address, stream, n),
+        "ours-sync": lambda: ours_sync(address, stream, n),
+        "raw-aio": lambda: asyncio.run(raw_subscribe_aio(address, stream, n)),
+        "ours-async": lambda: asyncio.run(_ours_async(address, stream, n)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--quiet", action="store_true", help="only the table")
+    parser.add_argument("--compare-tree", type=Path, help="a checkout whose client runs as old-sync / old-async")
+    parser.add_argument("--child", nargs=4, metavar=("VARIANT", "ADDRESS", "STREAM", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        variant, address, stream, count = args.child
+        child(variant, address, stream, int(count))
+        return
+    n = args.messages
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data_dir=data) as srv:
+        stream = "subscribe-bench"
+        with LiftbridgeClient(srv.address, nats_servers=[srv.nats_url]) as client:
+            client.create_stream(stream, stream)
+            client.publish_many(stream, [VALUE] * n, window=1024)
+            assert client.fetch_partition_metadata(stream).high_watermark == n - 1
+        cases = variants(srv.address, stream, n, args.compare_tree)
+        if args.only:
+            cases = {k: v for k, v in cases.items() if k in args.only.split(",")}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
+        rate: dict[str, list[float]] = {name: [] for name in cases}
+        for r in range(args.rounds):
+            order = list(cases) if r % 2 == 0 else list(reversed(cases))
+            for name in order:
+                CHILD.clear()
+                c0, w0 = time.process_time(), time.perf_counter()
+                got = cases[name]()
+                c1, w1 = time.process_time(), time.perf_counter()
+                if got != n:
+                    raise SystemExit(f"{name} read {got} messages, expected {n}")
+                spent, wall = CHILD[0] if CHILD else (c1 - c0, w1 - w0)
+                cpu[name].append(spent / n * 1e6)
+                rate[name].append(n / wall)
+                if not args.quiet:
+                    print(f"  {name:10} {cpu[name][-1]:6.1f} µs/msg  {rate[name][-1]:8,.0f} msgs/s", file=sys.stderr)
+    load1 = os.getloadavg()
+    print(
+        f"{platform.processor() or platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}; "
+        f"load average {load0[0]:.1f} → {load1[0]:.1f}; {n:,} messages × {args.rounds} rounds"
+    )
+    print("| variant | client CPU µs/msg (best) | median | msgs/s (best) |")
+    print("|---|---:|---:|---:|")
+    for name in cases:
+        print(f"| {name} | {min(cpu[name]):.1f} | {statistics.median(cpu[name]):.1f} | {max(rate[name]):,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
