@@ -75,10 +75,39 @@ def _h2_frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return _H2_HEAD.pack(len(payload) >> 16, len(payload) & 0xFFFF, ftype, flags, sid) + payload
 
 
-def bench_publish_async_raw(address: str, stream: str, n: int, per_frame: int = 256) -> None:
-    """One PublishAsync stream from a bare HTTP/2 client that packs ``per_frame`` requests into each
-    DATA frame (as a client that coalesces its writes does): what the server can take when the
-    client is not the limit. Python gRPC clients send one frame per request."""
+class _RawWindows:
+    """The server's flow-control windows and frame-size limit, as a sending thread must respect them."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.conn = self.stream = 65_535
+        self.max_frame = 16_384
+        self.settings_seen = False
+
+    def take(self, wanted: int) -> int:
+        """Block until some window is open; return how many bytes (≤ ``wanted``) may be sent now."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.settings_seen and min(self.conn, self.stream) > 0)
+            size = min(wanted, self.conn, self.stream, self.max_frame)
+            self.conn -= size
+            self.stream -= size
+            return size
+
+    def update(self, *, conn: int = 0, stream: int = 0, max_frame: int | None = None, seen: bool = False) -> None:
+        with self.cond:
+            self.conn += conn
+            self.stream += stream
+            if max_frame is not None:
+                self.max_frame = max_frame
+            self.settings_seen = self.settings_seen or seen
+            self.cond.notify_all()
+
+
+def bench_publish_async_raw(address: str, stream: str, n: int, per_write: int = 256) -> None:
+    """One PublishAsync stream from a bare HTTP/2 client that writes ``per_write`` requests at a time
+    (in as few DATA frames as the server's frame size allows, within its flow-control windows), as a
+    client that coalesces its writes does: what the server can take when the client is not the
+    limit. Python gRPC clients send one frame per request."""
     host, port = address.rsplit(":", 1)
     headers = hpack.Encoder().encode(
         [
@@ -90,28 +119,40 @@ def bench_publish_async_raw(address: str, stream: str, n: int, per_frame: int = 
             ("te", "trailers"),
         ]
     )
-    big = (1 << 31) - 1  # windows wide open: the client never has to send WINDOW_UPDATE
+    big = (1 << 31) - 1  # our receive windows wide open: the client never has to send WINDOW_UPDATE
     start = [
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-        _h2_frame(4, 0, 0, struct.pack(">HI", 4, big) + struct.pack(">HI", 5, 1 << 20)),
+        _h2_frame(4, 0, 0, struct.pack(">HI", 4, big)),
         _h2_frame(8, 0, 0, struct.pack(">I", big - 65_535)),
         _h2_frame(1, 4, 1, headers),
     ]
     reqs = [pb.PublishRequest(stream=stream, value=VALUE, correlationId=str(i)).SerializeToString() for i in range(n)]
-    frames = [
-        _h2_frame(
-            0,
-            1 if i + per_frame >= n else 0,
-            1,
-            b"".join(struct.pack(">BI", 0, len(r)) + r for r in reqs[i : i + per_frame]),
-        )
-        for i in range(0, n, per_frame)
+    chunks = [
+        b"".join(struct.pack(">BI", 0, len(r)) + r for r in reqs[i : i + per_write]) for i in range(0, n, per_write)
     ]
+    windows = _RawWindows()
     with socket.create_connection((host, int(port))) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(b"".join(start))
-        sender = threading.Thread(target=lambda: [sock.sendall(f) for f in frames])
-        sender.start()
+        lock = threading.Lock()  # the reader acknowledges SETTINGS and PINGs while the sender writes
+
+        def send(data: bytes) -> None:
+            with lock:
+                sock.sendall(data)
+
+        def sender() -> None:
+            for i, chunk in enumerate(chunks):
+                frames, pos = [], 0
+                while pos < len(chunk):
+                    size = windows.take(len(chunk) - pos)
+                    last = i == len(chunks) - 1 and pos + size == len(chunk)
+                    frames.append(_h2_frame(0, 1 if last else 0, 1, chunk[pos : pos + size]))
+                    pos += size
+                send(b"".join(frames))
+
+        send(b"".join(start))
+        writer = threading.Thread(target=sender)
+        writer.start()
+        decoder = hpack.Decoder()
         buf, grpc_buf, responses, status = bytearray(), bytearray(), 0, None
         while status is None:
             data = sock.recv(1 << 20)
@@ -126,21 +167,37 @@ def bench_publish_async_raw(address: str, stream: str, n: int, per_frame: int = 
                     break
                 payload = bytes(buf[pos + 9 : pos + 9 + length])
                 pos += 9 + length
-                if ftype == 0 and sid == 1:
+                if ftype == 0 and sid == 1:  # DATA: count the gRPC messages in it
                     grpc_buf += payload
                     p = 0
-                    while (
-                        len(grpc_buf) - p >= 5 and len(grpc_buf) - p - 5 >= struct.unpack_from(">I", grpc_buf, p + 1)[0]
-                    ):
-                        p += 5 + struct.unpack_from(">I", grpc_buf, p + 1)[0]
+                    while len(grpc_buf) - p >= 5:
+                        size = struct.unpack_from(">I", grpc_buf, p + 1)[0]
+                        if len(grpc_buf) - p - 5 < size:
+                            break
+                        p += 5 + size
                         responses += 1
                     del grpc_buf[:p]
-                elif ftype == 1 and sid == 1 and flags & 1:
-                    status = b"grpc-status" in payload and payload.endswith(b"\x010")
+                elif ftype == 1:  # HEADERS: decoded to keep the HPACK table in step; trailers end the call
+                    block = payload[1 : len(payload) - payload[0]] if flags & 0x8 else payload
+                    fields = dict(decoder.decode(block[5:] if flags & 0x20 else block))
+                    if sid == 1 and flags & 1:
+                        status = fields.get("grpc-status", "?")
+                elif ftype == 4 and not flags & 1:  # SETTINGS: apply and acknowledge
+                    values = dict(struct.unpack_from(">HI", payload, k) for k in range(0, len(payload), 6))
+                    delta = values[4] - 65_535 if 4 in values and not windows.settings_seen else 0
+                    windows.update(stream=delta, max_frame=values.get(5), seen=True)
+                    send(_h2_frame(4, 1, 0))
+                elif ftype == 8:  # WINDOW_UPDATE
+                    inc = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
+                    windows.update(conn=inc if sid == 0 else 0, stream=inc if sid == 1 else 0)
+                elif ftype == 6 and not flags & 1:  # PING: answer
+                    send(_h2_frame(6, 1, 0, payload))
+                elif ftype in (3, 7):  # RST_STREAM, GOAWAY
+                    status = f"reset/goaway {payload.hex()}"
             del buf[:pos]
-        sender.join()
-    if responses != n or not status:
-        raise RuntimeError(f"raw PublishAsync got {responses} responses for {n} requests (status OK: {status})")
+        writer.join(5)
+    if responses != n or status != "0":
+        raise RuntimeError(f"raw PublishAsync got {responses} responses for {n} requests (grpc-status {status})")
 
 
 def bench_subscribe(channel: grpc.Channel, stream: str, n: int) -> None:
@@ -276,7 +333,7 @@ def main() -> None:
             "publish": ("Publish (sequential, LEADER ack)", p, lambda s: bench_publish(channel, s, p)),
             "async": ("PublishAsync (one stream, LEADER acks)", n, lambda s: bench_publish_async(channel, s, n)),
             "async-raw": (
-                "PublishAsync, bare HTTP/2 client, 256 requests per frame",
+                "PublishAsync, bare HTTP/2 client writing 256 requests at a time",
                 n,
                 lambda s: bench_publish_async_raw(server.address, s, n),
             ),
