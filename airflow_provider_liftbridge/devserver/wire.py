@@ -20,12 +20,17 @@ ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
 _SMALL = [bytes([i]) for i in range(128)]
 _MASK64 = (1 << 64) - 1
 _cache: dict[int, bytes] = {}
+_inbox_fields: dict[str, bytes] = {}
 
 
 def varint(n: int) -> bytes:
     """Protobuf base-128 varint of an integer (negative ones as 64-bit two's complement, like int64)."""
     if 0 <= n < 128:
         return _SMALL[n]
+    if 0 < n < 2_097_152:  # offsets and lengths: two or three bytes, no loop
+        if n < 16_384:
+            return bytes((n & 0x7F | 0x80, n >> 7))
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
     n &= _MASK64
     out = bytearray()
     while n > 0x7F:
@@ -82,13 +87,18 @@ def ack_bytes(
     if offset:
         parts += (b"\x20", varint(offset))
     if ack_inbox:
-        inbox = ack_inbox.encode()
-        parts += (b"\x2a", varint(len(inbox)), inbox)
+        # Publishers reuse one inbox for many messages: its encoded field is remembered.
+        field = _inbox_fields.get(ack_inbox)
+        if field is None:
+            if len(_inbox_fields) > 4096:
+                _inbox_fields.clear()
+            field = _inbox_fields[ack_inbox] = length_delimited(b"\x2a", ack_inbox.encode())
+        parts.append(field)
     if correlation_id:
         cid = correlation_id.encode()
         parts += (b"\x32", varint(len(cid)), cid)
     if ack_policy:
-        parts += (b"\x38", varint(ack_policy))
+        parts += (b"\x38", _SMALL[ack_policy])
     if reception_ts:
         parts += (b"\x40", varint_cached(reception_ts))
     if commit_ts:
