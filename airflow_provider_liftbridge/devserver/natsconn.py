@@ -5,9 +5,9 @@ through an ``asyncio.Queue`` and builds a ``Msg`` object for it, and every publi
 own call; on the ingest path that machinery cost more CPU than storing the message.
 This client parses ``MSG`` frames in ``data_received`` and calls one function per
 message synchronously, and buffers publishes (acks) into one socket write per event-loop
-turn. It speaks only what the ingest needs: ``CONNECT`` (no headers, no auth), ``SUB``,
-``UNSUB``, ``PUB``, ``PING``/``PONG``, and it reconnects forever to the same URL,
-re-subscribing every live subscription, when the connection drops.
+turn. It speaks only what the ingest needs: ``CONNECT`` (no NATS headers; user/password or
+token from the URL; no TLS), ``SUB``, ``UNSUB``, ``PUB``, ``PING``/``PONG``, and it reconnects
+forever to the same URL, re-subscribing every live subscription, when the connection drops.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,17 @@ class NatsConnectionError(ConnectionError):
     """The NATS connection is closed or could not be established."""
 
 
-def _host_port(url: str) -> tuple[str, int]:
+def _parse_url(url: str) -> tuple[str, int, dict[str, str]]:
+    """Host, port and CONNECT credentials (``user:pass@`` or a ``token@``) of a ``nats://`` URL."""
     parts = urlsplit(url if "://" in url else f"nats://{url}")
     if parts.scheme not in ("nats", "tcp"):
         raise ValueError(f"NATS URL {url!r} must use nats:// (TLS and WebSocket NATS are not supported here)")
-    return parts.hostname or "127.0.0.1", parts.port or 4222
+    auth: dict[str, str] = {}
+    if parts.username and parts.password is not None:
+        auth = {"user": unquote(parts.username), "pass": unquote(parts.password)}
+    elif parts.username:
+        auth = {"auth_token": unquote(parts.username)}
+    return parts.hostname or "127.0.0.1", parts.port or 4222, auth
 
 
 def _deliver(handler: MessageHandler, subject: str, reply: str, payload: bytes, now: int) -> None:
@@ -56,6 +62,7 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.info: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        self.last_error = ""
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,7 +131,8 @@ class _Protocol(asyncio.Protocol):
             if not self.info.done():
                 self.info.set_result(json.loads(line[5:]))
         elif line.startswith(b"-ERR"):
-            log.warning("NATS server error: %s", line.decode(errors="replace"))
+            self.last_error = line[5:].decode(errors="replace").strip()
+            log.warning("NATS server error: %s", self.last_error)
         # +OK and anything else: nothing to do (verbose is off).
 
 
@@ -137,7 +145,9 @@ class NatsConnection:
 
     def __init__(self, url: str, *, name: str = "liftbridge-devserver") -> None:
         self.url = url
-        self.host, self.port = _host_port(url)
+        self.host, self.port, self._auth = _parse_url(url)
+        #: The URL without credentials, for messages and logs.
+        self.display_url = f"nats://{self.host}:{self.port}"
         self.name = name
         self._proto: _Protocol | None = None
         self._subs: dict[int, tuple[str, str]] = {}
@@ -147,6 +157,7 @@ class NatsConnection:
         self._out_handle: asyncio.Handle | None = None
         self._pongs: list[asyncio.Future[None]] = []
         self._closed = False
+        self._established = False  # reconnecting starts only once a connection has worked
         self._reconnect_task: asyncio.Task[None] | None = None
         #: Completed (re)connections; the first connect counts as 1.
         self.connects = 0
@@ -163,7 +174,9 @@ class NatsConnection:
         try:
             await asyncio.wait_for(self._open(), timeout)
         except (OSError, TimeoutError, NatsConnectionError) as exc:
-            raise NatsConnectionError(f"cannot connect to NATS at {self.url}: {exc or type(exc).__name__}") from exc
+            raise NatsConnectionError(
+                f"cannot connect to NATS at {self.display_url}: {exc or type(exc).__name__}"
+            ) from exc
 
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -179,6 +192,7 @@ class NatsConnection:
             "protocol": 1,
             "headers": False,
             "no_responders": False,
+            **self._auth,
         }
         lines = [b"CONNECT " + json.dumps(connect).encode() + _CRLF]
         # Re-subscribe before anything queued meanwhile goes out.
@@ -188,9 +202,16 @@ class NatsConnection:
         self._pongs = [pong]
         proto.transport.write(b"".join(lines))
         self._proto = proto
-        done, _ = await asyncio.wait({pong, proto.lost}, return_when=asyncio.FIRST_COMPLETED)
-        if pong not in done:
-            raise NatsConnectionError("the NATS server closed the connection during CONNECT")
+        await asyncio.wait({pong, proto.lost}, return_when=asyncio.FIRST_COMPLETED)
+        failed = not pong.done() or pong.exception() is not None or proto.lost.done()
+        if failed:
+            # Refused (bad credentials: the server sends -ERR and closes) or dropped meanwhile.
+            if self._proto is proto:
+                self._proto = None
+            proto.transport.close()
+            reason = f": {proto.last_error}" if proto.last_error else ""
+            raise NatsConnectionError(f"the NATS server closed the connection during CONNECT{reason}")
+        self._established = True
         self.connects += 1
         if self._out:
             self._schedule_out()
@@ -203,8 +224,8 @@ class NatsConnection:
             if not fut.done():
                 fut.set_exception(NatsConnectionError("the NATS connection was lost"))
         self._pongs = []
-        if not self._closed and self._reconnect_task is None:
-            log.warning("lost the NATS connection to %s; reconnecting", self.url)
+        if not self._closed and self._established and self._reconnect_task is None:
+            log.warning("lost the NATS connection to %s; reconnecting", self.display_url)
             self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect())
 
     async def _reconnect(self) -> None:
@@ -215,7 +236,7 @@ class NatsConnection:
                     await asyncio.wait_for(self._open(), 5.0)
                 except (OSError, TimeoutError, NatsConnectionError):
                     continue
-                log.warning("reconnected to NATS at %s", self.url)
+                log.warning("reconnected to NATS at %s", self.display_url)
                 return
         finally:
             self._reconnect_task = None
@@ -288,7 +309,7 @@ class NatsConnection:
         :raises TimeoutError: no PONG within ``timeout``.
         """
         if self._proto is None:
-            raise NatsConnectionError(f"not connected to NATS at {self.url}")
+            raise NatsConnectionError(f"not connected to NATS at {self.display_url}")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pongs.append(fut)
         self._write(b"PING\r\n")

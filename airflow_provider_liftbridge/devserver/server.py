@@ -163,7 +163,8 @@ class ServerCore:
             try:
                 await self._ingest.connect()
             except Exception as exc:
-                raise NatsServerStartError(f"cannot connect to NATS at {self.nats_url}: {exc}") from exc
+                # The connection's message names host and port, never credentials from the URL.
+                raise NatsServerStartError(f"{exc}; check the NATS URL and that the server runs") from exc
             self._store.listener = self._ingest
             for stream in self._store.streams.values():
                 for part in stream.partitions:
