@@ -693,6 +693,21 @@ def _what(stream: str | None, partition: int | None) -> str:
     return f"stream {stream!r}" if partition is None else f"stream {stream!r} partition {partition}"
 
 
+def _not_found(stream: str | None, partition: int | None, said: str, partition_named: bool) -> LiftbridgeError:
+    if partition_named and partition is not None:
+        return NoSuchPartitionError(
+            f"{_what(stream, partition)} does not exist{said}; check the stream's partition count."
+        )
+    return NoSuchStreamError(f"{_what(stream, None)} does not exist{said}; create it first or check the name.")
+
+
+def _incorrect_offset(what: str, said: str = "") -> IncorrectOffsetError:
+    return IncorrectOffsetError(
+        f"{what} refused the message: expected_offset is not the next offset{said}; fetch the partition's "
+        "newest_offset and publish with newest_offset + 1."
+    )
+
+
 def map_rpc_error(
     method: str,
     failure: RpcFailure,
@@ -718,9 +733,7 @@ def map_rpc_error(
     if code == C.ALREADY_EXISTS:
         return StreamExistsError(f"{what} already exists{server}; choose another name or delete it first.")
     if code == C.NOT_FOUND:
-        if "partition" in low and "stream" not in low and partition is not None:
-            return NoSuchPartitionError(f"{what} does not exist{server}; check the stream's partition count.")
-        return NoSuchStreamError(f"{_what(stream, None)} does not exist{server}; create it first or check the name.")
+        return _not_found(stream, partition, server, "partition" in low and "stream" not in low)
     if code == C.FAILED_PRECONDITION:
         if "pause" in low:
             return PartitionPausedError(f"{what} is paused{server}; publish to it or subscribe with resume=True.")
@@ -731,10 +744,7 @@ def map_rpc_error(
             )
         return NotLeaderError(f"no leader found for {what}{server}; the cluster may be electing one: retry later.")
     if code == C.UNKNOWN and "offset" in low:
-        return IncorrectOffsetError(
-            f"{what} refused the message: expected_offset is not the next offset{server}; fetch the partition's "
-            "newest_offset and publish with newest_offset + 1."
-        )
+        return _incorrect_offset(what, server)
     if code == C.DEADLINE_EXCEEDED:
         if "deadline exceeded" in low:
             server = ""  # gRPC's own client-side text ("Stream removed (Deadline Exceeded)"), not the server's
@@ -769,16 +779,12 @@ def map_async_error(code: int, message: str, *, stream: str, partition: int) -> 
     said = f' (server said: "{message}")' if message else ""
     what = _what(stream, partition)
     if code == E.NOT_FOUND:
-        if "partition" in message.lower() and "stream" not in message.lower():
-            return NoSuchPartitionError(f"{what} does not exist{said}; check the stream's partition count.")
-        return NoSuchStreamError(f"{_what(stream, None)} does not exist{said}; create it first or check the name.")
+        low = message.lower()
+        return _not_found(stream, partition, said, "partition" in low and "stream" not in low)
     if code == E.READONLY:
         return ReadonlyPartitionError(f"{what} is read-only{said}; it accepts no more messages.")
     if code == E.INCORRECT_OFFSET:
-        return IncorrectOffsetError(
-            f"{what} refused the message: expected_offset is not the next offset{said}; fetch the partition's "
-            "newest_offset and publish with newest_offset + 1."
-        )
+        return _incorrect_offset(what, said)
     if code == E.BAD_REQUEST:
         return InvalidArgumentError(f"{what} refused the message as invalid{said}; fix the record.")
     if code == E.ENCRYPTION_FAILED:
@@ -794,10 +800,7 @@ def check_ack(ack: Ack) -> Ack:
         return ack
     what = _what(ack.stream, ack.partition)
     if ack.ack_error == AckError.INCORRECT_OFFSET:
-        raise IncorrectOffsetError(
-            f"{what} refused the message: expected_offset is not the next offset; fetch the partition's "
-            "newest_offset and publish with newest_offset + 1."
-        )
+        raise _incorrect_offset(what)
     if ack.ack_error == AckError.TOO_LARGE:
         raise MessageTooLargeError(f"{what} refused the message as too large; split it or raise the server's limit.")
     if ack.ack_error == AckError.ENCRYPTION:
