@@ -3,18 +3,27 @@
     .venv/bin/python bench/subscribe_bench.py [--messages 100000] [--rounds 3] [--only ours-sync,raw-sync]
         [--compare-tree DIR]   # also run the client of another checkout (e.g. `git archive` of a
                                # commit) as old-sync / old-async, against the same server
+        [--server-tree DIR]    # run the dev server of another checkout (a fixed server for comparisons)
+    .venv/bin/python bench/subscribe_bench.py --layers   # no server: our layers alone
 
-The dev server runs in its own process (``DevServerProcess``); the figure that matters is the
-client's CPU time per message (``time.process_time`` of this process, all threads, over the
-run), which does not depend on how fast the server is. Variants run interleaved, ``--rounds``
-times; each one's lowest CPU per message is kept (the run least disturbed by other work on a
-shared machine), with the median beside it. Values are 100 bytes.
+The dev server runs in its own process (``DevServerProcess``); the figure is the client's CPU
+time per message (``time.process_time`` of the reading process, all threads, over the run).
+It does not depend on the server's speed, but it does on how the server frames its messages
+(how many arrive per read), so compare variants of one run, against one server. Variants run
+interleaved, ``--rounds`` times; each one's lowest CPU per message is kept (the run least
+disturbed by other work on a shared machine), with the median beside it. Values are 100 bytes,
+with the two headers the server adds.
+
+``--layers`` feeds prebuilt protobuf messages to the clients' subscribe path through a fake call
+(no gRPC, no server): what our layers (operation, transport loop, ``Message`` conversion) cost
+per message beyond iterating the responses.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -23,14 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpc  # noqa: E402
 import grpc.experimental  # noqa: E402
-from run import raw_subscribe_aio, raw_subscribe_n  # noqa: E402  (the raw stub baselines of the main table)
+from run import in_child, raw_subscribe_aio, raw_subscribe_n  # noqa: E402  (the main table's baselines)
 
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient  # noqa: E402
@@ -67,6 +76,100 @@ async def _ours_async(address: str, stream: str, n: int) -> int:
         async for _ in client.subscribe(stream, stop_at=n - 1):
             got += 1
     return got
+
+
+def layers(n: int) -> None:
+    """Print our layers' CPU per message over a fake call of ``n`` prebuilt messages."""
+    from airflow_provider_liftbridge.client import AckPolicy, _ops, async_client, sync_client
+    from airflow_provider_liftbridge.client._core import ClientCore
+    from airflow_provider_liftbridge.client.types import BrokerInfo, Metadata, PartitionInfo, StreamInfo
+
+    responses = [api_pb2.Message()] + [
+        api_pb2.Message(offset=i, value=VALUE, timestamp=i, subject="s", headers={"subject": b"s", "reply": b""})
+        for i in range(n)
+    ]
+
+    def core() -> ClientCore:
+        core = ClientCore(["b:1"], timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER, resubscribe_wait=30.0)
+        part = PartitionInfo("s", 0, "b1", ("b1",), ("b1",), n - 1, n - 1, False, False, 0, 0)
+        core.cache.update(Metadata((BrokerInfo("b1", "b", 1, 1, 1),), {"s": StreamInfo("s", "s", 0, {0: part})}), None)
+        return core
+
+    class Call:  # what a sync call and a grpc.aio call offer a subscription
+        def __init__(self) -> None:
+            self.it = iter(responses)
+
+        def __iter__(self) -> Call:
+            return self
+
+        def __next__(self) -> api_pb2.Message:
+            return next(self.it)
+
+        def __aiter__(self) -> Call:
+            return self
+
+        async def __anext__(self) -> api_pb2.Message:
+            try:
+                return next(self.it)
+            except StopIteration:
+                raise StopAsyncIteration from None
+
+        def cancel(self) -> None:
+            pass
+
+    class Stub:
+        def Subscribe(self, request: object) -> Call:  # noqa: N802  (the generated stub's name)
+            return Call()
+
+    class Sync(sync_client._SyncTransport):
+        def __init__(self) -> None:
+            pass
+
+        def _stub(self, address: str, long_lived: bool = False) -> Stub:
+            return Stub()
+
+    class Async(async_client._AsyncTransport):
+        def __init__(self) -> None:
+            self.closed = False
+
+        def _stub(self, address: str, long_lived: bool = False) -> Stub:
+            return Stub()
+
+    def raw_sync() -> int:
+        return sum(1 for m in Call() if m.ByteSize())
+
+    async def raw_async() -> int:
+        got = 0
+        async for m in Call():
+            got += m.ByteSize() > 0
+        return got
+
+    def ours_sync() -> int:
+        return sum(1 for _ in Sync().drive(_ops.subscribe(core(), "s", stop_at=n - 1)))
+
+    async def ours_async() -> int:
+        got = 0
+        async for _ in Async().drive(_ops.subscribe(core(), "s", stop_at=n - 1)):
+            got += 1
+        return got
+
+    cases: dict[str, Callable[[], int]] = {
+        "fake call alone (sync)": raw_sync,
+        "ours-sync": ours_sync,
+        "fake call alone (async for)": lambda: asyncio.run(raw_async()),
+        "ours-async": lambda: asyncio.run(ours_async()),
+    }
+    print(f"our layers over a fake call, {n:,} messages with 2 headers, best of 3")
+    print("| variant | CPU µs/msg |")
+    print("|---|---:|")
+    for name, fn in cases.items():
+        best = float("inf")
+        for _ in range(3):
+            c0 = time.process_time()
+            if fn() != n:
+                raise SystemExit(f"{name} did not read {n} messages")
+            best = min(best, time.process_time() - c0)
+        print(f"| {name} | {best / n * 1e6:.2f} |")
 
 
 def child(variant: str, address: str, stream: str, n: int) -> None:
@@ -106,13 +209,41 @@ def variants(address: str, stream: str, n: int, tree: Path | None) -> dict[str, 
             "old-sync": in_tree(tree, "sync", address, stream, n),
             "old-async": in_tree(tree, "async", address, stream, n),
         }
+
+    def gufo() -> int:  # in its own process (see bench/_gufo_worker.py)
+        run = in_child("subscribe", address, stream, n, None)
+        CHILD.append((run.client_cpu, run.wall))
+        return run.count
+
     return old | {
+        "gufo": gufo,
         "raw-sync": lambda: raw_subscribe_n(address, stream, n),
         "raw-sync-1t": lambda: raw_subscribe_single_threaded(address, stream, n),
         "ours-sync": lambda: ours_sync(address, stream, n),
         "raw-aio": lambda: asyncio.run(raw_subscribe_aio(address, stream, n)),
         "ours-async": lambda: asyncio.run(_ours_async(address, stream, n)),
     }
+
+
+@contextlib.contextmanager
+def server(data: str, tree: Path | None) -> Iterator[DevServerProcess]:
+    """The dev server process, importing the package from ``tree`` when given."""
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
+        os.chdir(data)  # `python -m` puts the working directory first on the path
+    try:
+        srv = DevServerProcess(data_dir=data).start()
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        yield srv
+    finally:
+        srv.close()
 
 
 def main() -> None:
@@ -122,15 +253,20 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--quiet", action="store_true", help="only the table")
     parser.add_argument("--compare-tree", type=Path, help="a checkout whose client runs as old-sync / old-async")
+    parser.add_argument("--server-tree", type=Path, help="a checkout whose dev server to run")
+    parser.add_argument("--layers", action="store_true", help="our layers over a fake call, no server")
     parser.add_argument("--child", nargs=4, metavar=("VARIANT", "ADDRESS", "STREAM", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         variant, address, stream, count = args.child
         child(variant, address, stream, int(count))
         return
+    if args.layers:
+        layers(args.messages)
+        return
     n = args.messages
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory() as data, DevServerProcess(data_dir=data) as srv:
+    with tempfile.TemporaryDirectory() as data, server(data, args.server_tree) as srv:
         stream = "subscribe-bench"
         with LiftbridgeClient(srv.address, nats_servers=[srv.nats_url]) as client:
             client.create_stream(stream, stream)
