@@ -14,19 +14,16 @@ from .errors import (
     NatsServerStartError,
     PortInUseError,
     ServerStateError,
-    TlsConfigError,
 )
-from .server import DevServer, DevServerProcess, DevServerTls
+from .server import DevServer, DevServerProcess
 
 __all__ = [
     "DataDirError",
     "DevServer",
     "DevServerError",
     "DevServerProcess",
-    "DevServerTls",
     "NatsServerNotFoundError",
     "NatsServerStartError",
     "PortInUseError",
     "ServerStateError",
-    "TlsConfigError",
 ]

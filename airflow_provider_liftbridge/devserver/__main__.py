@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import DevServerError
-from .server import READY_PREFIX, DevServerTls, ServerConfig, ServerCore
+from .server import READY_PREFIX, ServerConfig, ServerCore
 
 PROG = "liftbridge-devserver"
 
@@ -41,11 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nats.add_argument("--nats-url", help="use this running NATS server instead of starting nats-server")
     p.add_argument("--fsync", action="store_true", help="fsync every log write (survives power loss; slower)")
-    p.add_argument("--tls-cert", type=Path, help="PEM server certificate: serve gRPC over TLS (needs --tls-key)")
-    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert (unencrypted)")
-    p.add_argument(
-        "--tls-client-ca", type=Path, help="PEM CA of client certificates: require and verify them (mutual TLS)"
-    )
     p.add_argument(
         "--log-level", default="WARNING", help="Python log level for the server's own logs (default: %(default)s)"
     )
@@ -66,16 +61,6 @@ def _ports(args: argparse.Namespace) -> list[int]:
     return [args.port + i if args.port else 0 for i in range(args.brokers)]
 
 
-def _tls(args: argparse.Namespace) -> DevServerTls | None:
-    if args.tls_cert is None and args.tls_key is None:
-        if args.tls_client_ca is not None:
-            raise DevServerError("--tls-client-ca needs --tls-cert and --tls-key (the server's own certificate)")
-        return None
-    if args.tls_cert is None or args.tls_key is None:
-        raise DevServerError("--tls-cert and --tls-key go together: give both, or neither for plaintext")
-    return DevServerTls(args.tls_cert, args.tls_key, args.tls_client_ca)
-
-
 async def _serve(config: ServerConfig, temporary: bool) -> None:
     core = ServerCore(config)
     await core.start()
@@ -84,8 +69,7 @@ async def _serve(config: ServerConfig, temporary: bool) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     data = f"{config.data_dir}{' (temporary)' if temporary else ''}"
-    tls = "off" if config.tls is None else ("mutual" if config.tls.client_ca_file else "on")
-    print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} tls={tls} data_dir={data}", flush=True)
+    print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} data_dir={data}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -106,7 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             nats_url=args.nats_url,
             nats_port=args.nats_port,
             fsync=args.fsync,
-            tls=_tls(args),
         )
         asyncio.run(_serve(config, temporary))
     except DevServerError as exc:

@@ -25,7 +25,3 @@ class DataDirError(DevServerError):
 
 class ServerStateError(DevServerError):
     """The server was used in a state that does not allow the call (not started, already stopped, ...)."""
-
-
-class TlsConfigError(DevServerError):
-    """The TLS certificate, key or client CA cannot be loaded."""

@@ -17,87 +17,120 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, encode, unmarshal_message
+from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, encode_ack, unmarshal_message
 
-from .natsconn import NatsConnection, NatsConnectionError
-from .state import IncorrectOffsetError, Partition, is_valid_subject
-from .wire import ACK_INCORRECT_OFFSET, ack_bytes
+from .state import IncorrectOffsetError, Partition
+from .wire import ACK_INCORRECT_OFFSET, build_ack
 
 log = logging.getLogger(__name__)
 
 _NONE = api_pb2.NONE
+# Generous limits: dropping a message as a "slow consumer" would lose an unacked publish.
+_SUB_PENDING_MSGS = 4_000_000
+_SUB_PENDING_BYTES = 1 << 30
+_YIELD_EVERY = 256
 
 
 class NatsIngest:
     """Owns the server's NATS connection: partition subscriptions, ack publishing, PublishToSubject.
-
-    Messages are handled synchronously as the connection reads them (see :mod:`.natsconn`);
-    everything stored in one event-loop turn is written with one write per partition, and the
-    acks for it go out in one socket write after that.
 
     :param url: the NATS server to use.
     """
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.conn: NatsConnection | None = None
-        self._subs: dict[Partition, int] = {}
-        #: Acks waiting for their partition's next write: (subject, offset, inbox, correlation id,
-        #: policy, reception time, error) per message, sent together once it is written.
-        self._pending: dict[Partition, list[tuple[str, int, str, str, int, int, int]]] = {}
-        self._ack_waiters: dict[str, list[asyncio.Future[bytes]]] = {}
-        self._good_inboxes: set[str] = set()
+        self.nc: NatsClient | None = None
+        self._subs: dict[Partition, Subscription] = {}
+        self._acks: list[tuple[str, bytes]] = []
+        self._ack_wakeup = asyncio.Event()
+        self._ack_task: asyncio.Task[None] | None = None
+        self._ack_waiters: dict[str, list[asyncio.Future[api_pb2.Ack]]] = {}
+        self._handled = 0
 
     async def connect(self) -> None:
-        """Connect to NATS (it reconnects by itself, re-subscribing, if the connection drops later).
+        """Connect to NATS and start the ack sender.
 
-        :raises NatsConnectionError: NATS is not reachable.
+        :raises OSError, nats.errors.NoServersError: NATS is not reachable.
         """
-        conn = NatsConnection(self.url)
-        await conn.connect()
-        self.conn = conn
+        self.nc = await nats.connect(
+            self.url,
+            name="liftbridge-devserver",
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            connect_timeout=5,
+            pending_size=64 * 1024 * 1024,
+            skip_subject_validation=True,
+        )
+        self._ack_task = asyncio.get_running_loop().create_task(self._send_acks())
 
     async def close(self) -> None:
         """Send the acks still queued, then close the connection."""
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            await conn.close()
+        if self._ack_task is not None:
+            self._ack_task.cancel()
+            self._ack_task = None
+        if self.nc is not None:
+            nc, self.nc = self.nc, None
+            try:
+                for inbox, payload in self._acks:
+                    await nc.publish(inbox, payload)
+                self._acks.clear()
+                await nc.drain()
+            except Exception:  # closing anyway; NATS may already be gone
+                log.debug("error while closing the NATS connection", exc_info=True)
+                await nc.close()
         self._subs.clear()
-        self._pending.clear()
 
     # -- subscriptions ----------------------------------------------------------
     async def partition_opened(self, partition: Partition) -> None:
         """Subscribe ``partition`` to its subject (in the stream's queue group), confirmed by the server."""
-        conn = self.conn
-        if partition in self._subs or conn is None:
+        if partition in self._subs or self.nc is None:
             return
-        handle = self.handle
 
-        def on_msg(subject: str, reply: str, data: bytes, received_ns: int) -> None:
-            handle(partition, subject, reply, data, received_ns)
+        async def on_msg(msg: Msg) -> None:
+            self.handle(partition, msg.subject, msg.reply, msg.data)
+            self._handled += 1
+            if self._handled >= _YIELD_EVERY:
+                # nats-py hands queued messages over without yielding; let the flush (and so the
+                # acks) and gRPC calls run between batches instead of after the whole backlog.
+                self._handled = 0
+                await asyncio.sleep(0)
 
-        self._subs[partition] = conn.subscribe(partition.subject, on_msg, partition.stream.group)
+        sub = await self.nc.subscribe(
+            partition.subject,
+            queue=partition.stream.group,
+            cb=on_msg,
+            pending_msgs_limit=_SUB_PENDING_MSGS,
+            pending_bytes_limit=_SUB_PENDING_BYTES,
+        )
+        self._subs[partition] = sub
         # A publish racing right behind CreateStream must find the subscription in place.
-        try:
-            await conn.flush()
-        except (NatsConnectionError, TimeoutError):
-            log.warning("NATS did not confirm the subscription to %r; it is renewed on reconnect", partition.subject)
+        await self.nc.flush()
 
     async def partition_closed(self, partition: Partition) -> None:
         """Stop taking NATS messages for ``partition``."""
-        sid = self._subs.pop(partition, None)
-        if sid is not None and self.conn is not None:
-            self.conn.unsubscribe(sid)
-        if partition.deleted:
-            self._pending.pop(partition, None)  # its commit callbacks are dropped with it
+        sub = self._subs.pop(partition, None)
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # connection already closing
+                log.debug("unsubscribe failed", exc_info=True)
 
     # -- the hot path -----------------------------------------------------------
-    def handle(self, part: Partition, subject: str, reply: str, data: bytes, now: int) -> None:
-        """Store one NATS message received at ``now`` (ns) on ``part`` and arrange its ack (module docstring)."""
+    def handle(self, part: Partition, subject: str, reply: str, data: bytes) -> None:
+        """Store one NATS message on ``part`` and arrange its ack (see the module docstring)."""
         if part.paused or part.readonly or part.deleted:
             return
+        now = time.time_ns()
         msg = None
         if data[:4] == MAGIC:
             try:
@@ -112,73 +145,55 @@ class NatsIngest:
             return
         inbox = msg.ackInbox
         policy = msg.ackPolicy
+        cid = msg.correlationId
         try:
             offset = part.append(msg.key, msg.value, msg.headers, subject, reply, msg.offset, now)
-            error = 0
         except IncorrectOffsetError:
-            offset, error = -1, ACK_INCORRECT_OFFSET
-        if inbox and policy != _NONE:
-            pending = self._pending.get(part)
-            if pending is None:
-                pending = self._pending[part] = []
-                part.after_commit(self._acks_committed, part)
-            pending.append((subject, offset, inbox, msg.correlationId, policy, now, error))
-
-    def commit_failed(self, partition: Partition) -> None:
-        """Writing ``partition`` failed: its pending acks are dropped (publishers time out and re-send)."""
-        self._pending.pop(partition, None)
-
-    def _acks_committed(self, part: Partition, commit_ts: int) -> None:
-        """Publish the acks of everything ``part`` just wrote, in one go."""
-        pending = self._pending.pop(part, None)
-        conn = self.conn
-        if not pending or conn is None:
+            if inbox and policy != _NONE:
+                part.after_commit(
+                    self._ack_committed, (part, subject, -1, inbox, cid, policy, now, ACK_INCORRECT_OFFSET)
+                )
             return
-        out: list[tuple[str, bytes]] = []
-        good, prefix_of, waiters = self._good_inboxes, part.ack_prefix, self._ack_waiters
-        for subject, offset, inbox, cid, policy, recv_ts, error in pending:
-            ack = ack_bytes(prefix_of(subject), offset, inbox, cid, policy, recv_ts, commit_ts, error)
-            if inbox in good or self._check_inbox(inbox):
-                out.append((inbox, encode(ack, MsgType.ACK, crc=False)))
-            if waiters:
-                self._resolve_waiters(inbox, ack)
-        conn.publish_many(out)
+        if inbox and policy != _NONE:
+            part.after_commit(self._ack_committed, (part, subject, offset, inbox, cid, policy, now, 0))
 
-    def send_ack(self, inbox: str, ack: bytes) -> None:
-        """Publish the serialized ``Ack`` ``ack`` on ``inbox`` and hand it to in-process waiters of that inbox.
+    def _ack_committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
+        part, subject, offset, inbox, cid, policy, recv_ts, error = arg
+        ack = build_ack(part, subject, offset, inbox, cid, policy, recv_ts, commit_ts, error)
+        self.send_ack(inbox, ack)
 
-        Acks queued in one loop turn go out in one socket write.
-        """
-        conn = self.conn
-        if conn is not None and (inbox in self._good_inboxes or self._check_inbox(inbox)):
-            conn.publish(inbox, encode(ack, MsgType.ACK, crc=False))
-        self._resolve_waiters(inbox, ack)
-
-    def _resolve_waiters(self, inbox: str, ack: bytes) -> None:
+    def send_ack(self, inbox: str, ack: api_pb2.Ack) -> None:
+        """Queue ``ack`` for publishing on ``inbox`` and hand it to in-process waiters of that inbox."""
+        self._acks.append((inbox, encode_ack(ack)))
+        self._ack_wakeup.set()
         waiters = self._ack_waiters.pop(inbox, None)
         if waiters:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(ack)
 
-    def _check_inbox(self, inbox: str) -> bool:
-        if not is_valid_subject(inbox):
-            # A bad inbox name must not corrupt the connection for the other acks.
-            log.warning("not publishing an ack to the invalid subject %r", inbox)
-            return False
-        if len(self._good_inboxes) > 10_000:  # publishers with one inbox per message
-            self._good_inboxes.clear()
-        self._good_inboxes.add(inbox)
-        return True
+    async def _send_acks(self) -> None:
+        while True:
+            await self._ack_wakeup.wait()
+            self._ack_wakeup.clear()
+            acks, self._acks = self._acks, []
+            nc = self.nc
+            if nc is None:
+                return
+            for inbox, payload in acks:
+                try:
+                    await nc.publish(inbox, payload)
+                except Exception:  # a bad inbox name must not stop the other acks
+                    log.warning("could not publish an ack to %r", inbox, exc_info=True)
 
     # -- PublishToSubject -------------------------------------------------------
-    def wait_for_ack(self, inbox: str) -> asyncio.Future[bytes]:
-        """A future resolved with the first ack (serialized ``Ack``) this server sends to ``inbox``."""
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    def wait_for_ack(self, inbox: str) -> asyncio.Future[api_pb2.Ack]:
+        """A future resolved with the first ack this server sends to ``inbox``."""
+        fut: asyncio.Future[api_pb2.Ack] = asyncio.get_running_loop().create_future()
         self._ack_waiters.setdefault(inbox, []).append(fut)
         return fut
 
-    def forget_ack_waiter(self, inbox: str, fut: asyncio.Future[bytes]) -> None:
+    def forget_ack_waiter(self, inbox: str, fut: asyncio.Future[api_pb2.Ack]) -> None:
         waiters = self._ack_waiters.get(inbox)
         if waiters and fut in waiters:
             waiters.remove(fut)
@@ -186,10 +201,10 @@ class NatsIngest:
                 del self._ack_waiters[inbox]
 
     async def publish(self, subject: str, payload: bytes) -> None:
-        """Publish raw bytes on NATS (PublishToSubject); ``subject`` must be a valid subject.
+        """Publish raw bytes on NATS (PublishToSubject).
 
         :raises ConnectionError: the NATS connection is closed.
         """
-        if self.conn is None:
+        if self.nc is None:
             raise ConnectionError("the dev server's NATS connection is closed")
-        self.conn.publish(subject, payload)
+        await self.nc.publish(subject, payload)

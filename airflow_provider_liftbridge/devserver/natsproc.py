@@ -90,19 +90,6 @@ class NatsServerProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    @property
-    def alive(self) -> bool:
-        """Whether the child is running (false before :meth:`start`, after :meth:`stop` or once it died)."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def restart(self, timeout: float = 10.0) -> str:
-        """Start a new child on the same port after this one died (or was stopped); return its URL.
-
-        :raises NatsServerStartError, PortInUseError: as :meth:`start`.
-        """
-        self.stop()
-        return self.start(timeout)
-
     def start(self, timeout: float = 10.0) -> str:
         """Start the child and wait until it accepts clients; return its URL.
 

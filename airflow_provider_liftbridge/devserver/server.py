@@ -1,7 +1,7 @@
 """Running the dev server: the async core, the in-process :class:`DevServer` and the :class:`DevServerProcess` wrapper.
 
 :class:`ServerCore` is the server itself (NATS child or external NATS, the store,
-the NATS ingest and one gRPC server (:mod:`.grpcserver`) per broker) on the caller's event
+the NATS ingest and one ``grpc.aio`` server per broker) on the caller's event
 loop; the CLI runs it on the main thread. :class:`DevServer` runs a core on a
 background thread's event loop for tests and local scripts. :class:`DevServerProcess`
 runs the CLI as a child process so it can be SIGKILLed and restarted.
@@ -18,7 +18,6 @@ import selectors
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
-from .grpcserver import GrpcServer, server_ssl_context
+from grpc import aio
+
+from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import ApiService
@@ -41,48 +41,12 @@ log = logging.getLogger(__name__)
 
 READY_PREFIX = "liftbridge-devserver ready"
 _RETENTION_TICK = 0.5
-#: How often the NATS child is checked; a dead one is restarted on the same port.
-_NATS_WATCH_TICK = 0.1
-
-
-@dataclass(frozen=True)
-class DevServerTls:
-    """TLS for the dev server's gRPC ports (NATS stays plaintext).
-
-    :param cert_file: PEM file of the server certificate (with its chain, if any).
-    :param key_file: PEM file of the certificate's private key (unencrypted).
-    :param client_ca_file: PEM file of the CA(s) that sign client certificates; when given, every
-        client must present a certificate signed by one of them (mutual TLS).
-    """
-
-    cert_file: str | os.PathLike[str]
-    key_file: str | os.PathLike[str]
-    client_ca_file: str | os.PathLike[str] | None = None
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """The server-side TLS context (ALPN ``h2``, TLS 1.2+).
-
-        :raises TlsConfigError: a file is missing or does not hold a usable certificate, key or CA.
-        """
-        try:
-            return server_ssl_context(
-                os.fspath(self.cert_file),
-                os.fspath(self.key_file),
-                os.fspath(self.client_ca_file) if self.client_ca_file is not None else None,
-            )
-        except (OSError, ssl.SSLError) as exc:
-            raise TlsConfigError(
-                f"cannot load the TLS files (cert {os.fspath(self.cert_file)!r}, key {os.fspath(self.key_file)!r}"
-                f"{f', client CA {os.fspath(self.client_ca_file)!r}' if self.client_ca_file else ''}): {exc}; "
-                "give PEM files of a certificate, its unencrypted private key and, for mutual TLS, a CA certificate"
-            ) from exc
-
-    def cli_args(self) -> list[str]:
-        """The same settings as ``liftbridge-devserver`` options."""
-        args = ["--tls-cert", os.fspath(self.cert_file), "--tls-key", os.fspath(self.key_file)]
-        if self.client_ca_file is not None:
-            args += ["--tls-client-ca", os.fspath(self.client_ca_file)]
-        return args
+_GRPC_OPTIONS = [
+    # Without this, a second server could silently share a port that is in use.
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
 
 
 @dataclass
@@ -95,7 +59,6 @@ class ServerConfig:
     :param nats_url: use this NATS server instead of starting a child.
     :param nats_port: port of the NATS child; 0 picks a free port.
     :param fsync: fsync every log write (default: page cache only, which survives a process kill).
-    :param tls: serve gRPC over TLS (mutual TLS when it names a client CA); ``None`` is plaintext.
     """
 
     data_dir: Path
@@ -104,7 +67,6 @@ class ServerConfig:
     nats_url: str | None = None
     nats_port: int = 0
     fsync: bool = False
-    tls: DevServerTls | None = None
 
 
 class ServerCore:
@@ -119,18 +81,8 @@ class ServerCore:
         self._nats_proc: NatsServerProcess | None = None
         self._store: Store | None = None
         self._ingest: NatsIngest | None = None
-        self._servers: dict[int, GrpcServer] = {}
+        self._servers: dict[int, aio.Server] = {}
         self._retention_task: asyncio.Task[None] | None = None
-        self._nats_watch_task: asyncio.Task[None] | None = None
-        self._ssl: ssl.SSLContext | None = None
-        #: How many times a dead NATS child was restarted.
-        self.nats_restarts = 0
-
-    @property
-    def nats_pid(self) -> int | None:
-        """Process id of the running ``nats-server`` child (``None`` with an external NATS)."""
-        proc = self._nats_proc
-        return proc.pid if proc is not None and proc.alive else None
 
     @property
     def store(self) -> Store:
@@ -149,7 +101,6 @@ class ServerCore:
         """
         cfg = self.config
         try:
-            self._ssl = cfg.tls.ssl_context() if cfg.tls is not None else None
             for b in self.brokers:
                 check_port_free(cfg.host, b.port, f"gRPC (broker {b.index})")
             if not cfg.nats_url:
@@ -163,8 +114,7 @@ class ServerCore:
             try:
                 await self._ingest.connect()
             except Exception as exc:
-                # The connection's message names host and port, never credentials from the URL.
-                raise NatsServerStartError(f"{exc}; check the NATS URL and that the server runs") from exc
+                raise NatsServerStartError(f"cannot connect to NATS at {self.nats_url}: {exc}") from exc
             self._store.listener = self._ingest
             for stream in self._store.streams.values():
                 for part in stream.partitions:
@@ -173,23 +123,22 @@ class ServerCore:
             for b in self.brokers:
                 await self._serve(b)
             self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
-            if self._nats_proc is not None:
-                self._nats_watch_task = asyncio.get_running_loop().create_task(self._watch_nats())
         except BaseException:
             await self.stop()
             raise
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        server = GrpcServer(ApiService(self._store, self._ingest, broker).methods(), self._ssl)
+        server = aio.server(options=_GRPC_OPTIONS)
+        server.add_generic_rpc_handlers((ApiService(self._store, self._ingest, broker).handler(),))
         try:
-            port = await server.start(broker.host, broker.port)
-        except OSError as exc:
+            port = server.add_insecure_port(f"{broker.host}:{broker.port}")
+        except RuntimeError as exc:
             raise PortInUseError(
-                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound "
-                f"({exc.strerror or exc}); choose another port"
+                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound; choose another port"
             ) from exc
         broker.port = port
+        await server.start()
         self._servers[broker.index] = server
         broker.live = True
 
@@ -198,25 +147,6 @@ class ServerCore:
             await asyncio.sleep(_RETENTION_TICK)
             if self._store is not None:
                 self._store.enforce_age_retention()
-
-    async def _watch_nats(self) -> None:
-        """Restart the NATS child on its port when it dies; the ingest connection then reconnects and
-        re-subscribes by itself. Messages published to NATS while it was down are lost, as with any
-        NATS outage: publishers see no ack and re-send."""
-        while True:
-            await asyncio.sleep(_NATS_WATCH_TICK)
-            proc = self._nats_proc
-            if proc is None or proc.alive:
-                continue
-            log.warning("the nats-server child (port %s) exited; restarting it", proc.port)
-            try:
-                # Started from this (the loop's) thread on purpose: the child's parent-death signal is
-                # tied to the thread that started it, and this thread lives as long as the server.
-                proc.restart()
-            except DevServerError as exc:
-                log.error("could not restart nats-server, trying again: %s", exc)
-                continue
-            self.nats_restarts += 1
 
     async def stop_broker(self, index: int) -> None:
         """Stop broker ``index`` (its calls end at once); its partitions move to live brokers.
@@ -227,7 +157,7 @@ class ServerCore:
         server = self._servers.pop(index, None)
         broker.live = False
         if server is not None:
-            await server.stop()
+            await server.stop(None)
         self.store.reconcile_leaders()
 
     async def start_broker(self, index: int) -> None:
@@ -244,12 +174,11 @@ class ServerCore:
 
     async def stop(self) -> None:
         """Stop serving, flush and close the logs, disconnect from NATS and stop the NATS child."""
-        for task in (self._retention_task, self._nats_watch_task):
-            if task is not None:
-                task.cancel()
-        self._retention_task = self._nats_watch_task = None
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            self._retention_task = None
         servers, self._servers = list(self._servers.values()), {}
-        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        await asyncio.gather(*(s.stop(None) for s in servers), return_exceptions=True)
         for b in self.brokers:
             b.live = False
         if self._store is not None:
@@ -273,7 +202,6 @@ class DevServer:
     :param ports: gRPC ports, one per broker (default: free ports).
     :param nats_port: port of the NATS child (default: a free port).
     :param fsync: fsync every log write.
-    :param tls: serve gRPC over TLS, or mutual TLS (see :class:`DevServerTls`).
     """
 
     def __init__(
@@ -286,7 +214,6 @@ class DevServer:
         ports: Sequence[int] | None = None,
         nats_port: int = 0,
         fsync: bool = False,
-        tls: DevServerTls | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
@@ -301,7 +228,6 @@ class DevServer:
             nats_url=nats_url,
             nats_port=nats_port,
             fsync=fsync,
-            tls=tls,
         )
         self._core: ServerCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -409,12 +335,6 @@ class DevServer:
         return self._running_core().nats_url
 
     @property
-    def nats_pid(self) -> int | None:
-        """Process id of the ``nats-server`` child (``None`` with an external NATS), e.g. to kill it in a
-        fault test: the server restarts it on the same port and its subscriptions resume."""
-        return self._running_core().nats_pid
-
-    @property
     def broker_ids(self) -> list[str]:
         """Broker ids as FetchMetadata reports them, in broker order."""
         return [b.id for b in self._running_core().brokers]
@@ -470,7 +390,6 @@ class DevServerProcess:
     :param host: listen address.
     :param nats_url: an external NATS server instead of a child.
     :param fsync: pass ``--fsync``.
-    :param tls: serve gRPC over TLS, or mutual TLS (see :class:`DevServerTls`).
     :param startup_timeout: seconds to wait for the ready line.
     """
 
@@ -482,7 +401,6 @@ class DevServerProcess:
         nats_url: str | None = None,
         *,
         fsync: bool = False,
-        tls: DevServerTls | None = None,
         startup_timeout: float = 30.0,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -490,15 +408,12 @@ class DevServerProcess:
         self.host = host
         self._external_nats = nats_url
         self.fsync = fsync
-        self.tls = tls
         self.startup_timeout = startup_timeout
         self._ports: list[int] = [0] * brokers
         self._nats_port = 0
         self._addresses: list[str] = []
         self._nats_url = nats_url or ""
         self._proc: subprocess.Popen[str] | None = None
-        #: The last ready line the child printed ("" before the first start).
-        self.ready_line = ""
         self._stderr_path = Path(tempfile.mkstemp(prefix="liftbridge-devserver-", suffix=".log")[1])
 
     @property
@@ -518,19 +433,6 @@ class DevServerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
-
-    @property
-    def nats_pid(self) -> int | None:
-        """Process id of the server's ``nats-server`` child (Linux: read from ``/proc``; ``None`` when the
-        server is not running, uses an external NATS, or ``/proc`` is not there)."""
-        if self._proc is None or self._proc.poll() is not None or self._external_nats:
-            return None
-        for children in Path(f"/proc/{self._proc.pid}/task").glob("*/children"):
-            for pid in children.read_text().split():
-                with contextlib.suppress(OSError):
-                    if Path(f"/proc/{pid}/comm").read_text().strip().startswith("nats-server"):
-                        return int(pid)
-        return None
 
     @property
     def stderr_log(self) -> Path:
@@ -563,12 +465,9 @@ class DevServerProcess:
             args += ["--nats-port", str(self._nats_port)]
         if self.fsync:
             args.append("--fsync")
-        if self.tls is not None:
-            args += self.tls.cli_args()
         with open(self._stderr_path, "ab") as err:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
         line = self._read_ready_line(self._proc)
-        self.ready_line = line
         self._addresses, self._nats_url = parse_ready_line(line)
         self._ports = [int(a.rsplit(":", 1)[1]) for a in self._addresses]
         if not self._external_nats:

@@ -1,26 +1,26 @@
-"""The ``proto.API`` gRPC service of one broker, served by :mod:`.grpcserver`.
+"""The ``proto.API`` gRPC service of one broker, on grpc.aio.
 
-Hot responses are sent as bytes already serialized, in batches: subscribers get the stored
-``Message`` bytes straight from the log, as many as one log read returns per batch, and
-PublishAsync responses are framed by hand and sent together.
+Handlers are registered by hand (not through the generated ``add_APIServicer_to_server``)
+so that hot responses can be sent as bytes already serialized: subscribers get the
+stored ``Message`` bytes straight from the log, and PublishAsync acks are framed
+without building a ``PublishResponse`` object.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
+from grpc import aio
 from nats.nuid import NUID
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
-from .grpcserver import CallContext, Method, bidi_stream, method_table, server_stream, unary
 from .state import (
     ASYNC_BAD_REQUEST,
     ASYNC_INCORRECT_OFFSET,
@@ -33,7 +33,7 @@ from .state import (
     Store,
     is_valid_subject,
 )
-from .wire import ack_bytes, async_error_bytes, publish_response_bytes
+from .wire import async_error_bytes, build_ack, publish_response_bytes
 
 if TYPE_CHECKING:
     from .nats_ingest import NatsIngest
@@ -50,6 +50,10 @@ _HANDSHAKE = b""
 _CONSUMER_GROUPS_MSG = "consumer groups are not implemented by the dev server"
 
 
+def _serialize(msg: Any) -> bytes:
+    return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+
 class _Inboxes:
     """Made-up ack inboxes, shaped like the real server's (``liftbridge-default.ack.<nuid>``)."""
 
@@ -61,31 +65,28 @@ class _Inboxes:
 
 
 class _AsyncSession:
-    """One PublishAsync call: sends each response as its write commits, and counts the acks still owed."""
+    """Responses of one PublishAsync call waiting to be written, and the count of acks still owed."""
 
-    __slots__ = ("all_acked", "inbox", "inflight", "send")
+    __slots__ = ("inbox", "inflight", "out", "wakeup")
 
-    def __init__(self, inbox: str, context: CallContext) -> None:
+    def __init__(self, inbox: str) -> None:
         self.inbox = inbox
-        self.send = context.send_nowait
+        self.out: list[bytes] = []
         self.inflight = 0
-        self.all_acked: asyncio.Future[None] | None = None
+        self.wakeup = asyncio.Event()
 
     def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
         part, offset, cid, policy, recv_ts = arg
-        ack = ack_bytes(part.ack_prefix(part.subject), offset, self.inbox, cid, policy, recv_ts, commit_ts)
-        self._sent(publish_response_bytes(ack, cid))
+        ack = build_ack(part, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts)
+        self.out.append(publish_response_bytes(ack.SerializeToString(), cid))
+        self.inflight -= 1
+        self.wakeup.set()
 
     def refused(self, arg: tuple[str, int, str], _commit_ts: int) -> None:
         cid, code, message = arg
-        self._sent(async_error_bytes(cid, code, message))
-
-    def _sent(self, response: bytes) -> None:
+        self.out.append(async_error_bytes(cid, code, message))
         self.inflight -= 1
-        with contextlib.suppress(ConnectionResetError):  # the client left; the write still counts
-            self.send(response)
-        if self.inflight <= 0 and self.all_acked is not None and not self.all_acked.done():
-            self.all_acked.set_result(None)
+        self.wakeup.set()
 
 
 def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
@@ -93,7 +94,7 @@ def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
         fut.set_result(commit_ts)
 
 
-async def _abort(context: CallContext, err: ApiError) -> NoReturn:
+async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoReturn:
     await context.abort(err.code, err.message)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -112,72 +113,66 @@ class ApiService:
         self.broker = broker
         self._inboxes = _Inboxes()
 
-    def methods(self) -> dict[str, Method]:
-        """The RPC table to serve with :class:`.grpcserver.GrpcServer`."""
-        pb = api_pb2
-        return method_table(
-            "proto.API",
-            [
-                ("CreateStream", unary(self.CreateStream, pb.CreateStreamRequest.FromString)),
-                ("DeleteStream", unary(self.DeleteStream, pb.DeleteStreamRequest.FromString)),
-                ("PauseStream", unary(self.PauseStream, pb.PauseStreamRequest.FromString)),
-                ("SetStreamReadonly", unary(self.SetStreamReadonly, pb.SetStreamReadonlyRequest.FromString)),
-                ("Subscribe", server_stream(self.Subscribe, pb.SubscribeRequest.FromString)),
-                ("FetchMetadata", unary(self.FetchMetadata, pb.FetchMetadataRequest.FromString)),
-                (
-                    "FetchPartitionMetadata",
-                    unary(self.FetchPartitionMetadata, pb.FetchPartitionMetadataRequest.FromString),
-                ),
-                ("Publish", unary(self.Publish, pb.PublishRequest.FromString)),
-                ("PublishAsync", bidi_stream(self.PublishAsync, pb.PublishRequest.FromString)),
-                ("PublishToSubject", unary(self.PublishToSubject, pb.PublishToSubjectRequest.FromString)),
-                ("SetCursor", unary(self.SetCursor, pb.SetCursorRequest.FromString)),
-                ("FetchCursor", unary(self.FetchCursor, pb.FetchCursorRequest.FromString)),
-                ("JoinConsumerGroup", unary(self._unimplemented, pb.JoinConsumerGroupRequest.FromString)),
-                ("LeaveConsumerGroup", unary(self._unimplemented, pb.LeaveConsumerGroupRequest.FromString)),
-                (
-                    "FetchConsumerGroupAssignments",
-                    unary(self._unimplemented, pb.FetchConsumerGroupAssignmentsRequest.FromString),
-                ),
-                (
-                    "ReportConsumerGroupCoordinator",
-                    unary(self._unimplemented, pb.ReportConsumerGroupCoordinatorRequest.FromString),
-                ),
-            ],
-        )
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler to add to a ``grpc.aio`` server."""
+        u, s = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def _call(self, context: CallContext, action: Awaitable[Any]) -> None:
+        def add(name: str, make: Callable[..., grpc.RpcMethodHandler], fn: Callable[..., Any], req: Any) -> None:
+            handlers[name] = make(fn, request_deserializer=req.FromString, response_serializer=_serialize)
+
+        add("CreateStream", u, self.CreateStream, api_pb2.CreateStreamRequest)
+        add("DeleteStream", u, self.DeleteStream, api_pb2.DeleteStreamRequest)
+        add("PauseStream", u, self.PauseStream, api_pb2.PauseStreamRequest)
+        add("SetStreamReadonly", u, self.SetStreamReadonly, api_pb2.SetStreamReadonlyRequest)
+        add("Subscribe", s, self.Subscribe, api_pb2.SubscribeRequest)
+        add("FetchMetadata", u, self.FetchMetadata, api_pb2.FetchMetadataRequest)
+        add("FetchPartitionMetadata", u, self.FetchPartitionMetadata, api_pb2.FetchPartitionMetadataRequest)
+        add("Publish", u, self.Publish, api_pb2.PublishRequest)
+        add("PublishAsync", grpc.stream_stream_rpc_method_handler, self.PublishAsync, api_pb2.PublishRequest)
+        add("PublishToSubject", u, self.PublishToSubject, api_pb2.PublishToSubjectRequest)
+        add("SetCursor", u, self.SetCursor, api_pb2.SetCursorRequest)
+        add("FetchCursor", u, self.FetchCursor, api_pb2.FetchCursorRequest)
+        add("JoinConsumerGroup", u, self._unimplemented, api_pb2.JoinConsumerGroupRequest)
+        add("LeaveConsumerGroup", u, self._unimplemented, api_pb2.LeaveConsumerGroupRequest)
+        add("FetchConsumerGroupAssignments", u, self._unimplemented, api_pb2.FetchConsumerGroupAssignmentsRequest)
+        add("ReportConsumerGroupCoordinator", u, self._unimplemented, api_pb2.ReportConsumerGroupCoordinatorRequest)
+        return grpc.method_handlers_generic_handler("proto.API", handlers)
+
+    async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
         try:
             await action
         except ApiError as err:
             await _abort(context, err)
 
     # -- admin ----------------------------------------------------------------
-    async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: CallContext) -> Any:
+    async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         await self._call(context, self.store.create_stream(req))
         return api_pb2.CreateStreamResponse()
 
-    async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: CallContext) -> Any:
+    async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         await self._call(context, self.store.delete_stream(req.name))
         return api_pb2.DeleteStreamResponse()
 
-    async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: CallContext) -> Any:
+    async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
         await self._call(context, self.store.pause(req.name, req.partitions, req.resumeAll))
         return api_pb2.PauseStreamResponse()
 
-    async def SetStreamReadonly(self, req: api_pb2.SetStreamReadonlyRequest, context: CallContext) -> Any:
+    async def SetStreamReadonly(
+        self, req: api_pb2.SetStreamReadonlyRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
         await self._call(context, self.store.set_readonly(req.name, req.partitions, req.readonly))
         return api_pb2.SetStreamReadonlyResponse()
 
-    async def _unimplemented(self, req: Any, context: CallContext) -> Any:
+    async def _unimplemented(self, req: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, _CONSUMER_GROUPS_MSG)
 
     # -- metadata -------------------------------------------------------------
-    async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: CallContext) -> Any:
+    async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         store = self.store
         hosted, led = store.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
@@ -197,7 +192,9 @@ class ApiService:
             resp.groupMetadata.add(groupId=group, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP)
         return resp
 
-    async def FetchPartitionMetadata(self, req: api_pb2.FetchPartitionMetadataRequest, context: CallContext) -> Any:
+    async def FetchPartitionMetadata(
+        self, req: api_pb2.FetchPartitionMetadataRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
         part = self.store.get_partition(req.stream, req.partition)
         if part is None:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
@@ -232,7 +229,7 @@ class ApiService:
             )
         return part
 
-    async def Publish(self, req: api_pb2.PublishRequest, context: CallContext) -> Any:
+    async def Publish(self, req: api_pb2.PublishRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
             part = self._publish_target(req)
         except ApiError as err:
@@ -254,21 +251,55 @@ class ApiService:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         part.after_commit(_resolve, fut)
         commit_ts = await fut
-        ack = ack_bytes(part.ack_prefix(part.subject), offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
+        ack = build_ack(part, part.subject, offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
         if req.ackInbox:
             self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
-        return publish_response_bytes(ack)
+        return api_pb2.PublishResponse(ack=ack)
 
-    async def PublishAsync(self, requests: AsyncIterator[api_pb2.PublishRequest], context: CallContext) -> None:
-        """Responses are pushed as writes commit (one batch per loop turn), not yielded: no task
-        wakes up per response."""
-        session = _AsyncSession(self._inboxes.next(), context)
-        committed, refused = session.committed, session.refused
+    async def PublishAsync(
+        self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        session = _AsyncSession(self._inboxes.next())
+        reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
+        reader.add_done_callback(lambda _t: session.wakeup.set())
+        drain_deadline: float | None = None
+        try:
+            while True:
+                if session.out:
+                    out, session.out = session.out, []
+                    for item in out:
+                        yield item
+                    continue
+                if reader.done():
+                    if reader.cancelled() or reader.exception() is not None or session.inflight <= 0:
+                        break
+                    loop_time = asyncio.get_running_loop().time()
+                    drain_deadline = drain_deadline or loop_time + ASYNC_ACK_TIMEOUT
+                    if loop_time >= drain_deadline:
+                        break
+                    session.wakeup.clear()
+                    try:
+                        await asyncio.wait_for(session.wakeup.wait(), drain_deadline - loop_time)
+                    except TimeoutError:
+                        break
+                    continue
+                session.wakeup.clear()
+                await session.wakeup.wait()
+        finally:
+            if not reader.done():
+                reader.cancel()
+
+    async def _publish_async_reader(
+        self, requests: AsyncIterator[api_pb2.PublishRequest], session: _AsyncSession
+    ) -> None:
+        inflight_done = session.committed
+        refused = session.refused
         async for req in requests:
             try:
                 part = self._publish_target(req)
             except ApiError as err:
-                context.send_nowait(async_error_bytes(req.correlationId, err.async_code, err.message))
+                session.out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
+                session.wakeup.set()
                 continue
             if part.paused:
                 await self.store.resume_for_publish(part)
@@ -283,14 +314,11 @@ class ApiService:
                 continue
             if policy != _NONE:
                 session.inflight += 1
-                part.after_commit(committed, (part, offset, req.correlationId, policy, now))
-        # The client half-closed: as the real server, wait (a while) for the acks still owed.
-        if session.inflight > 0:
-            session.all_acked = asyncio.get_running_loop().create_future()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.all_acked, ASYNC_ACK_TIMEOUT)
+                part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
 
-    async def PublishToSubject(self, req: api_pb2.PublishToSubjectRequest, context: CallContext) -> Any:
+    async def PublishToSubject(
+        self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
         if not is_valid_subject(req.subject):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid")
         inbox = req.ackInbox or self._inboxes.next()
@@ -310,7 +338,7 @@ class ApiService:
             if fut is None:
                 return api_pb2.PublishToSubjectResponse()
             # No stream on that subject means no ack: the client's deadline ends the call.
-            return publish_response_bytes(await fut)  # PublishToSubjectResponse: the ack is field 1 too
+            return api_pb2.PublishToSubjectResponse(ack=await fut)
         finally:
             if fut is not None:
                 self.ingest.forget_ack_waiter(inbox, fut)
@@ -349,8 +377,8 @@ class ApiService:
         raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StopPosition {pos}")
 
     async def Subscribe(
-        self, req: api_pb2.SubscribeRequest, context: CallContext
-    ) -> AsyncIterator[bytes | list[bytes]]:
+        self, req: api_pb2.SubscribeRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
         store = self.store
         part = store.get_partition(req.stream, req.partition)
         if part is None:
@@ -381,8 +409,9 @@ class ApiService:
                 limit = newest if stop == _WAIT_FOREVER else min(newest, stop)
                 if offset <= limit:
                     batch = log_.read(offset, min(_READ_BATCH, limit - offset + 1))
+                    for body in batch:
+                        yield body
                     offset += len(batch)
-                    yield batch  # stored bytes, sent as they are, together
                     if offset - 1 == stop:
                         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
                     continue
@@ -391,7 +420,7 @@ class ApiService:
             await part.wait_change()
 
     # -- cursors --------------------------------------------------------------
-    async def SetCursor(self, req: api_pb2.SetCursorRequest, context: CallContext) -> Any:
+    async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         if not req.stream:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
         if not req.cursorId:
@@ -399,7 +428,7 @@ class ApiService:
         self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
         return api_pb2.SetCursorResponse()
 
-    async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: CallContext) -> Any:
+    async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         if not req.stream:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
         if not req.cursorId:

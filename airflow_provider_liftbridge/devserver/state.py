@@ -32,7 +32,6 @@ from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import DataDirError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
-from .wire import ack_prefix, header_entry
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +73,23 @@ _SUBJECT_BAD_CHARS = re.compile(r"[\s]")
 def is_valid_subject(subject: str) -> bool:
     """A NATS subject: no whitespace, no empty token (the real server's check)."""
     return bool(subject) and not _SUBJECT_BAD_CHARS.search(subject) and all(subject.split("."))
+
+
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def header_entry(key: str, value: bytes) -> bytes:
+    """One encoded entry of ``Message.headers`` (field 9, a map<string, bytes>)."""
+    k = key.encode()
+    entry = b"\x0a" + varint(len(k)) + k + b"\x12" + varint(len(value)) + value
+    return b"\x4a" + varint(len(entry)) + entry
 
 
 def partition_subject(subject: str, partition: int) -> str:
@@ -160,16 +176,6 @@ class Partition:
         self._waiters: list[asyncio.Future[None]] = []
         self._stream_name = stream.name
         self._default_headers = header_entry("subject", self.subject.encode()) + header_entry("reply", b"")
-        self._ack_prefixes: dict[str, bytes] = {}
-
-    def ack_prefix(self, msg_subject: str) -> bytes:
-        """The encoded fields of this partition's acks that do not change per message (see :mod:`.wire`)."""
-        prefix = self._ack_prefixes.get(msg_subject)
-        if prefix is None:
-            if len(self._ack_prefixes) > 64:
-                self._ack_prefixes.clear()
-            prefix = self._ack_prefixes[msg_subject] = ack_prefix(self, msg_subject)
-        return prefix
 
     # -- writing --------------------------------------------------------------
     def append(
@@ -229,8 +235,6 @@ class Partition:
                 "writing partition %s/%d failed; its unacked publishes will time out", self.stream.name, self.id
             )
             self._callbacks.clear()
-            if self.store.listener is not None:
-                self.store.listener.commit_failed(self)
             return
         cfg = self.stream.config
         if cfg.retention_max_messages or cfg.retention_max_bytes:
@@ -347,8 +351,6 @@ class PartitionListener(Protocol):
     async def partition_opened(self, partition: Partition) -> None: ...
 
     async def partition_closed(self, partition: Partition) -> None: ...
-
-    def commit_failed(self, partition: Partition) -> None: ...
 
 
 class CursorStore:

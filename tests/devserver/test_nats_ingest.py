@@ -182,38 +182,3 @@ async def test_grpc_publish_with_own_ack_inbox_also_acks_on_nats(stub: Stub, nc:
     )
     nats_ack = unmarshal_ack((await acks.next_msg(timeout=TIMEOUT)).data)
     assert nats_ack == resp.ack and nats_ack.correlationId == "g1"
-
-
-async def test_nats_headers_are_not_part_of_the_stored_message(stub: Stub, nc: Client, stream_name: str) -> None:
-    create(stub, stream_name)
-    await nc.publish(stream_name, b"payload only", headers={"X-Trace": "1"})
-    await nc.flush()
-    await _wait_newest(stub, stream_name, 0)
-    (msg,) = _all(stub, stream_name)
-    assert msg.value == b"payload only"
-    assert dict(msg.headers) == {"subject": stream_name.encode(), "reply": b""}
-
-
-async def test_ack_to_an_invalid_inbox_does_not_stop_other_acks(stub: Stub, nc: Client, stream_name: str) -> None:
-    create(stub, stream_name)
-    inbox = nc.new_inbox()
-    acks = await nc.subscribe(inbox)
-    await nc.flush()
-    # An inbox with a space would break the NATS protocol line if it were published as is.
-    await nc.publish(stream_name, new_message(b"bad", ack_inbox="not valid"))
-    await nc.publish(stream_name, new_message(b"good", ack_inbox=inbox))
-    ack = unmarshal_ack((await acks.next_msg(timeout=TIMEOUT)).data)
-    assert ack.offset == 1
-    assert [m.value for m in _all(stub, stream_name)] == [b"bad", b"good"]
-
-
-async def test_messages_split_across_socket_reads(stub: Stub, nc: Client, stream_name: str) -> None:
-    create(stub, stream_name)
-    inbox = nc.new_inbox()
-    acks = await nc.subscribe(inbox)
-    big = bytes(range(256)) * 3000  # 768,000 bytes: many socket reads per message
-    for i in range(3):
-        await nc.publish(stream_name, new_message(big + bytes([i]), ack_inbox=inbox))
-    got = [unmarshal_ack((await acks.next_msg(timeout=TIMEOUT)).data).offset for _ in range(3)]
-    assert got == [0, 1, 2]
-    assert [m.value[-1] for m in _all(stub, stream_name)] == [0, 1, 2]
