@@ -421,16 +421,20 @@ class ApiService:
 
     # -- cursors --------------------------------------------------------------
     async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        if not req.stream:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
-        if not req.cursorId:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+        await _check_cursor_request(req, context)
         self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        if not req.stream:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
-        if not req.cursorId:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+        await _check_cursor_request(req, context)
         return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
+
+
+async def _check_cursor_request(
+    req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]
+) -> None:
+    """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers)."""
+    if not req.stream:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
+    if not req.cursorId:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")

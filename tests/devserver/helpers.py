@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -73,3 +76,23 @@ def rpc_error(fn: object, *args: object, **kwargs: object) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
         fn(*args, **kwargs)  # type: ignore[operator]
     return info.value
+
+
+def subscribe_while(
+    stub: api_pb2_grpc.APIStub,
+    req: pb.SubscribeRequest,
+    action: Callable[[], object],
+    *,
+    count: int | None = None,
+    settle: float = 0.3,
+) -> SubResult:
+    """Subscribe on a thread, run ``action`` once the subscriber had ``settle`` seconds to start
+    waiting, and return what the subscription got when it ended."""
+    result: list[SubResult] = []
+    thread = threading.Thread(target=lambda: result.append(subscribe(stub, req, count=count)))
+    thread.start()
+    time.sleep(settle)
+    action()
+    thread.join(TIMEOUT)
+    assert result, "the subscription did not end in time"
+    return result[0]

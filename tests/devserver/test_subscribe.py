@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
@@ -10,7 +9,7 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from .helpers import TIMEOUT, SubResult, create, partition_meta, publish, subscribe
+from .helpers import TIMEOUT, create, partition_meta, publish, subscribe, subscribe_while
 
 Stub = api_pb2_grpc.APIStub
 
@@ -49,15 +48,10 @@ def test_start_positions(stub: Stub, stream_name: str) -> None:
     assert first(startPosition=pb.TIMESTAMP, startTimestamp=ts[2]) == 2
     assert first(startPosition=pb.TIMESTAMP, startTimestamp=ts[2] + 1) == 3
     # NEW_ONLY waits for the next message.
-    result: list[SubResult] = []
-    t = threading.Thread(
-        target=lambda: result.append(subscribe(stub, pb.SubscribeRequest(stream=stream_name), count=1))
+    sub = subscribe_while(
+        stub, pb.SubscribeRequest(stream=stream_name), lambda: publish(stub, stream_name, b"new"), count=1
     )
-    t.start()
-    time.sleep(0.3)
-    publish(stub, stream_name, b"new")
-    t.join(TIMEOUT)
-    assert result[0].offsets == [5] and result[0].data[0].value == b"new"
+    assert sub.offsets == [5] and sub.data[0].value == b"new"
 
 
 def test_delivered_message_fields(stub: Stub, stream_name: str) -> None:
@@ -109,15 +103,9 @@ def test_stop_timestamp(stub: Stub, stream_name: str) -> None:
 
 def test_stop_offset_in_the_future_waits_for_it(stub: Stub, stream_name: str) -> None:
     _filled(stub, stream_name, 1)
-    result: list[SubResult] = []
     req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_OFFSET, stopOffset=2)
-    t = threading.Thread(target=lambda: result.append(subscribe(stub, req)))
-    t.start()
-    time.sleep(0.2)
-    publish(stub, stream_name, b"a")
-    publish(stub, stream_name, b"b")
-    t.join(TIMEOUT)
-    assert result[0].offsets == [0, 1, 2] and result[0].details == "Stop offset reached"
+    sub = subscribe_while(stub, req, lambda: [publish(stub, stream_name, v) for v in (b"a", b"b")], settle=0.2)
+    assert sub.offsets == [0, 1, 2] and sub.details == "Stop offset reached"
 
 
 def test_stop_latest_on_empty_and_stop_before_start_fail_without_handshake(stub: Stub, stream_name: str) -> None:
@@ -135,32 +123,26 @@ def test_stop_latest_on_empty_and_stop_before_start_fail_without_handshake(stub:
 
 def test_subscribers_see_committed_messages_in_order_live(stub: Stub, stream_name: str) -> None:
     create(stub, stream_name)
-    result: list[SubResult] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST), count=50)
-        )
+    acked: list[int] = []
+    sub = subscribe_while(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST),
+        lambda: acked.extend(publish(stub, stream_name, b"%d" % i).ack.offset for i in range(50)),
+        count=50,
+        settle=0,
     )
-    t.start()
-    acked = [publish(stub, stream_name, b"%d" % i).ack.offset for i in range(50)]
-    t.join(TIMEOUT)
-    assert result[0].offsets == acked == list(range(50))
+    assert sub.offsets == acked == list(range(50))
     assert partition_meta(stub, stream_name).highWatermark == 49
 
 
 def test_pause_while_subscribed_is_failed_precondition(stub: Stub, stream_name: str) -> None:
     _filled(stub, stream_name, 1)
-    result: list[SubResult] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
-        )
+    sub = subscribe_while(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST),
+        lambda: stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT),
     )
-    t.start()
-    time.sleep(0.3)
-    stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
-    t.join(TIMEOUT)
-    assert result[0].offsets == [0] and result[0].code == grpc.StatusCode.FAILED_PRECONDITION
+    assert sub.offsets == [0] and sub.code == grpc.StatusCode.FAILED_PRECONDITION
 
 
 def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str) -> None:
@@ -175,34 +157,24 @@ def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str
 
 def test_delete_while_subscribed_is_not_found(stub: Stub, stream_name: str) -> None:
     _filled(stub, stream_name, 1)
-    result: list[SubResult] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
-        )
+    sub = subscribe_while(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST),
+        lambda: stub.DeleteStream(pb.DeleteStreamRequest(name=stream_name), timeout=TIMEOUT),
     )
-    t.start()
-    time.sleep(0.3)
-    stub.DeleteStream(pb.DeleteStreamRequest(name=stream_name), timeout=TIMEOUT)
-    t.join(TIMEOUT)
-    assert result[0].offsets == [0] and result[0].code == grpc.StatusCode.NOT_FOUND
+    assert sub.offsets == [0] and sub.code == grpc.StatusCode.NOT_FOUND
 
 
 def test_readonly_partition_ends_subscriptions(stub: Stub, stream_name: str) -> None:
     _filled(stub, stream_name, 3)
     # A subscriber waiting live when the partition turns read-only.
-    result: list[SubResult] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
-        )
+    sub = subscribe_while(
+        stub,
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST),
+        lambda: stub.SetStreamReadonly(pb.SetStreamReadonlyRequest(name=stream_name, readonly=True), timeout=TIMEOUT),
     )
-    t.start()
-    time.sleep(0.3)
-    stub.SetStreamReadonly(pb.SetStreamReadonlyRequest(name=stream_name, readonly=True), timeout=TIMEOUT)
-    t.join(TIMEOUT)
-    assert result[0].offsets == [0, 1, 2]
-    assert (result[0].code, result[0].details) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
+    assert sub.offsets == [0, 1, 2]
+    assert (sub.code, sub.details) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
     # A new subscriber reads to the end and stops there.
     sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.OFFSET, startOffset=1))
     assert sub.offsets == [1, 2] and (sub.code, sub.details) == (
