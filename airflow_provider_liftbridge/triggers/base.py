@@ -24,6 +24,7 @@ from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError,
 __all__ = [
     "LiftbridgeBaseTrigger",
     "check_partition",
+    "check_stream",
     "closing_subscription",
     "jsonable",
     "message_to_json",
@@ -34,6 +35,16 @@ __all__ = [
 _T = TypeVar("_T")
 
 START_NAMES = {p.value: p for p in StartPosition}
+
+
+def check_stream(value: Any) -> str:
+    """A stream name: a non-empty string.
+
+    :raises LiftbridgeArgumentError: not a string, or empty.
+    """
+    if not isinstance(value, str) or not value:
+        raise LiftbridgeArgumentError(f"stream must be a stream name, got {value!r}")
+    return value
 
 
 def check_partition(value: Any, what: str = "partition") -> int:

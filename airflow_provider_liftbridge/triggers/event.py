@@ -43,7 +43,7 @@ from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
-from .base import LiftbridgeBaseTrigger, check_partition, closing_subscription, parse_start_at
+from .base import LiftbridgeBaseTrigger, check_partition, check_stream, closing_subscription, parse_start_at
 from .message import apply_to_message, match_event, resolve_apply_function
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
@@ -296,9 +296,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         liftbridge_conn_id: str = DEFAULT_CONN_ID,
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
-        if not isinstance(stream, str) or not stream:
-            raise LiftbridgeArgumentError(f"stream must be a stream name, got {stream!r}")
-        self.stream = stream
+        self.stream = check_stream(stream)
         self.partition = check_partition(partition)
         self.apply_function = apply_function
         self._function: Callable[..., Any] | None = (

@@ -16,6 +16,7 @@ from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError,
 from .base import (
     LiftbridgeBaseTrigger,
     check_partition,
+    check_stream,
     closing_subscription,
     jsonable,
     message_to_json,
@@ -96,9 +97,7 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         liftbridge_conn_id: str = DEFAULT_CONN_ID,
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
-        if not isinstance(stream, str) or not stream:
-            raise LiftbridgeArgumentError(f"stream must be a stream name, got {stream!r}")
-        self.stream = stream
+        self.stream = check_stream(stream)
         self.apply_function = apply_function
         self._function = resolve_apply_function(apply_function)
         self.partition = check_partition(partition)

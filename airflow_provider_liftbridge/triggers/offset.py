@@ -6,9 +6,8 @@ from typing import Any
 
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
 
-from .base import LiftbridgeBaseTrigger, check_partition, wait_for_offset
+from .base import LiftbridgeBaseTrigger, check_partition, check_stream, wait_for_offset
 
 __all__ = ["LiftbridgeOffsetTrigger"]
 
@@ -31,9 +30,7 @@ class LiftbridgeOffsetTrigger(LiftbridgeBaseTrigger):
         self, *, stream: str, target_offset: int, partition: int = 0, liftbridge_conn_id: str = DEFAULT_CONN_ID
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
-        if not isinstance(stream, str) or not stream:
-            raise LiftbridgeArgumentError(f"stream must be a stream name, got {stream!r}")
-        self.stream = stream
+        self.stream = check_stream(stream)
         self.partition = check_partition(partition)
         self.target_offset = check_partition(target_offset, "target_offset")
 
