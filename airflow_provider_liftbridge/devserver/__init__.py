@@ -14,6 +14,7 @@ from .errors import (
     NatsServerStartError,
     PortInUseError,
     ServerStateError,
+    TlsConfigError,
 )
 from .server import DevServer, DevServerProcess
 
@@ -26,4 +27,5 @@ __all__ = [
     "NatsServerStartError",
     "PortInUseError",
     "ServerStateError",
+    "TlsConfigError",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import DevServerError
-from .server import READY_PREFIX, ServerConfig, ServerCore
+from .server import GRPC_TRANSPORTS, READY_PREFIX, TRANSPORT_ENV, ServerConfig, ServerCore
 
 PROG = "liftbridge-devserver"
 
@@ -41,6 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nats.add_argument("--nats-url", help="use this running NATS server instead of starting nats-server")
     p.add_argument("--fsync", action="store_true", help="fsync every log write (survives power loss; slower)")
+    p.add_argument(
+        "--grpc-transport",
+        choices=GRPC_TRANSPORTS,
+        default=None,
+        help="how gRPC is served: h2 (asyncio + the h2 library, coalesced writes) or aio (grpc.aio); "
+        f"default: ${TRANSPORT_ENV} or h2",
+    )
+    p.add_argument("--tls-cert", help="PEM certificate of the gRPC ports: serve TLS only (needs --tls-key)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates it signed (mutual TLS)")
     p.add_argument(
         "--log-level", default="WARNING", help="Python log level for the server's own logs (default: %(default)s)"
     )
@@ -69,7 +79,8 @@ async def _serve(config: ServerConfig, temporary: bool) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     data = f"{config.data_dir}{' (temporary)' if temporary else ''}"
-    print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} data_dir={data}", flush=True)
+    tls = " tls=on" if config.tls else ""
+    print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} data_dir={data}{tls}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -90,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             nats_url=args.nats_url,
             nats_port=args.nats_port,
             fsync=args.fsync,
+            grpc_transport=args.grpc_transport,
+            tls_cert_file=args.tls_cert,
+            tls_key_file=args.tls_key,
+            tls_client_ca_file=args.tls_client_ca,
         )
         asyncio.run(_serve(config, temporary))
     except DevServerError as exc:

@@ -23,5 +23,9 @@ class DataDirError(DevServerError):
     """The data directory cannot be used (not writable, or holds unreadable metadata)."""
 
 
+class TlsConfigError(DevServerError):
+    """The TLS settings are incomplete, or a certificate, key or CA file cannot be used."""
+
+
 class ServerStateError(DevServerError):
     """The server was used in a state that does not allow the call (not started, already stopped, ...)."""

@@ -1,7 +1,7 @@
 """Running the dev server: the async core, the in-process :class:`DevServer` and the :class:`DevServerProcess` wrapper.
 
 :class:`ServerCore` is the server itself (NATS child or external NATS, the store,
-the NATS ingest and one ``grpc.aio`` server per broker) on the caller's event
+the NATS ingest and one gRPC listener per broker, on the ``h2`` transport or ``grpc.aio``) on the caller's event
 loop; the CLI runs it on the main thread. :class:`DevServer` runs a core on a
 background thread's event loop for tests and local scripts. :class:`DevServerProcess`
 runs the CLI as a child process so it can be SIGKILLed and restarted.
@@ -18,6 +18,7 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,12 +30,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import grpc
 from grpc import aio
 
-from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError
+from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
+from .grpc_h2 import H2GrpcServer, method_table, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
-from .service import ApiService
+from .service import SERVICE, ApiService
 from .state import BrokerSlot, Store
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,17 @@ _GRPC_OPTIONS = [
 ]
 
 
+#: The gRPC transports the dev server can serve its API with (see docs/devserver.md, ADR 5).
+GRPC_TRANSPORTS = ("h2", "aio")
+#: Environment variable that changes the default transport (for running a test suite on ``aio``).
+TRANSPORT_ENV = "LIFTBRIDGE_DEVSERVER_GRPC_TRANSPORT"
+
+
+def default_transport() -> str:
+    """The transport used when none is given: ``$LIFTBRIDGE_DEVSERVER_GRPC_TRANSPORT``, else ``h2``."""
+    return os.environ.get(TRANSPORT_ENV) or "h2"
+
+
 @dataclass
 class ServerConfig:
     """What a dev server listens on and where it keeps its data.
@@ -59,6 +73,13 @@ class ServerConfig:
     :param nats_url: use this NATS server instead of starting a child.
     :param nats_port: port of the NATS child; 0 picks a free port.
     :param fsync: fsync every log write (default: page cache only, which survives a process kill).
+    :param grpc_transport: ``"h2"`` (asyncio + the ``h2`` library, coalesced writes) or ``"aio"``
+        (``grpc.aio``); ``None`` means :func:`default_transport`.
+    :param tls_cert_file: PEM certificate (chain) of the gRPC ports; with ``tls_key_file``, serves TLS only.
+    :param tls_key_file: PEM private key of that certificate.
+    :param tls_client_ca_file: PEM CA bundle; when given, clients must present a certificate it signed (mTLS).
+    :raises ValueError: an unknown transport.
+    :raises TlsConfigError: a certificate without a key (or the reverse), or a client CA without them.
     """
 
     data_dir: Path
@@ -67,6 +88,93 @@ class ServerConfig:
     nats_url: str | None = None
     nats_port: int = 0
     fsync: bool = False
+    grpc_transport: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.grpc_transport is None:
+            self.grpc_transport = default_transport()
+        if self.grpc_transport not in GRPC_TRANSPORTS:
+            raise ValueError(
+                f"unknown gRPC transport {self.grpc_transport!r}; choose one of {', '.join(GRPC_TRANSPORTS)}"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise TlsConfigError("TLS needs both a certificate file and its key file; give both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise TlsConfigError("a client CA (mutual TLS) needs the server's certificate and key files too")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the gRPC ports serve TLS."""
+        return bool(self.tls_cert_file)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The server TLS context (ALPN ``h2``), checked by loading every file.
+
+        :raises TlsConfigError: a file is missing or unreadable, or the key does not match the certificate.
+        """
+        assert self.tls_cert_file and self.tls_key_file
+        try:
+            return server_ssl_context(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(
+                f"cannot use the TLS files (cert {self.tls_cert_file}, key {self.tls_key_file}, "
+                f"client CA {self.tls_client_ca_file}): {exc}; check the paths and that the key matches the certificate"
+            ) from exc
+
+
+class _GrpcFront:
+    """One broker's gRPC listener, whichever transport serves it (only the I/O differs)."""
+
+    async def start(self, host: str, port: int) -> int:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+
+class _H2Front(_GrpcFront):
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], tls: ssl.SSLContext | None) -> None:
+        self._server = H2GrpcServer(method_table(SERVICE, handlers), tls)
+
+    async def start(self, host: str, port: int) -> int:
+        try:
+            return await self._server.start(host, port)
+        except OSError as exc:
+            raise PortInUseError(f"gRPC port {port} on {host} cannot be bound ({exc}); choose another port") from exc
+
+    async def stop(self) -> None:
+        await self._server.stop(None)
+
+
+class _AioFront(_GrpcFront):
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], config: ServerConfig) -> None:
+        self._server = aio.server(options=_GRPC_OPTIONS)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        self._config = config
+
+    async def start(self, host: str, port: int) -> int:
+        cfg = self._config
+        try:
+            if cfg.tls:
+                assert cfg.tls_cert_file and cfg.tls_key_file
+                creds = grpc.ssl_server_credentials(
+                    [(Path(cfg.tls_key_file).read_bytes(), Path(cfg.tls_cert_file).read_bytes())],
+                    root_certificates=Path(cfg.tls_client_ca_file).read_bytes() if cfg.tls_client_ca_file else None,
+                    require_client_auth=bool(cfg.tls_client_ca_file),
+                )
+                bound = self._server.add_secure_port(f"{host}:{port}", creds)
+            else:
+                bound = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:
+            raise PortInUseError(f"gRPC port {port} on {host} cannot be bound; choose another port") from exc
+        await self._server.start()
+        return bound
+
+    async def stop(self) -> None:
+        await self._server.stop(None)
 
 
 class ServerCore:
@@ -81,7 +189,9 @@ class ServerCore:
         self._nats_proc: NatsServerProcess | None = None
         self._store: Store | None = None
         self._ingest: NatsIngest | None = None
-        self._servers: dict[int, aio.Server] = {}
+        self._servers: dict[int, _GrpcFront] = {}
+        # Loaded once: a bad certificate fails start() before anything else is started.
+        self._ssl: ssl.SSLContext | None = config.ssl_context() if config.tls else None
         self._retention_task: asyncio.Task[None] | None = None
 
     @property
@@ -129,17 +239,17 @@ class ServerCore:
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        server = aio.server(options=_GRPC_OPTIONS)
-        server.add_generic_rpc_handlers((ApiService(self._store, self._ingest, broker).handler(),))
+        handlers = ApiService(self._store, self._ingest, broker).method_handlers()
+        front: _GrpcFront
+        if self.config.grpc_transport == "h2":
+            front = _H2Front(handlers, self._ssl)
+        else:
+            front = _AioFront(handlers, self.config)
         try:
-            port = server.add_insecure_port(f"{broker.host}:{broker.port}")
-        except RuntimeError as exc:
-            raise PortInUseError(
-                f"gRPC port {broker.port} on {broker.host} (broker {broker.index}) cannot be bound; choose another port"
-            ) from exc
-        broker.port = port
-        await server.start()
-        self._servers[broker.index] = server
+            broker.port = await front.start(broker.host, broker.port)
+        except PortInUseError as exc:
+            raise PortInUseError(f"broker {broker.index}: {exc}") from exc
+        self._servers[broker.index] = front
         broker.live = True
 
     async def _retention_loop(self) -> None:
@@ -157,7 +267,7 @@ class ServerCore:
         server = self._servers.pop(index, None)
         broker.live = False
         if server is not None:
-            await server.stop(None)
+            await server.stop()
         self.store.reconcile_leaders()
 
     async def start_broker(self, index: int) -> None:
@@ -178,7 +288,7 @@ class ServerCore:
             self._retention_task.cancel()
             self._retention_task = None
         servers, self._servers = list(self._servers.values()), {}
-        await asyncio.gather(*(s.stop(None) for s in servers), return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
         for b in self.brokers:
             b.live = False
         if self._store is not None:
@@ -202,6 +312,12 @@ class DevServer:
     :param ports: gRPC ports, one per broker (default: free ports).
     :param nats_port: port of the NATS child (default: a free port).
     :param fsync: fsync every log write.
+    :param grpc_transport: ``"h2"`` or ``"aio"`` (default: :func:`default_transport`, normally ``h2``).
+    :param tls_cert_file: serve TLS with this PEM certificate (needs ``tls_key_file``).
+    :param tls_key_file: PEM private key of the certificate.
+    :param tls_client_ca_file: require client certificates signed by this CA (mutual TLS).
+    :raises ValueError: bad broker count, ports or transport.
+    :raises TlsConfigError: incomplete TLS settings.
     """
 
     def __init__(
@@ -214,21 +330,30 @@ class DevServer:
         ports: Sequence[int] | None = None,
         nats_port: int = 0,
         fsync: bool = False,
+        grpc_transport: str | None = None,
+        tls_cert_file: str | os.PathLike[str] | None = None,
+        tls_key_file: str | os.PathLike[str] | None = None,
+        tls_client_ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
         if ports is not None and len(ports) != brokers:
             raise ValueError(f"ports lists {len(ports)} ports for {brokers} brokers; give one per broker")
-        self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
-        self.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]
-        self._config = ServerConfig(
-            data_dir=self.data_dir,
+        config = ServerConfig(
+            data_dir=Path(),
             host=host,
             ports=list(ports) if ports is not None else [0] * brokers,
             nats_url=nats_url,
             nats_port=nats_port,
             fsync=fsync,
+            grpc_transport=grpc_transport,
+            tls_cert_file=_opt_path(tls_cert_file),
+            tls_key_file=_opt_path(tls_key_file),
+            tls_client_ca_file=_opt_path(tls_client_ca_file),
         )
+        self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
+        self.data_dir = config.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]
+        self._config = config
         self._core: ServerCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -355,6 +480,10 @@ class DevServer:
         self._run(self._running_core().start_broker(index))
 
 
+def _opt_path(path: str | os.PathLike[str] | None) -> str | None:
+    return os.fspath(path) if path is not None else None
+
+
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for t in tasks:
@@ -391,6 +520,10 @@ class DevServerProcess:
     :param nats_url: an external NATS server instead of a child.
     :param fsync: pass ``--fsync``.
     :param startup_timeout: seconds to wait for the ready line.
+    :param grpc_transport: ``--grpc-transport`` (default: the child's default, normally ``h2``).
+    :param tls_cert_file: ``--tls-cert``.
+    :param tls_key_file: ``--tls-key``.
+    :param tls_client_ca_file: ``--tls-client-ca``.
     """
 
     def __init__(
@@ -402,7 +535,22 @@ class DevServerProcess:
         *,
         fsync: bool = False,
         startup_timeout: float = 30.0,
+        grpc_transport: str | None = None,
+        tls_cert_file: str | os.PathLike[str] | None = None,
+        tls_key_file: str | os.PathLike[str] | None = None,
+        tls_client_ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        if grpc_transport is not None and grpc_transport not in GRPC_TRANSPORTS:
+            raise ValueError(f"unknown gRPC transport {grpc_transport!r}; choose one of {', '.join(GRPC_TRANSPORTS)}")
+        self.grpc_transport = grpc_transport
+        self._tls_args: list[str] = []
+        for flag, value in (
+            ("--tls-cert", tls_cert_file),
+            ("--tls-key", tls_key_file),
+            ("--tls-client-ca", tls_client_ca_file),
+        ):
+            if value is not None:
+                self._tls_args += [flag, os.fspath(value)]
         self.data_dir = Path(data_dir)
         self.brokers = brokers
         self.host = host
@@ -465,6 +613,9 @@ class DevServerProcess:
             args += ["--nats-port", str(self._nats_port)]
         if self.fsync:
             args.append("--fsync")
+        if self.grpc_transport is not None:
+            args += ["--grpc-transport", self.grpc_transport]
+        args += self._tls_args
         with open(self._stderr_path, "ab") as err:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
         line = self._read_ready_line(self._proc)

@@ -1,4 +1,4 @@
-"""The ``proto.API`` gRPC service of one broker, on grpc.aio.
+"""The ``proto.API`` gRPC service of one broker, served by ``grpc.aio`` or by the ``h2`` transport (``grpc_h2``).
 
 Handlers are registered by hand (not through the generated ``add_APIServicer_to_server``)
 so that hot responses can be sent as bytes already serialized: subscribers get the
@@ -47,6 +47,8 @@ ASYNC_ACK_TIMEOUT = 5.0
 _READ_BATCH = 512
 _EMPTY_PUBLISH_RESPONSE = b""
 _HANDSHAKE = b""
+#: The gRPC service name of the API (paths are ``/proto.API/<Method>``).
+SERVICE = "proto.API"
 _CONSUMER_GROUPS_MSG = "consumer groups are not implemented by the dev server"
 
 
@@ -115,6 +117,10 @@ class ApiService:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler to add to a ``grpc.aio`` server."""
+        return grpc.method_handlers_generic_handler(SERVICE, self.method_handlers())
+
+    def method_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """Every method of ``proto.API`` by name, for either transport (``grpc.aio`` or ``grpc_h2``)."""
         u, s = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
         handlers: dict[str, grpc.RpcMethodHandler] = {}
 
@@ -137,7 +143,7 @@ class ApiService:
         add("LeaveConsumerGroup", u, self._unimplemented, api_pb2.LeaveConsumerGroupRequest)
         add("FetchConsumerGroupAssignments", u, self._unimplemented, api_pb2.FetchConsumerGroupAssignmentsRequest)
         add("ReportConsumerGroupCoordinator", u, self._unimplemented, api_pb2.ReportConsumerGroupCoordinatorRequest)
-        return grpc.method_handlers_generic_handler("proto.API", handlers)
+        return handlers
 
     async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
         try:
