@@ -1,9 +1,13 @@
 """Throughput of the dev server: Publish, PublishAsync, Subscribe and NATS enveloped ingest with acks.
 
 The server runs in its own process (``DevServerProcess``) so it does not share the GIL with the
-load generator in this one. Values are 100 bytes; one run per path; a markdown table goes to stdout.
+load generator in this one. Values are 100 bytes. Each gRPC transport of the dev server (``h2``,
+``aio``) gets its own server, run interleaved; each row shows wall time and the CPU per message of
+this client process and of the server process (psutil; its nats-server child not included).
+A markdown table goes to stdout.
 
     .venv/bin/python bench/devserver_bench.py [--messages 50000] [--publish-messages 3000]
+        [--grpc-transport h2,aio] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import nats
+import psutil
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -115,30 +120,79 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {sys.version.split()[0]}"
 
 
+Row = tuple[str, str, int, float, float, float]  # path, transport, messages, seconds, client CPU s, server CPU s
+
+
+def _measured(server_pid: int, fn: Callable[[], float]) -> tuple[float, float, float]:
+    """Run ``fn``; return its wall time, this process's CPU time and the server process's CPU time."""
+    server = psutil.Process(server_pid)
+    s0, c0 = server.cpu_times(), time.process_time()
+    secs = fn()
+    s1, c1 = server.cpu_times(), time.process_time()
+    return secs, c1 - c0, (s1.user - s0.user) + (s1.system - s0.system)
+
+
+def run_transport(transport: str, args: argparse.Namespace, tag: str) -> list[Row]:
+    """Every path against a fresh server on ``transport``."""
+    rows: list[Row] = []
+    n, p = args.messages, args.publish_messages
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data, grpc_transport=transport) as server:
+        assert server.pid is not None
+        channel = grpc.insecure_channel(server.address)
+        stub = api_pb2_grpc.APIStub(channel)
+        for name in ("pub", "async", "nats"):
+            stub.CreateStream(pb.CreateStreamRequest(subject=f"bench.{name}.{tag}", name=name), timeout=10)
+        cases: list[tuple[str, int, Callable[[], float]]] = [
+            ("Publish (sequential, LEADER ack)", p, lambda: bench_publish(stub, "pub", p)),
+            ("PublishAsync (one stream, LEADER acks)", n, lambda: bench_publish_async(channel, "async", n)),
+            ("Subscribe (EARLIEST, stored messages)", n, lambda: bench_subscribe(channel, "async", n)),
+            (
+                "NATS enveloped publish + acks on inbox",
+                n,
+                lambda: asyncio.run(bench_nats(server.nats_url, f"bench.nats.{tag}", n)),
+            ),
+        ]
+        for name, count, fn in cases:
+            rows.append((name, transport, count, *_measured(server.pid, fn)))
+        channel.close()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000, help="messages for PublishAsync, Subscribe, NATS")
     parser.add_argument("--publish-messages", type=int, default=3_000, help="messages for sequential Publish")
+    parser.add_argument(
+        "--grpc-transport",
+        default="h2,aio",
+        help="comma-separated dev-server transports to compare, run interleaved (default: %(default)s)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="runs per transport; the lowest server CPU is kept")
     args = parser.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
-        channel = grpc.insecure_channel(server.address)
-        stub = api_pb2_grpc.APIStub(channel)
-        for name in ("pub", "async", "nats"):
-            stub.CreateStream(pb.CreateStreamRequest(subject=f"bench.{name}", name=name), timeout=10)
-        n, p = args.messages, args.publish_messages
-        rows.append(("Publish (sequential, LEADER ack)", p, bench_publish(stub, "pub", p)))
-        rows.append(("PublishAsync (one stream, LEADER acks)", n, bench_publish_async(channel, "async", n)))
-        rows.append(("Subscribe (EARLIEST, stored messages)", n, bench_subscribe(channel, "async", n)))
-        rows.append(
-            ("NATS enveloped publish + acks on inbox", n, asyncio.run(bench_nats(server.nats_url, "bench.nats", n)))
-        )
-        channel.close()
-    print(f"Dev server throughput, 100-byte values, one run. Machine: {machine()}.\n")
-    print("| path | messages | seconds | msgs/s |")
-    print("|---|---:|---:|---:|")
-    for name, count, secs in rows:
-        print(f"| {name} | {count:,} | {secs:.2f} | {count / secs:,.0f} |")
+    transports = args.grpc_transport.split(",")
+    best: dict[tuple[str, str], Row] = {}
+    order: list[tuple[str, str]] = []
+    for rnd in range(args.rounds):
+        # Interleaved, and reversed every other round, so a busy moment on a shared machine hits both.
+        for transport in transports if rnd % 2 == 0 else transports[::-1]:
+            for row in run_transport(transport, args, f"{rnd}"):
+                key = (row[0], row[1])
+                if key not in best:
+                    order.append(key)
+                if key not in best or row[5] / row[2] < best[key][5] / best[key][2]:
+                    best[key] = row
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"Dev server throughput, 100-byte values, best of {args.rounds} run(s) by server CPU per message.")
+    print(f"Machine: {machine()}; load average {load}.\n")
+    print("| path | transport | messages | seconds | msgs/s | client CPU µs/msg | server CPU µs/msg |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for path in dict.fromkeys(name for name, _ in order):  # each path's transports side by side
+        for transport in transports:
+            name, _, count, secs, client, srv = best[(path, transport)]
+            print(
+                f"| {name} | {transport} | {count:,} | {secs:.2f} | {count / secs:,.0f} "
+                f"| {client / count * 1e6:.1f} | {srv / count * 1e6:.1f} |"
+            )
 
 
 if __name__ == "__main__":
