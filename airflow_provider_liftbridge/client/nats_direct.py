@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import nats
@@ -26,14 +27,16 @@ from nats.aio.client import Client as NatsClient
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import (
+    AckDecoder,
     EnvelopeError,
     PayloadTooLargeError,
-    encode_message,
+    PublishEncoder,
     new_message,
     unmarshal_ack,
 )
 
 from ._core import ack_from_pb, check_ack
+from ._nats_fast import FastNats, fast_nats
 from .errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -42,16 +45,18 @@ from .errors import (
     PublishError,
     UnavailableError,
 )
-from .types import Ack, AckPolicy, Record
+from .types import Ack, AckError, AckPolicy, Record
 
 __all__ = [
     "DEFAULT_RESEND",
     "NO_RESEND",
     "BulkOutcome",
+    "CorrelationIds",
     "NatsPublisher",
     "NoResend",
     "ResendPolicy",
     "ResendUnacked",
+    "correlation_ids",
     "outcome_acks",
     "partition_subject",
     "publish_enveloped",
@@ -151,11 +156,11 @@ class BulkOutcome:
         return sum(1 for a in self.acks if a is not None)
 
 
-# In-flight entry: [index, deadline, sends so far, subject, frame]; a list, cheaper than an object.
-_INDEX, _DEADLINE, _SENDS, _SUBJECT, _FRAME = range(5)
 # Acks arrive on one subscription per call; a slow consumer would lose acks, so be generous.
 _ACK_PENDING_MSGS = 1 << 20
 _ACK_PENDING_BYTES = 256 << 20
+# Per-record states of one call (a bytearray, one byte per record).
+_UNSENT, _FLYING, _SETTLED, _LATE = 0, 1, 2, 3  # _LATE: timed out, but a late ack still counts
 
 
 async def publish_enveloped(
@@ -180,42 +185,38 @@ async def publish_enveloped(
     already in flight are still waited for. With ``AckPolicy.NONE`` the records are published and
     flushed, and no ack is expected.
 
+    ``ids`` is best a :class:`CorrelationIds` (what :func:`correlation_ids` returns): acks are
+    then matched by parsing the record's index out of the id; any other sequence of unique ids
+    is matched through a dictionary.
+
     Per-record problems are reported in the returned :class:`BulkOutcome`, never raised; the
     caller turns it into a result with :func:`outcome_acks`.
+
+    :raises InvalidArgumentError: ``ids`` holds a duplicate or is not as long as ``records``.
     """
     n = len(records)
     out = BulkOutcome([None] * n)
     if n == 0:
         return out
-    policy = int(ack_policy)
-    max_payload = nc.max_payload
-
-    def frame(i: int, framer: _Framer) -> bytes | None:
-        try:
-            data = framer(records[i], ids[i])
-        except PayloadTooLargeError as exc:
-            out.errors[i] = MessageTooLargeError(f"record {i} is too large to publish: {exc}")
-            return None
-        if len(data) > max_payload:
-            out.errors[i] = MessageTooLargeError(
-                f"record {i} is {len(data)} bytes enveloped, over the NATS server's max_payload of {max_payload}; "
-                "split it or raise max_payload on the NATS server"
-            )
-            return None
-        return data
-
+    if len(ids) != n or len(subjects) != n:
+        raise InvalidArgumentError(f"{n} records need {n} subjects and ids, got {len(subjects)} and {len(ids)}")
+    cids = ids if isinstance(ids, CorrelationIds) else CorrelationIds.of(ids)
+    fast = fast_nats(nc)
     try:
+        for subject in set(subjects):
+            _check_subject(subject)
         if ack_policy == AckPolicy.NONE:
-            framer = _Framer("", policy, crc)
-            for i in range(n):
-                data = frame(i, framer)
-                if data is None:
+            frames = _Frames(records, cids, out, PublishEncoder(ack_policy=int(ack_policy), crc=crc), nc.max_payload)
+            for start in range(0, n, max(window, 1)):
+                sent = frames.burst(start, min(n, start + window))
+                if sent:
+                    await fast.publish_burst(subjects[start : start + len(sent)], sent)
+                    out.sent += len(sent)
+                if out.errors:
                     break
-                await nc.publish(subjects[i], data)
-                out.sent += 1
             await nc.flush(timeout=max(1, int(ack_timeout)))
             return out
-        return await _with_acks(nc, subjects, ids, frame, out, window, ack_timeout, resend, policy, crc)
+        return await _with_acks(fast, subjects, records, cids, out, window, ack_timeout, resend, int(ack_policy), crc)
     except (nats.errors.Error, OSError, TimeoutError) as exc:
         out.failure = UnavailableError(
             f"the NATS connection failed after {out.sent} of {n} records were sent ({type(exc).__name__}: {exc}); "
@@ -224,50 +225,78 @@ async def publish_enveloped(
         return out
 
 
-class _Framer:
-    """Builds the enveloped frames of one call. It reuses one ``Message`` protobuf, setting only
-    what differs per record: cheaper than building a protobuf per record, same bytes."""
+def _check_subject(subject: str) -> None:
+    # What nats-py checks on every publish (an empty subject, whitespace or CR/LF could break or
+    # inject protocol lines), once per subject here since bursts skip publish().
+    if not subject or any(c.isspace() for c in subject):
+        raise InvalidArgumentError(f"{subject!r} is not a valid NATS subject (empty, or with whitespace)")
 
-    def __init__(self, inbox: str, policy: int, crc: bool) -> None:
-        self._msg = api_pb2.Message(ackInbox=inbox, ackPolicy=policy, offset=-1)  # type: ignore[arg-type]
-        self._inbox = inbox
-        self._policy = policy
-        self._crc = crc
-        self._dirty = False  # key or offset set by the previous record
 
-    def __call__(self, rec: Record | bytes, correlation_id: str) -> bytes:
-        msg = self._msg
-        if isinstance(rec, Record):
-            if rec.headers:
-                return new_message(
-                    rec.value,
-                    key=rec.key or b"",
-                    headers=rec.headers,
-                    ack_inbox=self._inbox,
-                    correlation_id=correlation_id,
-                    ack_policy=self._policy,
-                    expected_offset=-1 if rec.expected_offset is None else rec.expected_offset,
-                    crc=self._crc,
-                )
-            msg.key = rec.key or b""
-            msg.offset = -1 if rec.expected_offset is None else rec.expected_offset
-            msg.value = rec.value
-            self._dirty = True
-        else:
-            if self._dirty:
-                msg.key = b""
-                msg.offset = -1
-                self._dirty = False
-            msg.value = rec
-        msg.correlationId = correlation_id
-        return encode_message(msg, crc=self._crc)
+class _Frames:
+    """Builds the frames of one call's records; a record too large to publish gets its
+    :class:`MessageTooLargeError` in the outcome and ends the burst before it."""
+
+    def __init__(
+        self,
+        records: Sequence[Record | bytes],
+        ids: CorrelationIds,
+        out: BulkOutcome,
+        encoder: PublishEncoder,
+        max_payload: int,
+    ) -> None:
+        self._records, self._ids, self._out = records, ids, out
+        self._encoder, self._max_payload = encoder, max_payload
+
+    def burst(self, start: int, end: int) -> list[bytes]:
+        """The frames of ``records[start:end]``, cut short before the first record that cannot
+        be published."""
+        records, encoder, max_payload = self._records, self._encoder, self._max_payload
+        encode_value, encode = encoder.encode_value, encoder.encode
+        prefix, own = self._ids.prefix_bytes, self._ids.own_bytes
+        frames: list[bytes] = []
+        append = frames.append
+        i = start
+        try:
+            for i in range(start, end):
+                rec = records[i]
+                cid = (own.get(i) if own else None) or b"%s%d" % (prefix, i)
+                if type(rec) is bytes:
+                    data = encode_value(rec, cid)
+                else:
+                    data = _encode_record(encode, rec, cid)  # type: ignore[arg-type]
+                if len(data) > max_payload:
+                    self._out.errors[i] = MessageTooLargeError(
+                        f"record {i} is {len(data)} bytes enveloped, over the NATS server's max_payload of "
+                        f"{max_payload}; split it or raise max_payload on the NATS server"
+                    )
+                    break
+                append(data)
+        except PayloadTooLargeError as exc:
+            self._out.errors[i] = MessageTooLargeError(f"record {i} is too large to publish: {exc}")
+        return frames
+
+    def one(self, i: int) -> bytes:
+        """The frame of record ``i`` again (for a re-send: the same bytes as the first time)."""
+        frames = self.burst(i, i + 1)
+        assert frames, "a record that was sent once can be framed again"
+        return frames[0]
+
+
+def _encode_record(encode: Any, rec: Record, cid: bytes) -> bytes:
+    return encode(  # type: ignore[no-any-return]
+        rec.value,
+        cid,
+        key=rec.key or b"",
+        headers=rec.headers,
+        expected_offset=-1 if rec.expected_offset is None else rec.expected_offset,
+    )
 
 
 async def _with_acks(
-    nc: NatsClient,
+    fast: FastNats,
     subjects: Sequence[str],
-    ids: Sequence[str],
-    frame: Any,
+    records: Sequence[Record | bytes],
+    ids: CorrelationIds,
     out: BulkOutcome,
     window: int,
     ack_timeout: float,
@@ -275,87 +304,102 @@ async def _with_acks(
     policy: int,
     crc: bool,
 ) -> BulkOutcome:
-    n = len(ids)
+    nc = fast.nc
+    n = len(records)
     loop = asyncio.get_running_loop()
     acks, errors, timed_out = out.acks, out.errors, out.timed_out
-    inflight: dict[str, list[Any]] = {}  # in send order, so the first entry has the nearest deadline
-    expired: dict[str, int] = {}  # timed out, but a late ack still counts until the call returns
+    state = bytearray(n)  # _UNSENT, _FLYING, _SETTLED or _LATE per record
+    sends: dict[int, int] = {}  # sends so far of records sent more than once
+    # (deadline, indices) of each burst, in deadline order; a burst stays until its deadline
+    # passes, when its records still flying are re-sent or time out.
+    bursts: deque[tuple[float, Sequence[int]]] = deque()
+    flying = 0
     room = asyncio.Event()
+    armed = False  # the sender waits on room for flying <= wake_at
     # Wake the sender when a quarter of the window is free (while sending) or when nothing is in
     # flight (while draining), rather than on every ack.
     refill = window - max(1, window // 4)
-    wake_at = [refill]
+    wake_at = refill
+    decode = AckDecoder()
+    index_of = ids.index_of
+    build = _ack_builder()
 
-    async def on_ack(msg: Any) -> None:
+    def on_ack(data: bytes) -> None:
+        nonlocal flying, armed
         try:
-            pb = unmarshal_ack(msg.data)
+            pb = decode(data)
         except EnvelopeError as exc:
             log.warning("ignoring a frame on the ack inbox that is not an ack: %s", exc)
             return
-        flight = inflight.pop(pb.correlationId, None)
-        if flight is not None:
-            i = flight[_INDEX]
-        else:
-            i = expired.pop(pb.correlationId, -1)
-            if i < 0:
-                return  # a second ack after a re-send, or not ours
+        cid = pb.correlationId
+        i = index_of(cid)
+        if i < 0:
+            return  # not ours
+        st = state[i]
+        if st == _FLYING:
+            flying -= 1
+        elif st == _LATE:
             timed_out.remove(i)
-        ack = ack_from_pb(pb)
+        else:
+            return  # a second ack after a re-send
+        state[i] = _SETTLED
         if pb.ackError == 0:
-            acks[i] = ack
+            acks[i] = build(pb, cid)
         else:
             try:
-                check_ack(ack)
+                check_ack(ack_from_pb(pb))
             except LiftbridgeError as exc:
                 errors[i] = exc
-        if len(inflight) <= wake_at[0]:
+        if armed and flying <= wake_at:
+            armed = False
             room.set()
 
     inbox = str(nc.new_inbox())
-    framer = _Framer(inbox, policy, crc)
-    sub = await nc.subscribe(
-        inbox, cb=on_ack, pending_msgs_limit=_ACK_PENDING_MSGS, pending_bytes_limit=_ACK_PENDING_BYTES
-    )
+    frames = _Frames(records, ids, out, PublishEncoder(ack_inbox=inbox, ack_policy=policy, crc=crc), nc.max_payload)
+    sub = await fast.subscribe(inbox, on_ack, pending_msgs=_ACK_PENDING_MSGS, pending_bytes=_ACK_PENDING_BYTES)
     try:
         nxt = 0
-        publish = nc.publish
         while True:
-            if nxt < n and not errors and not timed_out and len(inflight) < window:
+            if nxt < n and not errors and not timed_out and flying < window:
                 # One burst fills the free room; acks arriving meanwhile free more for the next.
-                deadline = loop.time() + ack_timeout
-                start, end = nxt, min(n, nxt + window - len(inflight))
-                for i in range(start, end):
-                    nxt = i + 1
-                    data = frame(i, framer)
-                    if data is None:
-                        break
-                    subject = subjects[i]
-                    inflight[ids[i]] = [i, deadline, 1, subject, data]
-                    await publish(subject, data)
-                    out.sent += 1
-                else:
-                    nxt = end
-                if len(inflight) > out.peak_in_flight:
-                    out.peak_in_flight = len(inflight)
-            if not inflight:
+                start = nxt
+                burst = frames.burst(start, min(n, start + window - flying))
+                k = len(burst)
+                nxt = start + k
+                if k:
+                    state[start : start + k] = b"\x01" * k
+                    flying += k
+                    bursts.append((loop.time() + ack_timeout, range(start, start + k)))
+                    await fast.publish_burst(subjects[start : start + k], burst)
+                    out.sent += k
+                    if flying > out.peak_in_flight:
+                        out.peak_in_flight = flying
+            if not flying:
                 if nxt >= n or errors or timed_out:
                     break
                 continue
-            delay = next(iter(inflight.values()))[_DEADLINE] - loop.time()
-            if delay <= 0:
-                await _expire(nc, inflight, expired, timed_out, loop.time(), ack_timeout, resend, out)
+            now = loop.time()
+            if bursts[0][0] <= now:
+                # Not `flying -= await ...`: acks handled during the await change flying.
+                gave_up = await _expire(
+                    fast, frames, subjects, bursts, state, sends, timed_out, now, ack_timeout, resend, out
+                )
+                flying -= gave_up
                 continue
             sending = nxt < n and not errors and not timed_out
-            wake_at[0] = refill if sending else 0
+            wake_at = refill if sending else 0
+            if flying <= wake_at:
+                continue  # acks freed the room already
             room.clear()
-            if len(inflight) <= wake_at[0]:
-                continue  # acks freed the room before we cleared the flag
+            armed = True
             try:
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(bursts[0][0] - now):
                     await room.wait()
             except TimeoutError:
                 pass
+            armed = False
     finally:
+        fast.forget(sub)
         try:
             await sub.unsubscribe()
         except nats.errors.Error:
@@ -364,30 +408,75 @@ async def _with_acks(
 
 
 async def _expire(
-    nc: NatsClient,
-    inflight: dict[str, list[Any]],
-    expired: dict[str, int],
+    fast: FastNats,
+    frames: _Frames,
+    subjects: Sequence[str],
+    bursts: deque[tuple[float, Sequence[int]]],
+    state: bytearray,
+    sends: dict[int, int],
     timed_out: list[int],
     now: float,
     ack_timeout: float,
     resend: ResendPolicy,
     out: BulkOutcome,
-) -> None:
-    """Re-send or give up on every in-flight record whose deadline has passed."""
-    while inflight:
-        cid, flight = next(iter(inflight.items()))
-        if flight[_DEADLINE] > now:
-            return
-        del inflight[cid]
-        if resend.should_resend(flight[_INDEX], flight[_SENDS] + 1):
-            flight[_DEADLINE] = now + ack_timeout
-            flight[_SENDS] += 1
-            inflight[cid] = flight  # back at the end: the newest deadline
-            await nc.publish(flight[_SUBJECT], flight[_FRAME])
-            out.resent += 1
-        else:
-            expired[cid] = flight[_INDEX]
-            timed_out.append(flight[_INDEX])
+) -> int:
+    """Re-send or give up on every record still flying in the bursts whose deadline has passed;
+    return how many stopped flying (timed out)."""
+    again: list[int] = []
+    gave_up = 0
+    while bursts and bursts[0][0] <= now:
+        _, indices = bursts.popleft()
+        for i in indices:
+            if state[i] != _FLYING:
+                continue
+            attempt = sends.get(i, 1) + 1
+            if resend.should_resend(i, attempt):
+                sends[i] = attempt
+                again.append(i)
+            else:
+                state[i] = _LATE
+                timed_out.append(i)
+                gave_up += 1
+    if again:
+        bursts.append((now + ack_timeout, again))
+        await fast.publish_burst([subjects[i] for i in again], [frames.one(i) for i in again])
+        out.resent += len(again)
+    return gave_up
+
+
+def _ack_builder() -> Any:
+    """A function ``build(pb, correlation_id) -> Ack`` for acks without an error: the same
+    :class:`Ack` as ``ack_from_pb`` (a test holds them equal), with the partition parsed once per
+    subject and the correlation id the caller already read."""
+    (stream, partition, partition_subject, msg_subject, offset, ack_inbox, correlation_id, ack_policy,
+     reception, commit, ack_error) = _ACK_SETTERS  # fmt: skip
+    partitions: dict[str, int] = {}
+    policies = {p.value: p for p in AckPolicy}
+    new, ok, leader = object.__new__, AckError.OK, AckPolicy.LEADER
+
+    def build(pb: api_pb2.Ack, cid: str) -> Ack:
+        ack: Ack = new(Ack)
+        ms = pb.msgSubject
+        part = partitions.get(ms)
+        if part is None:
+            part = partitions[ms] = ack_from_pb(pb).partition
+        stream(ack, pb.stream)
+        partition(ack, part)
+        partition_subject(ack, pb.partitionSubject)
+        msg_subject(ack, ms)
+        offset(ack, pb.offset)
+        ack_inbox(ack, pb.ackInbox)
+        correlation_id(ack, cid)
+        ack_policy(ack, policies.get(pb.ackPolicy, leader))
+        reception(ack, pb.receptionTimestamp)
+        commit(ack, pb.commitTimestamp)
+        ack_error(ack, ok)
+        return ack
+
+    return build
+
+
+_ACK_SETTERS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
 
 
 def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
@@ -424,19 +513,65 @@ def _publish_error(
     return PublishError(f"{done} of {len(acks)} records acknowledged; {why}", acks=acks, index=index, errors=errors)
 
 
-def correlation_ids(records: Sequence[Record | bytes]) -> list[str]:
-    """One correlation id per record: its own, or ``<batch>-<index>``.
+class CorrelationIds(Sequence[str]):
+    """The correlation ids of one call: a record's own, or ``<prefix><index>`` with a prefix
+    random per call (unique across calls and processes, as a 48-bit random value can be).
+
+    Generated ids are never stored: they are formatted when a frame is built, and an ack's
+    record index is parsed back out of its id.
+    """
+
+    def __init__(self, n: int, own: Mapping[int, str], prefix: str | None = None) -> None:
+        self._n = n
+        self.prefix = prefix if prefix is not None else uuid.uuid4().hex[:12] + "-"
+        self.prefix_bytes = self.prefix.encode()
+        self._plen = len(self.prefix)
+        self.own = dict(own)
+        self.own_bytes = {i: cid.encode() for i, cid in self.own.items()}
+        self._own_index = {cid: i for i, cid in self.own.items()}
+        if len(self._own_index) != len(self.own) or any(self._generated(cid) >= 0 for cid in self.own.values()):
+            raise InvalidArgumentError("correlation ids must be unique within one publish_many call")
+
+    @classmethod
+    def of(cls, ids: Sequence[str]) -> CorrelationIds:
+        """Wrap any sequence of ids (each is a record's own).
+
+        :raises InvalidArgumentError: two ids are equal.
+        """
+        return cls(len(ids), dict(enumerate(ids)))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        i %= self._n
+        return self.own.get(i) or f"{self.prefix}{i}"
+
+    def _generated(self, cid: str) -> int:
+        """The index of a generated id, or -1."""
+        if not cid.startswith(self.prefix):
+            return -1
+        tail = cid[self._plen :]
+        if not tail.isdigit() or not tail.isascii():
+            return -1
+        i = int(tail)
+        return i if i < self._n and i not in self.own else -1
+
+    def index_of(self, cid: str) -> int:
+        """The index of the record with correlation id ``cid``, or -1 if none has it."""
+        i = self._own_index.get(cid) if self._own_index else None
+        return self._generated(cid) if i is None else i
+
+
+def correlation_ids(records: Sequence[Record | bytes]) -> CorrelationIds:
+    """One correlation id per record: its own, or ``<call prefix><index>``.
 
     :raises InvalidArgumentError: two records share a correlation id.
     """
-    batch = uuid.uuid4().hex[:12]
-    ids = [
-        rec.correlation_id if isinstance(rec, Record) and rec.correlation_id else f"{batch}-{i}"
-        for i, rec in enumerate(records)
-    ]
-    if len(set(ids)) != len(ids):
-        raise InvalidArgumentError("correlation ids must be unique within one publish_many call")
-    return ids
+    own = {i: rec.correlation_id for i, rec in enumerate(records) if type(rec) is not bytes and rec.correlation_id}
+    return CorrelationIds(len(records), own)
 
 
 async def _log_nats_error(exc: Exception) -> None:

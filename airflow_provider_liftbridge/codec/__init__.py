@@ -17,6 +17,8 @@ from .envelope import (
     MsgType,
     decode,
     encode,
+    framer,
+    header_of,
     is_envelope,
 )
 from .errors import (
@@ -33,6 +35,8 @@ from .errors import (
 )
 from .messages import (
     NO_EXPECTED_OFFSET,
+    AckDecoder,
+    PublishEncoder,
     encode_ack,
     encode_message,
     new_message,
@@ -48,6 +52,7 @@ __all__ = [
     "MAGIC",
     "NO_EXPECTED_OFFSET",
     "VERSION",
+    "AckDecoder",
     "BadHeaderLengthError",
     "BadMagicError",
     "CrcMismatchError",
@@ -55,6 +60,7 @@ __all__ = [
     "EnvelopeError",
     "MsgType",
     "PayloadTooLargeError",
+    "PublishEncoder",
     "TruncatedEnvelopeError",
     "UndecodablePayloadError",
     "UnexpectedMessageTypeError",
@@ -64,6 +70,8 @@ __all__ = [
     "encode",
     "encode_ack",
     "encode_message",
+    "framer",
+    "header_of",
     "is_envelope",
     "new_message",
     "unmarshal_ack",
