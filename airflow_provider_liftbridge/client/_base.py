@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from ._core import ClientCore
 from .channels import ChannelFactory
+from .errors import InvalidArgumentError
 from .types import AckPolicy, TlsConfig
+
+#: How the asyncio client reads subscriptions (see :class:`ClientBase`).
+SubscriptionReader = Literal["thread", "aio"]
 
 
 class ClientBase:
@@ -25,10 +30,15 @@ class ClientBase:
         transient failure, in seconds.
     :param subscription_channels: channels per broker shared by long-lived subscriptions, beside the
         one for unary calls; 0 puts subscriptions on that one too (one channel per broker).
+    :param subscription_reader: how the asyncio client reads a subscription: ``"thread"`` (the
+        default) on a blocking gRPC stream in a worker thread, which hands messages to the event
+        loop in bursts (the cheapest per message); ``"aio"`` with grpc.aio in the event loop, no
+        thread (for many concurrent, mostly idle subscriptions, e.g. triggers). The blocking client
+        always reads on the caller's thread and only checks the value.
     :param backoff_base: first retry wait in seconds (doubled per retry).
     :param backoff_max: longest retry wait in seconds.
     :raises InvalidArgumentError: a malformed broker address, unreadable TLS files, a certificate
-        without its key, a non-positive timeout.
+        without its key, a non-positive timeout, an unknown ``subscription_reader``.
     """
 
     def __init__(
@@ -42,9 +52,13 @@ class ClientBase:
         ack_policy: AckPolicy = AckPolicy.LEADER,
         resubscribe_wait: float = 30.0,
         subscription_channels: int = 2,
+        subscription_reader: SubscriptionReader = "thread",
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
     ) -> None:
+        if subscription_reader not in ("thread", "aio"):
+            raise InvalidArgumentError(f"subscription_reader must be 'thread' or 'aio', got {subscription_reader!r}")
+        self.subscription_reader: SubscriptionReader = subscription_reader
         nats = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers)
         self._core = ClientCore(
             brokers,

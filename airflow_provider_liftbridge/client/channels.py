@@ -7,7 +7,9 @@ behind HTTP/2's concurrent-stream limit on the channel the unary calls use.
 
 The asyncio registry is process-wide: many clients in one event loop (e.g. a thousand triggers
 in one triggerer) share one channel per (broker, TLS settings, slot); channels are
-reference-counted and closed when the last client releases them.
+reference-counted and closed when the last client releases them. The asyncio client's threaded
+subscription reader takes blocking channels from a second process-wide registry, shared the same
+way (blocking channels belong to no event loop, so clients of every loop share them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ import grpc.experimental
 from .errors import ClientClosedError, InvalidArgumentError
 from .types import TlsConfig
 
-__all__ = ["ASYNC_REGISTRY", "AsyncChannelRegistry", "ChannelFactory", "SlotTurns", "SyncChannelPool"]
+__all__ = [
+    "ASYNC_REGISTRY",
+    "SYNC_REGISTRY",
+    "AsyncChannelRegistry",
+    "ChannelFactory",
+    "SlotTurns",
+    "SyncChannelPool",
+    "SyncChannelRegistry",
+]
 
 # Reconnect quickly after a broker restart (gRPC's default backoff grows to two minutes, far
 # longer than a resubscription is allowed to wait).
@@ -197,3 +207,46 @@ class AsyncChannelRegistry:
 
 #: The one registry of this process.
 ASYNC_REGISTRY = AsyncChannelRegistry()
+
+
+class SyncChannelRegistry:
+    """Process-wide blocking channels keyed by (address, TLS settings, slot), reference-counted:
+    the channels the asyncio client's reader threads subscribe on."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, TlsConfig | None, int], tuple[grpc.Channel, int]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(
+        self, factory: ChannelFactory, address: str, slot: int
+    ) -> tuple[grpc.Channel, tuple[str, TlsConfig | None, int]]:
+        """A shared channel and the key to :meth:`release` it with (once per acquire)."""
+        key = (address, factory.tls, slot)
+        with self._lock:
+            channel, refs = self._entries.get(key) or (None, 0)
+            if channel is None:
+                channel = factory.sync_channel(address, slot)
+            self._entries[key] = (channel, refs + 1)
+            return channel, key
+
+    def release(self, key: tuple[str, TlsConfig | None, int]) -> None:
+        """Drop one reference; the last one closes the channel (cancelling calls still on it)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            channel, refs = entry
+            if refs > 1:
+                self._entries[key] = (channel, refs - 1)
+                return
+            del self._entries[key]
+        channel.close()
+
+    def open_channels(self) -> int:
+        """How many shared channels are open (for tests and diagnostics)."""
+        with self._lock:
+            return len(self._entries)
+
+
+#: The process's blocking channels for threaded subscriptions.
+SYNC_REGISTRY = SyncChannelRegistry()

@@ -53,9 +53,14 @@ class LiftbridgeAsyncHook(BaseHook):
         if self._client is None:
             settings = await self.get_settings()
             # In the triggerer many waiting triggers share the process-wide channel registry; with
-            # subscriptions on the unary channel too, that is exactly one channel per broker.
+            # subscriptions on the unary channel too, that is exactly one channel per broker. The
+            # grpc.aio reader keeps a thousand waiting subscriptions in the event loop, with no
+            # thread each (the client's default reader starts one per subscription).
             self._client = AsyncLiftbridgeClient(
-                list(settings.brokers), subscription_channels=0, **settings.client_kwargs()
+                list(settings.brokers),
+                subscription_channels=0,
+                subscription_reader="aio",
+                **settings.client_kwargs(),
             )
         return self._client
 

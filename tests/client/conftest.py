@@ -2,7 +2,8 @@
 
 ``client`` is a :class:`LiftbridgeClient`, or an :class:`AsyncLiftbridgeClient` driven from a
 private event-loop thread behind the same blocking surface (``AsyncAsSync``), so one test body
-checks both transports against the real dev server.
+checks every transport against the real dev server: the blocking one, and the asyncio one with
+each subscription reader (``"thread"``, its default, and ``"aio"``, the triggers' choice).
 """
 
 from __future__ import annotations
@@ -70,13 +71,18 @@ class AsyncAsSync:
         self.shutdown()
 
 
-@pytest.fixture(params=["sync", "async"])
+@pytest.fixture(params=["sync", "async", "async-aio"])
 def make_client(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A factory of clients of the parametrised kind; all are closed after the test."""
     made: list[Any] = []
 
     def make(*args: Any, **kwargs: Any) -> Any:
-        c = LiftbridgeClient(*args, **kwargs) if request.param == "sync" else AsyncAsSync(*args, **kwargs)
+        if request.param == "sync":
+            c: Any = LiftbridgeClient(*args, **kwargs)
+        elif request.param == "async":
+            c = AsyncAsSync(*args, **kwargs)
+        else:
+            c = AsyncAsSync(*args, subscription_reader="aio", **kwargs)
         made.append(c)
         return c
 
