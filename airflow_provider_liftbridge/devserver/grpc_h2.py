@@ -30,6 +30,7 @@ import logging
 import ssl
 import struct
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -656,6 +657,21 @@ def _peer_name(peername: Any) -> str:
     return f"unix:{peername}" if peername else "unknown"
 
 
+@dataclass(frozen=True)
+class TransportStats:
+    """A snapshot of an :class:`H2GrpcServer`.
+
+    :param connections: open client connections.
+    :param active_calls: calls not finished yet (handler running or request still arriving).
+    :param buffered_bytes: response bytes waiting to be sent: queued for flow control plus the
+        sockets' write buffers. Bounded per call by backpressure, whatever the clients do.
+    """
+
+    connections: int
+    active_calls: int
+    buffered_bytes: int
+
+
 class H2GrpcServer:
     """Serves gRPC methods on one address with the ``h2`` transport.
 
@@ -678,6 +694,17 @@ class H2GrpcServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=self.ssl_context)
         return int(self._server.sockets[0].getsockname()[1])
+
+    def stats(self) -> TransportStats:
+        """Connections, unfinished calls and bytes buffered for clients, now. Call it on the server's loop."""
+        connections = list(self._connections)
+        calls = sum(len(c.streams) for c in connections)
+        buffered = sum(
+            sum(st.pending_size for st in c.streams.values())
+            + (c.transport.get_write_buffer_size() if c.transport is not None else 0)
+            for c in connections
+        )
+        return TransportStats(len(connections), calls, buffered)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop listening and end every connection. Idempotent.
@@ -731,6 +758,7 @@ __all__: Sequence[str] = (
     "AbortError",
     "H2GrpcServer",
     "H2ServicerContext",
+    "TransportStats",
     "method_table",
     "server_ssl_context",
 )

@@ -34,7 +34,7 @@ import grpc
 from grpc import aio
 
 from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
-from .grpc_h2 import H2GrpcServer, method_table, server_ssl_context
+from .grpc_h2 import H2GrpcServer, TransportStats, method_table, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import SERVICE, ApiService
@@ -134,6 +134,10 @@ class _GrpcFront:
     async def stop(self) -> None:
         raise NotImplementedError
 
+    def stats(self) -> TransportStats | None:
+        """Transport statistics, when the transport keeps them."""
+        return None
+
 
 class _H2Front(_GrpcFront):
     def __init__(self, handlers: dict[str, grpc.RpcMethodHandler], tls: ssl.SSLContext | None) -> None:
@@ -147,6 +151,9 @@ class _H2Front(_GrpcFront):
 
     async def stop(self) -> None:
         await self._server.stop(None)
+
+    def stats(self) -> TransportStats:
+        return self._server.stats()
 
 
 class _AioFront(_GrpcFront):
@@ -257,6 +264,12 @@ class ServerCore:
             await asyncio.sleep(_RETENTION_TICK)
             if self._store is not None:
                 self._store.enforce_age_retention()
+
+    def grpc_stats(self, index: int = 0) -> TransportStats | None:
+        """Connections, unfinished calls and buffered response bytes of broker ``index``'s gRPC listener
+        (``None`` on the ``aio`` transport, or when the broker is stopped)."""
+        front = self._servers.get(index)
+        return front.stats() if front is not None else None
 
     async def stop_broker(self, index: int) -> None:
         """Stop broker ``index`` (its calls end at once); its partitions move to live brokers.
@@ -464,6 +477,19 @@ class DevServer:
         """Broker ids as FetchMetadata reports them, in broker order."""
         return [b.id for b in self._running_core().brokers]
 
+    def grpc_stats(self, index: int = 0) -> TransportStats | None:
+        """A snapshot of broker ``index``'s gRPC transport: connections, unfinished calls, response
+        bytes buffered for clients (``None`` on the ``aio`` transport or a stopped broker).
+
+        :raises ServerStateError: the server is not running.
+        """
+        core = self._running_core()
+
+        async def snapshot() -> TransportStats | None:
+            return core.grpc_stats(index)
+
+        return self._run(snapshot())  # type: ignore[no-any-return]
+
     # -- cluster --------------------------------------------------------------
     def stop_broker(self, index: int) -> None:
         """Stop broker ``index``; its partitions' leadership moves to live brokers.
@@ -562,6 +588,8 @@ class DevServerProcess:
         self._addresses: list[str] = []
         self._nats_url = nats_url or ""
         self._proc: subprocess.Popen[str] | None = None
+        #: The child's last ready line (addresses, NATS URL, data directory, ``tls=on``).
+        self.ready_line = ""
         self._stderr_path = Path(tempfile.mkstemp(prefix="liftbridge-devserver-", suffix=".log")[1])
 
     @property
@@ -618,7 +646,7 @@ class DevServerProcess:
         args += self._tls_args
         with open(self._stderr_path, "ab") as err:
             self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
-        line = self._read_ready_line(self._proc)
+        line = self.ready_line = self._read_ready_line(self._proc)
         self._addresses, self._nats_url = parse_ready_line(line)
         self._ports = [int(a.rsplit(":", 1)[1]) for a in self._addresses]
         if not self._external_nats:

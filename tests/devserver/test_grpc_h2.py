@@ -1,0 +1,311 @@
+"""The ``h2`` gRPC transport on its own: a small echo service, grpc.aio clients, and a raw HTTP/2 client.
+
+The raw client (the ``h2`` library on a plain socket) sends what grpcio never would — a wrong
+content type, garbage, PINGs — and reads frames as they arrive, to check what the server puts on
+the wire: coalesced DATA frames, trailers, GOAWAY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import h2.connection
+import h2.events
+import pytest
+from grpc import aio
+
+from airflow_provider_liftbridge.devserver.grpc_h2 import H2GrpcServer, H2ServicerContext, method_table
+
+_PREFIX = struct.Struct(">BI")
+
+
+class Echo:
+    """Test handlers; bytes in, bytes out (no protobuf)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+        self.cancelled = asyncio.Event()
+
+    async def unary(self, req: bytes, ctx: H2ServicerContext) -> bytes:
+        self.seen = {"metadata": ctx.invocation_metadata(), "peer": ctx.peer(), "remaining": ctx.time_remaining()}
+        if req == b"abort":
+            await ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, "asked to abort: 100% ✓")
+        if req == b"raise":
+            raise ValueError("boom")
+        return req.upper()
+
+    async def count(self, req: bytes, ctx: H2ServicerContext) -> AsyncIterator[bytes]:
+        for i in range(int(req)):
+            yield b"%d" % i
+
+    async def forever(self, req: bytes, ctx: H2ServicerContext) -> AsyncIterator[bytes]:
+        try:
+            yield b"started"
+            await asyncio.sleep(3600)
+        finally:
+            self.cancelled.set()
+
+    async def echo_stream(self, reqs: AsyncIterator[bytes], ctx: H2ServicerContext) -> AsyncIterator[bytes]:
+        async for req in reqs:
+            yield req[::-1]
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler]:
+        return method_table(
+            "test.Echo",
+            {
+                "Unary": grpc.unary_unary_rpc_method_handler(self.unary),
+                "Count": grpc.unary_stream_rpc_method_handler(self.count),
+                "Forever": grpc.unary_stream_rpc_method_handler(self.forever),
+                "Stream": grpc.stream_stream_rpc_method_handler(self.echo_stream),
+            },
+        )
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[tuple[Echo, H2GrpcServer, str]]:
+    service = Echo()
+    server = H2GrpcServer(service.methods())
+    port = await server.start("127.0.0.1", 0)
+    try:
+        yield service, server, f"127.0.0.1:{port}"
+    finally:
+        await server.stop()
+
+
+def _method(channel: aio.Channel, kind: str, name: str) -> Any:
+    factory = getattr(channel, kind)
+    return factory(f"/test.Echo/{name}", request_serializer=None, response_deserializer=None)
+
+
+async def test_unary_call_sees_metadata_peer_and_deadline(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    service, _server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        reply = await _method(channel, "unary_unary", "Unary")(
+            b"hello", metadata=(("x-team", "data"), ("x-blob-bin", b"\x00\xff")), timeout=5
+        )
+    assert reply == b"HELLO"
+    meta = dict(service.seen["metadata"])
+    assert meta["x-team"] == "data" and meta["x-blob-bin"] == b"\x00\xff"
+    assert service.seen["peer"].startswith("ipv4:127.0.0.1:")
+    assert 0 < service.seen["remaining"] <= 5
+
+
+async def test_abort_and_handler_errors_become_statuses(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    _service, _server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        unary = _method(channel, "unary_unary", "Unary")
+        with pytest.raises(aio.AioRpcError) as info:
+            await unary(b"abort", timeout=5)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert info.value.details() == "asked to abort: 100% ✓"
+        with pytest.raises(aio.AioRpcError) as info:
+            await unary(b"raise", timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNKNOWN
+        assert "boom" in (info.value.details() or "")
+        assert await unary(b"still fine", timeout=5) == b"STILL FINE"
+
+
+async def test_server_and_bidi_streams(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    _service, _server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        got = [m async for m in _method(channel, "unary_stream", "Count")(b"5000", timeout=10)]
+        assert got == [b"%d" % i for i in range(5000)]
+
+        async def requests() -> AsyncIterator[bytes]:
+            for i in range(300):
+                yield b"abc%d" % i
+
+        replies = [m async for m in _method(channel, "stream_stream", "Stream")(requests(), timeout=10)]
+        assert replies == [(b"abc%d" % i)[::-1] for i in range(300)]
+
+
+async def test_client_cancel_cancels_the_handler(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    service, server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        call = _method(channel, "unary_stream", "Forever")(b"", timeout=30)
+        assert await call.read() == b"started"
+        assert server.stats().active_calls == 1
+        call.cancel()
+        await asyncio.wait_for(service.cancelled.wait(), 5)
+    for _ in range(100):
+        if server.stats().active_calls == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert server.stats().active_calls == 0
+
+
+async def test_deadline_cancels_the_handler_and_reports_deadline_exceeded(
+    echo: tuple[Echo, H2GrpcServer, str],
+) -> None:
+    service, _server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        call = _method(channel, "unary_stream", "Forever")(b"", timeout=0.3)
+        with pytest.raises(aio.AioRpcError) as info:
+            async for _ in call:
+                pass
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.wait_for(service.cancelled.wait(), 5)
+
+
+async def test_stop_with_grace_lets_running_calls_finish(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    service, server, address = echo
+    async with aio.insecure_channel(address) as channel:
+        call = _method(channel, "unary_stream", "Forever")(b"", timeout=30)
+        assert await call.read() == b"started"
+        await server.stop(grace=0.2)  # the call does not finish by itself: cancelled after the grace
+        with pytest.raises(aio.AioRpcError) as info:
+            await call.read()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert service.cancelled.is_set()
+
+
+# -- raw HTTP/2 -------------------------------------------------------------------------------
+
+
+class RawClient:
+    """An HTTP/2 client on a blocking socket, frame events as they come (test-only)."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.h2 = h2.connection.H2Connection()
+        self.h2.initiate_connection()
+        self.sock.sendall(self.h2.data_to_send())
+
+    def request(self, path: str, body: bytes, *, content_type: bytes = b"application/grpc") -> int:
+        sid = self.h2.get_next_available_stream_id()
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", path.encode()),
+            (b":authority", b"test"),
+            (b"content-type", content_type),
+            (b"te", b"trailers"),
+        ]
+        self.h2.send_headers(sid, headers)
+        self.h2.send_data(sid, _PREFIX.pack(0, len(body)) + body, end_stream=True)
+        self.sock.sendall(self.h2.data_to_send())
+        return sid
+
+    def events(self) -> Iterator[h2.events.Event]:
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                return
+            events = self.h2.receive_data(data)
+            out = self.h2.data_to_send()
+            if out:
+                self.sock.sendall(out)
+            yield from events
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _response(client: RawClient, sid: int) -> tuple[list[bytes], dict[bytes, bytes], int]:
+    """Headers+trailers, DATA payloads of stream ``sid`` and how many DATA frames carried them."""
+    chunks: list[bytes] = []
+    headers: dict[bytes, bytes] = {}
+    for ev in client.events():
+        if isinstance(ev, h2.events.ResponseReceived | h2.events.TrailersReceived) and ev.stream_id == sid:
+            headers.update(dict(ev.headers or []))
+        elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+            chunks.append(ev.data)
+            client.h2.acknowledge_received_data(ev.flow_controlled_length, sid)
+        elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
+            break
+    return chunks, headers, len(chunks)
+
+
+def _messages(chunks: list[bytes]) -> list[bytes]:
+    data, out, pos = b"".join(chunks), [], 0
+    while pos < len(data):
+        _flag, size = _PREFIX.unpack_from(data, pos)
+        out.append(data[pos + 5 : pos + 5 + size])
+        pos += 5 + size
+    return out
+
+
+async def test_streamed_responses_are_coalesced_into_few_data_frames(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    _service, _server, address = echo
+
+    def run() -> tuple[list[bytes], dict[bytes, bytes], int]:
+        client = RawClient(address)
+        try:
+            sid = client.request("/test.Echo/Count", b"2000")
+            chunks, headers, frames = _response(client, sid)
+            return _messages(chunks), headers, frames
+        finally:
+            client.close()
+
+    messages, headers, frames = await asyncio.to_thread(run)
+    assert messages == [b"%d" % i for i in range(2000)]
+    assert headers[b"grpc-status"] == b"0"
+    assert frames <= 10, f"2,000 messages took {frames} DATA frames"
+
+
+async def test_non_grpc_content_type_gets_http_415_and_garbage_does_not_hurt_the_server(
+    echo: tuple[Echo, H2GrpcServer, str],
+) -> None:
+    _service, server, address = echo
+
+    def run() -> dict[bytes, bytes]:
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # not HTTP/2: the server sends GOAWAY and closes
+            sock.settimeout(5)
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+        assert received, "expected the server's SETTINGS and GOAWAY before it closed"
+        client = RawClient(address)
+        try:
+            sid = client.request("/test.Echo/Unary", b"x", content_type=b"text/plain")
+            _chunks, headers, _ = _response(client, sid)
+            return headers
+        finally:
+            client.close()
+
+    headers = await asyncio.to_thread(run)
+    assert headers[b":status"] == b"415"
+    async with aio.insecure_channel(address) as channel:
+        assert await _method(channel, "unary_unary", "Unary")(b"ok", timeout=5) == b"OK"
+        assert server.stats().connections == 1  # this channel's; the bad ones are gone
+
+
+async def test_ping_is_acknowledged(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    _service, _server, address = echo
+
+    def run() -> bytes:
+        client = RawClient(address)
+        try:
+            client.h2.ping(b"12345678")
+            client.sock.sendall(client.h2.data_to_send())
+            for ev in client.events():
+                if isinstance(ev, h2.events.PingAckReceived):
+                    return bytes(ev.ping_data)
+            raise AssertionError("connection closed without a PING ack")
+        finally:
+            client.close()
+
+    assert await asyncio.to_thread(run) == b"12345678"
+
+
+async def test_stop_sends_goaway(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    _service, server, address = echo
+    client = RawClient(address)
+    try:
+        await asyncio.sleep(0.05)
+        await server.stop()
+
+        def read() -> list[type]:
+            return [type(ev) for ev in client.events()]
+
+        assert h2.events.ConnectionTerminated in await asyncio.to_thread(read)
+    finally:
+        client.close()
