@@ -38,6 +38,7 @@ from .errors import (
     StreamExistsError,
     UnavailableError,
 )
+from .partitioners import partition_for_key
 from .types import (
     EMPTY_HEADERS,
     Ack,
@@ -54,6 +55,13 @@ from .types import (
 
 StartAt = StartPosition | int | datetime | timedelta
 StopAt = StopPosition | int | datetime | None
+
+#: The internal stream whose partitions hold the cursors; each cursor lives in one of them.
+CURSORS_STREAM = "__cursors"
+
+#: How long the client trusts that the cluster has no cursors stream in its metadata before
+#: asking again, in seconds (a cluster without one takes cursor calls on any broker).
+CURSORS_RECHECK = 30.0
 
 #: Calls whose repetition cannot change the outcome: retried on UNAVAILABLE without a second thought.
 IDEMPOTENT = frozenset(
@@ -197,6 +205,8 @@ class ClientCore:
         #: NATS URLs: when given, ``publish_many`` takes the NATS-direct bulk path (see ``bulk``).
         self.nats_servers: tuple[str, ...] = tuple(nats_servers)
         self.rng = random.Random()
+        #: When metadata last showed no cursors stream (monotonic seconds), or None.
+        self.cursors_absent_since: float | None = None
         self._good = 0  # index (in known_addresses()) of the broker that answered last
         self._lock = threading.Lock()
 
@@ -244,6 +254,24 @@ class ClientCore:
     def partition_info(self, stream: str, partition: int) -> PartitionInfo | None:
         info = self.cache.stream(stream)
         return info.partitions.get(partition) if info else None
+
+    def cursors_partition(self, cursor_id: str, stream: str, partition: int) -> int | None:
+        """The partition of the cursors stream that owns cursor (``cursor_id``, ``stream``,
+        ``partition``), as the server and the Go client compute it: CRC-32 (IEEE) of
+        ``"<cursor_id>,<stream>,<partition>"`` modulo the cursors stream's partition count.
+        ``None`` when the cache does not know the cursors stream."""
+        info = self.cache.stream(CURSORS_STREAM)
+        if info is None or not info.partitions:
+            return None
+        return partition_for_key(f"{cursor_id},{stream},{partition}".encode(), len(info.partitions))
+
+    def cursors_unknown(self) -> bool:
+        """True when the cursors stream should be looked up: not cached, and not found absent
+        within the last :data:`CURSORS_RECHECK` seconds."""
+        if self.cache.stream(CURSORS_STREAM) is not None:
+            return False
+        absent = self.cursors_absent_since
+        return absent is None or time.monotonic() - absent >= CURSORS_RECHECK
 
     def route(self, stream: str, partition: int, *, read_isr_replica: bool = False) -> str | None:
         """The address serving ``stream``/``partition``: its leader, or a random in-sync replica

@@ -17,6 +17,7 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2
 
 from ._core import (
+    CURSORS_STREAM,
     IDEMPOTENT,
     ClientCore,
     ReadTimeout,
@@ -720,24 +721,57 @@ def fetch_partition_metadata(core: ClientCore, stream: str, partition: int = 0) 
 def set_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int, offset: int) -> Op[None]:
     """Store ``offset`` as the position of cursor ``cursor_id`` on ``stream``/``partition``.
 
+    Sent to the leader of the cursors-stream partition that owns the cursor (any broker when the
+    cluster's metadata shows no cursors stream).
+
     :raises InvalidArgumentError: an empty cursor id or stream.
+    :raises NotLeaderError: the owning partition's leader could not be found in time.
     :raises UnavailableError: no broker could be reached.
     """
     _cursor_args(cursor_id, stream)
     request = api_pb2.SetCursorRequest(cursorId=cursor_id, stream=stream, partition=partition, offset=offset)
-    yield from _unary(core, "SetCursor", request, stream=stream, partition=partition)
+    yield from _cursor_unary(core, "SetCursor", request, cursor_id, stream, partition)
 
 
 def fetch_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int) -> Op[int]:
     """The offset stored for cursor ``cursor_id`` on ``stream``/``partition``; -1 if never set.
 
+    Routed like :func:`set_cursor`.
+
     :raises InvalidArgumentError: an empty cursor id or stream.
+    :raises NotLeaderError: the owning partition's leader could not be found in time.
     :raises UnavailableError: no broker could be reached.
     """
     _cursor_args(cursor_id, stream)
     request = api_pb2.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
-    response = yield from _unary(core, "FetchCursor", request, stream=stream, partition=partition)
+    response = yield from _cursor_unary(core, "FetchCursor", request, cursor_id, stream, partition)
     return int(response.offset)  # type: ignore[attr-defined]
+
+
+def _cursor_unary(
+    core: ClientCore, method: str, request: object, cursor_id: str, stream: str, partition: int
+) -> Op[object]:
+    """A cursor call, sent where the cursor lives: the leader of the cursors-stream partition
+    that owns it. A broker that is not (or no longer) that leader refuses the call; the cursors
+    stream's metadata is then refreshed and the call re-routed, up to ``max_retries`` times.
+    Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) any
+    broker takes the call."""
+    refreshes = 0
+    while True:
+        if core.cursors_unknown():
+            yield from _refresh(core, [CURSORS_STREAM])
+            core.cursors_absent_since = None if core.cache.stream(CURSORS_STREAM) else now_monotonic()
+        owner = core.cursors_partition(cursor_id, stream, partition)
+        preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
+        try:
+            return (yield from _unary(core, method, request, preferred=preferred, stream=stream, partition=partition))
+        except NotLeaderError:
+            if owner is None or refreshes >= core.retry.max_retries:
+                raise
+            refreshes += 1
+            yield Sleep(core.backoff(refreshes))
+            core.cache.forget(CURSORS_STREAM)  # the leader moved: look it up again
+            core.cursors_absent_since = None
 
 
 def _cursor_args(cursor_id: str, stream: str) -> None:

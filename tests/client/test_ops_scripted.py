@@ -3,13 +3,15 @@ retry order, backoff, window and resubscription are checked exactly, with no net
 
 from __future__ import annotations
 
+import time
+import zlib
 from typing import Any
 
 import grpc
 import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, StartPosition, UnavailableError, _ops
+from airflow_provider_liftbridge.client import AckPolicy, NotLeaderError, StartPosition, UnavailableError, _ops
 from airflow_provider_liftbridge.client._core import ClientCore, RpcFailure
 from airflow_provider_liftbridge.client._effects import END, Cancel, OpenStream, Read, Sleep, Unary, Write
 
@@ -35,8 +37,15 @@ def metadata(leader: str = "b1", port: int = 2) -> api_pb2.FetchMetadataResponse
     )
 
 
+def without_cursors_stream(c: ClientCore) -> ClientCore:
+    """A core that has just seen metadata without a cursors stream: cursor calls go straight to
+    any broker (these tests use them as plain idempotent unary calls)."""
+    c.cursors_absent_since = time.monotonic()
+    return c
+
+
 def test_unary_cycles_brokers_with_growing_backoff_and_sticks_to_the_good_one() -> None:
-    c = core()
+    c = without_cursors_stream(core())
 
     def answer(e: Any) -> Any:
         if isinstance(e, Unary):
@@ -55,7 +64,7 @@ def test_unary_cycles_brokers_with_growing_backoff_and_sticks_to_the_good_one() 
 
 
 def test_unary_gives_up_after_max_retries() -> None:
-    c = core(max_retries=2)
+    c = without_cursors_stream(core(max_retries=2))
     run = Run()
 
     def answer(e: Any) -> Any:
@@ -165,3 +174,116 @@ def test_subscribe_ends_cleanly_when_the_server_closes_the_stream() -> None:
 
     run = drive(_ops.subscribe(c, "s"), answer)
     assert [m.offset for m in run.emitted] == [0] and run.result is None and not script
+
+
+# --- cursor routing ------------------------------------------------------------------------------
+
+ADDRESSES = {"b1": "a:1", "b2": "b:2", "b3": "c:3"}
+
+
+def cursors_metadata(leaders: list[str]) -> api_pb2.FetchMetadataResponse:
+    """Metadata with the three seed brokers and a cursors stream whose partition i is led by leaders[i]."""
+    return api_pb2.FetchMetadataResponse(
+        brokers=[api_pb2.Broker(id=b, host=a.split(":")[0], port=int(a.split(":")[1])) for b, a in ADDRESSES.items()],
+        streamMetadata=[
+            api_pb2.StreamMetadata(
+                name="__cursors",
+                subject="__cursors",
+                partitions={i: api_pb2.PartitionMetadata(id=i, leader=b) for i, b in enumerate(leaders)},
+            )
+        ],
+    )
+
+
+def owner(cursor_id: str, stream: str, partition: int, partitions: int) -> int:
+    # The Go client's rule: CRC-32 (IEEE) of "id,stream,partition", modulo the partition count.
+    return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % partitions
+
+
+def test_cursor_calls_go_to_the_leader_of_the_owning_cursors_partition() -> None:
+    c = core()
+    leaders = ["b1", "b2", "b3"]
+    fetched: list[Any] = []
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            fetched.append(list(e.request.streams))
+            return cursors_metadata(leaders)
+        if isinstance(e, Unary):
+            return api_pb2.FetchCursorResponse(offset=3) if e.method == "FetchCursor" else api_pb2.SetCursorResponse()
+        return None
+
+    cursors = [("reader", "orders", 0), ("reader", "orders", 1), ("x", "s", 2), ("job-7", "events", 0)]
+    owners = {owner(*cur, 3) for cur in cursors}
+    assert len(owners) >= 2  # the cases below reach more than one partition
+    for cur in cursors:
+        fetch = drive(_ops.fetch_cursor(c, *cur), answer)
+        put = drive(_ops.set_cursor(c, *cur, 5), answer)
+        expected = ADDRESSES[leaders[owner(*cur, 3)]]
+        assert fetch.result == 3
+        assert [e.address for e in fetch.effects if isinstance(e, Unary) and e.method == "FetchCursor"] == [expected]
+        assert [e.address for e in put.effects if isinstance(e, Unary) and e.method == "SetCursor"] == [expected]
+    assert fetched == [["__cursors"]]  # looked up once, then cached
+
+
+def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() -> None:
+    c = core()
+    cur = ("reader", "orders", 0)
+    part = owner(*cur, 3)
+    leaders = ["b1", "b2", "b3"]
+    moved = {"b1": "b2", "b2": "b3", "b3": "b1"}[leaders[part]]
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(leaders)
+        if isinstance(e, Unary):
+            if e.address != ADDRESSES[moved]:
+                raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+            return api_pb2.FetchCursorResponse(offset=9)
+        return None
+
+    drive(_ops.fetch_metadata(c, ["__cursors"]), answer)  # the cache still names the old leader
+    leaders[part] = moved  # leadership moves before the call
+    run = drive(_ops.fetch_cursor(c, *cur), answer)
+    assert run.result == 9
+    calls = [(e.method, e.address) for e in run.effects if isinstance(e, Unary)]
+    assert calls[0][0] == "FetchCursor" and calls[0][1] != ADDRESSES[moved]
+    assert ("FetchMetadata", calls[1][1]) == calls[1]
+    assert calls[-1] == ("FetchCursor", ADDRESSES[moved])
+
+
+def test_a_cursor_call_gives_up_when_no_leader_accepts_it() -> None:
+    c = core(max_retries=2)
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(["b1", "b1", "b1"])
+        if isinstance(e, Unary):
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+        return None
+
+    run = Run()
+    with pytest.raises(NotLeaderError):
+        drive(_ops.set_cursor(c, "id", "s", 0, 1), answer, run=run)
+    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]) == 3
+
+
+def test_without_a_cursors_stream_cursor_calls_go_to_any_broker_and_metadata_is_asked_again_later() -> None:
+    c = core()
+    methods: list[str] = []
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            methods.append(e.method)
+            if e.method == "FetchMetadata":
+                return api_pb2.FetchMetadataResponse(brokers=[api_pb2.Broker(id="b1", host="a", port=1)])
+            return api_pb2.FetchCursorResponse(offset=-1)
+        return None
+
+    assert drive(_ops.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert drive(_ops.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert methods == ["FetchMetadata", "FetchCursor", "FetchCursor"]  # absence remembered
+    assert c.cursors_absent_since is not None
+    c.cursors_absent_since -= 31  # later on, the client looks again (a cursors stream may exist now)
+    drive(_ops.fetch_cursor(c, "id", "s", 0), answer)
+    assert methods[3:] == ["FetchMetadata", "FetchCursor"]
