@@ -45,6 +45,7 @@ from .errors import (
 )
 from .nats_direct import (
     BulkOutcome,
+    CorrelationIds,
     ResendPolicy,
     connect_nats,
     correlation_ids,
@@ -234,11 +235,13 @@ def publish_many(
     if window < 1:
         raise InvalidArgumentError(f"window must be at least 1, got {window}")
     # Plain bytes stay bytes: building a Record per value would cost more than publishing it.
-    items: list[Record | bytes] = [
-        item if type(item) is bytes else _ops.as_record(i, item) for i, item in enumerate(records)
-    ]
+    items: list[Record | bytes] = list(records)
     if not items:
         return []
+    # All bytes (the bulk case) is checked at C speed; anything else item by item.
+    all_bytes = set(map(type, items)) == {bytes}
+    if not all_bytes:
+        items = [item if type(item) is bytes else _ops.as_record(i, item) for i, item in enumerate(items)]
 
     def grpc(why: str = "") -> Op[list[Ack]]:
         _log_path(core, stream, "grpc", why)
@@ -259,17 +262,24 @@ def publish_many(
     policy = core.resolve_ack_policy(ack_policy)
     wait = core.call_timeout(timeout)
     info = yield from _stream_info(core, stream)
-    parts = yield from _partitions(core, stream, items, partition, partitioner)
-    blocked = yield from _blocked_partitions(core, info, sorted(set(parts)))
+    if all_bytes and partitioner is None:
+        parts = [partition or 0] * len(items)
+    else:
+        parts = yield from _partitions(core, stream, items, partition, partitioner)
+    targets = set(parts)
+    blocked = yield from _blocked_partitions(core, info, sorted(targets))
     if blocked:
         p, error = blocked
         if path == "auto" and not isinstance(error, NoSuchPartitionError):
             return (yield from grpc(f"partition {p} is {_state(error)}, which NATS publishes cannot handle"))
         first = parts.index(p)
         raise _not_sent(items, first, error)
-    ids = correlation_ids(items)
-    subject_of = {p: partition_subject(info.subject, p) for p in set(parts)}
-    subjects = [subject_of[p] for p in parts]
+    ids = CorrelationIds(len(items), {}) if all_bytes else correlation_ids(items)
+    if len(targets) == 1:
+        subjects = [partition_subject(info.subject, parts[0])] * len(parts)
+    else:
+        subject_of = {p: partition_subject(info.subject, p) for p in targets}
+        subjects = [subject_of[p] for p in parts]
     _log_path(core, stream, "nats")
     run = functools.partial(
         _run_nats, subjects, items, ids, ack_policy=policy, window=window, ack_timeout=wait, resend=resend

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -253,7 +253,19 @@ class _Frames:
         records, encoder, max_payload = self._records, self._encoder, self._max_payload
         encode_value, encode = encoder.encode_value, encoder.encode
         prefix, own = self._ids.prefix_bytes, self._ids.own_bytes
-        frames: list[bytes] = []
+        if not own and end - start > 1:
+            # The bulk case, values only with generated ids, framed in one call; any problem
+            # is found again and named by the loop below.
+            chunk = records[start:end]
+            if set(map(type, chunk)) == {bytes}:
+                try:
+                    frames = encoder.encode_values(chunk, [b"%s%d" % (prefix, i) for i in range(start, end)])  # type: ignore[arg-type]
+                except PayloadTooLargeError:
+                    pass
+                else:
+                    if max(map(len, frames)) <= max_payload:
+                        return frames
+        frames = []
         append = frames.append
         i = start
         try:
@@ -320,8 +332,9 @@ async def _with_acks(
     # flight (while draining), rather than on every ack.
     refill = window - max(1, window // 4)
     wake_at = refill
-    decode = AckDecoder()
+    decode = AckDecoder().decode
     index_of = ids.index_of
+    prefix, plen, own = ids.prefix, len(ids.prefix), bool(ids.own)
     build = _ack_builder()
 
     def on_ack(data: bytes) -> None:
@@ -332,9 +345,18 @@ async def _with_acks(
             log.warning("ignoring a frame on the ack inbox that is not an ack: %s", exc)
             return
         cid = pb.correlationId
-        i = index_of(cid)
-        if i < 0:
-            return  # not ours
+        # index_of(cid), inlined for generated ids (the bulk case).
+        if own or not cid.startswith(prefix):
+            i = index_of(cid)
+            if i < 0:
+                return  # not ours
+        else:
+            try:
+                i = int(cid[plen:])
+            except ValueError:
+                return  # not ours
+            if not 0 <= i < n:
+                return
         st = state[i]
         if st == _FLYING:
             flying -= 1
@@ -444,39 +466,88 @@ async def _expire(
     return gave_up
 
 
-def _ack_builder() -> Any:
+class _UnfrozenAck:
+    """Same slots, in the same order, as :class:`Ack`, without the frozen ``__setattr__``: an
+    ack is filled in here with plain attribute stores, then becomes an ``Ack`` by ``__class__``
+    assignment (Python allows it between classes of the same slot layout). A tenth of the cost
+    of calling each frozen slot's setter, the largest item of an ack's cost after parsing."""
+
+    __slots__ = tuple(f.name for f in fields(Ack))
+
+
+def _ack_builder() -> Callable[[api_pb2.Ack, str], Ack]:
     """A function ``build(pb, correlation_id) -> Ack`` for acks without an error: the same
     :class:`Ack` as ``ack_from_pb`` (a test holds them equal), with the partition parsed once per
     subject and the correlation id the caller already read."""
-    (stream, partition, partition_subject, msg_subject, offset, ack_inbox, correlation_id, ack_policy,
-     reception, commit, ack_error) = _ACK_SETTERS  # fmt: skip
     partitions: dict[str, int] = {}
     policies = {p.value: p for p in AckPolicy}
-    new, ok, leader = object.__new__, AckError.OK, AckPolicy.LEADER
+    ok, leader = AckError.OK, AckPolicy.LEADER
 
-    def build(pb: api_pb2.Ack, cid: str) -> Ack:
-        ack: Ack = new(Ack)
-        ms = pb.msgSubject
+    def partition_of(pb: api_pb2.Ack, ms: str) -> int:
         part = partitions.get(ms)
         if part is None:
             part = partitions[ms] = ack_from_pb(pb).partition
-        stream(ack, pb.stream)
-        partition(ack, part)
-        partition_subject(ack, pb.partitionSubject)
-        msg_subject(ack, ms)
-        offset(ack, pb.offset)
-        ack_inbox(ack, pb.ackInbox)
-        correlation_id(ack, cid)
-        ack_policy(ack, policies.get(pb.ackPolicy, leader))
-        reception(ack, pb.receptionTimestamp)
-        commit(ack, pb.commitTimestamp)
-        ack_error(ack, ok)
-        return ack
+        return part
+
+    if not _UNFREEZE_WORKS:
+        (stream, partition, partition_subject, msg_subject, offset, ack_inbox, correlation_id, ack_policy,
+         reception, commit, ack_error) = (getattr(Ack, f.name).__set__ for f in fields(Ack))  # fmt: skip
+
+        def build_by_setters(pb: api_pb2.Ack, cid: str) -> Ack:
+            ack: Ack = _new_object(Ack)
+            ms = pb.msgSubject
+            stream(ack, pb.stream)
+            partition(ack, partition_of(pb, ms))
+            partition_subject(ack, pb.partitionSubject)
+            msg_subject(ack, ms)
+            offset(ack, pb.offset)
+            ack_inbox(ack, pb.ackInbox)
+            correlation_id(ack, cid)
+            ack_policy(ack, policies.get(pb.ackPolicy, leader))
+            reception(ack, pb.receptionTimestamp)
+            commit(ack, pb.commitTimestamp)
+            ack_error(ack, ok)
+            return ack
+
+        return build_by_setters
+
+    def build(pb: api_pb2.Ack, cid: str) -> Ack:
+        ack: Any = _new_object(_UnfrozenAck)
+        ms = ack.msg_subject = pb.msgSubject
+        part = partitions.get(ms)
+        ack.partition = partition_of(pb, ms) if part is None else part
+        ack.stream = pb.stream
+        ack.partition_subject = pb.partitionSubject
+        ack.offset = pb.offset
+        ack.ack_inbox = pb.ackInbox
+        ack.correlation_id = cid
+        ack.ack_policy = policies.get(pb.ackPolicy, leader)
+        ack.reception_timestamp = pb.receptionTimestamp
+        ack.commit_timestamp = pb.commitTimestamp
+        ack.ack_error = ok
+        ack.__class__ = Ack
+        return ack  # type: ignore[no-any-return]
 
     return build
 
 
-_ACK_SETTERS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
+_new_object = object.__new__
+
+
+def _unfreeze_works() -> bool:
+    """Whether an :class:`_UnfrozenAck` can become an :class:`Ack` (checked once at import; the
+    builder falls back to the slot setters if a future ``Ack`` changes its layout)."""
+    try:
+        probe: Any = _new_object(_UnfrozenAck)
+        for f in fields(Ack):
+            setattr(probe, f.name, None)
+        probe.__class__ = Ack
+    except TypeError:
+        return False
+    return type(probe) is Ack and all(getattr(probe, f.name) is None for f in fields(Ack))
+
+
+_UNFREEZE_WORKS = _unfreeze_works()
 
 
 def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
@@ -490,6 +561,9 @@ def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
     :raises PublishError: a record failed or the connection did; ``__cause__`` is the first error.
     """
     errors = out.errors
+    acks = out.acks
+    if not errors and not out.timed_out and out.failure is None and acks[-1] is not None and None not in acks:
+        return acks  # type: ignore[return-value]  # every record acknowledged: no None left
     for i in out.timed_out:
         errors.setdefault(
             i,
@@ -570,6 +644,8 @@ def correlation_ids(records: Sequence[Record | bytes]) -> CorrelationIds:
 
     :raises InvalidArgumentError: two records share a correlation id.
     """
+    if set(map(type, records)) <= {bytes}:
+        return CorrelationIds(len(records), {})
     own = {i: rec.correlation_id for i, rec in enumerate(records) if type(rec) is not bytes and rec.correlation_id}
     return CorrelationIds(len(records), own)
 

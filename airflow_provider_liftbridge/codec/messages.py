@@ -7,7 +7,7 @@ them into its own value types before anything reaches a caller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError
@@ -133,6 +133,13 @@ class PublishEncoder:
             id_head = self._id_head(len(correlation_id))
         return self._frame(b"".join((self._no_offset, head, value, self._inbox, id_head, correlation_id, self._policy)))
 
+    def encode_values(self, values: Sequence[bytes], correlation_ids: Sequence[bytes]) -> list[bytes]:
+        """:meth:`encode_value` of each pair, in one call (a burst of a bulk publish).
+
+        :raises PayloadTooLargeError: an encoded message exceeds ``max_payload``.
+        """
+        return list(map(self.encode_value, values, correlation_ids))
+
     def encode(
         self,
         value: bytes,
@@ -186,7 +193,7 @@ class AckDecoder:
         self._max_payload = max_payload
         self._limit = max_payload + len(self._head)
 
-    def __call__(self, data: bytes) -> api_pb2.Ack:
+    def decode(self, data: bytes) -> api_pb2.Ack:
         """Decode one enveloped Ack.
 
         :raises EnvelopeError: any subclass, naming what was wrong with the frame.
@@ -201,6 +208,8 @@ class AckDecoder:
                 ) from exc
             return pb
         return _parse(pb, decode(data, MsgType.ACK, max_payload=self._max_payload).payload, "Ack")
+
+    __call__ = decode
 
 
 def _parse(target: _T, payload: memoryview, what: str) -> _T:
