@@ -231,6 +231,7 @@ class _Connection(asyncio.Protocol):
         self.draining = False  # server stopping: new streams are refused
         self._paused = False  # the transport's buffer is above its high-water mark
         self._dirty: dict[_Stream, None] = {}  # streams with responses not given to h2 yet
+        self._to_ack: dict[_Stream, None] = {}  # streams whose received bytes are to be acknowledged
         self._flush_handle: asyncio.Handle | None = None
 
     # -- connection ---------------------------------------------------------------------
@@ -292,6 +293,11 @@ class _Connection(asyncio.Protocol):
                 self._dispatch(event)
             except Exception:  # one bad event must not take down the server or the connection's other calls
                 log.exception("error handling %s from %s", type(event).__name__, self.peer)
+        if self._to_ack:
+            streams, self._to_ack = self._to_ack, {}
+            for stream in streams:
+                if not stream.finished:
+                    self._acknowledge(stream)
         self._flush()
 
     def _dispatch(self, event: h2.events.Event) -> None:
@@ -410,7 +416,7 @@ class _Connection(asyncio.Protocol):
         # Give the window back unless complete messages are piling up for a slow streaming handler;
         # bytes of an incomplete message are always acknowledged, so a large message can arrive.
         if stream.inbox_bytes <= _RECV_HIGH_WATER or not stream.handler.request_streaming:
-            self._acknowledge(stream)
+            self._to_ack[stream] = None  # once per stream per socket read, not per frame
         stream.wake_requests()
 
     def _acknowledge(self, stream: _Stream) -> None:
