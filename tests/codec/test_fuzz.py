@@ -23,11 +23,14 @@ SEEDS = [
 
 def decode_any(data: bytes) -> None:
     """Feed ``data`` to every decoding entry point; only EnvelopeError may escape."""
-    for fn in (codec.decode, codec.unmarshal_message, codec.unmarshal_ack):
+    for fn in (codec.decode, codec.unmarshal_message, codec.unmarshal_ack, _ACK_DECODER):
         try:
             fn(data)
         except codec.EnvelopeError:
             pass
+
+
+_ACK_DECODER = codec.AckDecoder()  # reused across inputs, as the bulk path reuses it across acks
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:

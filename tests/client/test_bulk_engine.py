@@ -1,0 +1,289 @@
+"""The bulk engine (``publish_enveloped``) against a stand-in broker on the dev server's real
+nats-server: frames on the wire, acks matched under reordering, duplicates, junk and late acks,
+re-sends and the window — with nats-py's internals (the fast path) and without (its public API).
+
+The stand-in broker is a nats-py subscriber that answers the envelopes it receives with acks in
+whatever order and number a test wants: the dev server always acks once, in order, so it cannot
+exercise the matching. Everything else is real: nats-server, nats-py, the codec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from airflow_provider_liftbridge import codec
+from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.client import AckPolicy, PublishError, Record, _nats_fast
+from airflow_provider_liftbridge.client.nats_direct import (
+    NO_RESEND,
+    NatsPublisher,
+    correlation_ids,
+    publish_enveloped,
+)
+
+
+@pytest.fixture(params=[True, False], ids=["internals", "public-api"])
+def internals(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
+    """Run the test with the fast path, then with nats-py's public API only."""
+    monkeypatch.setattr(_nats_fast, "USE_INTERNALS", request.param)
+    yield request.param
+
+
+@dataclass
+class StandIn:
+    """A stand-in broker: records every frame received on ``subject`` and answers them through
+    ``answer(frames) -> acks`` once ``batch`` frames (or a pause of 20 ms) have come in."""
+
+    nc: NatsClient
+    subject: str
+    batch: int
+    answer: Callable[[list[api_pb2.Message]], list[tuple[str, bytes]]]
+    frames: list[bytes] = field(default_factory=list)
+    pending: list[api_pb2.Message] = field(default_factory=list)
+    outstanding: int = 0
+    max_outstanding: int = 0
+    next_offset: int = 0
+
+    async def on_frame(self, msg: nats.aio.msg.Msg) -> None:
+        self.frames.append(msg.data)
+        self.pending.append(codec.unmarshal_message(msg.data))
+        self.outstanding += 1
+        self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        if len(self.pending) >= self.batch:
+            await self.flush()
+
+    async def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        self.outstanding -= len(batch)
+        for inbox, frame in self.answer(batch):
+            await self.nc.publish(inbox, frame)
+
+    def ack(
+        self, sent: api_pb2.Message, error: int = api_pb2.Ack.OK, cid: str | None = None, offset: int | None = None
+    ) -> tuple[str, bytes]:
+        """The ack a broker sends for ``sent`` (at ``offset``, else the next one), as
+        ``(inbox, frame)``."""
+        if offset is None:
+            offset = self.next_offset
+            self.next_offset += 1
+        pb = api_pb2.Ack(
+            stream=self.subject,
+            partitionSubject=self.subject,
+            msgSubject=self.subject,
+            offset=offset,
+            ackInbox=sent.ackInbox,
+            correlationId=sent.correlationId if cid is None else cid,
+            ackPolicy=sent.ackPolicy,
+            receptionTimestamp=10 + offset,
+            commitTimestamp=20 + offset,
+            ackError=error,  # type: ignore[arg-type]
+        )
+        return sent.ackInbox, codec.encode_ack(pb)
+
+
+@pytest.fixture
+async def stand_in(nats_url: str) -> AsyncIterator[Callable[..., asyncio.Future[StandIn]]]:
+    conns: list[NatsClient] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(
+        answer: Callable[[StandIn, list[api_pb2.Message]], list[tuple[str, bytes]]], batch: int = 1
+    ) -> StandIn:
+        nc = await nats.connect(nats_url)
+        conns.append(nc)
+        subject = f"standin-{uuid.uuid4().hex[:10]}"
+        broker = StandIn(nc, subject, batch, lambda b: answer(broker, b))
+        await nc.subscribe(subject, cb=broker.on_frame)
+        await nc.flush()
+
+        async def idle_flush() -> None:  # a partial batch is answered after a 20 ms pause
+            while True:
+                before = len(broker.frames)
+                await asyncio.sleep(0.02)
+                if broker.pending and len(broker.frames) == before:
+                    await broker.flush()
+
+        tasks.append(asyncio.ensure_future(idle_flush()))
+        return broker
+
+    yield start  # type: ignore[misc]
+    for t in tasks:
+        t.cancel()
+    for nc in conns:
+        await nc.close()
+
+
+async def publisher(nats_url: str) -> NatsClient:
+    return await nats.connect(nats_url)
+
+
+async def test_frames_on_the_wire_are_new_message_bytes(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
+    records: list[Record | bytes] = [
+        b"plain",
+        b"",
+        Record(b"keyed", key=b"k"),
+        Record(b"with header", headers={"h": b"1"}),
+        Record(b"own id", correlation_id="mine"),
+        Record(b"occ", expected_offset=7),
+        b"v" * 300,
+    ]
+    ids = correlation_ids(records)
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(
+            nc, [broker.subject] * len(records), records, ids, window=3, ack_policy=AckPolicy.ALL
+        )
+    finally:
+        await nc.close()
+    assert out.acked == len(records) and not out.errors
+    assert len(broker.frames) == len(records)
+    inbox = codec.unmarshal_message(broker.frames[0]).ackInbox
+    assert inbox.startswith("_INBOX.")
+    for i, (rec, frame) in enumerate(zip(records, broker.frames, strict=True)):
+        r = rec if isinstance(rec, Record) else Record(rec)
+        expected = codec.new_message(
+            r.value,
+            key=r.key or b"",
+            headers=r.headers,
+            ack_inbox=inbox,
+            correlation_id=ids[i],
+            ack_policy=api_pb2.ALL,
+            expected_offset=-1 if r.expected_offset is None else r.expected_offset,
+        )
+        assert frame == expected, f"record {i}"
+    assert ids[4] == "mine" and ids[0] != ids[1]
+
+
+async def test_acks_matched_under_reordering_duplicates_and_junk(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    rng = random.Random(7)
+
+    def answer(b: StandIn, batch: list[api_pb2.Message]) -> list[tuple[str, bytes]]:
+        acks = [b.ack(m) for m in batch]  # offsets in arrival order
+        inbox = batch[0].ackInbox
+        noise = [
+            (inbox, b"not an envelope"),
+            b.ack(batch[0], cid="someone-else", offset=-5),
+            b.ack(batch[0], cid=batch[0].correlationId.rsplit("-", 1)[0] + "-999999", offset=-5),  # no such record
+        ]
+        answers = acks + acks[: len(acks) // 2] + noise  # half of them twice
+        rng.shuffle(answers)
+        return answers
+
+    broker = await stand_in(answer, batch=8)
+    values = [b"r%d" % i for i in range(100)]
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 100, values, correlation_ids(values), window=8)
+        in_msgs = nc.stats["in_msgs"]
+    finally:
+        await nc.close()
+    assert out.acked == 100 and not out.errors and not out.timed_out and out.resent == 0
+    sent = [codec.unmarshal_message(f) for f in broker.frames]
+    assert [m.value for m in sent] == values
+    offset_of = {m.correlationId: i for i, m in enumerate(sent)}  # the stand-in numbers in arrival order
+    for i, ack in enumerate(out.acks):
+        assert ack is not None and ack.correlation_id == sent[i].correlationId
+        assert ack.offset == offset_of[ack.correlation_id]
+        assert (ack.reception_timestamp, ack.commit_timestamp) == (10 + ack.offset, 20 + ack.offset)
+    assert broker.max_outstanding <= 8 and out.peak_in_flight <= 8
+    # The fast path hands acks to the engine before nats-py counts them; the public path counts
+    # every ack, copy and junk frame.
+    assert (in_msgs == 0) if internals else (in_msgs > 100)
+
+
+async def test_late_ack_counts_and_resent_records_take_the_first_ack(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    """Record 0's only ack comes after its deadline (the policy does not re-send it): it still
+    counts, since records 1-3 are still in flight. Records 1-3 get no ack for their first copy
+    and are re-sent; the second copy is acked twice and the first of those acks wins."""
+    seen: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+
+    def answer(b: StandIn, batch: list[api_pb2.Message]) -> list[tuple[str, bytes]]:
+        out = []
+        for m in batch:
+            seen[m.correlationId] = seen.get(m.correlationId, 0) + 1
+            if m.value == b"late":
+                loop.call_later(0.8, lambda m=m: asyncio.ensure_future(b.nc.publish(*b.ack(m))))
+            elif seen[m.correlationId] >= 2:
+                # The re-sent copy, acked twice, after record 0's late ack (so still in flight then).
+                acks = [b.ack(m), b.ack(m)]
+                loop.call_later(0.35, lambda acks=acks: [asyncio.ensure_future(b.nc.publish(*a)) for a in acks])
+        return out
+
+    class AllButFirst:
+        def should_resend(self, index: int, attempt: int) -> bool:
+            return index != 0 and attempt <= 3
+
+    broker = await stand_in(answer, batch=1)
+    records = [b"late", b"a", b"b", b"c"]
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(
+            nc, [broker.subject] * 4, records, correlation_ids(records), window=4, ack_timeout=0.6, resend=AllButFirst()
+        )
+    finally:
+        await nc.close()
+    assert out.timed_out == [] and not out.errors
+    assert out.acked == 4 and out.resent == 3
+    assert [seen[a.correlation_id] for a in out.acks if a is not None] == [1, 2, 2, 2]
+    acks = [a for a in out.acks if a is not None]
+    # Each re-sent record got two acks (offsets n, n+1): the first one is kept.
+    assert len({a.offset for a in acks}) == 4 and all(a.offset % 2 == 0 for a in acks[1:])
+
+
+async def test_no_resend_times_out_and_stops_new_sends(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    """Only the "ok" records are acked: the window fills with unacknowledged records, they time
+    out together, and nothing after them is sent."""
+
+    def answer(b: StandIn, batch: list[api_pb2.Message]) -> list[tuple[str, bytes]]:
+        return [b.ack(m) for m in batch if m.value.startswith(b"ok")]
+
+    broker = await stand_in(answer)
+    records = [b"ok0", b"lost", b"ok2", b"ok3"] + [b"unacked%d" % i for i in range(20)]
+    async with NatsPublisher(await publisher(nats_url)) as pub:
+        with pytest.raises(PublishError) as caught:
+            await pub.publish_many(broker.subject, records, window=4, timeout=0.3, resend=NO_RESEND)
+    err = caught.value
+    assert err.index == 1 and err.acked == 3
+    assert {i: type(e).__name__ for i, e in err.errors.items()} == dict.fromkeys([1, 4, 5, 6], "AckTimeoutError")
+    assert len(broker.frames) == 7  # the window of 4 held lost + 3 more; nothing was sent after them
+
+
+async def test_ack_errors_are_typed_in_the_outcome(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    errors = {b"occ": api_pb2.Ack.INCORRECT_OFFSET, b"big": api_pb2.Ack.TOO_LARGE, b"enc": api_pb2.Ack.ENCRYPTION}
+
+    def answer(b: StandIn, batch: list[api_pb2.Message]) -> list[tuple[str, bytes]]:
+        return [b.ack(m, error=errors.get(m.value, api_pb2.Ack.OK)) for m in reversed(batch)]
+
+    broker = await stand_in(answer, batch=4)
+    records = [b"fine", b"occ", b"big", b"enc"]
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 4, records, correlation_ids(records), window=4)
+    finally:
+        await nc.close()
+    assert out.acks[0] is not None and out.acks[1:] == [None, None, None]
+    assert {i: type(e).__name__ for i, e in out.errors.items()} == {
+        1: "IncorrectOffsetError",
+        2: "MessageTooLargeError",
+        3: "EncryptionError",
+    }

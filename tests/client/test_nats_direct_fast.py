@@ -1,0 +1,164 @@
+"""The pieces under the bulk engine: the nats-py adapter (``client/_nats_fast.py``) against the
+dev server's real nats-server, correlation ids, and the ack builder.
+
+The first test is the tripwire for nats-py upgrades: it fails, naming what changed, when the
+internals the adapter relies on no longer have the shape it was written for (the adapter itself
+then falls back to the public API, and the bulk path gets slower, not wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import nats
+import pytest
+
+from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, Record, _nats_fast, nats_direct
+from airflow_provider_liftbridge.client._core import ack_from_pb
+from airflow_provider_liftbridge.client.nats_direct import CorrelationIds, correlation_ids
+from airflow_provider_liftbridge.client.types import Ack
+
+
+def test_nats_py_internals_have_the_expected_shape() -> None:
+    assert _nats_fast.internals_usable(), f"the bulk path lost its fast path: {_nats_fast._PROBLEM}"
+
+
+async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        fast = _nats_fast.fast_nats(nc)
+        assert fast.internals and _nats_fast.fast_nats(nc) is fast  # one per client
+        got: list[bytes] = []
+        subject = f"fast-{uuid.uuid4().hex}"
+        sub = await fast.subscribe(subject, got.append, pending_msgs=1000, pending_bytes=1 << 20)
+        await fast.publish_burst([subject] * 3, [b"a", b"b", b"c"])
+        await nc.flush()
+        await _until(lambda: len(got) == 3)
+        assert got == [b"a", b"b", b"c"] and nc.stats["in_msgs"] == 0  # nats-py's processing skipped
+        assert nc.stats["out_msgs"] == 3
+        # A message with NATS headers takes nats-py's own path, then the same handler.
+        await nc.publish(subject, b"with headers", headers={"h": "1"})
+        await _until(lambda: len(got) == 4)
+        assert got[3] == b"with headers" and nc.stats["in_msgs"] == 1
+        # After forget(), nats-py's own path delivers again.
+        fast.forget(sub)
+        await nc.publish(subject, b"d")
+        await _until(lambda: len(got) == 5)
+        assert nc.stats["in_msgs"] == 2
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+
+
+async def test_a_failing_handler_does_not_end_the_connection(nats_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        fast = _nats_fast.fast_nats(nc)
+        subject = f"fast-{uuid.uuid4().hex}"
+
+        def broken(data: bytes) -> None:
+            raise ValueError("handler bug")
+
+        await fast.subscribe(subject, broken, pending_msgs=10, pending_bytes=1 << 16)
+        got: list[bytes] = []
+        await fast.subscribe(subject + ".ok", got.append, pending_msgs=10, pending_bytes=1 << 16)
+        await fast.publish_burst([subject, subject + ".ok"], [b"x", b"y"])
+        await _until(lambda: got == [b"y"])
+        assert "handler failed" in caplog.text and nc.is_connected
+    finally:
+        await nc.close()
+
+
+async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        fast = _nats_fast.FastNats(nc, internals=False)
+        got: list[bytes] = []
+        subject = f"slow-{uuid.uuid4().hex}"
+        await fast.subscribe(subject, got.append, pending_msgs=10, pending_bytes=1 << 16)
+        await fast.publish_burst([subject, subject], [b"1", b"2"])
+        await _until(lambda: len(got) == 2)
+        assert got == [b"1", b"2"] and nc.stats["in_msgs"] == 2
+    finally:
+        await nc.close()
+
+
+async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    fast = _nats_fast.fast_nats(nc)
+    await nc.close()
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await fast.publish_burst(["s"], [b"x"])
+
+
+async def _until(cond: object, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correlation ids
+# ---------------------------------------------------------------------------------------------
+
+
+def test_generated_ids_are_unique_per_call_and_map_back_to_their_index() -> None:
+    a, b = correlation_ids([b"x"] * 1000), correlation_ids([b"x"] * 1000)
+    assert len(set(a) | set(b)) == 2000
+    assert all(a.index_of(cid) == i for i, cid in enumerate(a))
+    assert a.index_of(b[5]) == -1 and a.index_of("nonsense") == -1
+    assert a.index_of(a.prefix + "1000") == -1 and a.index_of(a.prefix + "-1") == -1
+    assert a[-1] == a[999] and list(a)[:2] == [a[0], a[1]]
+    with pytest.raises(IndexError):
+        a[1000]
+
+
+def test_own_ids_win_and_duplicates_are_refused() -> None:
+    ids = correlation_ids([b"x", Record(b"y", correlation_id="mine"), Record(b"z")])
+    assert ids[1] == "mine" and ids.index_of("mine") == 1
+    assert ids.index_of(ids.prefix + "1") == -1  # record 1 never carried the generated id
+    assert ids.index_of(ids[2]) == 2
+    with pytest.raises(InvalidArgumentError, match="unique"):
+        correlation_ids([Record(b"a", correlation_id="c"), Record(b"b", correlation_id="c")])
+    with pytest.raises(InvalidArgumentError, match="unique"):
+        CorrelationIds(3, {0: "p-2"}, prefix="p-")  # an own id equal to record 2's generated one
+    assert CorrelationIds.of(["x", "y"]).index_of("y") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The ack builder
+# ---------------------------------------------------------------------------------------------
+
+ACKS = [
+    api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", offset=3, ackInbox="i", correlationId="c"),
+    api_pb2.Ack(
+        stream="s",
+        partitionSubject="s",
+        msgSubject="s.4",
+        offset=2**40,
+        ackInbox="i",
+        correlationId="d",
+        ackPolicy=api_pb2.ALL,
+        receptionTimestamp=5,
+        commitTimestamp=6,
+    ),
+    api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s.x", correlationId="e", ackPolicy=api_pb2.NONE),
+]
+
+
+@pytest.mark.parametrize("unfreeze", [True, False], ids=["class-swap", "setters"])
+def test_ack_builder_builds_what_ack_from_pb_builds(monkeypatch: pytest.MonkeyPatch, unfreeze: bool) -> None:
+    assert nats_direct._UNFREEZE_WORKS  # else the fast builder is never used
+    monkeypatch.setattr(nats_direct, "_UNFREEZE_WORKS", unfreeze)
+    build = nats_direct._ack_builder()
+    for pb in ACKS * 2:  # twice: the second time the partition comes from the cache
+        ack = build(pb, pb.correlationId)
+        reference = ack_from_pb(pb)
+        assert type(ack) is Ack and ack == reference and hash(ack) == hash(reference)
+        assert dataclasses.astuple(ack) == dataclasses.astuple(reference)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ack.offset = 1  # type: ignore[misc]
+    assert build(ACKS[1], "d").partition == 4 and build(ACKS[1], "d").ack_policy is AckPolicy.ALL
