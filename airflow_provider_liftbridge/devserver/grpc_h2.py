@@ -361,7 +361,7 @@ class _Connection(asyncio.Protocol):
                 self.h2.reset_stream(sid, ErrorCodes.NO_ERROR)
             return
         handler = self.server.methods.get(path.decode("latin-1"))
-        stream = _Stream(self, sid, handler)  # type: ignore[arg-type]
+        stream = _Stream(self, sid, handler)
         self.streams[sid] = stream
         stream.metadata = tuple(metadata)
         if handler is None:

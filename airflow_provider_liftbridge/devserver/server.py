@@ -178,7 +178,7 @@ class _AioFront(_GrpcFront):
         except RuntimeError as exc:
             raise PortInUseError(f"gRPC port {port} on {host} cannot be bound; choose another port") from exc
         await self._server.start()
-        return bound
+        return int(bound)
 
     async def stop(self) -> None:
         await self._server.stop(None)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -88,3 +89,33 @@ def test_missing_nats_server_is_one_clear_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "nats-server binary not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_either_grpc_transport_serves_the_api(tmp_path: Path) -> None:
+    from airflow_provider_liftbridge.devserver import DevServerProcess
+
+    for transport in ("aio", "h2"):
+        with DevServerProcess(tmp_path / transport, grpc_transport=transport) as proc:
+            with grpc.insecure_channel(proc.address) as channel:
+                stub = api_pb2_grpc.APIStub(channel)
+                stub.CreateStream(pb.CreateStreamRequest(name="t", subject="t"), timeout=5)
+                stub.Publish(pb.PublishRequest(stream="t", value=transport.encode()), timeout=5)
+                req = pb.SubscribeRequest(stream="t", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+                values = []
+                with pytest.raises(grpc.RpcError) as end:
+                    for msg in stub.Subscribe(req, timeout=5):
+                        values.append(msg.value)
+                assert end.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert values == [b"", transport.encode()]
+
+
+def test_unknown_grpc_transport_is_refused(tmp_path: Path) -> None:
+    from airflow_provider_liftbridge.devserver import DevServer
+
+    out = subprocess.run(
+        [*CMD, "--grpc-transport", "http1", "--data-dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert "--grpc-transport: invalid choice: 'http1'" in out.stderr
+    with pytest.raises(ValueError, match="unknown gRPC transport 'http1'; choose one of h2, aio"):
+        DevServer(grpc_transport="http1")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import grpc
 import pytest
@@ -219,7 +219,7 @@ def test_publish_async_bidi_stream_over_grpc_aio(server: DevServer) -> None:
             stub = api_pb2_grpc.APIStub(channel)
             await stub.CreateStream(pb.CreateStreamRequest(name=name, subject=name), timeout=5)
 
-            async def requests():  # type: ignore[no-untyped-def]
+            async def requests() -> AsyncIterator[pb.PublishRequest]:
                 for i in range(n):
                     yield pb.PublishRequest(stream=name, value=b"v%d" % i, correlationId=str(i))
                 yield pb.PublishRequest(stream="flow-missing", value=b"x", correlationId="bad")

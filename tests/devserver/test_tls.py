@@ -118,7 +118,8 @@ def test_mutual_tls_round_trip_with_the_project_client(mtls_server: DevServer, c
     )
     with LiftbridgeClient(mtls_server.address, tls=tls, timeout=5.0) as client:
         client.create_stream("tls-client", "tls-client")
-        assert client.publish("tls-client", b"one").offset == 0
+        ack = client.publish("tls-client", b"one")
+        assert ack is not None and ack.offset == 0
         assert [m.value for m in client.subscribe("tls-client", stop_at=0)] == [b"one"]
 
 
