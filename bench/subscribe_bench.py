@@ -1,8 +1,11 @@
-"""Client CPU per message of a subscription: ours (sync, asyncio) beside raw generated stubs.
+"""Client CPU per message of a subscription: ours (sync, asyncio with each subscription reader)
+beside raw generated stubs and gufo-liftbridge.
 
     .venv/bin/python bench/subscribe_bench.py [--messages 100000] [--rounds 3] [--only ours-sync,raw-sync]
         [--compare-tree DIR]   # also run the client of another checkout (e.g. `git archive` of a
                                # commit) as old-sync / old-async, against the same server
+    variants: gufo, raw-sync, raw-sync-1t, ours-sync, raw-aio, ours-async (the default thread
+    reader), ours-async-aio (subscription_reader="aio", as the triggers use)
         [--server-tree DIR]    # run the dev server of another checkout (a fixed server for comparisons)
     .venv/bin/python bench/subscribe_bench.py --layers   # no server: our layers alone
 
@@ -70,9 +73,11 @@ def ours_sync(address: str, stream: str, n: int) -> int:
         return sum(1 for _ in client.subscribe(stream, stop_at=n - 1))
 
 
-async def _ours_async(address: str, stream: str, n: int) -> int:
+async def _ours_async(address: str, stream: str, n: int, reader: str | None = None) -> int:
     got = 0
-    async with AsyncLiftbridgeClient(address) as client:
+    # Only name a reader when asked: a --compare-tree client may predate the option.
+    options = {} if reader is None else {"subscription_reader": reader}
+    async with AsyncLiftbridgeClient(address, **options) as client:  # type: ignore[arg-type]
         async for _ in client.subscribe(stream, stop_at=n - 1):
             got += 1
     return got
@@ -128,12 +133,23 @@ def layers(n: int) -> None:
         def _stub(self, address: str, long_lived: bool = False) -> Stub:
             return Stub()
 
+    class Channel:  # what the generated stub asks of a blocking channel
+        def unary_stream(self, method: str, *args: object, **kwargs: object) -> Callable[[object], Call]:
+            return lambda request: Call()
+
+        unary_unary = stream_unary = stream_stream = unary_stream
+
     class Async(async_client._AsyncTransport):
-        def __init__(self) -> None:
+        def __init__(self, reader: str) -> None:
             self.closed = False
+            self._reader = reader  # type: ignore[assignment]
+            self._streams = set()
 
         def _stub(self, address: str, long_lived: bool = False) -> Stub:
             return Stub()
+
+        def _sync_channel(self, address: str) -> Channel:  # type: ignore[override]
+            return Channel()
 
     def raw_sync() -> int:
         return sum(1 for m in Call() if m.ByteSize())
@@ -147,9 +163,9 @@ def layers(n: int) -> None:
     def ours_sync() -> int:
         return sum(1 for _ in Sync().drive(_ops.subscribe(core(), "s", stop_at=n - 1)))
 
-    async def ours_async() -> int:
+    async def ours_async(reader: str) -> int:
         got = 0
-        async for _ in Async().drive(_ops.subscribe(core(), "s", stop_at=n - 1)):
+        async for _ in Async(reader).drive(_ops.subscribe(core(), "s", stop_at=n - 1)):
             got += 1
         return got
 
@@ -157,7 +173,8 @@ def layers(n: int) -> None:
         "fake call alone (sync)": raw_sync,
         "ours-sync": ours_sync,
         "fake call alone (async for)": lambda: asyncio.run(raw_async()),
-        "ours-async": lambda: asyncio.run(ours_async()),
+        "ours-async (thread reader)": lambda: asyncio.run(ours_async("thread")),
+        "ours-async (aio reader)": lambda: asyncio.run(ours_async("aio")),
     }
     print(f"our layers over a fake call, {n:,} messages with 2 headers, best of 3")
     print("| variant | CPU µs/msg |")
@@ -222,6 +239,7 @@ def variants(address: str, stream: str, n: int, tree: Path | None) -> dict[str, 
         "ours-sync": lambda: ours_sync(address, stream, n),
         "raw-aio": lambda: asyncio.run(raw_subscribe_aio(address, stream, n)),
         "ours-async": lambda: asyncio.run(_ours_async(address, stream, n)),
+        "ours-async-aio": lambda: asyncio.run(_ours_async(address, stream, n, "aio")),
     }
 
 

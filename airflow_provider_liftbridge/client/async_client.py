@@ -7,8 +7,8 @@ import asyncio
 import functools
 import threading
 from collections import deque
-from time import monotonic
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from time import monotonic
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
@@ -60,6 +60,33 @@ BUFFER_LOW = BUFFER_HIGH // 2
 LINGER_BELOW = 32
 LINGER = 0.0005
 BUSY_WAIT = 0.002
+
+#: Reader threads the process runs at most. A subscription opened while that many run is read
+#: with grpc.aio instead: many concurrent subscriptions (e.g. triggers that did not ask for the
+#: aio reader) never mean as many threads.
+MAX_READER_THREADS = 64
+
+
+class _ReaderCount:
+    """How many reader threads run in this process."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def try_start(self) -> bool:
+        with self._lock:
+            if self.running >= MAX_READER_THREADS:
+                return False
+            self.running += 1
+            return True
+
+    def stopped(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+_READERS = _ReaderCount()
 
 
 def _closed_error() -> ClientClosedError:
@@ -138,11 +165,17 @@ class _ThreadedStream:
         self.thread = threading.Thread(
             target=self._read_all, args=(open_call, request), name=f"liftbridge-{method.lower()}-reader", daemon=True
         )
-        self.thread.start()
+        self.thread.start()  # counted in _READERS by the caller; _read_all uncounts it when done
 
     # --- the reader thread ------------------------------------------------------------------
 
     def _read_all(self, open_call: Callable[[Any], Any], request: Any) -> None:
+        try:
+            self._read_responses(open_call, request)
+        finally:
+            _READERS.stopped()
+
+    def _read_responses(self, open_call: Callable[[Any], Any], request: Any) -> None:
         buffer = self.buffer
         append = buffer.append
         stop = _Stop(None)
@@ -277,9 +310,13 @@ class _AsyncTransport:
         stream: _AsyncStream | _ThreadedStream
         if effect.request is None:
             stream = _AsyncStream(getattr(self._stub(effect.address), effect.method)(), responses_only=False)
-        elif self._reader == "thread":
-            channel = self._sync_channel(effect.address)
-            stream = _ThreadedStream(channel, effect.method, effect.request, asyncio.get_running_loop())
+        elif self._reader == "thread" and _READERS.try_start():
+            try:
+                channel = self._sync_channel(effect.address)
+                stream = _ThreadedStream(channel, effect.method, effect.request, asyncio.get_running_loop())
+            except BaseException:
+                _READERS.stopped()  # no thread was started
+                raise
         else:
             method = getattr(self._stub(effect.address, effect.long_lived), effect.method)
             stream = _AsyncStream(method(effect.request), responses_only=True)

@@ -198,3 +198,22 @@ async def test_a_slow_consumer_keeps_the_buffer_bounded(
         assert offsets == list(range(1, n))  # in order, none lost while the reader waited
         assert highest <= 64
     assert await no_reader_threads_within(5)
+
+
+async def test_subscriptions_beyond_the_reader_thread_limit_use_grpc_aio(
+    lb_address: str, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(async_client_module, "MAX_READER_THREADS", async_client_module._READERS.running + 2)
+    async with AsyncLiftbridgeClient(lb_address) as c:
+        await c.create_stream(stream_name, stream_name)
+        await c.publish(stream_name, b"x")
+        subs = [c.subscribe(stream_name) for _ in range(5)]
+        got = [await anext(s) for s in subs]
+        assert [m.value for m in got] == [b"x"] * 5  # every one delivers, whichever its reader
+        assert len(reader_threads()) == 2
+        kinds = sorted(type(s).__name__ for s in c._transport._streams)
+        assert kinds == ["_AsyncStream"] * 3 + ["_ThreadedStream"] * 2
+        for s in subs:
+            await s.aclose()  # type: ignore[attr-defined]
+    assert await no_reader_threads_within(5)
+    assert async_client_module._READERS.running == 0
