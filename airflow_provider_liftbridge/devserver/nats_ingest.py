@@ -11,57 +11,144 @@ What arrives on a partition's subject is handled as the real server handles it:
 Paused, read-only and deleted partitions drop what arrives, as do streams with
 optimistic concurrency control when the offset check fails (an enveloped
 publisher with an ack inbox gets an ack with ``ackError = INCORRECT_OFFSET``).
+NATS headers (HPUB) are not part of a Liftbridge message and are not stored.
+
+How it stays cheap (see docs/devserver-ingest.md for the figures): nats-py parses the
+protocol and owns the connection (reconnects, re-subscribing, PING/PONG), but two of its
+per-message costs are skipped. Messages of the partition subscriptions are handed from
+nats-py's parser straight to :meth:`NatsIngest._handle`, without the ``Msg`` object, queue and
+callback task nats-py builds for each message; and the acks of one partition write are
+turned into PUB commands with nats-py's own command builder and queued on its connection as
+one write. Both go through nats-py internals (``Client._process_msg``,
+``Client._send_command``, ``Client._flush_pending``); their shapes are checked when this
+module is imported, and when they do not match (another nats-py version) the ingest uses the
+public subscription callbacks and ``publish`` instead: slower, same behaviour.
+
+Everything a partition stores in one event-loop turn is written together (see
+:mod:`.state`); acks are built from per-partition and per-inbox byte templates once the
+write is done, and go out together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
 
-import nats
+from google.protobuf.message import DecodeError
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.protocol.command import pub_cmd
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, encode_ack, unmarshal_message
+from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
 
-from .state import IncorrectOffsetError, Partition
-from .wire import ACK_INCORRECT_OFFSET, build_ack
+from .state import IncorrectOffsetError, Partition, is_valid_subject, length_delimited, varint
 
 log = logging.getLogger(__name__)
 
+#: Handles one NATS message of a partition subscription: (subject, reply, payload), as raw bytes.
+Route = Callable[[bytes, bytes, bytes], None]
+
 _NONE = api_pb2.NONE
-# Generous limits: dropping a message as a "slow consumer" would lose an unacked publish.
+_PUBLISH = MsgType.PUBLISH
+_parse_message = api_pb2.Message.FromString
+#: What a payload that is not a valid ``Message`` raises (the codec's ``unmarshal_message`` catches the same).
+_BAD_PAYLOAD = (EnvelopeError, DecodeError, RuntimeError, ValueError)
+_ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
+#: The 8-byte envelope header of every ack (type Ack, no CRC), taken from the codec once.
+_ACK_HEADER = encode(b"", MsgType.ACK, crc=False)
+_SMALL = [bytes((i,)) for i in range(128)]
+# Fallback path only: generous limits, since dropping a message as a "slow consumer" would lose
+# an unacked publish; and a yield now and then, because nats-py hands a queued backlog over
+# without yielding, which would hold the acks (and gRPC calls) back until the backlog is done.
 _SUB_PENDING_MSGS = 4_000_000
 _SUB_PENDING_BYTES = 1 << 30
 _YIELD_EVERY = 256
+_INBOX_CACHE_MAX = 10_000
+
+
+def _nats_py_hooks_match() -> bool:
+    """Whether the installed nats-py has the internals the fast path relies on, in the expected shape."""
+    try:
+        process = list(inspect.signature(NatsClient._process_msg).parameters)
+        send = list(inspect.signature(NatsClient._send_command).parameters)
+        flush = list(inspect.signature(NatsClient._flush_pending).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return (
+        process == ["self", "sid", "subject", "reply", "data", "headers"]
+        and send[:2] == ["self", "cmd"]
+        and flush[:1] == ["self"]
+        and inspect.iscoroutinefunction(NatsClient._process_msg)
+    )
+
+
+#: True when this nats-py can take the fast path (see the module docstring).
+FAST_PATH_AVAILABLE = _nats_py_hooks_match()
+
+
+class _IngestClient(NatsClient):
+    """nats-py's client, with messages of registered subscription ids handed straight to a route."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.routes: dict[int, Route] = {}
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        route = self.routes.get(sid)
+        if route is None:
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
+        else:
+            route(subject, reply, data)
+
+
+async def _log_error(exc: Exception) -> None:
+    # nats-py reports every failed reconnect attempt here; the disconnect itself is logged once.
+    log.debug("NATS connection error: %s", exc)
 
 
 class NatsIngest:
     """Owns the server's NATS connection: partition subscriptions, ack publishing, PublishToSubject.
 
     :param url: the NATS server to use.
+    :param fast: take the fast path when the installed nats-py allows it (see the module
+        docstring); ``False`` forces nats-py's public API (used by tests of the fallback).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, fast: bool = True) -> None:
         self.url = url
+        #: Whether messages bypass nats-py's per-message machinery (see the module docstring).
+        self.fast = fast and FAST_PATH_AVAILABLE
         self.nc: NatsClient | None = None
         self._subs: dict[Partition, Subscription] = {}
-        self._acks: list[tuple[str, bytes]] = []
-        self._ack_wakeup = asyncio.Event()
-        self._ack_task: asyncio.Task[None] | None = None
+        #: Acks waiting for their partition's next write, per message:
+        #: (subject, offset, inbox, correlation id, policy, reception time, error).
+        self._pending: dict[Partition, list[tuple[str, int, str, str, int, int, int]]] = {}
+        #: Acks ready to go out: (inbox, enveloped ack).
+        self._out: list[tuple[str, bytes]] = []
+        self._out_wakeup: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
         self._ack_waiters: dict[str, list[asyncio.Future[api_pb2.Ack]]] = {}
+        #: Encoded ``Ack.ackInbox`` field of every inbox seen that is a valid subject.
+        self._inbox_fields: dict[str, bytes] = {}
+        #: Encoded ``Ack`` fields 1-3 per partition and subject the message came on.
+        self._ack_prefixes: dict[Partition, dict[str, bytes]] = {}
+        #: Reception time shared by the messages handled in one event-loop turn (0: not taken yet).
+        self._now = 0
         self._handled = 0
 
     async def connect(self) -> None:
-        """Connect to NATS and start the ack sender.
+        """Connect to NATS and start the ack sender. Later, the connection reconnects by itself,
+        renewing the subscriptions, for as long as the server runs.
 
         :raises OSError, nats.errors.NoServersError: NATS is not reachable.
         """
-        self.nc = await nats.connect(
+        nc = _IngestClient() if self.fast else NatsClient()
+        await nc.connect(
             self.url,
             name="liftbridge-devserver",
             allow_reconnect=True,
@@ -70,123 +157,267 @@ class NatsIngest:
             connect_timeout=5,
             pending_size=64 * 1024 * 1024,
             skip_subject_validation=True,
+            error_cb=_log_error,
+            disconnected_cb=self._disconnected,
+            reconnected_cb=self._reconnected,
         )
-        self._ack_task = asyncio.get_running_loop().create_task(self._send_acks())
+        self.nc = nc
+        self._out_wakeup = asyncio.Event()
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    async def _disconnected(self) -> None:
+        if self.nc is not None and not self.nc.is_closed:
+            log.warning(
+                "lost the connection to NATS at %s; reconnecting (NATS publishes are not taken meanwhile)", self.url
+            )
+
+    async def _reconnected(self) -> None:
+        log.warning("reconnected to NATS at %s; %d partition subscriptions renewed", self.url, len(self._subs))
 
     async def close(self) -> None:
         """Send the acks still queued, then close the connection."""
-        if self._ack_task is not None:
-            self._ack_task.cancel()
-            self._ack_task = None
-        if self.nc is not None:
-            nc, self.nc = self.nc, None
+        if self._sender is not None:
+            self._sender.cancel()
+            self._sender = None
+        nc, self.nc = self.nc, None
+        if nc is not None:
             try:
-                for inbox, payload in self._acks:
-                    await nc.publish(inbox, payload)
-                self._acks.clear()
-                await nc.drain()
+                await self._send_out(nc)
+                await nc.flush(timeout=2)
             except Exception:  # closing anyway; NATS may already be gone
-                log.debug("error while closing the NATS connection", exc_info=True)
-                await nc.close()
+                log.debug("error while flushing the NATS connection", exc_info=True)
+            await nc.close()
         self._subs.clear()
+        self._pending.clear()
+        self._ack_prefixes.clear()
 
     # -- subscriptions ----------------------------------------------------------
     async def partition_opened(self, partition: Partition) -> None:
         """Subscribe ``partition`` to its subject (in the stream's queue group), confirmed by the server."""
-        if partition in self._subs or self.nc is None:
+        nc = self.nc
+        if partition in self._subs or nc is None:
             return
-
-        async def on_msg(msg: Msg) -> None:
-            self.handle(partition, msg.subject, msg.reply, msg.data)
-            self._handled += 1
-            if self._handled >= _YIELD_EVERY:
-                # nats-py hands queued messages over without yielding; let the flush (and so the
-                # acks) and gRPC calls run between batches instead of after the whole backlog.
-                self._handled = 0
-                await asyncio.sleep(0)
-
-        sub = await self.nc.subscribe(
-            partition.subject,
-            queue=partition.stream.group,
-            cb=on_msg,
-            pending_msgs_limit=_SUB_PENDING_MSGS,
-            pending_bytes_limit=_SUB_PENDING_BYTES,
-        )
+        route = self._route(partition)
+        if isinstance(nc, _IngestClient):
+            # No callback: nats-py keeps no task for the subscription, and the route gets the messages.
+            sub = await nc.subscribe(partition.subject, queue=partition.stream.group)
+            nc.routes[sub._id] = route
+        else:
+            sub = await nc.subscribe(
+                partition.subject,
+                queue=partition.stream.group,
+                cb=self._callback(route),
+                pending_msgs_limit=_SUB_PENDING_MSGS,
+                pending_bytes_limit=_SUB_PENDING_BYTES,
+            )
         self._subs[partition] = sub
         # A publish racing right behind CreateStream must find the subscription in place.
-        await self.nc.flush()
+        await nc.flush()
 
     async def partition_closed(self, partition: Partition) -> None:
         """Stop taking NATS messages for ``partition``."""
         sub = self._subs.pop(partition, None)
         if sub is not None:
+            if isinstance(self.nc, _IngestClient):
+                self.nc.routes.pop(sub._id, None)
             try:
                 await sub.unsubscribe()
             except Exception:  # connection already closing
                 log.debug("unsubscribe failed", exc_info=True)
+        self._ack_prefixes.pop(partition, None)
+        if partition.deleted:
+            self._pending.pop(partition, None)  # its commit callbacks are dropped with it
+
+    def commit_failed(self, partition: Partition) -> None:
+        """Writing ``partition`` failed: its pending acks are dropped (publishers time out and re-send)."""
+        self._pending.pop(partition, None)
+
+    def _route(self, part: Partition) -> Route:
+        """The handler of ``part``'s messages (subject and reply arrive as bytes); see the module docstring.
+
+        This runs once per message at NATS speed, so it is one closure with what it needs bound
+        locally rather than a chain of method calls.
+        """
+        own_subject_b = part.subject.encode()
+        own_subject = part.subject
+        append = part.append
+        pending_acks = self._pending
+        acks_committed = self._acks_committed
+
+        def route(subject: bytes, reply: bytes, data: bytes) -> None:
+            if part.paused or part.readonly or part.deleted:
+                return
+            try:
+                subj = own_subject if subject == own_subject_b else subject.decode()
+                rep = reply.decode() if reply else ""
+                now = self._now or self._reception_time()
+                msg = None
+                if data[:4] == MAGIC:
+                    try:
+                        # decode() checks the header, the type and the CRC-32C; any failure means
+                        # the bytes are stored whole, as the real server does.
+                        msg = _parse_message(decode(data, _PUBLISH).payload)
+                    except _BAD_PAYLOAD:
+                        msg = None
+                if msg is None:
+                    try:
+                        append(b"", data, None, subj, rep, 0, now)
+                    except IncorrectOffsetError:
+                        pass  # a plain message on a non-empty OCC stream is dropped
+                    return
+                try:
+                    offset = append(msg.key, msg.value, msg.headers, subj, rep, msg.offset, now)
+                    error = 0
+                except IncorrectOffsetError:
+                    offset, error = -1, _ACK_INCORRECT_OFFSET
+                inbox = msg.ackInbox
+                if inbox:
+                    policy = msg.ackPolicy
+                    if policy != _NONE:
+                        waiting = pending_acks.get(part)
+                        if waiting is None:
+                            waiting = pending_acks[part] = []
+                            part.after_commit(acks_committed, part)
+                        waiting.append((subj, offset, inbox, msg.correlationId, policy, now, error))
+            except Exception:  # never let one message break nats-py's read loop
+                log.exception("could not store a NATS message for %s/%d", part.stream.name, part.id)
+
+        return route
+
+    def _callback(self, route: Route) -> Callable[[Msg], object]:
+        """The fallback: a nats-py subscription callback feeding ``route``."""
+
+        async def on_msg(msg: Msg) -> None:
+            route(msg.subject.encode(), msg.reply.encode(), msg.data)
+            self._handled += 1
+            if self._handled >= _YIELD_EVERY:
+                self._handled = 0
+                await asyncio.sleep(0)
+
+        return on_msg
 
     # -- the hot path -----------------------------------------------------------
-    def handle(self, part: Partition, subject: str, reply: str, data: bytes) -> None:
-        """Store one NATS message on ``part`` and arrange its ack (see the module docstring)."""
-        if part.paused or part.readonly or part.deleted:
+    def _reception_time(self) -> int:
+        """The clock, read once per event-loop turn: the messages of one socket read share it."""
+        now = self._now = time.time_ns()
+        asyncio.get_running_loop().call_soon(self._forget_time)
+        return now
+
+    def _forget_time(self) -> None:
+        self._now = 0
+
+    def _acks_committed(self, part: Partition, commit_ts: int) -> None:
+        """Build the acks of everything ``part`` just wrote and queue them for publishing together."""
+        pending = self._pending.pop(part, None)
+        if not pending:
             return
-        now = time.time_ns()
-        msg = None
-        if data[:4] == MAGIC:
-            try:
-                msg = unmarshal_message(data)
-            except EnvelopeError:
-                msg = None
-        if msg is None:
-            try:
-                part.append(b"", data, None, subject, reply, 0, now)
-            except IncorrectOffsetError:
-                pass  # a plain message on a non-empty OCC stream is dropped
-            return
-        inbox = msg.ackInbox
-        policy = msg.ackPolicy
-        cid = msg.correlationId
-        try:
-            offset = part.append(msg.key, msg.value, msg.headers, subject, reply, msg.offset, now)
-        except IncorrectOffsetError:
-            if inbox and policy != _NONE:
-                part.after_commit(
-                    self._ack_committed, (part, subject, -1, inbox, cid, policy, now, ACK_INCORRECT_OFFSET)
+        # The Ack protobuf is written by hand, fields in number order and zero values left out, so
+        # the bytes are what ``Ack.SerializeToString()`` gives (tests/devserver/test_nats_acks.py).
+        # Fields 1-3 come from a per-subject template and field 5 from a per-inbox one; fields 8-9
+        # are shared by the messages of one read.
+        prefixes = self._ack_prefixes.get(part)
+        if prefixes is None:
+            prefixes = self._ack_prefixes[part] = {}
+        commit_field = b"\x48" + varint(commit_ts)
+        received_at, times = -1, b""
+        inbox_fields, out, waiters = self._inbox_fields, self._out, self._ack_waiters
+        small = _SMALL
+        for subject, offset, inbox, cid, policy, received, error in pending:
+            prefix = prefixes.get(subject) or self._ack_prefix(part, subject)
+            inbox_field = inbox_fields.get(inbox)
+            publish = inbox_field is not None
+            if not publish:
+                inbox_field = self._inbox_field(inbox)
+                publish = inbox in inbox_fields
+            if received != received_at:
+                received_at, times = received, b"\x40" + varint(received) + commit_field
+            c = cid.encode()
+            ack = b"".join(
+                (
+                    prefix,
+                    b"\x20" + varint(offset) if offset else b"",
+                    inbox_field,
+                    (b"\x32" + (small[len(c)] if len(c) < 128 else varint(len(c))) + c) if c else b"",
+                    b"\x38" + small[policy] if policy else b"",
+                    times,
+                    b"\x50" + small[error] if error else b"",
                 )
+            )
+            if publish:
+                out.append((inbox, _ACK_HEADER + ack))
+            if waiters and inbox in waiters:
+                self._resolve_waiters(inbox, api_pb2.Ack.FromString(ack))
+        if out and self._out_wakeup is not None:
+            self._out_wakeup.set()
+
+    def _ack_prefix(self, part: Partition, subject: str) -> bytes:
+        """Fields 1-3 of the acks of ``part`` for messages that came on ``subject`` (remembered)."""
+        stream = part.stream
+        prefix = (
+            length_delimited(b"\x0a", stream.name.encode())
+            + length_delimited(b"\x12", stream.subject.encode())
+            + length_delimited(b"\x1a", subject.encode())
+        )
+        prefixes = self._ack_prefixes.setdefault(part, {})
+        if len(prefixes) > _INBOX_CACHE_MAX:  # a wildcard subject with ever new tokens
+            prefixes.clear()
+        prefixes[subject] = prefix
+        return prefix
+
+    def _inbox_field(self, inbox: str) -> bytes:
+        """``Ack.ackInbox`` encoded; remembered (which marks the inbox publishable) when it is a valid subject."""
+        field = length_delimited(b"\x2a", inbox.encode())
+        if not is_valid_subject(inbox):
+            # Publishing to it would break the NATS connection for every other ack.
+            log.warning("not publishing an ack to the invalid subject %r", inbox)
+            return field
+        if len(self._inbox_fields) > _INBOX_CACHE_MAX:  # publishers with one inbox per message
+            self._inbox_fields.clear()
+        self._inbox_fields[inbox] = field
+        return field
+
+    async def _send_loop(self) -> None:
+        assert self._out_wakeup is not None
+        while True:
+            await self._out_wakeup.wait()
+            self._out_wakeup.clear()
+            nc = self.nc
+            if nc is None:
+                return
+            try:
+                await self._send_out(nc)
+            except Exception:  # keep sending later acks
+                log.warning("could not publish acks", exc_info=True)
+
+    async def _send_out(self, nc: NatsClient) -> None:
+        out, self._out = self._out, []
+        if not out or nc.is_closed:
             return
-        if inbox and policy != _NONE:
-            part.after_commit(self._ack_committed, (part, subject, offset, inbox, cid, policy, now, 0))
+        if isinstance(nc, _IngestClient):
+            # One command for the whole batch, queued like nats-py's own publish queues one (buffered
+            # while reconnecting), then one flush.
+            await nc._send_command(b"".join([pub_cmd(inbox, "", payload) for inbox, payload in out]))
+            await nc._flush_pending()
+        else:
+            for inbox, payload in out:
+                await nc.publish(inbox, payload)
 
-    def _ack_committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
-        part, subject, offset, inbox, cid, policy, recv_ts, error = arg
-        ack = build_ack(part, subject, offset, inbox, cid, policy, recv_ts, commit_ts, error)
-        self.send_ack(inbox, ack)
-
+    # -- acks of the gRPC API and PublishToSubject ------------------------------
     def send_ack(self, inbox: str, ack: api_pb2.Ack) -> None:
         """Queue ``ack`` for publishing on ``inbox`` and hand it to in-process waiters of that inbox."""
-        self._acks.append((inbox, encode_ack(ack)))
-        self._ack_wakeup.set()
+        if inbox in self._inbox_fields or self._inbox_field(inbox) and inbox in self._inbox_fields:
+            self._out.append((inbox, encode_ack(ack)))
+            if self._out_wakeup is not None:
+                self._out_wakeup.set()
+        self._resolve_waiters(inbox, ack)
+
+    def _resolve_waiters(self, inbox: str, ack: api_pb2.Ack) -> None:
         waiters = self._ack_waiters.pop(inbox, None)
         if waiters:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(ack)
 
-    async def _send_acks(self) -> None:
-        while True:
-            await self._ack_wakeup.wait()
-            self._ack_wakeup.clear()
-            acks, self._acks = self._acks, []
-            nc = self.nc
-            if nc is None:
-                return
-            for inbox, payload in acks:
-                try:
-                    await nc.publish(inbox, payload)
-                except Exception:  # a bad inbox name must not stop the other acks
-                    log.warning("could not publish an ack to %r", inbox, exc_info=True)
-
-    # -- PublishToSubject -------------------------------------------------------
     def wait_for_ack(self, inbox: str) -> asyncio.Future[api_pb2.Ack]:
         """A future resolved with the first ack this server sends to ``inbox``."""
         fut: asyncio.Future[api_pb2.Ack] = asyncio.get_running_loop().create_future()
@@ -194,6 +425,7 @@ class NatsIngest:
         return fut
 
     def forget_ack_waiter(self, inbox: str, fut: asyncio.Future[api_pb2.Ack]) -> None:
+        """Drop a waiter from :meth:`wait_for_ack` that is no longer wanted (its call timed out)."""
         waiters = self._ack_waiters.get(inbox)
         if waiters and fut in waiters:
             waiters.remove(fut)
