@@ -116,7 +116,7 @@ class FastNats:
             ) -> Awaitable[None]:
                 handler = handlers.get(sid)
                 if handler is None or headers:
-                    return original(sid, subject, reply, data, headers)  # type: ignore[no-any-return]
+                    return original(sid, subject, reply, data, headers)  # type: ignore[arg-type]
                 # nats-py's own per-message work (statistics, Msg, queue, task) is skipped: the
                 # client's in_msgs/in_bytes statistics do not count these messages.
                 try:
@@ -125,7 +125,7 @@ class FastNats:
                     log.exception("the ack handler failed on a message of sid %d", sid)
                 return done
 
-            nc._process_msg = process_msg  # type: ignore[method-assign]
+            nc._process_msg = process_msg  # type: ignore[method-assign, assignment]
 
     async def subscribe(
         self, subject: str, handler: AckHandler, *, pending_msgs: int, pending_bytes: int

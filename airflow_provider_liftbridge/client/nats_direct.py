@@ -17,7 +17,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -25,7 +25,6 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NatsClient
 
-from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import (
     AckDecoder,
     EnvelopeError,
@@ -335,7 +334,10 @@ async def _with_acks(
     decode = AckDecoder().decode
     index_of = ids.index_of
     prefix, plen, own = ids.prefix, len(ids.prefix), bool(ids.own)
-    build = _ack_builder()
+    # For building acks (see _UnfrozenAck): partitions parsed once per subject.
+    unfreeze, new_ack, acked_class = _UNFREEZE_WORKS, object.__new__, Ack
+    partitions: dict[str, int] = {}
+    policies, leader, ok = {p.value: p for p in AckPolicy}, AckPolicy.LEADER, AckError.OK
 
     def on_ack(data: bytes) -> None:
         nonlocal flying, armed
@@ -365,8 +367,27 @@ async def _with_acks(
         else:
             return  # a second ack after a re-send
         state[i] = _SETTLED
-        if pb.ackError == 0:
-            acks[i] = build(pb, cid)
+        if pb.ackError == 0 and unfreeze:
+            # ack_from_pb(pb), inlined, on the unfrozen twin (a test holds the two equal).
+            ack: Any = new_ack(_UnfrozenAck)
+            ms = ack.msg_subject = pb.msgSubject
+            part = partitions.get(ms)
+            if part is None:
+                part = partitions[ms] = ack_from_pb(pb).partition
+            ack.partition = part
+            ack.stream = pb.stream
+            ack.partition_subject = pb.partitionSubject
+            ack.offset = pb.offset
+            ack.ack_inbox = pb.ackInbox
+            ack.correlation_id = cid
+            ack.ack_policy = policies.get(pb.ackPolicy, leader)
+            ack.reception_timestamp = pb.receptionTimestamp
+            ack.commit_timestamp = pb.commitTimestamp
+            ack.ack_error = ok
+            ack.__class__ = acked_class
+            acks[i] = ack
+        elif pb.ackError == 0:
+            acks[i] = ack_from_pb(pb)
         else:
             try:
                 check_ack(ack_from_pb(pb))
@@ -467,78 +488,21 @@ async def _expire(
 
 
 class _UnfrozenAck:
-    """Same slots, in the same order, as :class:`Ack`, without the frozen ``__setattr__``: an
-    ack is filled in here with plain attribute stores, then becomes an ``Ack`` by ``__class__``
-    assignment (Python allows it between classes of the same slot layout). A tenth of the cost
-    of calling each frozen slot's setter, the largest item of an ack's cost after parsing."""
+    """Same slots, in the same order, as :class:`Ack`, without the frozen ``__setattr__``: the
+    bulk engine fills an ack in here with plain attribute stores, then makes it an ``Ack`` by
+    ``__class__`` assignment (Python allows it between classes of the same slot layout). A
+    fraction of the cost of calling each frozen slot's setter, which was the largest item of an
+    ack's cost after parsing. Where the assignment does not work, the engine uses
+    ``ack_from_pb``."""
 
     __slots__ = tuple(f.name for f in fields(Ack))
 
 
-def _ack_builder() -> Callable[[api_pb2.Ack, str], Ack]:
-    """A function ``build(pb, correlation_id) -> Ack`` for acks without an error: the same
-    :class:`Ack` as ``ack_from_pb`` (a test holds them equal), with the partition parsed once per
-    subject and the correlation id the caller already read."""
-    partitions: dict[str, int] = {}
-    policies = {p.value: p for p in AckPolicy}
-    ok, leader = AckError.OK, AckPolicy.LEADER
-
-    def partition_of(pb: api_pb2.Ack, ms: str) -> int:
-        part = partitions.get(ms)
-        if part is None:
-            part = partitions[ms] = ack_from_pb(pb).partition
-        return part
-
-    if not _UNFREEZE_WORKS:
-        (stream, partition, partition_subject, msg_subject, offset, ack_inbox, correlation_id, ack_policy,
-         reception, commit, ack_error) = (getattr(Ack, f.name).__set__ for f in fields(Ack))  # fmt: skip
-
-        def build_by_setters(pb: api_pb2.Ack, cid: str) -> Ack:
-            ack: Ack = _new_object(Ack)
-            ms = pb.msgSubject
-            stream(ack, pb.stream)
-            partition(ack, partition_of(pb, ms))
-            partition_subject(ack, pb.partitionSubject)
-            msg_subject(ack, ms)
-            offset(ack, pb.offset)
-            ack_inbox(ack, pb.ackInbox)
-            correlation_id(ack, cid)
-            ack_policy(ack, policies.get(pb.ackPolicy, leader))
-            reception(ack, pb.receptionTimestamp)
-            commit(ack, pb.commitTimestamp)
-            ack_error(ack, ok)
-            return ack
-
-        return build_by_setters
-
-    def build(pb: api_pb2.Ack, cid: str) -> Ack:
-        ack: Any = _new_object(_UnfrozenAck)
-        ms = ack.msg_subject = pb.msgSubject
-        part = partitions.get(ms)
-        ack.partition = partition_of(pb, ms) if part is None else part
-        ack.stream = pb.stream
-        ack.partition_subject = pb.partitionSubject
-        ack.offset = pb.offset
-        ack.ack_inbox = pb.ackInbox
-        ack.correlation_id = cid
-        ack.ack_policy = policies.get(pb.ackPolicy, leader)
-        ack.reception_timestamp = pb.receptionTimestamp
-        ack.commit_timestamp = pb.commitTimestamp
-        ack.ack_error = ok
-        ack.__class__ = Ack
-        return ack  # type: ignore[no-any-return]
-
-    return build
-
-
-_new_object = object.__new__
-
-
 def _unfreeze_works() -> bool:
     """Whether an :class:`_UnfrozenAck` can become an :class:`Ack` (checked once at import; the
-    builder falls back to the slot setters if a future ``Ack`` changes its layout)."""
+    engine falls back to ``ack_from_pb`` if a future ``Ack`` changes its layout)."""
     try:
-        probe: Any = _new_object(_UnfrozenAck)
+        probe: Any = object.__new__(_UnfrozenAck)
         for f in fields(Ack):
             setattr(probe, f.name, None)
         probe.__class__ = Ack
@@ -646,7 +610,7 @@ def correlation_ids(records: Sequence[Record | bytes]) -> CorrelationIds:
     """
     if set(map(type, records)) <= {bytes}:
         return CorrelationIds(len(records), {})
-    own = {i: rec.correlation_id for i, rec in enumerate(records) if type(rec) is not bytes and rec.correlation_id}
+    own = {i: rec.correlation_id for i, rec in enumerate(records) if isinstance(rec, Record) and rec.correlation_id}
     return CorrelationIds(len(records), own)
 
 

@@ -20,6 +20,7 @@ from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, 
 from airflow_provider_liftbridge.client._core import ack_from_pb
 from airflow_provider_liftbridge.client.nats_direct import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.types import Ack
+from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 
 
 def test_nats_py_internals_have_the_expected_shape() -> None:
@@ -129,36 +130,59 @@ def test_own_ids_win_and_duplicates_are_refused() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The ack builder
+# Acks built by the engine
 # ---------------------------------------------------------------------------------------------
 
-ACKS = [
-    api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", offset=3, ackInbox="i", correlationId="c"),
-    api_pb2.Ack(
-        stream="s",
-        partitionSubject="s",
-        msgSubject="s.4",
-        offset=2**40,
-        ackInbox="i",
-        correlationId="d",
-        ackPolicy=api_pb2.ALL,
-        receptionTimestamp=5,
-        commitTimestamp=6,
-    ),
-    api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s.x", correlationId="e", ackPolicy=api_pb2.NONE),
-]
 
-
-@pytest.mark.parametrize("unfreeze", [True, False], ids=["class-swap", "setters"])
-def test_ack_builder_builds_what_ack_from_pb_builds(monkeypatch: pytest.MonkeyPatch, unfreeze: bool) -> None:
-    assert nats_direct._UNFREEZE_WORKS  # else the fast builder is never used
+@pytest.mark.parametrize("unfreeze", [True, False], ids=["class-swap", "ack_from_pb"])
+async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.MonkeyPatch, unfreeze: bool) -> None:
+    """A stand-in broker answers with acks of every shape (partition 0 and N, a subject with no
+    partition number, each ack policy, large offsets); the engine's Ack objects equal what
+    ``ack_from_pb`` makes of the same frames, whichever way they were built."""
+    assert nats_direct._UNFREEZE_WORKS  # else the fast build is never used
     monkeypatch.setattr(nats_direct, "_UNFREEZE_WORKS", unfreeze)
-    build = nats_direct._ack_builder()
-    for pb in ACKS * 2:  # twice: the second time the partition comes from the cache
-        ack = build(pb, pb.correlationId)
-        reference = ack_from_pb(pb)
+    subject = f"acks-{uuid.uuid4().hex[:10]}"
+    shapes = [("s", 3, api_pb2.LEADER), ("s.4", 2**40, api_pb2.ALL), ("s.x", 0, api_pb2.NONE), ("s.4", 9, 7)]
+    sent_acks: dict[str, api_pb2.Ack] = {}
+    responder = await nats.connect(nats_url)
+
+    async def answer(msg: nats.aio.msg.Msg) -> None:
+        m = unmarshal_message(msg.data)
+        ms, offset, policy = shapes[int(m.value)]
+        pb = api_pb2.Ack(
+            stream="s",
+            partitionSubject="s",
+            msgSubject=ms,
+            offset=offset,
+            ackInbox=m.ackInbox,
+            correlationId=m.correlationId,
+            ackPolicy=policy,  # type: ignore[arg-type]
+            receptionTimestamp=5,
+            commitTimestamp=6,
+        )
+        sent_acks[m.correlationId] = pb
+        await responder.publish(m.ackInbox, encode_ack(pb))
+
+    await responder.subscribe(subject, cb=answer)
+    await responder.flush()
+    records = [b"%d" % (i % len(shapes)) for i in range(8)]
+    nc = await nats.connect(nats_url)
+    try:
+        out = await nats_direct.publish_enveloped(nc, [subject] * 8, records, correlation_ids(records), window=8)
+    finally:
+        await nc.close()
+        await responder.close()
+    assert out.acked == 8
+    for ack in out.acks:
+        assert ack is not None
+        reference = ack_from_pb(sent_acks[ack.correlation_id])
         assert type(ack) is Ack and ack == reference and hash(ack) == hash(reference)
         assert dataclasses.astuple(ack) == dataclasses.astuple(reference)
         with pytest.raises(dataclasses.FrozenInstanceError):
             ack.offset = 1  # type: ignore[misc]
-    assert build(ACKS[1], "d").partition == 4 and build(ACKS[1], "d").ack_policy is AckPolicy.ALL
+    assert [(a.partition, a.ack_policy) for a in out.acks[:4] if a is not None] == [
+        (0, AckPolicy.LEADER),
+        (4, AckPolicy.ALL),
+        (0, AckPolicy.NONE),
+        (4, AckPolicy.LEADER),  # an unknown policy value reads as LEADER, as ack_from_pb has it
+    ]
