@@ -192,11 +192,11 @@ class _ThreadedStream:
                     self._wait_for_room()
         except grpc.RpcError as exc:
             stop = _Stop(RpcFailure.of(exc))
-        except RuntimeError:  # the event loop is closed: nobody is left to read
-            if self._call is not None:
-                self._call.cancel()
-            return
         except BaseException as exc:  # handed to the consumer, whatever it is
+            if isinstance(exc, RuntimeError) and self._loop.is_closed():  # nobody is left to read
+                if self._call is not None:
+                    self._call.cancel()
+                return
             stop = _Stop(exc)
         append(stop)
         try:
