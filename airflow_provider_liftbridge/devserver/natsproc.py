@@ -6,10 +6,17 @@ dev server is killed with SIGKILL. A ``preexec_fn`` calling ``prctl`` would do t
 same, but it makes Python run its fork hooks, and gRPC's fork hook aborts the
 child when gRPC threads are busy. The child runs in its own session so that a
 Ctrl-C in a terminal reaches only the dev server, which then stops the child in order.
+
+:meth:`NatsServerProcess.supervise` watches a started child from the event loop and starts
+a new one on the same port when it dies (crash, OOM kill, SIGKILL): the dev server's NATS
+connection and the publishers' reconnect to it by themselves. Restarts happen on the
+loop's thread, because the parent-death signal is tied to the thread that started the child.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 import shutil
@@ -20,9 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import NatsServerNotFoundError, NatsServerStartError, PortInUseError
+from .errors import DevServerError, NatsServerNotFoundError, NatsServerStartError, PortInUseError, ServerStateError
+
+log = logging.getLogger(__name__)
 
 _LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_POLL = 0.01
 
 
 def find_nats_server() -> str:
@@ -81,6 +91,9 @@ class NatsServerProcess:
         self.binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        #: How many times :meth:`supervise` restarted a dead child.
+        self.restarts = 0
 
     @property
     def url(self) -> str:
@@ -90,6 +103,11 @@ class NatsServerProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def alive(self) -> bool:
+        """Whether the child is running (false before :meth:`start`, after :meth:`stop` or once it died)."""
+        return self._proc is not None and self._proc.poll() is None
+
     def start(self, timeout: float = 10.0) -> str:
         """Start the child and wait until it accepts clients; return its URL.
 
@@ -97,6 +115,23 @@ class NatsServerProcess:
         :raises PortInUseError: the port is taken.
         :raises NatsServerStartError: the child exited or was not ready within ``timeout``.
         """
+        deadline = self._spawn(timeout)
+        while (url := self._ready(deadline, timeout)) is None:
+            time.sleep(_POLL)
+        return url
+
+    async def start_async(self, timeout: float = 10.0) -> str:
+        """:meth:`start` without blocking the running event loop while the child gets ready.
+
+        :raises NatsServerNotFoundError, PortInUseError, NatsServerStartError: as :meth:`start`.
+        """
+        deadline = self._spawn(timeout)
+        while (url := self._ready(deadline, timeout)) is None:
+            await asyncio.sleep(_POLL)
+        return url
+
+    def _spawn(self, timeout: float) -> float:
+        """Launch the child (its output goes to a temporary log file); return the readiness deadline."""
         binary = self.binary or find_nats_server()
         check_port_free(self.host, self.port, "NATS")
         fd, name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".log")
@@ -106,27 +141,100 @@ class NatsServerProcess:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True
             )
-        deadline = time.monotonic() + timeout
+        return time.monotonic() + timeout
+
+    def _ready(self, deadline: float, timeout: float) -> str | None:
+        """The URL once the child's log says it is ready, ``None`` while it is still starting.
+
+        :raises PortInUseError, NatsServerStartError: it exited, or ``deadline`` passed.
+        """
+        assert self._proc is not None and self._log_path is not None
+        text = self._log_path.read_text(errors="replace")
+        match = _LISTEN_RE.search(text)
+        if match and "Server is ready" in text:
+            self.port = int(match.group(2))
+            return self.url
+        if self._proc.poll() is not None:
+            self._proc = None
+            self._cleanup_log()
+            if "address already in use" in text:
+                raise PortInUseError(f"NATS port {self.port} on {self.host} is already in use; choose another port")
+            raise NatsServerStartError(f"nats-server exited before it was ready: {text.strip()[-500:]}")
+        if time.monotonic() > deadline:
+            self._terminate()
+            raise NatsServerStartError(f"nats-server was not ready after {timeout:.0f}s: {text.strip()[-500:]}")
+        return None
+
+    # -- supervision ------------------------------------------------------------
+    def supervise(
+        self, *, check_every: float = 0.1, max_attempts: int = 10, backoff: float = 0.1, max_backoff: float = 2.0
+    ) -> None:
+        """Restart the child on its port whenever it dies, from the running event loop, until :meth:`stop`.
+
+        A restart that fails (the port was taken meanwhile, the binary is gone, ...) is retried
+        after ``backoff`` seconds, doubling up to ``max_backoff``; after ``max_attempts`` failed
+        attempts in a row the supervision gives up and logs an error. Every death and restart is logged.
+
+        :param check_every: seconds between liveness checks.
+        :raises ServerStateError: the child was never started.
+        :raises RuntimeError: no event loop is running in this thread.
+        """
+        if self._proc is None:
+            raise ServerStateError("start the nats-server child before supervising it")
+        if self._watcher is not None and not self._watcher.done():
+            return
+        self._watcher = asyncio.get_running_loop().create_task(
+            self._watch(check_every, max_attempts, backoff, max_backoff), name="nats-server supervisor"
+        )
+
+    async def _watch(self, check_every: float, max_attempts: int, backoff: float, max_backoff: float) -> None:
         while True:
-            text = self._log_path.read_text(errors="replace")
-            match = _LISTEN_RE.search(text)
-            if match and "Server is ready" in text:
-                self.port = int(match.group(2))
-                return self.url
-            if self._proc.poll() is not None:
-                self._cleanup_log()
-                if "address already in use" in text:
-                    raise PortInUseError(f"NATS port {self.port} on {self.host} is already in use; choose another port")
-                raise NatsServerStartError(
-                    f"nats-server exited with code {self._proc.returncode} before it was ready: {text.strip()[-500:]}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise NatsServerStartError(f"nats-server was not ready after {timeout:.0f}s: {text.strip()[-500:]}")
-            time.sleep(0.01)
+            await asyncio.sleep(check_every)
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue
+            log.warning(
+                "the nats-server child (pid %d, port %d) exited with code %s; restarting it on the same port",
+                proc.pid,
+                self.port,
+                proc.returncode,
+            )
+            self._proc = None
+            self._cleanup_log()
+            if not await self._restart(max_attempts, backoff, max_backoff):
+                return
+
+    async def _restart(self, max_attempts: int, backoff: float, max_backoff: float) -> bool:
+        """Start a new child on the same port, retrying with backoff; whether one came up."""
+        wait = backoff
+        for attempt in range(1, max_attempts + 1):
+            try:
+                await self.start_async()
+            except DevServerError as exc:
+                log.warning("restarting nats-server failed (attempt %d of %d): %s", attempt, max_attempts, exc)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, max_backoff)
+                continue
+            self.restarts += 1
+            log.warning("nats-server restarted on %s (pid %s, restart %d)", self.url, self.pid, self.restarts)
+            return True
+        log.error(
+            "gave up restarting nats-server on %s after %d attempts; NATS publishing and acks stay down "
+            "until the dev server is restarted",
+            self.url,
+            max_attempts,
+        )
+        return False
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the child (SIGTERM, then SIGKILL after ``timeout``). Safe to call twice."""
+        """Stop supervising and stop the child (SIGTERM, then SIGKILL after ``timeout``). Safe to call twice."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+        self._terminate(timeout)
+        self._cleanup_log()
+
+    def _terminate(self, timeout: float = 5.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -135,7 +243,6 @@ class NatsServerProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._cleanup_log()
 
     def _cleanup_log(self) -> None:
         if self._log_path is not None:
