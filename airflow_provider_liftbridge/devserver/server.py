@@ -223,6 +223,7 @@ class ServerCore:
             if not cfg.nats_url:
                 self._nats_proc = NatsServerProcess(cfg.host, cfg.nats_port)
                 self.nats_url = self._nats_proc.start()
+                self._nats_proc.supervise()  # a dead child is restarted on the same port
             for b in self.brokers:
                 b.live = True
             self._store = Store(cfg.data_dir, self.brokers, fsync=cfg.fsync)
