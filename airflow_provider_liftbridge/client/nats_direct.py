@@ -526,7 +526,7 @@ def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
     """
     errors = out.errors
     acks = out.acks
-    if not errors and not out.timed_out and out.failure is None and acks[-1] is not None and None not in acks:
+    if acks and not errors and not out.timed_out and out.failure is None and acks[-1] is not None and None not in acks:
         return acks  # type: ignore[return-value]  # every record acknowledged: no None left
     for i in out.timed_out:
         errors.setdefault(
@@ -750,19 +750,26 @@ class NatsPublisher:
         """
         if window < 1:
             raise InvalidArgumentError(f"window must be at least 1, got {window}")
-        items: list[Record | bytes] = [
-            r if type(r) is bytes else Record(bytes(r)) if isinstance(r, bytearray | memoryview) else r for r in records
-        ]
-        for i, rec in enumerate(items):
-            if not isinstance(rec, Record | bytes):
-                raise InvalidArgumentError(f"record {i} is a {type(rec).__name__}; pass Record objects or bytes")
-        subject_of: dict[int, str] = {}
-        subjects = []
-        for rec in items:
-            p = (rec.partition or 0) if isinstance(rec, Record) else 0
-            if p not in subject_of:
-                subject_of[p] = partition_subject(subject, p)
-            subjects.append(subject_of[p])
+        items: list[Record | bytes] = list(records)
+        kinds = set(map(type, items))  # at C speed: the per-record work below is for mixed input
+        if not kinds <= {bytes, Record}:
+            items = [
+                r if type(r) is bytes else Record(bytes(r)) if isinstance(r, bytearray | memoryview) else r
+                for r in items
+            ]
+            for i, rec in enumerate(items):
+                if not isinstance(rec, Record | bytes):
+                    raise InvalidArgumentError(f"record {i} is a {type(rec).__name__}; pass Record objects or bytes")
+        if kinds == {bytes}:
+            subjects = [subject] * len(items)
+        else:
+            subject_of: dict[int, str] = {}
+            subjects = []
+            for rec in items:
+                p = (rec.partition or 0) if isinstance(rec, Record) else 0
+                if p not in subject_of:
+                    subject_of[p] = partition_subject(subject, p)
+                subjects.append(subject_of[p])
         out = await publish_enveloped(
             self._nc,
             subjects,

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NatsClient
 
 from airflow_provider_liftbridge import codec
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, PublishError, Record, _nats_fast
+from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, PublishError, Record, _nats_fast
 from airflow_provider_liftbridge.client.nats_direct import (
     NO_RESEND,
     NatsPublisher,
@@ -287,3 +287,30 @@ async def test_ack_errors_are_typed_in_the_outcome(
         2: "MessageTooLargeError",
         3: "EncryptionError",
     }
+
+
+async def test_too_large_record_inside_a_burst_is_named_and_ends_the_burst(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
+    big = b"z" * (2 * 1024 * 1024)  # over nats-server's default max_payload of 1 MiB
+    records = [b"a", b"b", big, b"after"]
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 4, records, correlation_ids(records), window=8)
+    finally:
+        await nc.close()
+    assert list(out.errors) == [2] and type(out.errors[2]).__name__ == "MessageTooLargeError"
+    assert "record 2" in str(out.errors[2]) and "max_payload" in str(out.errors[2])
+    assert out.sent == 2 and [codec.unmarshal_message(f).value for f in broker.frames] == [b"a", b"b"]
+
+
+async def test_publisher_input_forms(stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str) -> None:
+    broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
+    async with NatsPublisher(await publisher(nats_url)) as pub:
+        assert await pub.publish_many(broker.subject, []) == []
+        acks = await pub.publish_many(broker.subject, [b"b", bytearray(b"ba"), memoryview(b"mv"), Record(b"r")])
+        assert len(acks) == 4
+        with pytest.raises(InvalidArgumentError, match="record 1 is a str"):
+            await pub.publish_many(broker.subject, [b"ok", "text"])  # type: ignore[list-item]
+    assert [codec.unmarshal_message(f).value for f in broker.frames] == [b"b", b"ba", b"mv", b"r"]
