@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+import pytest
 
 from airflow_provider_liftbridge.devserver.log import RECORD_OVERHEAD, PartitionLog
 
@@ -121,4 +124,34 @@ def test_retention_by_messages_bytes_and_age(tmp_path: Path) -> None:
     log.close()
     again = PartitionLog(tmp_path, segment_max_bytes=1024)
     assert again.newest_offset == 99
+    again.close()
+
+
+def test_failed_write_rolls_the_log_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full disk cannot be arranged here: os.write is replaced for one flush by one that writes
+    # part of the data and then fails with ENOSPC, as a filling disk does.
+    log = PartitionLog(tmp_path)
+    fill(log, 3)
+    size = os.path.getsize(next(tmp_path.glob("*.log")))
+    real_write = os.write
+
+    def disk_full(fd: int, data: bytes | memoryview) -> int:
+        real_write(fd, bytes(data[:7]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log.append(b"lost-1", 10)
+    log.append(b"lost-2", 11)
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        log.flush()
+    monkeypatch.setattr(os, "write", real_write)
+    # As before the failed flush: the torn bytes are gone and the offsets are given out again.
+    assert (log.newest_offset, log.next_offset) == (2, 3)
+    assert os.path.getsize(next(tmp_path.glob("*.log"))) == size
+    assert log.append(b"next", 12) == 3
+    log.flush()
+    assert log.read(0) == [bytes([0]) * 10, bytes([1]) * 10, bytes([2]) * 10, b"next"]
+    log.close()
+    again = PartitionLog(tmp_path)
+    assert again.read(0)[-1] == b"next" and again.recovered_torn_records == 0
     again.close()
