@@ -12,7 +12,13 @@ from airflow_provider_liftbridge.client import AsyncLiftbridgeClient
 from .connection import LiftbridgeConnectionSettings, settings_from_connection
 from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID
 
-__all__ = ["LiftbridgeAsyncHook"]
+__all__ = ["TRIGGERER_CLIENT_OPTIONS", "LiftbridgeAsyncHook"]
+
+#: Client options for code running in the triggerer. Many waiting triggers share the process-wide
+#: channel registry; with subscriptions on the unary channel too, that is exactly one channel per
+#: broker. The grpc.aio reader keeps a thousand waiting subscriptions in the event loop, with no
+#: thread each (the client's default reader starts one per subscription).
+TRIGGERER_CLIENT_OPTIONS: dict[str, Any] = {"subscription_channels": 0, "subscription_reader": "aio"}
 
 
 class LiftbridgeAsyncHook(BaseHook):
@@ -52,15 +58,8 @@ class LiftbridgeAsyncHook(BaseHook):
         """The async client of this connection, built on first call and reused until :meth:`aclose`."""
         if self._client is None:
             settings = await self.get_settings()
-            # In the triggerer many waiting triggers share the process-wide channel registry; with
-            # subscriptions on the unary channel too, that is exactly one channel per broker. The
-            # grpc.aio reader keeps a thousand waiting subscriptions in the event loop, with no
-            # thread each (the client's default reader starts one per subscription).
             self._client = AsyncLiftbridgeClient(
-                list(settings.brokers),
-                subscription_channels=0,
-                subscription_reader="aio",
-                **settings.client_kwargs(),
+                list(settings.brokers), **TRIGGERER_CLIENT_OPTIONS, **settings.client_kwargs()
             )
         return self._client
 

@@ -39,7 +39,7 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
-from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
+from airflow_provider_liftbridge.hooks.async_hook import TRIGGERER_CLIENT_OPTIONS, LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
@@ -139,7 +139,7 @@ class _PartitionReader:
         """Build the client: from ``brokers`` when given, else from the connection."""
         if self._client is None:
             if self._trigger.brokers:
-                self._client = AsyncLiftbridgeClient(self._trigger.brokers)
+                self._client = AsyncLiftbridgeClient(self._trigger.brokers, **TRIGGERER_CLIENT_OPTIONS)
             else:
                 self._hook = LiftbridgeAsyncHook(liftbridge_conn_id=self._trigger.liftbridge_conn_id)
                 self._client = await self._hook.get_async_client()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient
+from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeConnectionConfigError
@@ -105,3 +107,20 @@ async def test_async_hook_reports_bad_fields(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(LiftbridgeConnectionConfigError) as info:
         await LiftbridgeAsyncHook("lb_bad_async").get_settings()
     assert info.value.field == "extra.tls_ca_file"
+
+
+async def test_async_hook_client_waits_in_the_event_loop_on_one_channel(
+    liftbridge_conn: str, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """The triggerer's client: subscriptions start no reader thread and share the broker's one channel."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.publish(stream_name, b"x")
+    before = ASYNC_REGISTRY.open_channels()
+    async with LiftbridgeAsyncHook() as client:
+        subs = [client.subscribe(stream_name) for _ in range(5)]
+        got = [await anext(s) for s in subs]
+        assert [m.value for m in got] == [b"x"] * 5
+        assert ASYNC_REGISTRY.open_channels() == before + 1
+        assert not [t for t in threading.enumerate() if t.name == "liftbridge-subscribe-reader"]
+        for s in subs:
+            await s.aclose()
