@@ -7,6 +7,13 @@ generated-stub baseline (``APIStub.PublishAsync`` with a window of 256, raw ``Su
 Values are 100 bytes.
 
     .venv/bin/python bench/client_bench.py [--messages 20000] [--single 2000]
+
+``--bulk`` measures the bulk NATS path instead (``publish_many(path="nats")``, window 1024):
+ours, ours on nats-py's public API only (the fallback of ``client/_nats_fast.py``) and the raw
+nats-py + codec baseline of ``bench/run.py``, interleaved over ``--rounds``, with client CPU
+microseconds per message (the steadier figure on a shared machine) and the median.
+
+    .venv/bin/python bench/client_bench.py --bulk [--messages 30000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -83,11 +90,56 @@ def raw_subscribe(address: str, stream: str, n: int) -> int:
         return got
 
 
+def bulk(n: int, rounds: int) -> None:
+    """The bulk NATS path beside its fallback and the raw baseline; see the module docstring."""
+    import statistics
+
+    # run.py imports this module; import it here, not at the top, to keep that one way.
+    from run import raw_nats_envelopes  # type: ignore[import-not-found]
+
+    from airflow_provider_liftbridge.client import _nats_fast
+
+    def ours(address: str, url: str, stream: str, internals: bool) -> tuple[float, float, int]:
+        _nats_fast.USE_INTERNALS = internals  # read when a connection is first used
+        try:
+            with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
+                c.publish_many(stream, [VALUE] * 100, window=1024, path="nats")  # connect outside the measure
+                return measure(lambda: len(c.publish_many(stream, [VALUE] * n, window=1024, path="nats")))
+        finally:
+            _nats_fast.USE_INTERNALS = True
+
+    names = ["publish_many over NATS", "same, nats-py public API only", "raw nats-py envelopes + ack inbox"]
+    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data_dir=data) as srv:
+        address, url = srv.address, srv.nats_url
+        with LiftbridgeClient(address) as c:
+            for name in ("bulk", "bulk-public", "bulk-raw"):
+                c.create_stream(name, name)
+        variants: dict[str, Callable[[], tuple[float, float, int]]] = {
+            names[0]: lambda: ours(address, url, "bulk", True),
+            names[1]: lambda: ours(address, url, "bulk-public", False),
+            names[2]: lambda: measure(lambda: asyncio.run(raw_nats_envelopes(url, "bulk-raw", n, 1024))),
+        }
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else reversed(names):
+                results[name].append(variants[name]())
+    print(f"{'bulk path (window 1024, 100-byte values)':<40} {'msgs/s best':>12} {'CPU µs/msg min':>15} {'median':>7}")
+    for name in names:
+        rates = [count / wall for wall, _, count in results[name]]
+        cpus = [cpu / count * 1e6 for _, cpu, count in results[name]]
+        print(f"{name:<40} {max(rates):>12,.0f} {min(cpus):>15.2f} {statistics.median(cpus):>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000, help="messages per pipelined/subscribe run")
     parser.add_argument("--single", type=int, default=2_000, help="messages for one-at-a-time publish")
+    parser.add_argument("--bulk", action="store_true", help="measure the bulk NATS path instead (see above)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --bulk")
     args = parser.parse_args()
+    if args.bulk:
+        bulk(args.messages if args.messages != 20_000 else 30_000, args.rounds)
+        return
     n, single = args.messages, args.single
     rows: list[tuple[str, float, float, int]] = []
 

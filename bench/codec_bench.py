@@ -28,6 +28,9 @@ ACK = api_pb2.Ack(
 PAYLOAD = api_pb2.Message(value=VALUE, correlationId="0123456789abcdef").SerializeToString()
 FRAME = codec.encode(PAYLOAD)
 ACK_FRAME = codec.encode_ack(ACK, crc=True)
+ACK_FRAME_NO_CRC = codec.encode_ack(ACK)  # what a broker sends to an ack inbox
+ENCODER = codec.PublishEncoder(ack_inbox="_INBOX.abcdefghijklmnop")
+DECODER = codec.AckDecoder()
 
 
 def per_op_us(stmt: object, number: int = 50_000) -> float:
@@ -42,6 +45,13 @@ def main() -> None:
         ("new_message (protobuf + frame + CRC)", per_op_us(lambda: codec.new_message(VALUE, correlation_id="c")), None),
         ("Ack encode + decode with CRC", per_op_us(lambda: codec.unmarshal_ack(codec.encode_ack(ACK, crc=True))), None),
         ("Ack decode with CRC", per_op_us(lambda: codec.unmarshal_ack(ACK_FRAME)), None),
+        (
+            "PublishEncoder.encode_value (same bytes as new_message)",
+            per_op_us(lambda: ENCODER.encode_value(VALUE, b"c")),
+            None,
+        ),
+        ("AckDecoder, broker-style ack (no CRC)", per_op_us(lambda: DECODER(ACK_FRAME_NO_CRC)), None),
+        ("unmarshal_ack, broker-style ack (no CRC)", per_op_us(lambda: codec.unmarshal_ack(ACK_FRAME_NO_CRC)), None),
     ]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print()
