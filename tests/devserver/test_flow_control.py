@@ -278,3 +278,26 @@ def test_stopping_the_server_ends_running_calls(tmp_path: object) -> None:
             assert ended == [grpc.StatusCode.UNAVAILABLE]
     finally:
         srv.stop()
+
+
+def test_messages_larger_than_every_window_go_both_ways(server: DevServer) -> None:
+    """3 MiB requests and responses: larger than the server's 1 MiB stream window (requests) and the
+    client's 8 KiB window (responses), so both sides must hand window back mid-message."""
+    name = "flow-large"
+    big = [bytes([65 + i]) * (3 << 20) for i in range(3)]
+    options = [*SMALL_WINDOW, ("grpc.max_receive_message_length", 16 << 20)]
+    with grpc.insecure_channel(server.address, options=options) as channel:
+        stub = api_pb2_grpc.APIStub(channel)
+        stub.CreateStream(pb.CreateStreamRequest(name=name, subject=name), timeout=5)
+        assert stub.Publish(pb.PublishRequest(stream=name, value=big[0]), timeout=30).ack.offset == 0
+        reqs = iter([pb.PublishRequest(stream=name, value=v, correlationId=str(i)) for i, v in enumerate(big[1:])])
+        acks = {r.correlationId: r.ack.offset for r in stub.PublishAsync(reqs, timeout=30)}
+        assert acks == {"0": 1, "1": 2}
+        req = pb.SubscribeRequest(stream=name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+        values = []
+        with pytest.raises(grpc.RpcError) as end:
+            for msg in stub.Subscribe(req, timeout=30):
+                if msg.value:
+                    values.append(msg.value)
+        assert end.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert values == big
