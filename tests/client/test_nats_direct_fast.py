@@ -87,6 +87,30 @@ async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
         await nc.close()
 
 
+async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_nats_fast, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
+    assert not _nats_fast.internals_usable()
+    nc = await nats.connect(nats_url)
+    try:
+        assert not _nats_fast.fast_nats(nc).internals
+        subject = f"fallback-{uuid.uuid4().hex[:10]}"
+        responder = await nats.connect(nats_url)
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            m = unmarshal_message(msg.data)
+            ack = api_pb2.Ack(stream="s", partitionSubject=subject, msgSubject=subject, correlationId=m.correlationId)
+            await responder.publish(m.ackInbox, encode_ack(ack))
+
+        await responder.subscribe(subject, cb=answer)
+        await responder.flush()
+        records = [b"a", b"b", b"c"]
+        out = await nats_direct.publish_enveloped(nc, [subject] * 3, records, correlation_ids(records))
+        await responder.close()
+        assert out.acked == 3 and nc.stats["in_msgs"] == 3  # through nats-py's own receive path
+    finally:
+        await nc.close()
+
+
 async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url: str) -> None:
     nc = await nats.connect(nats_url)
     fast = _nats_fast.fast_nats(nc)
