@@ -24,6 +24,7 @@ import shutil
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from itertools import accumulate
 from pathlib import Path
 
@@ -196,12 +197,23 @@ class PartitionLog:
 
     def append_at(self, offset: int, body: bytes, timestamp: int) -> None:
         """Buffer a record whose body was built for :attr:`next_offset` (asserted, not silently renumbered)."""
-        if offset != self._next:
-            raise ValueError(f"record built for offset {offset} but the log is at {self._next}")
-        self._next = offset + 1
-        rest = _OT.pack(offset, timestamp) + body  # frame(), inlined: this runs once per message
-        self._pending.append(_FRAME.pack(len(body), _crc32c(rest)) + rest)
-        self._pending_ts.append(timestamp)
+        self.extend(offset, (body,), timestamp)
+
+    def extend(self, first: int, bodies: Sequence[bytes], timestamp: int) -> None:
+        """Buffer records built for offsets ``first``, ``first + 1``, ... sharing one timestamp.
+
+        :raises ValueError: ``first`` is not :attr:`next_offset` (bodies carry their offsets).
+        """
+        if first != self._next:
+            raise ValueError(f"records built for offset {first} but the log is at {self._next}")
+        offset = first
+        pack_ot, pack_frame, crc, out = _OT.pack, _FRAME.pack, _crc32c, self._pending.append
+        for body in bodies:  # frame(), inlined: this runs once per message
+            rest = pack_ot(offset, timestamp) + body
+            out(pack_frame(len(body), crc(rest)) + rest)
+            offset += 1
+        self._pending_ts += [timestamp] * len(bodies)
+        self._next = offset
 
     def flush(self) -> int:
         """Write buffered records to the segment files; return how many became committed.

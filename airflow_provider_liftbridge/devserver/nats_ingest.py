@@ -46,7 +46,7 @@ from nats.protocol.command import pub_cmd
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
 
-from .state import IncorrectOffsetError, Partition, is_valid_subject, length_delimited, varint
+from .state import REFUSED, NewMessage, Partition, is_valid_subject, length_delimited, varint
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,6 @@ class NatsIngest:
         self._inbox_fields: dict[str, bytes] = {}
         #: Encoded ``Ack`` fields 1-3 per partition and subject the message came on.
         self._ack_prefixes: dict[Partition, dict[str, bytes]] = {}
-        #: Reception time shared by the messages handled in one event-loop turn (0: not taken yet).
-        self._now = 0
         self._handled = 0
 
     async def connect(self) -> None:
@@ -228,61 +226,74 @@ class NatsIngest:
         if partition.deleted:
             self._pending.pop(partition, None)  # its commit callbacks are dropped with it
 
+    # -- the hot path -----------------------------------------------------------
     def commit_failed(self, partition: Partition) -> None:
         """Writing ``partition`` failed: its pending acks are dropped (publishers time out and re-send)."""
         self._pending.pop(partition, None)
 
     def _route(self, part: Partition) -> Route:
-        """The handler of ``part``'s messages (subject and reply arrive as bytes); see the module docstring.
-
-        This runs once per message at NATS speed, so it is one closure with what it needs bound
-        locally rather than a chain of method calls.
-        """
-        own_subject_b = part.subject.encode()
-        own_subject = part.subject
-        append = part.append
-        pending_acks = self._pending
-        acks_committed = self._acks_committed
+        """The handler of ``part``'s messages: it only collects them (subject and reply as bytes), and
+        what arrived in one event-loop turn (one socket read, usually) is stored by :meth:`_ingest`
+        in the next, as one batch."""
+        inbound: list[tuple[bytes, bytes, bytes]] = []
+        call_soon = asyncio.get_running_loop().call_soon
+        ingest = self._ingest
 
         def route(subject: bytes, reply: bytes, data: bytes) -> None:
-            if part.paused or part.readonly or part.deleted:
-                return
-            try:
-                subj = own_subject if subject == own_subject_b else subject.decode()
-                rep = reply.decode() if reply else ""
-                now = self._now or self._reception_time()
-                msg = None
-                if data[:4] == MAGIC:
-                    try:
-                        # decode() checks the header, the type and the CRC-32C; any failure means
-                        # the bytes are stored whole, as the real server does.
-                        msg = _parse_message(decode(data, _PUBLISH).payload)
-                    except _BAD_PAYLOAD:
-                        msg = None
-                if msg is None:
-                    try:
-                        append(b"", data, None, subj, rep, 0, now)
-                    except IncorrectOffsetError:
-                        pass  # a plain message on a non-empty OCC stream is dropped
-                    return
-                try:
-                    offset = append(msg.key, msg.value, msg.headers, subj, rep, msg.offset, now)
-                    error = 0
-                except IncorrectOffsetError:
-                    offset, error = -1, _ACK_INCORRECT_OFFSET
-                inbox = msg.ackInbox
-                if inbox:
-                    policy = msg.ackPolicy
-                    if policy != _NONE:
-                        waiting = pending_acks.get(part)
-                        if waiting is None:
-                            waiting = pending_acks[part] = []
-                            part.after_commit(acks_committed, part)
-                        waiting.append((subj, offset, inbox, msg.correlationId, policy, now, error))
-            except Exception:  # never let one message break nats-py's read loop
-                log.exception("could not store a NATS message for %s/%d", part.stream.name, part.id)
+            if not inbound:
+                call_soon(ingest, part, inbound)
+            inbound.append((subject, reply, data))
 
         return route
+
+    def _ingest(self, part: Partition, inbound: list[tuple[bytes, bytes, bytes]]) -> None:
+        """Store a batch of ``part``'s NATS messages and arrange their acks (see the module docstring)."""
+        batch = inbound.copy()
+        inbound.clear()
+        if part.paused or part.readonly or part.deleted:
+            return
+        try:
+            self._store_batch(part, batch)
+        except Exception:  # the next batches must still be taken
+            log.exception("could not store %d NATS messages for %s/%d", len(batch), part.stream.name, part.id)
+
+    def _store_batch(self, part: Partition, batch: list[tuple[bytes, bytes, bytes]]) -> None:
+        now = time.time_ns()
+        own_subject_b, own_subject = part.subject.encode(), part.subject
+        messages: list[NewMessage] = []
+        #: (index in ``messages``, subject, inbox, correlation id, policy) of messages that want an ack.
+        wants_ack: list[tuple[int, str, str, str, int]] = []
+        for subject_b, reply_b, data in batch:
+            subject = own_subject if subject_b == own_subject_b else subject_b.decode()
+            reply = reply_b.decode() if reply_b else ""
+            msg = None
+            if data[:4] == MAGIC:
+                try:
+                    # decode() checks the header, the type and the CRC-32C; any failure means the
+                    # bytes are stored whole, as the real server does.
+                    msg = _parse_message(decode(data, _PUBLISH).payload)
+                except _BAD_PAYLOAD:
+                    msg = None
+            if msg is None:
+                # Expected offset 0: on a non-empty stream with OCC, a plain message is dropped.
+                messages.append((b"", data, None, subject, reply, 0))
+                continue
+            inbox = msg.ackInbox
+            if inbox:
+                policy = msg.ackPolicy
+                if policy != _NONE:
+                    wants_ack.append((len(messages), subject, inbox, msg.correlationId, policy))
+            messages.append((msg.key, msg.value, msg.headers, subject, reply, msg.offset))
+        offsets = part.append_many(messages, now)
+        if wants_ack:
+            pending = self._pending.get(part)
+            if pending is None:
+                pending = self._pending[part] = []
+                part.after_commit(self._acks_committed, part)
+            for i, subject, inbox, cid, policy in wants_ack:
+                offset = offsets[i]
+                error = 0 if offset != REFUSED else _ACK_INCORRECT_OFFSET
+                pending.append((subject, offset, inbox, cid, policy, now, error))
 
     def _callback(self, route: Route) -> Callable[[Msg], object]:
         """The fallback: a nats-py subscription callback feeding ``route``."""
@@ -295,16 +306,6 @@ class NatsIngest:
                 await asyncio.sleep(0)
 
         return on_msg
-
-    # -- the hot path -----------------------------------------------------------
-    def _reception_time(self) -> int:
-        """The clock, read once per event-loop turn: the messages of one socket read share it."""
-        now = self._now = time.time_ns()
-        asyncio.get_running_loop().call_soon(self._forget_time)
-        return now
-
-    def _forget_time(self) -> None:
-        self._now = 0
 
     def _acks_committed(self, part: Partition, commit_ts: int) -> None:
         """Build the acks of everything ``part`` just wrote and queue them for publishing together."""

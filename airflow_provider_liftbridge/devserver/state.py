@@ -190,6 +190,10 @@ class BrokerSlot:
 
 
 CommitCallback = Callable[[Any, int], None]
+#: One message for :meth:`Partition.append_many`: key, value, headers, subject, reply, expected offset.
+NewMessage = tuple[bytes, bytes, Mapping[str, bytes] | None, str, str, int]
+#: The offset :meth:`Partition.append_many` gives a message refused by optimistic concurrency control.
+REFUSED = -1
 
 
 class Partition:
@@ -218,8 +222,7 @@ class Partition:
         # 5 to 7 and the server's headers for a message that came on the partition's own subject
         # without a reply (the usual case).
         self._stream_fields = length_delimited(b"\x2a", stream.name.encode()) + (b"\x30" + varint(pid) if pid else b"")
-        self._own_fields = self._stream_fields + length_delimited(b"\x3a", self.subject.encode())
-        self._own_headers = header_entry("subject", self.subject.encode()) + header_entry("reply", b"")
+        self._own_tail = self._tail(None, self.subject, "")
         self._ts_field = _TimestampField()
         self._occ = stream.occ  # settings do not change after creation; read on every append
         #: Whether the store's next flush includes this partition (see :meth:`Store.mark_dirty`).
@@ -241,42 +244,66 @@ class Partition:
         :raises IncorrectOffsetError: optimistic concurrency control is on and ``expected_offset``
             (-1 turns the check off) is not the offset the message would get.
         """
+        (offset,) = self.append_many(((key, value, headers, subject, reply, expected_offset),), timestamp)
+        if offset == REFUSED:
+            raise IncorrectOffsetError(f"expected offset {expected_offset}, next offset is {self.log.next_offset}")
+        return offset
+
+    def append_many(self, messages: Iterable[NewMessage], timestamp: int) -> list[int]:
+        """Buffer messages received together at ``timestamp`` (ns); return the offset of each, in order.
+
+        A message whose expected offset does not match on a stream with optimistic concurrency
+        control (-1 turns the check off) is not stored; its entry is :data:`REFUSED`.
+        """
         log_ = self.log
-        offset = log_.next_offset
-        if self._occ and expected_offset != -1 and expected_offset != offset:
-            raise IncorrectOffsetError(f"expected offset {expected_offset}, next offset is {offset}")
+        offset = first = log_.next_offset
         # Reception timestamps never go backwards, so timestamp lookups can bisect.
         if timestamp < self._last_ts:
             timestamp = self._last_ts
         self._last_ts = timestamp
         # The Message protobuf is written by hand, fields in number order and zero values left out:
         # the bytes are what ``Message(...).SerializeToString()`` gives, at a fraction of the cost
-        # (tests/devserver/test_state_body.py holds the two equal). Headers are map entries
-        # (field 9); the server's own ``subject`` and ``reply`` replace any the publisher sent.
-        n = len(value)
-        parts = [
-            (b"\x08" + varint(offset)) if offset else b"",
-            (b"\x12" + varint(len(key)) + key) if key else b"",
-            (b"\x1a" + (_SMALL_VARINTS[n] if n < 128 else varint(n)) + value) if n else b"",
-            self._ts_field(timestamp),
-        ]
-        if subject == self.subject and not reply:
-            parts.append(self._own_fields)
-            if headers:
-                parts += [header_entry(k, v) for k, v in headers.items() if k != "subject" and k != "reply"]
-            parts.append(self._own_headers)
-        else:
-            parts.append(self._stream_fields)
-            parts.append(length_delimited(b"\x3a", subject.encode()))
-            if reply:
-                parts.append(length_delimited(b"\x42", reply.encode()))
-            if headers:
-                parts += [header_entry(k, v) for k, v in headers.items() if k != "subject" and k != "reply"]
-            parts.append(header_entry("subject", subject.encode()) + header_entry("reply", reply.encode()))
-        log_.append_at(offset, b"".join(parts), timestamp)
-        if not self._flush_scheduled:
-            self.store.mark_dirty(self)
-        return offset
+        # (tests/devserver/test_state_body.py holds the two equal).
+        ts_field = self._ts_field(timestamp)
+        occ, own_subject, own_tail, small = self._occ, self.subject, self._own_tail, _SMALL_VARINTS
+        bodies: list[bytes] = []
+        offsets: list[int] = []
+        for key, value, headers, subject, reply, expected in messages:
+            if occ and expected != -1 and expected != offset:
+                offsets.append(REFUSED)
+                continue
+            n = len(value)
+            bodies.append(
+                b"".join(
+                    (
+                        (b"\x08" + varint(offset)) if offset else b"",
+                        (b"\x12" + varint(len(key)) + key) if key else b"",
+                        (b"\x1a" + (small[n] if n < 128 else varint(n)) + value) if n else b"",
+                        ts_field,
+                        own_tail
+                        if subject == own_subject and not reply and not headers
+                        else self._tail(headers, subject, reply),
+                    )
+                )
+            )
+            offsets.append(offset)
+            offset += 1
+        if bodies:
+            log_.extend(first, bodies, timestamp)
+            if not self._flush_scheduled:
+                self.store.mark_dirty(self)
+        return offsets
+
+    def _tail(self, headers: Mapping[str, bytes] | None, subject: str, reply: str) -> bytes:
+        """Fields 5-9 of a stored Message: stream, partition, subject, reply and the headers, the
+        server's own ``subject`` and ``reply`` replacing any the publisher sent."""
+        parts = [self._stream_fields, length_delimited(b"\x3a", subject.encode())]
+        if reply:
+            parts.append(length_delimited(b"\x42", reply.encode()))
+        if headers:
+            parts += [header_entry(k, v) for k, v in headers.items() if k != "subject" and k != "reply"]
+        parts += (header_entry("subject", subject.encode()), header_entry("reply", reply.encode()))
+        return b"".join(parts)
 
     def after_commit(self, callback: CommitCallback, arg: Any) -> None:
         """Call ``callback(arg, commit_timestamp_ns)`` once everything appended so far is written."""
