@@ -29,7 +29,7 @@ import contextlib
 import logging
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -314,6 +314,7 @@ class _Connection(asyncio.Protocol):
             if stream is not None:
                 self._dirty.pop(stream, None)
                 self._cancel(stream)
+                self._acknowledge(stream)  # bytes held back for the handler still count for the connection
         elif isinstance(event, h2.events.TrailersReceived):
             pass  # gRPC clients send none; END_STREAM arrives as its own StreamEnded event
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -759,7 +760,7 @@ def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None
     return ctx
 
 
-__all__: Sequence[str] = (
+__all__ = [
     "MAX_MESSAGE",
     "AbortError",
     "H2GrpcServer",
@@ -767,4 +768,4 @@ __all__: Sequence[str] = (
     "TransportStats",
     "method_table",
     "server_ssl_context",
-)
+]

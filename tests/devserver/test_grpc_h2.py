@@ -54,6 +54,10 @@ class Echo:
         async for req in reqs:
             yield req[::-1]
 
+    async def sink(self, reqs: AsyncIterator[bytes], ctx: H2ServicerContext) -> AsyncIterator[bytes]:
+        yield b"ready"  # and never reads a request
+        await asyncio.sleep(3600)
+
     def methods(self) -> dict[str, grpc.RpcMethodHandler]:
         return method_table(
             "test.Echo",
@@ -62,6 +66,7 @@ class Echo:
                 "Count": grpc.unary_stream_rpc_method_handler(self.count),
                 "Forever": grpc.unary_stream_rpc_method_handler(self.forever),
                 "Stream": grpc.stream_stream_rpc_method_handler(self.echo_stream),
+                "Sink": grpc.stream_stream_rpc_method_handler(self.sink),
             },
         )
 
@@ -177,7 +182,8 @@ class RawClient:
         self.h2.initiate_connection()
         self.sock.sendall(self.h2.data_to_send())
 
-    def request(self, path: str, body: bytes, *, content_type: bytes = b"application/grpc") -> int:
+    def open(self, path: str, *, content_type: bytes = b"application/grpc") -> int:
+        """Send the request headers of a new stream (no body yet)."""
         sid = self.h2.get_next_available_stream_id()
         headers = [
             (b":method", b"POST"),
@@ -188,9 +194,40 @@ class RawClient:
             (b"te", b"trailers"),
         ]
         self.h2.send_headers(sid, headers)
+        self.sock.sendall(self.h2.data_to_send())
+        return sid
+
+    def request(self, path: str, body: bytes, *, content_type: bytes = b"application/grpc") -> int:
+        """A whole unary request: headers, one message, END_STREAM."""
+        sid = self.open(path, content_type=content_type)
         self.h2.send_data(sid, _PREFIX.pack(0, len(body)) + body, end_stream=True)
         self.sock.sendall(self.h2.data_to_send())
         return sid
+
+    def send_until_blocked(self, sid: int, data: bytes, quiet: float = 0.05) -> int:
+        """Send ``data`` on ``sid`` as far as the server's windows allow; stop once they stay shut
+        for ``quiet`` seconds. Returns the bytes sent."""
+        sent = 0
+        self.sock.settimeout(quiet)
+        try:
+            while sent < len(data):
+                size = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size, len(data) - sent)
+                if size > 0:
+                    self.h2.send_data(sid, data[sent : sent + size])
+                    self.sock.sendall(self.h2.data_to_send())
+                    sent += size
+                    continue
+                try:
+                    chunk = self.sock.recv(1 << 20)
+                except TimeoutError:
+                    return sent
+                if not chunk:
+                    return sent
+                self.h2.receive_data(chunk)
+                self.sock.sendall(self.h2.data_to_send())
+            return sent
+        finally:
+            self.sock.settimeout(5)
 
     def events(self) -> Iterator[h2.events.Event]:
         while True:
@@ -309,3 +346,35 @@ async def test_stop_sends_goaway(echo: tuple[Echo, H2GrpcServer, str]) -> None:
         assert h2.events.ConnectionTerminated in await asyncio.to_thread(read)
     finally:
         client.close()
+
+
+async def test_a_handler_that_does_not_read_holds_back_its_stream_but_not_the_connection(
+    echo: tuple[Echo, H2GrpcServer, str],
+) -> None:
+    """Requests a handler has not consumed are not acknowledged beyond 1 MiB (backpressure), and a
+    reset gives their bytes back to the connection window: twenty such streams (about 40 MiB, more
+    than the 16 MiB connection window) leave the connection usable."""
+    _service, _server, address = echo
+    message = _PREFIX.pack(0, 65_536) + b"z" * 65_536
+    blob = message * 48  # 3 MiB
+
+    def run() -> tuple[list[int], bytes]:
+        client = RawClient(address)
+        try:
+            held = []
+            for _ in range(20):
+                sid = client.open("/test.Echo/Sink")
+                held.append(client.send_until_blocked(sid, blob))
+                client.h2.reset_stream(sid)
+                client.sock.sendall(client.h2.data_to_send())
+            sid = client.request("/test.Echo/Unary", b"after")
+            chunks, headers, _ = _response(client, sid)
+            assert headers[b"grpc-status"] == b"0"
+            return held, _messages(chunks)[0]
+        finally:
+            client.close()
+
+    held, reply = await asyncio.to_thread(run)
+    assert reply == b"AFTER"
+    # Every stream got past the 1 MiB the server lets pile up, and none got the whole 3 MiB in.
+    assert all(1 << 20 < n < len(blob) for n in held), held
