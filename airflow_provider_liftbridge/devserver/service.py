@@ -104,6 +104,9 @@ async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoRet
 class ApiService:
     """The API as served by one broker of the dev server.
 
+    The methods take a ``grpc.aio.ServicerContext`` or, on the ``h2`` transport, a
+    :class:`~airflow_provider_liftbridge.devserver.grpc_h2.H2ServicerContext` (the same subset of it).
+
     :param store: the shared state.
     :param ingest: the NATS side (acks to inboxes, PublishToSubject).
     :param broker: which broker this service answers for (leadership checks).
