@@ -2,6 +2,7 @@
 
 Regression: the dev server once served gRPC through its own HTTP/2 layer, which overran the
 client's flow-control window here ("frame of size ... overflows local window") — see ADR 4.
+It now serves gRPC on the ``h2`` library (ADR 5); test_flow_control.py covers smaller windows.
 """
 
 from __future__ import annotations
