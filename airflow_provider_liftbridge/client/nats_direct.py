@@ -339,67 +339,72 @@ async def _with_acks(
     partitions: dict[str, int] = {}
     policies, leader, ok = {p.value: p for p in AckPolicy}, AckPolicy.LEADER, AckError.OK
 
-    def on_ack(data: bytes) -> None:
+    done = False  # the call has returned: acks handed over later change nothing
+
+    def on_acks(payloads: list[bytes]) -> None:
         nonlocal flying, armed
-        try:
-            pb = decode(data)
-        except EnvelopeError as exc:
-            log.warning("ignoring a frame on the ack inbox that is not an ack: %s", exc)
+        if done:
             return
-        cid = pb.correlationId
-        # index_of(cid), inlined for generated ids (the bulk case).
-        if own or not cid.startswith(prefix):
-            i = index_of(cid)
-            if i < 0:
-                return  # not ours
-        else:
+        for data in payloads:
             try:
-                i = int(cid[plen:])
-            except ValueError:
-                return  # not ours
-            if not 0 <= i < n:
-                return
-        st = state[i]
-        if st == _FLYING:
-            flying -= 1
-        elif st == _LATE:
-            timed_out.remove(i)
-        else:
-            return  # a second ack after a re-send
-        state[i] = _SETTLED
-        if pb.ackError == 0 and unfreeze:
-            # ack_from_pb(pb), inlined, on the unfrozen twin (a test holds the two equal).
-            ack: Any = new_ack(_UnfrozenAck)
-            ms = ack.msg_subject = pb.msgSubject
-            part = partitions.get(ms)
-            if part is None:
-                part = partitions[ms] = ack_from_pb(pb).partition
-            ack.partition = part
-            ack.stream = pb.stream
-            ack.partition_subject = pb.partitionSubject
-            ack.offset = pb.offset
-            ack.ack_inbox = pb.ackInbox
-            ack.correlation_id = cid
-            ack.ack_policy = policies.get(pb.ackPolicy, leader)
-            ack.reception_timestamp = pb.receptionTimestamp
-            ack.commit_timestamp = pb.commitTimestamp
-            ack.ack_error = ok
-            ack.__class__ = acked_class
-            acks[i] = ack
-        elif pb.ackError == 0:
-            acks[i] = ack_from_pb(pb)
-        else:
-            try:
-                check_ack(ack_from_pb(pb))
-            except LiftbridgeError as exc:
-                errors[i] = exc
+                pb = decode(data)
+            except EnvelopeError as exc:
+                log.warning("ignoring a frame on the ack inbox that is not an ack: %s", exc)
+                continue
+            cid = pb.correlationId
+            # index_of(cid), inlined for generated ids (the bulk case).
+            if own or not cid.startswith(prefix):
+                i = index_of(cid)
+                if i < 0:
+                    continue  # not ours
+            else:
+                try:
+                    i = int(cid[plen:])
+                except ValueError:
+                    continue  # not ours
+                if not 0 <= i < n:
+                    continue
+            st = state[i]
+            if st == _FLYING:
+                flying -= 1
+            elif st == _LATE:
+                timed_out.remove(i)
+            else:
+                continue  # a second ack after a re-send
+            state[i] = _SETTLED
+            if pb.ackError == 0 and unfreeze:
+                # ack_from_pb(pb), inlined, on the unfrozen twin (a test holds the two equal).
+                ack: Any = new_ack(_UnfrozenAck)
+                ms = ack.msg_subject = pb.msgSubject
+                part = partitions.get(ms)
+                if part is None:
+                    part = partitions[ms] = ack_from_pb(pb).partition
+                ack.partition = part
+                ack.stream = pb.stream
+                ack.partition_subject = pb.partitionSubject
+                ack.offset = pb.offset
+                ack.ack_inbox = pb.ackInbox
+                ack.correlation_id = cid
+                ack.ack_policy = policies.get(pb.ackPolicy, leader)
+                ack.reception_timestamp = pb.receptionTimestamp
+                ack.commit_timestamp = pb.commitTimestamp
+                ack.ack_error = ok
+                ack.__class__ = acked_class
+                acks[i] = ack
+            elif pb.ackError == 0:
+                acks[i] = ack_from_pb(pb)
+            else:
+                try:
+                    check_ack(ack_from_pb(pb))
+                except LiftbridgeError as exc:
+                    errors[i] = exc
         if armed and flying <= wake_at:
             armed = False
             room.set()
 
     inbox = str(nc.new_inbox())
     frames = _Frames(records, ids, out, PublishEncoder(ack_inbox=inbox, ack_policy=policy, crc=crc), nc.max_payload)
-    sub = await fast.subscribe(inbox, on_ack, pending_msgs=_ACK_PENDING_MSGS, pending_bytes=_ACK_PENDING_BYTES)
+    sub = await fast.subscribe(inbox, on_acks, pending_msgs=_ACK_PENDING_MSGS, pending_bytes=_ACK_PENDING_BYTES)
     try:
         nxt = 0
         while True:
@@ -442,6 +447,7 @@ async def _with_acks(
                 pass
             armed = False
     finally:
+        done = True
         fast.forget(sub)
         try:
             await sub.unsubscribe()

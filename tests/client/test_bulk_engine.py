@@ -314,3 +314,26 @@ async def test_publisher_input_forms(stand_in: Callable[..., asyncio.Future[Stan
         with pytest.raises(InvalidArgumentError, match="record 1 is a str"):
             await pub.publish_many(broker.subject, [b"ok", "text"])  # type: ignore[list-item]
     assert [codec.unmarshal_message(f).value for f in broker.frames] == [b"b", b"ba", b"mv", b"r"]
+
+
+async def test_acks_after_the_call_returned_change_nothing(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    loop = asyncio.get_running_loop()
+
+    def answer(b: StandIn, batch: list[api_pb2.Message]) -> list[tuple[str, bytes]]:
+        late = [b.ack(m, error=api_pb2.Ack.TOO_LARGE, offset=99) for m in batch]
+        loop.call_later(0.05, lambda: [asyncio.ensure_future(b.nc.publish(*a)) for a in late])
+        return [b.ack(m) for m in batch]
+
+    broker = await stand_in(answer, batch=3)
+    records = [b"a", b"b", b"c"]
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 3, records, correlation_ids(records), window=3)
+        before = list(out.acks)
+        await asyncio.sleep(0.2)  # the second, contradicting acks arrive on the (still open) connection
+    finally:
+        await nc.close()
+    assert out.acks == before and [a.offset for a in out.acks if a is not None] == [0, 1, 2]
+    assert not out.errors
