@@ -17,7 +17,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -160,6 +160,7 @@ _ACK_PENDING_MSGS = 1 << 20
 _ACK_PENDING_BYTES = 256 << 20
 # Per-record states of one call (a bytearray, one byte per record).
 _UNSENT, _FLYING, _SETTLED, _LATE = 0, 1, 2, 3  # _LATE: timed out, but a late ack still counts
+_FLYING_BYTE = bytes([_FLYING])
 
 
 async def publish_enveloped(
@@ -293,8 +294,8 @@ class _Frames:
         return frames[0]
 
 
-def _encode_record(encode: Any, rec: Record, cid: bytes) -> bytes:
-    return encode(  # type: ignore[no-any-return]
+def _encode_record(encode: Callable[..., bytes], rec: Record, cid: bytes) -> bytes:
+    return encode(
         rec.value,
         cid,
         key=rec.key or b"",
@@ -415,7 +416,7 @@ async def _with_acks(
                 k = len(burst)
                 nxt = start + k
                 if k:
-                    state[start : start + k] = b"\x01" * k
+                    state[start : start + k] = _FLYING_BYTE * k
                     flying += k
                     bursts.append((loop.time() + ack_timeout, range(start, start + k)))
                     await fast.publish_burst(subjects[start : start + k], burst)
