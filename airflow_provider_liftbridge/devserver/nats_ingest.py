@@ -35,7 +35,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 from nats.aio.client import Client as NatsClient
@@ -135,6 +135,8 @@ class NatsIngest:
         self._ack_waiters: dict[str, list[asyncio.Future[api_pb2.Ack]]] = {}
         #: Encoded ``Ack.ackInbox`` field of every inbox seen that is a valid subject.
         self._inbox_fields: dict[str, bytes] = {}
+        #: Inboxes already reported as invalid (reported once, not per message).
+        self._bad_inboxes: set[str] = set()
         #: Encoded ``Ack`` fields 1-3 per partition and subject the message came on.
         self._ack_prefixes: dict[Partition, dict[str, bytes]] = {}
         self._handled = 0
@@ -151,7 +153,7 @@ class NatsIngest:
             name="liftbridge-devserver",
             allow_reconnect=True,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2,
+            reconnect_time_wait=0.2,  # type: ignore[arg-type]  # typed int, used as seconds to sleep
             connect_timeout=5,
             pending_size=64 * 1024 * 1024,
             skip_subject_validation=True,
@@ -271,7 +273,7 @@ class NatsIngest:
                 try:
                     # decode() checks the header, the type and the CRC-32C; any failure means the
                     # bytes are stored whole, as the real server does.
-                    msg = _parse_message(decode(data, _PUBLISH).payload)
+                    msg = _parse_message(decode(data, _PUBLISH).payload)  # type: ignore[arg-type]  # upb: any buffer
                 except _BAD_PAYLOAD:
                     msg = None
             if msg is None:
@@ -290,12 +292,12 @@ class NatsIngest:
             if pending is None:
                 pending = self._pending[part] = []
                 part.after_commit(self._acks_committed, part)
-            for i, subject, inbox, cid, policy in wants_ack:
+            for i, subject, inbox, cid, ack_policy in wants_ack:
                 offset = offsets[i]
                 error = 0 if offset != REFUSED else _ACK_INCORRECT_OFFSET
-                pending.append((subject, offset, inbox, cid, policy, now, error))
+                pending.append((subject, offset, inbox, cid, ack_policy, now, error))
 
-    def _callback(self, route: Route) -> Callable[[Msg], object]:
+    def _callback(self, route: Route) -> Callable[[Msg], Awaitable[None]]:
         """The fallback: a nats-py subscription callback feeding ``route``."""
 
         async def on_msg(msg: Msg) -> None:
@@ -325,11 +327,7 @@ class NatsIngest:
         small = _SMALL
         for subject, offset, inbox, cid, policy, received, error in pending:
             prefix = prefixes.get(subject) or self._ack_prefix(part, subject)
-            inbox_field = inbox_fields.get(inbox)
-            publish = inbox_field is not None
-            if not publish:
-                inbox_field = self._inbox_field(inbox)
-                publish = inbox in inbox_fields
+            inbox_field = inbox_fields.get(inbox) or self._inbox_field(inbox)
             if received != received_at:
                 received_at, times = received, b"\x40" + varint(received) + commit_field
             c = cid.encode()
@@ -344,7 +342,7 @@ class NatsIngest:
                     b"\x50" + small[error] if error else b"",
                 )
             )
-            if publish:
+            if inbox in inbox_fields:
                 out.append((inbox, _ACK_HEADER + ack))
             if waiters and inbox in waiters:
                 self._resolve_waiters(inbox, api_pb2.Ack.FromString(ack))
@@ -370,12 +368,22 @@ class NatsIngest:
         field = length_delimited(b"\x2a", inbox.encode())
         if not is_valid_subject(inbox):
             # Publishing to it would break the NATS connection for every other ack.
-            log.warning("not publishing an ack to the invalid subject %r", inbox)
+            if inbox not in self._bad_inboxes:
+                if len(self._bad_inboxes) > _INBOX_CACHE_MAX:
+                    self._bad_inboxes.clear()
+                self._bad_inboxes.add(inbox)
+                log.warning("not publishing acks to the invalid subject %r", inbox)
             return field
         if len(self._inbox_fields) > _INBOX_CACHE_MAX:  # publishers with one inbox per message
             self._inbox_fields.clear()
         self._inbox_fields[inbox] = field
         return field
+
+    def _publishable(self, inbox: str) -> bool:
+        """Whether acks can be published on ``inbox`` (a valid NATS subject)."""
+        if inbox not in self._inbox_fields:
+            self._inbox_field(inbox)
+        return inbox in self._inbox_fields
 
     async def _send_loop(self) -> None:
         assert self._out_wakeup is not None
@@ -406,7 +414,7 @@ class NatsIngest:
     # -- acks of the gRPC API and PublishToSubject ------------------------------
     def send_ack(self, inbox: str, ack: api_pb2.Ack) -> None:
         """Queue ``ack`` for publishing on ``inbox`` and hand it to in-process waiters of that inbox."""
-        if inbox in self._inbox_fields or self._inbox_field(inbox) and inbox in self._inbox_fields:
+        if self._publishable(inbox):
             self._out.append((inbox, encode_ack(ack)))
             if self._out_wakeup is not None:
                 self._out_wakeup.set()

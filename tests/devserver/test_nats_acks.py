@@ -15,6 +15,7 @@ import grpc
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -42,7 +43,7 @@ def _all(stub: Stub, stream: str, partition: int = 0) -> list[pb.Message]:
     return subscribe(stub, req).data
 
 
-async def _acks(sub: nats.aio.subscription.Subscription, n: int) -> list[bytes]:
+async def _acks(sub: Subscription, n: int) -> list[bytes]:
     return [(await sub.next_msg(timeout=TIMEOUT)).data for _ in range(n)]
 
 

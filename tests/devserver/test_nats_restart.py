@@ -13,6 +13,8 @@ from pathlib import Path
 import grpc
 import nats
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -109,14 +111,14 @@ def test_supervise_needs_a_started_child() -> None:
         NatsServerProcess().supervise()
 
 
-async def _publish_until_acked(nc: nats.aio.client.Client, subject: str, values: list[bytes]) -> dict[bytes, int]:
+async def _publish_until_acked(nc: Client, subject: str, values: list[bytes]) -> dict[bytes, int]:
     """Publish enveloped ``values`` with acks, re-sending the unacked ones every second (as a
     publisher does after an outage) until each is acked; return value -> acked offset."""
     inbox = nc.new_inbox()
     acked: dict[bytes, int] = {}
     by_cid = {str(i): v for i, v in enumerate(values)}
 
-    async def on_ack(msg: nats.aio.msg.Msg) -> None:
+    async def on_ack(msg: Msg) -> None:
         ack = unmarshal_ack(msg.data)
         assert ack.ackError == pb.Ack.OK
         acked.setdefault(by_cid[ack.correlationId], ack.offset)

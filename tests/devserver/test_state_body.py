@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from google.protobuf.internal.encoder import _VarintBytes
+from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]  # protobuf's own varint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
