@@ -7,101 +7,29 @@ loop, with certificates generated here.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-from grpc import aio
 
 from airflow_provider_liftbridge.client import InvalidArgumentError, TlsConfig, UnavailableError
 from airflow_provider_liftbridge.devserver import DevServer
-from airflow_provider_liftbridge.devserver.service import ApiService
-
-SERVER_NAME = "liftbridge.test"
-
-
-def _cert(subject: str, key: Any, issuer: tuple[x509.Name, Any] | None, *, ca: bool, san: str | None = None) -> Any:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    issuer_name, issuer_key = issuer or (name, key)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _pem(obj: Any) -> bytes:
-    if hasattr(obj, "private_bytes"):
-        return obj.private_bytes(  # type: ignore[no-any-return]
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    return obj.public_bytes(serialization.Encoding.PEM)  # type: ignore[no-any-return]
+from tests.tls_certs import SERVER_NAME, make_certs
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("tls")
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("test-ca", ca_key, None, ca=True)
-    files: dict[str, Any] = {"ca": ca}
-    for who, san in (("server", SERVER_NAME), ("client", None)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        files[who] = _cert(who, key, (ca.subject, ca_key), ca=False, san=san)
-        files[f"{who}_key"] = key
-    out = {}
-    for name, obj in files.items():
-        path = d / f"{name}.pem"
-        path.write_bytes(_pem(obj))
-        out[name] = path
-    return out
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
 def tls_address(certs: dict[str, Path]) -> Iterator[str]:
-    """``127.0.0.1:PORT`` of the real API behind mutual TLS (client certificate required)."""
-    srv = DevServer(brokers=1)
-    srv.start()
-    core = srv._core  # test-only: reuse the running server's store and NATS ingest
-    assert core is not None
-    holder: dict[str, Any] = {}
-
-    async def serve() -> int:
-        server = aio.server()
-        server.add_generic_rpc_handlers((ApiService(core.store, core._ingest, core.brokers[0]).handler(),))
-        creds = grpc.ssl_server_credentials(
-            [(certs["server_key"].read_bytes(), certs["server"].read_bytes())],
-            root_certificates=certs["ca"].read_bytes(),
-            require_client_auth=True,
-        )
-        port = server.add_secure_port("127.0.0.1:0", creds)
-        await server.start()
-        holder["server"] = server
-        # Advertise the TLS port in metadata, so leader-routed calls (Subscribe) dial it too.
-        core.brokers[0].port = port
-        return port
-
-    try:
-        port = srv._run(serve())
-        yield f"127.0.0.1:{port}"
-        srv._run(holder["server"].stop(None))
-    finally:
-        srv.stop()
+    """``127.0.0.1:PORT`` of a dev server behind mutual TLS (client certificate required)."""
+    with DevServer(
+        tls_cert_file=certs["server"], tls_key_file=certs["server_key"], tls_client_ca_file=certs["ca"]
+    ) as srv:
+        yield srv.address
 
 
 def _tls(certs: dict[str, Path], **overrides: Any) -> TlsConfig:

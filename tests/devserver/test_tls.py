@@ -6,69 +6,24 @@ client certificate); clients are grpcio secure channels and the project's client
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.client import LiftbridgeClient, TlsConfig
 from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess, TlsConfigError
+from tests.tls_certs import SERVER_NAME, make_certs
 
-SERVER_NAME = "liftbridge.test"
 _NAME_OVERRIDE = [("grpc.ssl_target_name_override", SERVER_NAME)]
-
-
-def _cert(subject: str, key: Any, issuer: tuple[x509.Name, Any] | None, *, ca: bool, san: str | None = None) -> Any:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    issuer_name, issuer_key = issuer or (name, key)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """PEM files: ``ca``, ``server``, ``server_key``, ``client``, ``client_key``, ``other_key`` (matches nothing)."""
-    d = tmp_path_factory.mktemp("devserver-tls")
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("test-ca", ca_key, None, ca=True)
-    objs: dict[str, Any] = {"ca": ca, "other_key": ec.generate_private_key(ec.SECP256R1())}
-    for who, san in (("server", SERVER_NAME), ("client", None)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        objs[who] = _cert(who, key, (ca.subject, ca_key), ca=False, san=san)
-        objs[f"{who}_key"] = key
-    out = {}
-    for name, obj in objs.items():
-        path = d / f"{name}.pem"
-        if hasattr(obj, "private_bytes"):
-            data = obj.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        else:
-            data = obj.public_bytes(serialization.Encoding.PEM)
-        path.write_bytes(data)
-        out[name] = path
-    return out
+    return make_certs(tmp_path_factory.mktemp("devserver-tls"))
 
 
 def _creds(certs: dict[str, Path], *, client_cert: bool = True) -> grpc.ChannelCredentials:
