@@ -271,9 +271,12 @@ class NatsIngest:
             msg = None
             if data[:4] == MAGIC:
                 try:
-                    # decode() checks the header, the type and the CRC-32C; any failure means the
-                    # bytes are stored whole, as the real server does.
-                    msg = _parse_message(decode(data, _PUBLISH).payload)  # type: ignore[arg-type]  # upb: any buffer
+                    # decode() checks the header and the CRC-32C; any failure, or another message
+                    # type, means the bytes are stored whole, as the real server does. (The type is
+                    # compared here: decode's own check of an expected type costs more.)
+                    envelope = decode(data)
+                    if envelope.msg_type is _PUBLISH:
+                        msg = _parse_message(envelope.payload)  # type: ignore[arg-type]  # upb parses any buffer
                 except _BAD_PAYLOAD:
                     msg = None
             if msg is None:
