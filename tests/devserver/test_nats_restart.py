@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -19,7 +20,7 @@ from nats.aio.msg import Msg
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
-from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 
 from .helpers import TIMEOUT, create, subscribe
@@ -27,10 +28,10 @@ from .helpers import TIMEOUT, create, subscribe
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the child through /proc")
 
 
-def _nats_children() -> set[int]:
-    """Pids of this process's running nats-server children (read from /proc)."""
+def _nats_children(parent: int | None = None) -> set[int]:
+    """Pids of the running nats-server children of ``parent`` (default: this process), read from /proc."""
     pids = set()
-    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+    for children in Path(f"/proc/{parent or os.getpid()}/task").glob("*/children"):
         for pid in children.read_text().split():
             try:
                 comm = Path(f"/proc/{pid}/comm").read_text().strip()
@@ -42,9 +43,9 @@ def _nats_children() -> set[int]:
     return pids
 
 
-async def _until(condition: object, what: str, timeout: float = 10.0) -> None:
+async def _until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.02)
@@ -164,3 +165,27 @@ async def test_killed_nats_child_is_restarted_and_ingest_resumes(tmp_path: Path,
     # Nothing acked before the kill is lost, and the acks after it point at what they acked.
     assert before == {b"before-%d" % i: i for i in range(50)}
     assert all(by_offset[offset] == value for value, offset in after.items())
+
+
+async def test_the_command_line_server_restarts_its_child_too(tmp_path: Path) -> None:
+    with DevServerProcess(tmp_path / "data") as srv, grpc.insecure_channel(srv.address) as channel:
+        assert srv.pid is not None
+        stub = api_pb2_grpc.APIStub(channel)
+        create(stub, "cli")
+        nc = await nats.connect(srv.nats_url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        try:
+            before = await _publish_until_acked(nc, "cli", [b"b%d" % i for i in range(20)])
+            (child,) = _nats_children(srv.pid)
+            os.kill(child, signal.SIGKILL)
+            await _until(lambda: _nats_children(srv.pid) - {child}, "the server started a new nats-server")
+            after = await _publish_until_acked(nc, "cli", [b"a%d" % i for i in range(20)])
+        finally:
+            await nc.close()
+        stored = {m.offset: m.value for m in subscribe(stub, _everything("cli")).data}
+        log = srv.stderr_log.read_text()
+    assert all(stored[offset] == value for value, offset in (before | after).items())
+    assert "restarting it on the same port" in log and "partition subscriptions renewed" in log
+
+
+def _everything(stream: str) -> pb.SubscribeRequest:
+    return pb.SubscribeRequest(stream=stream, startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
