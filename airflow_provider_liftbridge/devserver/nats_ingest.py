@@ -16,7 +16,7 @@ NATS headers (HPUB) are not part of a Liftbridge message and are not stored.
 How it stays cheap (see docs/devserver-ingest.md for the figures): nats-py parses the
 protocol and owns the connection (reconnects, re-subscribing, PING/PONG), but two of its
 per-message costs are skipped. Messages of the partition subscriptions are handed from
-nats-py's parser straight to :meth:`NatsIngest._handle`, without the ``Msg`` object, queue and
+nats-py's parser straight to a per-partition route, without the ``Msg`` object, queue and
 callback task nats-py builds for each message; and the acks of one partition write are
 turned into PUB commands with nats-py's own command builder and queued on its connection as
 one write. Both go through nats-py internals (``Client._process_msg``,
@@ -24,9 +24,10 @@ one write. Both go through nats-py internals (``Client._process_msg``,
 module is imported, and when they do not match (another nats-py version) the ingest uses the
 public subscription callbacks and ``publish`` instead: slower, same behaviour.
 
-Everything a partition stores in one event-loop turn is written together (see
-:mod:`.state`); acks are built from per-partition and per-inbox byte templates once the
-write is done, and go out together.
+The route only collects; what a partition received in one event-loop turn is decoded and
+stored as one batch (:meth:`NatsIngest._store_batch`, ``Partition.append_many``) and written
+together (see :mod:`.state`); acks are built from per-partition and per-inbox byte templates
+once the write is done, and go out together.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class NatsIngest:
 
     :param url: the NATS server to use.
     :param fast: take the fast path when the installed nats-py allows it (see the module
-        docstring); ``False`` forces nats-py's public API (used by tests of the fallback).
+        docstring); ``False`` uses nats-py's public API only.
     """
 
     def __init__(self, url: str, *, fast: bool = True) -> None:
