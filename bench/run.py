@@ -51,10 +51,11 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
     AsyncLiftbridgeClient,
     LiftbridgeClient,
 )
+from airflow_provider_liftbridge.client.bulk import NATS_WINDOW  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 
 VALUE = b"x" * 100
-BULK_WINDOW = 1024
+BULK_WINDOW = NATS_WINDOW  # the NATS path's default window
 GRPC_WINDOW = 256
 
 

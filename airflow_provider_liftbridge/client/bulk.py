@@ -56,11 +56,27 @@ from .nats_direct import (
 from .partitioners import PartitionerFunc
 from .types import Ack, AckPolicy, Record, StreamInfo
 
-__all__ = ["PUBLISH_PATHS", "LoopThread", "NatsLink", "PublishPath", "publish_many", "resolve_path"]
+__all__ = [
+    "GRPC_WINDOW",
+    "NATS_WINDOW",
+    "PUBLISH_PATHS",
+    "LoopThread",
+    "NatsLink",
+    "PublishPath",
+    "publish_many",
+    "resolve_path",
+]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
 
 _T = TypeVar("_T")
+
+#: Default windows (records unacknowledged at a time). Over NATS the client, nats-server and the
+#: broker each work on batches, and 256 or 1024 records in flight leave them waiting on each
+#: other; 4096 keeps them busy (docs/bulk-publishing.md has the figures). Over gRPC the window
+#: is bounded by the server's per-message cost, and 256 is plenty.
+GRPC_WINDOW = 256
+NATS_WINDOW = 4096
 
 PublishPath = Literal["auto", "nats", "grpc"]
 #: Values of ``publish_many(path=...)``.
@@ -200,13 +216,14 @@ def publish_many(
     partition: int | None = None,
     partitioner: PartitionerFunc | None = None,
     ack_policy: AckPolicy | None = None,
-    window: int = 256,
+    window: int | None = None,
     timeout: float | None = None,
     path: PublishPath = "auto",
     resend: ResendPolicy | None = None,
 ) -> Op[list[Ack]]:
     """Publish many records and return their acks in input order (an empty list with
-    ``AckPolicy.NONE``), at most ``window`` unacknowledged at a time.
+    ``AckPolicy.NONE``), at most ``window`` unacknowledged at a time (default: 256 over gRPC,
+    4096 over NATS, where a smaller window leaves the pipeline waiting on round trips).
 
     ``path``: ``"nats"`` publishes enveloped messages straight to the partitions' NATS subjects
     with acks on an ack inbox (the bulk path, an order of magnitude faster from Python; needs
@@ -232,7 +249,7 @@ def publish_many(
         anything is sent.
     """
     chosen = resolve_path(core, path)
-    if window < 1:
+    if window is not None and window < 1:
         raise InvalidArgumentError(f"window must be at least 1, got {window}")
     # Plain bytes stay bytes: building a Record per value would cost more than publishing it.
     items: list[Record | bytes] = list(records)
@@ -252,7 +269,7 @@ def publish_many(
             partition=partition,
             partitioner=partitioner,
             ack_policy=ack_policy,
-            window=window,
+            window=GRPC_WINDOW if window is None else window,
             timeout=timeout,
             resend=resend,
         )
@@ -282,7 +299,14 @@ def publish_many(
         subjects = [subject_of[p] for p in parts]
     _log_path(core, stream, "nats")
     run = functools.partial(
-        _run_nats, subjects, items, ids, ack_policy=policy, window=window, ack_timeout=wait, resend=resend
+        _run_nats,
+        subjects,
+        items,
+        ids,
+        ack_policy=policy,
+        window=NATS_WINDOW if window is None else window,
+        ack_timeout=wait,
+        resend=resend,
     )
     outcome: BulkOutcome = yield NatsCall(run)
     if outcome.failure is not None and outcome.sent == 0 and path == "auto":
