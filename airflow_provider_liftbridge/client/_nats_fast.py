@@ -1,21 +1,24 @@
-"""The one place the bulk path reaches into nats-py's internals, and its fallback.
+"""The one place this project reaches into nats-py's internals, and its fallback.
 
-nats-py's public API costs the bulk path more per message than everything else together:
-``publish()`` is two awaited coroutines with connection checks per message, and every message
-received goes through header parsing, a ``Msg`` object, an ``asyncio.Queue`` and a task that
-awaits the subscription's callback. The bulk path needs neither: its frames are checked once
-per burst, and its acks are small envelopes with no NATS headers that one plain function
-handles. So, on nats-py versions this module was checked against (and only when the client
-object has the expected shape), it
+Both the client's bulk path (:mod:`.nats_direct`) and the dev server's NATS ingest
+(``devserver/nats_ingest.py``) use this module; nothing else touches nats-py's private members.
+
+nats-py's public API costs a high-volume NATS user more per message than everything else
+together: ``publish()`` is two awaited coroutines with connection checks per message, and every
+message received goes through header parsing, a ``Msg`` object, an ``asyncio.Queue`` and a task
+that awaits the subscription's callback. So, on nats-py versions this module was checked against
+(and only when the client object has the expected shape), :class:`FastNats`
 
 - appends a burst of ``PUB`` commands — each built by nats-py's own ``pub_cmd`` — to the
   client's pending buffer and kicks its flusher once (what ``publish()`` does per message);
-- hands the payloads of the ack subscription straight from nats-py's protocol parser to a
-  function, by wrapping the client's ``_process_msg`` for the subscriptions registered here.
-  Everything else (other subscriptions, messages with headers) goes to nats-py's own code.
+- hands the messages of the subscriptions made through it (``subject, reply, payload`` as
+  bytes; NATS headers are dropped) straight from nats-py's protocol parser to a plain function,
+  by wrapping the client's ``_process_msg``. Other subscriptions go to nats-py's own code.
 
 Anywhere else it uses the public API (``publish()``, ``subscribe(cb=...)``), with the same
-results. ``tests/client/test_nats_fast.py`` fails loudly if the internals change shape.
+results. The tripwire tests (``tests/client/test_nats_direct_fast.py``,
+``tests/devserver/test_nats_acks.py``) fail loudly if the internals change shape; both paths
+are tested. See docs/adr/0006-one-nats-py-adapter.md.
 """
 
 from __future__ import annotations
@@ -34,16 +37,22 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol import command as _command
 
-__all__ = ["AckHandler", "FastNats", "fast_nats", "internals_usable"]
+__all__ = ["AckHandler", "FastNats", "Route", "fast_nats", "internals_usable"]
 
 log = logging.getLogger(__name__)
 
+#: Takes one message of a routed subscription, from the event loop: (subject, reply, payload), as
+#: raw bytes. It must not block or await; it may keep the bytes.
+Route = Callable[[bytes, bytes, bytes], None]
 #: A function taking the payloads of messages received on an ack inbox, in arrival order.
 AckHandler = Callable[[list[bytes]], None]
 
 # nats-py releases whose internals (below) were read and tested: >= 2.6, < 3.
 _CHECKED_FROM, _CHECKED_BELOW = (2, 6), (3, 0)
 _ATTR = "_liftbridge_fast"  # the FastNats of a client, kept on the client object
+# Public path only: nats-py hands a queued backlog to a callback without yielding, which would
+# hold back everything else on the loop (acks, gRPC calls) until the backlog is done.
+_YIELD_EVERY = 256
 
 
 def _nats_version() -> tuple[int, ...] | None:
@@ -76,17 +85,22 @@ def _shape_problem() -> str | None:
     if not inspect.iscoroutinefunction(NatsClient._process_msg):
         return "Client._process_msg is no longer a coroutine function"
     try:
-        source = inspect.getsource(nats.protocol.parser.Parser.parse)
+        parser_source = inspect.getsource(nats.protocol.parser.Parser.parse)
+        process_source = inspect.getsource(NatsClient._process_msg)
     except (OSError, TypeError):  # no source shipped: the dispatch below cannot be verified
         return "the source of nats-py's protocol parser is not available to check"
-    if "await self.nc._process_msg(" not in source:
+    if "await self.nc._process_msg(" not in parser_source:
         return "the protocol parser no longer awaits nc._process_msg"
+    # Messages that arrive before a route is registered wait in this queue (see FastNats.route).
+    for needed in ("sub._pending_size += payload_size", "sub._pending_queue.put_nowait(msg)"):
+        if needed not in process_source:
+            return f"Client._process_msg no longer does {needed!r}"
     return None
 
 
 _PROBLEM = _shape_problem()
 if _PROBLEM is not None:
-    log.info("bulk NATS path: using nats-py's public API only (%s)", _PROBLEM)
+    log.info("NATS fast path: using nats-py's public API only (%s)", _PROBLEM)
 
 
 def internals_usable() -> bool:
@@ -95,21 +109,25 @@ def internals_usable() -> bool:
 
 
 class FastNats:
-    """The bulk path's view of one nats-py client: burst publishing and ack subscriptions,
-    through the internals when :func:`internals_usable` (and the client has the expected
-    attributes), else through the public API.
+    """A view of one nats-py client for high-volume users: burst publishing and routed
+    subscriptions, through the internals when ``internals`` is true and the client has the
+    expected attributes, else through the public API.
 
-    Get it with :func:`fast_nats` (on the client's event loop); one per client object.
+    Get the client's one with :func:`fast_nats` (on the client's event loop), or make it directly
+    when the caller decides about the internals itself; use one per client object.
+
+    :param nc: a nats-py client (connected or not yet).
+    :param internals: use nats-py's internals; pass ``internals_usable()`` or ``False``.
     """
 
     def __init__(self, nc: NatsClient, *, internals: bool) -> None:
         self.nc = nc
         self.internals = internals and _client_shape_ok(nc)
-        self._handlers: dict[int, Callable[[bytes], None]] = {}  # sid -> adds a payload to its batch
+        self._routes: dict[int, Route] = {}  # sid -> its route
         if self.internals:
             original = nc._process_msg
-            handlers = self._handlers
-            # The parser awaits what _process_msg returns: for our messages, a future already
+            routes = self._routes
+            # The parser awaits what _process_msg returns: for routed messages, a future already
             # done, which costs less to await than a coroutine to create and run.
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
@@ -117,25 +135,63 @@ class FastNats:
             def process_msg(
                 sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
             ) -> Awaitable[None]:
-                handler = handlers.get(sid)
-                if handler is None or headers:
+                route = routes.get(sid)
+                if route is None:
                     return original(sid, subject, reply, data, headers)  # type: ignore[arg-type]
                 # nats-py's own per-message work (statistics, Msg, queue, task) is skipped: the
                 # client's in_msgs/in_bytes statistics do not count these messages.
-                handler(data)
+                route(subject, reply, data)
                 return done
 
             nc._process_msg = process_msg  # type: ignore[method-assign, assignment]
+
+    async def route(
+        self, subject: str, route: Route, *, queue: str = "", pending_msgs: int, pending_bytes: int
+    ) -> Subscription:
+        """Subscribe to ``subject`` (in queue group ``queue``, if given): ``route`` is called with
+        every message, in arrival order, from the event loop.
+
+        The subscription is a normal nats-py one (resubscribed on reconnect, ended with
+        ``unsubscribe()`` after :meth:`forget`). With the internals, ``route`` is called from
+        nats-py's parser; otherwise (and after :meth:`forget`) from the subscription callback,
+        which yields to the loop every few hundred messages.
+
+        :param pending_msgs: nats-py's limit of messages waiting for the callback (public path).
+        :param pending_bytes: the same in bytes.
+        :raises nats.errors.Error: as ``subscribe()`` raises (closed, draining, bad subject).
+        """
+        sub = await self.nc.subscribe(
+            subject,
+            queue=queue,
+            cb=_callback(route),
+            pending_msgs_limit=pending_msgs,
+            pending_bytes_limit=pending_bytes,
+        )
+        if not self.internals:
+            return sub
+        # The SUB may reach the server while subscribe() awaits (its flush waits when the pending
+        # buffer is full), so messages can arrive before the route is registered: nats-py queues
+        # them for the callback. What is still queued is handed to the route here, before any later
+        # message and with no await in between, so the order is kept and nothing is lost or handled
+        # twice (the callback task takes a message off the queue and routes it in one step). After
+        # forget(), the callback delivers again.
+        waiting = sub._pending_queue
+        while not waiting.empty():
+            msg = waiting.get_nowait()
+            waiting.task_done()
+            sub._pending_size -= len(msg.data)
+            route(msg.subject.encode(), msg.reply.encode(), msg.data)
+        self._routes[sub._id] = route
+        return sub
 
     async def subscribe(
         self, subject: str, handler: AckHandler, *, pending_msgs: int, pending_bytes: int
     ) -> Subscription:
         """Subscribe ``handler`` to ``subject``: it is called, from the event loop, with the
-        payloads of the messages that arrived since its last call (with the internals, those of
-        one read from the socket: a batch is cheaper to go through than one call per message).
+        payloads of the messages that arrived since its last call (a batch is cheaper to go
+        through than one call per message). An exception it raises is logged, not propagated.
 
-        The subscription is a normal nats-py one (resubscribed on reconnect, ended with
-        ``unsubscribe()``); with the internals its messages skip nats-py's queue and task.
+        :raises nats.errors.Error: as :meth:`route`.
         """
         loop = asyncio.get_running_loop()
         batch: list[bytes] = []
@@ -148,31 +204,23 @@ class FastNats:
             except Exception:  # must not reach nats-py's parser or the loop: log it
                 log.exception("the ack handler of %s failed", subject)
 
-        def add(data: bytes) -> None:
+        def add(_subject: bytes, _reply: bytes, data: bytes) -> None:
             if not batch:
                 loop.call_soon(deliver)
             batch.append(data)
 
-        async def cb(msg: Msg) -> None:
-            add(msg.data)
-
-        sub = await self.nc.subscribe(
-            subject, cb=cb, pending_msgs_limit=pending_msgs, pending_bytes_limit=pending_bytes
-        )
-        if self.internals:
-            # Messages that reached nats-py's queue before this line still go through cb: the
-            # same batch, so nothing is lost or handled twice.
-            self._handlers[sub._id] = add
-        return sub
+        return await self.route(subject, add, pending_msgs=pending_msgs, pending_bytes=pending_bytes)
 
     def forget(self, sub: Subscription) -> None:
-        """Stop dispatching ``sub``'s messages directly (call before unsubscribing)."""
-        self._handlers.pop(getattr(sub, "_id", None), None)  # type: ignore[arg-type]
+        """Stop routing ``sub``'s messages from the parser (call before unsubscribing); until the
+        subscription ends, its callback still hands them to the route."""
+        self._routes.pop(getattr(sub, "_id", None), None)  # type: ignore[arg-type]
 
     async def publish_burst(self, subjects: Sequence[str], frames: Sequence[bytes]) -> None:
         """Publish ``frames[i]`` on ``subjects[i]`` (no reply subject, no headers), in order.
 
-        The caller has checked every frame against ``max_payload`` and every subject once.
+        The caller has checked every frame against ``max_payload`` and every subject once. While
+        reconnecting, the burst is buffered as ``publish()`` buffers.
 
         :raises nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError,
             nats.errors.OutboundBufferLimitError: as ``publish()`` would.
@@ -204,6 +252,21 @@ class FastNats:
             await nc._flush_pending()
 
 
+def _callback(route: Route) -> Callable[[Msg], Awaitable[None]]:
+    """The public path: a nats-py subscription callback feeding ``route``."""
+    handled = 0
+
+    async def on_msg(msg: Msg) -> None:
+        nonlocal handled
+        route(msg.subject.encode(), msg.reply.encode(), msg.data)
+        handled += 1
+        if handled >= _YIELD_EVERY:
+            handled = 0
+            await asyncio.sleep(0)
+
+    return on_msg
+
+
 def _client_shape_ok(nc: NatsClient) -> bool:
     """The client object has the attributes :class:`FastNats` touches, with the right types."""
     try:
@@ -222,8 +285,8 @@ def _client_shape_ok(nc: NatsClient) -> bool:
         return False
 
 
-#: Whether new FastNats objects may use the internals (benchmarks and tests switch it off to
-#: measure or exercise the public path).
+#: Whether :func:`fast_nats` may use the internals for new FastNats objects (benchmarks and
+#: tests switch it off to measure or exercise the public path).
 USE_INTERNALS = True
 
 

@@ -18,11 +18,10 @@ protocol and owns the connection (reconnects, re-subscribing, PING/PONG), but tw
 per-message costs are skipped. Messages of the partition subscriptions are handed from
 nats-py's parser straight to a per-partition route, without the ``Msg`` object, queue and
 callback task nats-py builds for each message; and the acks of one partition write are
-turned into PUB commands with nats-py's own command builder and queued on its connection as
-one write. Both go through nats-py internals (``Client._process_msg``,
-``Client._send_command``, ``Client._flush_pending``); their shapes are checked when this
-module is imported, and when they do not match (another nats-py version) the ingest uses the
-public subscription callbacks and ``publish`` instead: slower, same behaviour.
+queued on the connection as one burst of PUB commands built by nats-py's own command builder.
+Both go through the project's one nats-py adapter (:mod:`airflow_provider_liftbridge.client._nats_fast`,
+shared with the client's bulk path), which checks nats-py's internals once and falls back to
+its public API (subscription callbacks, ``publish``) when they do not match: slower, same behaviour.
 
 The route only collects; what a partition received in one event-loop turn is decoded and
 stored as one batch (:meth:`NatsIngest._store_batch`, ``Partition.append_many``) and written
@@ -33,26 +32,20 @@ once the write is done, and go out together.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.protocol.command import pub_cmd
 
 from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.client._nats_fast import FastNats, Route, internals_usable
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
 
 from .state import REFUSED, NewMessage, Partition, is_valid_subject, length_delimited, varint
 
 log = logging.getLogger(__name__)
-
-#: Handles one NATS message of a partition subscription: (subject, reply, payload), as raw bytes.
-Route = Callable[[bytes, bytes, bytes], None]
 
 _NONE = api_pb2.NONE
 _PUBLISH = MsgType.PUBLISH
@@ -63,48 +56,12 @@ _ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
 #: The 8-byte envelope header of every ack (type Ack, no CRC), taken from the codec once.
 _ACK_HEADER = encode(b"", MsgType.ACK, crc=False)
 _SMALL = [bytes((i,)) for i in range(128)]
-# Fallback path only: generous limits, since dropping a message as a "slow consumer" would lose
-# an unacked publish; and a yield now and then, because nats-py hands a queued backlog over
-# without yielding, which would hold the acks (and gRPC calls) back until the backlog is done.
+# Messages waiting for nats-py's subscription callback (the fallback path, and with the fast path
+# only those arriving before the route is in place): generous limits, since dropping a message as
+# a "slow consumer" would lose an unacked publish.
 _SUB_PENDING_MSGS = 4_000_000
 _SUB_PENDING_BYTES = 1 << 30
-_YIELD_EVERY = 256
 _INBOX_CACHE_MAX = 10_000
-
-
-def _nats_py_hooks_match() -> bool:
-    """Whether the installed nats-py has the internals the fast path relies on, in the expected shape."""
-    try:
-        process = list(inspect.signature(NatsClient._process_msg).parameters)
-        send = list(inspect.signature(NatsClient._send_command).parameters)
-        flush = list(inspect.signature(NatsClient._flush_pending).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return (
-        process == ["self", "sid", "subject", "reply", "data", "headers"]
-        and send[:2] == ["self", "cmd"]
-        and flush[:1] == ["self"]
-        and inspect.iscoroutinefunction(NatsClient._process_msg)
-    )
-
-
-#: True when this nats-py can take the fast path (see the module docstring).
-FAST_PATH_AVAILABLE = _nats_py_hooks_match()
-
-
-class _IngestClient(NatsClient):
-    """nats-py's client, with messages of registered subscription ids handed straight to a route."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.routes: dict[int, Route] = {}
-
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        route = self.routes.get(sid)
-        if route is None:
-            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
-        else:
-            route(subject, reply, data)
 
 
 async def _log_error(exc: Exception) -> None:
@@ -123,8 +80,9 @@ class NatsIngest:
     def __init__(self, url: str, *, fast: bool = True) -> None:
         self.url = url
         #: Whether messages bypass nats-py's per-message machinery (see the module docstring).
-        self.fast = fast and FAST_PATH_AVAILABLE
+        self.fast = fast and internals_usable()
         self.nc: NatsClient | None = None
+        self._nats: FastNats | None = None  # the adapter over ``nc``
         self._subs: dict[Partition, Subscription] = {}
         #: Acks waiting for their partition's next write, per message:
         #: (subject, offset, inbox, correlation id, policy, reception time, error).
@@ -140,7 +98,6 @@ class NatsIngest:
         self._bad_inboxes: set[str] = set()
         #: Encoded ``Ack`` fields 1-3 per partition and subject the message came on.
         self._ack_prefixes: dict[Partition, dict[str, bytes]] = {}
-        self._handled = 0
 
     async def connect(self) -> None:
         """Connect to NATS and start the ack sender. Later, the connection reconnects by itself,
@@ -148,7 +105,7 @@ class NatsIngest:
 
         :raises OSError, nats.errors.NoServersError: NATS is not reachable.
         """
-        nc = _IngestClient() if self.fast else NatsClient()
+        nc = NatsClient()
         await nc.connect(
             self.url,
             name="liftbridge-devserver",
@@ -163,6 +120,8 @@ class NatsIngest:
             reconnected_cb=self._reconnected,
         )
         self.nc = nc
+        self._nats = FastNats(nc, internals=self.fast)
+        self.fast = self._nats.internals
         self._out_wakeup = asyncio.Event()
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
 
@@ -181,9 +140,10 @@ class NatsIngest:
             self._sender.cancel()
             self._sender = None
         nc, self.nc = self.nc, None
-        if nc is not None:
+        fast, self._nats = self._nats, None
+        if nc is not None and fast is not None:
             try:
-                await self._send_out(nc)
+                await self._send_out(fast)
                 await nc.flush(timeout=2)
             except Exception:  # closing anyway; NATS may already be gone
                 log.debug("error while flushing the NATS connection", exc_info=True)
@@ -195,22 +155,16 @@ class NatsIngest:
     # -- subscriptions ----------------------------------------------------------
     async def partition_opened(self, partition: Partition) -> None:
         """Subscribe ``partition`` to its subject (in the stream's queue group), confirmed by the server."""
-        nc = self.nc
-        if partition in self._subs or nc is None:
+        nc, fast = self.nc, self._nats
+        if partition in self._subs or nc is None or fast is None:
             return
-        route = self._route(partition)
-        if isinstance(nc, _IngestClient):
-            # No callback: nats-py keeps no task for the subscription, and the route gets the messages.
-            sub = await nc.subscribe(partition.subject, queue=partition.stream.group)
-            nc.routes[sub._id] = route
-        else:
-            sub = await nc.subscribe(
-                partition.subject,
-                queue=partition.stream.group,
-                cb=self._callback(route),
-                pending_msgs_limit=_SUB_PENDING_MSGS,
-                pending_bytes_limit=_SUB_PENDING_BYTES,
-            )
+        sub = await fast.route(
+            partition.subject,
+            self._route(partition),
+            queue=partition.stream.group,
+            pending_msgs=_SUB_PENDING_MSGS,
+            pending_bytes=_SUB_PENDING_BYTES,
+        )
         self._subs[partition] = sub
         # A publish racing right behind CreateStream must find the subscription in place.
         await nc.flush()
@@ -219,8 +173,8 @@ class NatsIngest:
         """Stop taking NATS messages for ``partition``."""
         sub = self._subs.pop(partition, None)
         if sub is not None:
-            if isinstance(self.nc, _IngestClient):
-                self.nc.routes.pop(sub._id, None)
+            if self._nats is not None:
+                self._nats.forget(sub)
             try:
                 await sub.unsubscribe()
             except Exception:  # connection already closing
@@ -300,18 +254,6 @@ class NatsIngest:
                 offset = offsets[i]
                 error = 0 if offset != REFUSED else _ACK_INCORRECT_OFFSET
                 pending.append((subject, offset, inbox, cid, ack_policy, now, error))
-
-    def _callback(self, route: Route) -> Callable[[Msg], Awaitable[None]]:
-        """The fallback: a nats-py subscription callback feeding ``route``."""
-
-        async def on_msg(msg: Msg) -> None:
-            route(msg.subject.encode(), msg.reply.encode(), msg.data)
-            self._handled += 1
-            if self._handled >= _YIELD_EVERY:
-                self._handled = 0
-                await asyncio.sleep(0)
-
-        return on_msg
 
     def _acks_committed(self, part: Partition, commit_ts: int) -> None:
         """Build the acks of everything ``part`` just wrote and queue them for publishing together."""
@@ -394,26 +336,20 @@ class NatsIngest:
         while True:
             await self._out_wakeup.wait()
             self._out_wakeup.clear()
-            nc = self.nc
-            if nc is None:
+            fast = self._nats
+            if fast is None:
                 return
             try:
-                await self._send_out(nc)
+                await self._send_out(fast)
             except Exception:  # keep sending later acks
                 log.warning("could not publish acks", exc_info=True)
 
-    async def _send_out(self, nc: NatsClient) -> None:
+    async def _send_out(self, fast: FastNats) -> None:
         out, self._out = self._out, []
-        if not out or nc.is_closed:
+        if not out or fast.nc.is_closed:
             return
-        if isinstance(nc, _IngestClient):
-            # One command for the whole batch, queued like nats-py's own publish queues one (buffered
-            # while reconnecting), then one flush.
-            await nc._send_command(b"".join([pub_cmd(inbox, "", payload) for inbox, payload in out]))
-            await nc._flush_pending()
-        else:
-            for inbox, payload in out:
-                await nc.publish(inbox, payload)
+        inboxes, payloads = zip(*out, strict=True)
+        await fast.publish_burst(inboxes, payloads)
 
     # -- acks of the gRPC API and PublishToSubject ------------------------------
     def send_ack(self, inbox: str, ack: api_pb2.Ack) -> None:

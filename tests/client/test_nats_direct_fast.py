@@ -1,9 +1,9 @@
-"""The pieces under the bulk engine: the nats-py adapter (``client/_nats_fast.py``) against the
-dev server's real nats-server, correlation ids, and the ack builder.
+"""The pieces under the bulk engine: the nats-py adapter (``client/_nats_fast.py``, shared with the
+dev server's ingest) against the dev server's real nats-server, correlation ids, and the ack builder.
 
 The first test is the tripwire for nats-py upgrades: it fails, naming what changed, when the
 internals the adapter relies on no longer have the shape it was written for (the adapter itself
-then falls back to the public API, and the bulk path gets slower, not wrong).
+then falls back to the public API, and the bulk path and the dev server get slower, not wrong).
 """
 
 from __future__ import annotations
@@ -40,17 +40,81 @@ async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -
         await _until(lambda: len(got) == 3)
         assert got == [b"a", b"b", b"c"] and nc.stats["in_msgs"] == 0  # nats-py's processing skipped
         assert nc.stats["out_msgs"] == 3
-        # A message with NATS headers takes nats-py's own path, then the same handler.
+        # A message with NATS headers is routed the same way: its payload, without the headers.
         await nc.publish(subject, b"with headers", headers={"h": "1"})
         await _until(lambda: len(got) == 4)
-        assert got[3] == b"with headers" and nc.stats["in_msgs"] == 1
+        assert got[3] == b"with headers" and nc.stats["in_msgs"] == 0
         # After forget(), nats-py's own path delivers again.
         fast.forget(sub)
         await nc.publish(subject, b"d")
         await _until(lambda: len(got) == 5)
-        assert nc.stats["in_msgs"] == 2
+        assert got[4] == b"d" and nc.stats["in_msgs"] == 1
         await sub.unsubscribe()
     finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("internals", [True, False], ids=["internals", "public-api"])
+async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, internals: bool) -> None:
+    nc = await nats.connect(nats_url)
+    sender = await nats.connect(nats_url)
+    try:
+        fast = _nats_fast.FastNats(nc, internals=internals)
+        assert fast.internals is internals
+        got: list[tuple[bytes, bytes, bytes]] = []
+        prefix = f"route-{uuid.uuid4().hex[:10]}"
+        await fast.route(prefix + ".>", lambda *m: got.append(m), queue="q", pending_msgs=10_000, pending_bytes=1 << 24)
+        await nc.flush()
+        for i in range(600):  # past the public path's yield every 256 messages
+            await sender.publish(f"{prefix}.{i % 3}", b"%d" % i, reply="r" if i % 2 else "")
+        await sender.publish(prefix + ".h", b"last", headers={"X": "1"})
+        await sender.flush()
+        await _until(lambda: len(got) == 601)
+        assert got[:600] == [(f"{prefix}.{i % 3}".encode(), b"r" if i % 2 else b"", b"%d" % i) for i in range(600)]
+        assert got[600] == (f"{prefix}.h".encode(), b"", b"last")
+        assert nc.stats["in_msgs"] == (0 if internals else 601)
+    finally:
+        await sender.close()
+        await nc.close()
+
+
+async def test_messages_arriving_before_the_route_is_registered_keep_their_order(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SUB can reach nats-server before ``route()`` registers the route (nats-py's flush may
+    await), and what the parser hands over in that window goes to nats-py's queue. The window is
+    made certain here: nats-py's ``_send_subscribe`` is wrapped so that, after the real SUB went
+    out, three messages go through ``nc._process_msg`` exactly as the parser passes them (a socket
+    read cannot be timed into the window). They must reach the route before ``route()`` returns,
+    once each, and before the later messages, which the parser hands over directly."""
+    nc = await nats.connect(nats_url)
+    sender = await nats.connect(nats_url)
+    try:
+        fast = _nats_fast.fast_nats(nc)
+        assert fast.internals
+        subject = f"early-{uuid.uuid4().hex[:10]}"
+        real_send_subscribe = nc._send_subscribe
+
+        async def send_subscribe_then_receive(sub: nats.aio.subscription.Subscription) -> None:
+            await real_send_subscribe(sub)
+            for payload in (b"e1", b"e2", b"e3"):
+                await nc._process_msg(sub._id, subject.encode(), b"", payload, None)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(nc, "_send_subscribe", send_subscribe_then_receive)
+        got: list[bytes] = []
+        sub = await fast.route(subject, lambda s, r, d: got.append(d), pending_msgs=100, pending_bytes=1 << 20)
+        # Handed over by route() itself, not by the callback task (which has not run since).
+        assert got == [b"e1", b"e2", b"e3"] and nc.stats["in_msgs"] == 3
+        assert sub.pending_msgs == 0 and sub.pending_bytes == 0
+        await nc.flush()
+        for payload in (b"l1", b"l2"):
+            await sender.publish(subject, payload)
+        await sender.flush()
+        await _until(lambda: len(got) == 5)
+        await asyncio.sleep(0.05)  # nothing further (a message handled twice) comes
+        assert got == [b"e1", b"e2", b"e3", b"l1", b"l2"] and nc.stats["in_msgs"] == 3
+    finally:
+        await sender.close()
         await nc.close()
 
 

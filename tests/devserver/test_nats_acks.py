@@ -1,8 +1,10 @@
 """Acks and edge cases of the NATS ingest's fast path, over a real nats-server.
 
 Acks are built from byte templates (see ``nats_ingest``): every ack received here is checked to be
-byte for byte what the codec writes for the same ``Ack``. The fallback through nats-py's public
-API (used when its internals do not match) is run against a server of its own.
+byte for byte what the codec writes for the same ``Ack``. The fast path goes through the nats-py
+adapter shared with the client (``client/_nats_fast.py``, tested further in
+``tests/client/test_nats_direct_fast.py``); its fallback through nats-py's public API (used when the
+internals do not match) is run against a server of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
+from airflow_provider_liftbridge.client import _nats_fast
 from airflow_provider_liftbridge.codec import encode_ack, new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, nats_ingest
 
@@ -50,7 +53,9 @@ async def _acks(sub: Subscription, n: int) -> list[bytes]:
 def test_the_installed_nats_py_takes_the_fast_path() -> None:
     # If a nats-py upgrade changes the internals the fast path uses, the ingest silently falls
     # back to the slower public API; this says so loudly instead.
-    assert nats_ingest.FAST_PATH_AVAILABLE
+    assert _nats_fast.internals_usable(), f"the dev server's ingest lost its fast path: {_nats_fast._PROBLEM}"
+    assert nats_ingest.NatsIngest("nats://127.0.0.1:1").fast
+    assert not nats_ingest.NatsIngest("nats://127.0.0.1:1", fast=False).fast
 
 
 async def test_acks_are_exactly_the_codecs_bytes(stub: Stub, nc: Client, stream_name: str) -> None:
@@ -80,14 +85,16 @@ async def test_nats_headers_are_not_stored(stub: Stub, nc: Client, stream_name: 
     create(stub, stream_name)
     await nc.publish(stream_name, b"plain", headers={"X-Trace": "1"})
     await nc.publish(stream_name, new_message(b"env", headers={"h": b"v"}), headers={"X-Trace": "2"})
+    await nc.publish(stream_name, b"no headers")  # stored after the two above
     await nc.flush()
     for _ in range(200):
-        if partition_meta(stub, stream_name).newestOffset >= 1:
+        if partition_meta(stub, stream_name).newestOffset >= 2:
             break
         await asyncio.sleep(0.01)
-    plain, env = _all(stub, stream_name)
+    plain, env, last = _all(stub, stream_name)
     assert (plain.value, dict(plain.headers)) == (b"plain", {"subject": stream_name.encode(), "reply": b""})
     assert (env.value, env.headers["h"], "X-Trace" in env.headers) == (b"env", b"v", False)
+    assert last.value == b"no headers"
 
 
 async def test_an_invalid_ack_inbox_does_not_stop_other_acks(stub: Stub, nc: Client, stream_name: str) -> None:
@@ -116,15 +123,16 @@ async def test_large_messages_are_stored_and_acked(stub: Stub, nc: Client, strea
 async def test_the_fallback_through_nats_py_public_api_behaves_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nats_ingest, "FAST_PATH_AVAILABLE", False)
-    fast_clients: list[object] = []
+    # As with a nats-py whose internals do not match (the adapter's shape check failed).
+    monkeypatch.setattr(_nats_fast, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
+    adapters: list[_nats_fast.FastNats] = []
 
-    class Spy(nats_ingest._IngestClient):
-        def __init__(self) -> None:
-            fast_clients.append(self)
-            super().__init__()
+    class Spy(_nats_fast.FastNats):
+        def __init__(self, nc: Client, *, internals: bool) -> None:
+            super().__init__(nc, internals=internals)
+            adapters.append(self)
 
-    monkeypatch.setattr(nats_ingest, "_IngestClient", Spy)
+    monkeypatch.setattr(nats_ingest, "FastNats", Spy)
     with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as channel:
         stub = api_pb2_grpc.APIStub(channel)
         create(stub, "fb", subject="fb")
@@ -143,4 +151,6 @@ async def test_the_fallback_through_nats_py_public_api_behaves_the_same(
         assert all(d == encode_ack(a) for a, d in zip(acks, raw, strict=True))
         values = [m.value for m in _all(stub, "fb")]
         assert values == [b"plain", *(b"e%d" % i for i in range(300))]
-    assert fast_clients == []  # the server really ran on the fallback
+        # The server really ran on the fallback: nats-py's own receive path counted the messages.
+        assert [a.internals for a in adapters] == [False]
+        assert adapters[0].nc.stats["in_msgs"] == 301
