@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
+import nats
 import pytest
+from nats.aio.client import Client
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
@@ -23,3 +25,13 @@ def channel(lb_address: str) -> Iterator[grpc.Channel]:
 def stub(channel: grpc.Channel) -> api_pb2_grpc.APIStub:
     """A raw ``APIStub`` on the session dev server."""
     return api_pb2_grpc.APIStub(channel)
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A plain nats-py connection to the session's NATS server, closed after the test."""
+    client = await nats.connect(nats_url)
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -10,7 +10,6 @@ internals do not match) is run against a server of its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -28,15 +27,6 @@ from airflow_provider_liftbridge.devserver import DevServer, nats_ingest
 from .helpers import TIMEOUT, create, partition_meta, subscribe
 
 Stub = api_pb2_grpc.APIStub
-
-
-@pytest.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_url)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def _all(stub: Stub, stream: str, partition: int = 0) -> list[pb.Message]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -16,15 +15,6 @@ from airflow_provider_liftbridge.codec import MsgType, encode, encode_ack, new_m
 from .helpers import TIMEOUT, create, partition_meta, subscribe
 
 Stub = api_pb2_grpc.APIStub
-
-
-@pytest.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_url)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def _wait_newest(stub: Stub, stream: str, offset: int, partition: int = 0) -> None:
