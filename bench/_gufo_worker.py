@@ -18,6 +18,7 @@ import sys
 import time
 
 import psutil
+from _measure import cpu_seconds
 from gufo.liftbridge.client import LiftbridgeClient
 from gufo.liftbridge.types import StartPosition
 
@@ -47,26 +48,15 @@ async def subscribe(address: str, stream: str, n: int) -> int:
     return got
 
 
-def cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
-
-
 def main() -> None:
     mode, address, stream, n, pid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     fn = {"publish": publish_bulk, "subscribe": subscribe}[mode]
     server = [psutil.Process(pid)] if pid else []
     nats = [p for p in server[0].children(recursive=True) if "nats" in p.name()] if server else []
-    s0, n0, c0, w0 = cpu(server), cpu(nats), time.process_time(), time.perf_counter()
+    s0, n0, c0, w0 = cpu_seconds(server), cpu_seconds(nats), time.process_time(), time.perf_counter()
     count = asyncio.run(fn(address, stream, n))
     wall = time.perf_counter() - w0
-    c1, s1, n1 = time.process_time(), cpu(server), cpu(nats)
+    c1, s1, n1 = time.process_time(), cpu_seconds(server), cpu_seconds(nats)
     print(
         json.dumps(
             {

@@ -77,9 +77,12 @@ def raw_publish_async(address: str, stream: str, n: int, window: int = 256) -> i
 
 
 def raw_subscribe(address: str, stream: str, n: int) -> int:
+    """The baseline: generated stub, Subscribe from the earliest message to offset ``n - 1``."""
     with grpc.insecure_channel(address) as channel:
         stub = api_pb2_grpc.APIStub(channel)
-        req = api_pb2.SubscribeRequest(stream=stream, startPosition=api_pb2.EARLIEST, stopPosition=api_pb2.STOP_LATEST)
+        req = api_pb2.SubscribeRequest(
+            stream=stream, startPosition=api_pb2.EARLIEST, stopPosition=api_pb2.STOP_OFFSET, stopOffset=n - 1
+        )
         got = 0
         try:
             for msg in stub.Subscribe(req):

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import nats
 import psutil
+from _measure import machine
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -108,16 +107,6 @@ async def bench_nats(nats_url: str, subject: str, n: int) -> float:
     elapsed = time.perf_counter() - start
     await nc.close()
     return elapsed
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {sys.version.split()[0]}"
 
 
 Row = tuple[str, str, int, float, float, float]  # path, transport, messages, seconds, client CPU s, server CPU s

@@ -22,7 +22,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,8 +41,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmarks, imported for reuse
 
-import client_bench  # noqa: E402  (raw PublishAsync / Subscribe stub baselines)
+import client_bench  # noqa: E402
 import codec_bench  # noqa: E402  (codec fixtures and the timing helper)
+from _measure import cpu_seconds, machine  # noqa: E402  (raw PublishAsync / Subscribe stub baselines)
 
 from airflow_provider_liftbridge import codec  # noqa: E402
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
@@ -98,27 +98,16 @@ class Meter:
         self.server = psutil.Process(server_pid) if server_pid else None
         self.nats = [p for p in self.server.children(recursive=True) if "nats" in p.name()] if self.server else []
 
-    @staticmethod
-    def _cpu(procs: list[psutil.Process]) -> float:
-        total = 0.0
-        for proc in procs:
-            try:
-                t = proc.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
     def measure(self, fn: Callable[[], int | Run]) -> Run:
         """Run ``fn`` (it returns how many items it handled) and measure it; a ``fn`` that measured
         itself in another process returns its :class:`Run` instead."""
         servers = [self.server] if self.server else []
-        s0, n0, c0, w0 = self._cpu(servers), self._cpu(self.nats), time.process_time(), time.perf_counter()
+        s0, n0, c0, w0 = cpu_seconds(servers), cpu_seconds(self.nats), time.process_time(), time.perf_counter()
         count = fn()
         if isinstance(count, Run):
             return count
         wall = time.perf_counter() - w0
-        c1, s1, n1 = time.process_time(), self._cpu(servers), self._cpu(self.nats)
+        c1, s1, n1 = time.process_time(), cpu_seconds(servers), cpu_seconds(self.nats)
         return Run(count, wall, c1 - c0, s1 - s0, n1 - n0, os.getloadavg()[0])
 
 
@@ -305,22 +294,6 @@ def publishing_cases(srv: DevServerProcess, meter: Meter, args: argparse.Namespa
 # ---------------------------------------------------------------------------------------------
 
 
-def raw_subscribe_n(address: str, stream: str, n: int) -> int:
-    with grpc.insecure_channel(address) as channel:
-        stub = api_pb2_grpc.APIStub(channel)
-        req = api_pb2.SubscribeRequest(
-            stream=stream, startPosition=api_pb2.EARLIEST, stopPosition=api_pb2.STOP_OFFSET, stopOffset=n - 1
-        )
-        got = 0
-        try:
-            for msg in stub.Subscribe(req):
-                got += msg.ByteSize() > 0
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise
-        return got
-
-
 async def raw_subscribe_aio(address: str, stream: str, n: int) -> int:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = api_pb2_grpc.APIStub(channel)
@@ -354,7 +327,7 @@ def subscribing_cases(srv: DevServerProcess, meter: Meter, args: argparse.Namesp
         best = interleaved(
             {
                 "ours": lambda: sum(1 for _ in c.subscribe(stream, stop_at=n - 1)),
-                "raw": lambda: raw_subscribe_n(address, stream, n),
+                "raw": lambda: client_bench.raw_subscribe(address, stream, n),
                 "gufo": lambda: in_child("subscribe", address, stream, n, srv.pid),
             },
             meter,
@@ -611,18 +584,6 @@ def spark_cases(srv: DevServerProcess, args: argparse.Namespace) -> list[Row]:
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (
-        f"{cpu}; nproc {os.cpu_count()}; Python {platform.python_version()}; {platform.system()} {platform.release()}"
-    )
 
 
 def cpu_cell(run: Run | None) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psutil
+from _measure import cpu_model
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServerProcess
@@ -89,17 +90,11 @@ def measure(what: str, cores: int, run: Callable[[], int]) -> Row:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     import pyspark
 
     return (
-        f"{cpu}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+        f"{cpu_model()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
         f"Python {platform.python_version()}, PySpark {pyspark.__version__}, {java}"
     )
 

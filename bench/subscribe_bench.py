@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpc  # noqa: E402
 import grpc.experimental  # noqa: E402
-from run import in_child, raw_subscribe_aio, raw_subscribe_n  # noqa: E402  (the main table's baselines)
+from _measure import machine  # noqa: E402
+from client_bench import raw_subscribe  # noqa: E402
+from run import in_child, raw_subscribe_aio  # noqa: E402  (the main table's baselines)
 
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient  # noqa: E402
@@ -234,7 +235,7 @@ def variants(address: str, stream: str, n: int, tree: Path | None) -> dict[str, 
 
     return old | {
         "gufo": gufo,
-        "raw-sync": lambda: raw_subscribe_n(address, stream, n),
+        "raw-sync": lambda: raw_subscribe(address, stream, n),
         "raw-sync-1t": lambda: raw_subscribe_single_threaded(address, stream, n),
         "ours-sync": lambda: ours_sync(address, stream, n),
         "raw-aio": lambda: asyncio.run(raw_subscribe_aio(address, stream, n)),
@@ -310,10 +311,7 @@ def main() -> None:
                 if not args.quiet:
                     print(f"  {name:10} {cpu[name][-1]:6.1f} µs/msg  {rate[name][-1]:8,.0f} msgs/s", file=sys.stderr)
     load1 = os.getloadavg()
-    print(
-        f"{platform.processor() or platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}; "
-        f"load average {load0[0]:.1f} → {load1[0]:.1f}; {n:,} messages × {args.rounds} rounds"
-    )
+    print(f"{machine()}; load average {load0[0]:.1f} → {load1[0]:.1f}; {n:,} messages × {args.rounds} rounds")
     print("| variant | client CPU µs/msg (best) | median | msgs/s (best) |")
     print("|---|---:|---:|---:|")
     for name in cases:
