@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -138,11 +139,8 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
     assert [a.offset for a in run.result] == list(range(20))
 
 
-def test_subscribe_stops_reading_at_the_stop_offset_and_swallows_only_the_handshake() -> None:
-    c = core()
-    # After the handshake, offset 0 with an empty value is as empty on the wire as a handshake.
-    script = [api_pb2.Message(), api_pb2.Message(offset=0), api_pb2.Message(offset=1),
-              api_pb2.Message(offset=2), api_pb2.Message(offset=3)]  # fmt: skip
+def subscription_answers(script: list[Any]) -> Callable[[Any], Any]:
+    """Answers for a subscription: metadata for unary calls, then ``script``'s items, in order, as reads."""
 
     def answer(e: Any) -> Any:
         if isinstance(e, Unary):
@@ -153,7 +151,16 @@ def test_subscribe_stops_reading_at_the_stop_offset_and_swallows_only_the_handsh
             return script.pop(0)
         return None
 
-    run = drive(_ops.subscribe(c, "s", stop_at=2), answer)
+    return answer
+
+
+def test_subscribe_stops_reading_at_the_stop_offset_and_swallows_only_the_handshake() -> None:
+    c = core()
+    # After the handshake, offset 0 with an empty value is as empty on the wire as a handshake.
+    script = [api_pb2.Message(), api_pb2.Message(offset=0), api_pb2.Message(offset=1),
+              api_pb2.Message(offset=2), api_pb2.Message(offset=3)]  # fmt: skip
+
+    run = drive(_ops.subscribe(c, "s", stop_at=2), subscription_answers(script))
     assert [(m.offset, m.value) for m in run.emitted] == [(0, b""), (1, b""), (2, b"")]
     assert [m.offset for m in script] == [3]  # nothing read past the stop offset
     assert len([e for e in run.effects if isinstance(e, OpenStream)]) == 1
@@ -163,16 +170,7 @@ def test_subscribe_ends_cleanly_when_the_server_closes_the_stream() -> None:
     c = core()
     script = [api_pb2.Message(), api_pb2.Message(offset=0), END]
 
-    def answer(e: Any) -> Any:
-        if isinstance(e, Unary):
-            return metadata()
-        if isinstance(e, OpenStream):
-            return "h"
-        if isinstance(e, Read):
-            return script.pop(0)
-        return None
-
-    run = drive(_ops.subscribe(c, "s"), answer)
+    run = drive(_ops.subscribe(c, "s"), subscription_answers(script))
     assert [m.offset for m in run.emitted] == [0] and run.result is None and not script
 
 
