@@ -16,6 +16,8 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver.server import READY_PREFIX, parse_ready_line
 
+from .helpers import create, publish, subscribe
+
 CMD = [sys.executable, "-m", "airflow_provider_liftbridge.devserver"]
 
 
@@ -98,15 +100,13 @@ def test_either_grpc_transport_serves_the_api(tmp_path: Path) -> None:
         with DevServerProcess(tmp_path / transport, grpc_transport=transport) as proc:
             with grpc.insecure_channel(proc.address) as channel:
                 stub = api_pb2_grpc.APIStub(channel)
-                stub.CreateStream(pb.CreateStreamRequest(name="t", subject="t"), timeout=5)
-                stub.Publish(pb.PublishRequest(stream="t", value=transport.encode()), timeout=5)
-                req = pb.SubscribeRequest(stream="t", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
-                values = []
-                with pytest.raises(grpc.RpcError) as end:
-                    for msg in stub.Subscribe(req, timeout=5):
-                        values.append(msg.value)
-                assert end.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert values == [b"", transport.encode()]
+                create(stub, "t")
+                publish(stub, "t", transport.encode())
+                got = subscribe(
+                    stub, pb.SubscribeRequest(stream="t", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+                )
+                assert got.handshake and [m.value for m in got.data] == [transport.encode()]
+                assert got.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_unknown_grpc_transport_is_refused(tmp_path: Path) -> None:

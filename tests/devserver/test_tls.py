@@ -18,6 +18,8 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, TlsConfig
 from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess, TlsConfigError
 from tests.tls_certs import SERVER_NAME, make_certs
 
+from .helpers import create, publish, subscribe
+
 _NAME_OVERRIDE = [("grpc.ssl_target_name_override", SERVER_NAME)]
 
 
@@ -52,16 +54,13 @@ def mtls_server(request: pytest.FixtureRequest, certs: dict[str, Path]) -> Itera
 def test_mutual_tls_round_trip_with_raw_stubs(mtls_server: DevServer, certs: dict[str, Path]) -> None:
     with grpc.secure_channel(mtls_server.address, _creds(certs), options=_NAME_OVERRIDE) as channel:
         stub = api_pb2_grpc.APIStub(channel)
-        stub.CreateStream(pb.CreateStreamRequest(name="tls-raw", subject="tls-raw"), timeout=5)
-        ack = stub.Publish(pb.PublishRequest(stream="tls-raw", value=b"secret"), timeout=5).ack
-        assert ack.offset == 0
-        req = pb.SubscribeRequest(stream="tls-raw", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
-        got = []
-        with pytest.raises(grpc.RpcError) as end:
-            for msg in stub.Subscribe(req, timeout=5):
-                got.append(msg.value)
-        assert end.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert got == [b"", b"secret"]
+        create(stub, "tls-raw")
+        assert publish(stub, "tls-raw", b"secret").ack.offset == 0
+        got = subscribe(
+            stub, pb.SubscribeRequest(stream="tls-raw", startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+        )
+    assert got.handshake and [m.value for m in got.data] == [b"secret"]
+    assert got.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_mutual_tls_round_trip_with_the_project_client(mtls_server: DevServer, certs: dict[str, Path]) -> None:
