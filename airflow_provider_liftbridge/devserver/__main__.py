@@ -52,6 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates it signed (mutual TLS)")
     p.add_argument(
+        "--groups-consumer-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a consumer-group member may go without fetching assignments (default: %(default)s)",
+    )
+    p.add_argument(
+        "--groups-coordinator-timeout",
+        type=float,
+        default=15.0,
+        help="seconds within which group members' coordinator reports count together (default: %(default)s)",
+    )
+    p.add_argument(
         "--log-level", default="WARNING", help="Python log level for the server's own logs (default: %(default)s)"
     )
     return p
@@ -105,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls_cert_file=args.tls_cert,
             tls_key_file=args.tls_key,
             tls_client_ca_file=args.tls_client_ca,
+            groups_consumer_timeout=args.groups_consumer_timeout,
+            groups_coordinator_timeout=args.groups_coordinator_timeout,
         )
         asyncio.run(_serve(config, temporary))
     except DevServerError as exc:

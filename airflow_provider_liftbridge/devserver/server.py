@@ -34,6 +34,7 @@ import grpc
 from grpc import aio
 
 from .errors import DevServerError, NatsServerStartError, PortInUseError, ServerStateError, TlsConfigError
+from .groups import DEFAULT_GROUP_TIMEOUT, ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
@@ -78,6 +79,10 @@ class ServerConfig:
     :param tls_cert_file: PEM certificate (chain) of the gRPC ports; with ``tls_key_file``, serves TLS only.
     :param tls_key_file: PEM private key of that certificate.
     :param tls_client_ca_file: PEM CA bundle; when given, clients must present a certificate it signed (mTLS).
+    :param groups_consumer_timeout: seconds a consumer-group member may go without fetching its
+        assignments before it is removed (Liftbridge's ``groups.consumer.timeout``).
+    :param groups_coordinator_timeout: seconds within which a majority of a group's members must report
+        its coordinator for a failover (Liftbridge's ``groups.coordinator.timeout``).
     :raises ValueError: an unknown transport.
     :raises TlsConfigError: a certificate without a key (or the reverse), or a client CA without them.
     """
@@ -92,6 +97,8 @@ class ServerConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None
+    groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT
+    groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT
 
     def __post_init__(self) -> None:
         if self.grpc_transport is None:
@@ -200,6 +207,7 @@ class ServerCore:
         # Loaded once: a bad certificate fails start() before anything else is started.
         self._ssl: ssl.SSLContext | None = config.ssl_context() if config.tls else None
         self._retention_task: asyncio.Task[None] | None = None
+        self._groups: ConsumerGroups | None = None
 
     @property
     def store(self) -> Store:
@@ -234,6 +242,7 @@ class ServerCore:
             except Exception as exc:
                 raise NatsServerStartError(f"cannot connect to NATS at {self.nats_url}: {exc}") from exc
             self._store.listener = self._ingest
+            self._groups = ConsumerGroups(self._store, cfg.groups_consumer_timeout, cfg.groups_coordinator_timeout)
             for stream in self._store.streams.values():
                 for part in stream.partitions:
                     if not part.paused:
@@ -247,7 +256,7 @@ class ServerCore:
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        handlers = ApiService(self._store, self._ingest, broker).method_handlers()
+        handlers = ApiService(self._store, self._ingest, broker, self._groups).method_handlers()
         front: _GrpcFront
         if self.config.grpc_transport == "h2":
             front = _H2Front(handlers, self._ssl)
@@ -301,6 +310,8 @@ class ServerCore:
         if self._retention_task is not None:
             self._retention_task.cancel()
             self._retention_task = None
+        if self._groups is not None:
+            self._groups.close()
         servers, self._servers = list(self._servers.values()), {}
         await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
         for b in self.brokers:
@@ -330,6 +341,8 @@ class DevServer:
     :param tls_cert_file: serve TLS with this PEM certificate (needs ``tls_key_file``).
     :param tls_key_file: PEM private key of the certificate.
     :param tls_client_ca_file: require client certificates signed by this CA (mutual TLS).
+    :param groups_consumer_timeout: consumer-group member timeout in seconds (Liftbridge default 15).
+    :param groups_coordinator_timeout: consumer-group coordinator-report window in seconds (default 15).
     :raises ValueError: bad broker count, ports or transport.
     :raises TlsConfigError: incomplete TLS settings.
     """
@@ -348,6 +361,8 @@ class DevServer:
         tls_cert_file: str | os.PathLike[str] | None = None,
         tls_key_file: str | os.PathLike[str] | None = None,
         tls_client_ca_file: str | os.PathLike[str] | None = None,
+        groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT,
+        groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
@@ -364,6 +379,8 @@ class DevServer:
             tls_cert_file=_opt_path(tls_cert_file),
             tls_key_file=_opt_path(tls_key_file),
             tls_client_ca_file=_opt_path(tls_client_ca_file),
+            groups_consumer_timeout=groups_consumer_timeout,
+            groups_coordinator_timeout=groups_coordinator_timeout,
         )
         self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
         self.data_dir = config.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
+from .groups import ConsumerGroups, GroupsApi
 from .state import (
     ASYNC_BAD_REQUEST,
     ASYNC_INCORRECT_OFFSET,
@@ -49,7 +50,6 @@ _EMPTY_PUBLISH_RESPONSE = b""
 _HANDSHAKE = b""
 #: The gRPC service name of the API (paths are ``/proto.API/<Method>``).
 SERVICE = "proto.API"
-_CONSUMER_GROUPS_MSG = "consumer groups are not implemented by the dev server"
 
 
 def _serialize(msg: Any) -> bytes:
@@ -110,13 +110,19 @@ class ApiService:
     :param store: the shared state.
     :param ingest: the NATS side (acks to inboxes, PublishToSubject).
     :param broker: which broker this service answers for (leadership checks).
+    :param groups: the consumer groups shared by all brokers (default: a new set, for a lone broker).
     """
 
-    def __init__(self, store: Store, ingest: NatsIngest, broker: BrokerSlot) -> None:
+    def __init__(
+        self, store: Store, ingest: NatsIngest, broker: BrokerSlot, groups: ConsumerGroups | None = None
+    ) -> None:
         self.store = store
         self.ingest = ingest
         self.broker = broker
         self._inboxes = _Inboxes()
+        # Consumer groups (groups.py): the four group RPCs and the groups part of FetchMetadata.
+        self.groups = groups if groups is not None else ConsumerGroups(store)
+        self._groups_api = GroupsApi(self.groups, broker)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler to add to a ``grpc.aio`` server."""
@@ -142,10 +148,21 @@ class ApiService:
         add("PublishToSubject", u, self.PublishToSubject, api_pb2.PublishToSubjectRequest)
         add("SetCursor", u, self.SetCursor, api_pb2.SetCursorRequest)
         add("FetchCursor", u, self.FetchCursor, api_pb2.FetchCursorRequest)
-        add("JoinConsumerGroup", u, self._unimplemented, api_pb2.JoinConsumerGroupRequest)
-        add("LeaveConsumerGroup", u, self._unimplemented, api_pb2.LeaveConsumerGroupRequest)
-        add("FetchConsumerGroupAssignments", u, self._unimplemented, api_pb2.FetchConsumerGroupAssignmentsRequest)
-        add("ReportConsumerGroupCoordinator", u, self._unimplemented, api_pb2.ReportConsumerGroupCoordinatorRequest)
+        groups = self._groups_api
+        add("JoinConsumerGroup", u, groups.JoinConsumerGroup, api_pb2.JoinConsumerGroupRequest)
+        add("LeaveConsumerGroup", u, groups.LeaveConsumerGroup, api_pb2.LeaveConsumerGroupRequest)
+        add(
+            "FetchConsumerGroupAssignments",
+            u,
+            groups.FetchConsumerGroupAssignments,
+            api_pb2.FetchConsumerGroupAssignmentsRequest,
+        )
+        add(
+            "ReportConsumerGroupCoordinator",
+            u,
+            groups.ReportConsumerGroupCoordinator,
+            api_pb2.ReportConsumerGroupCoordinatorRequest,
+        )
         return handlers
 
     async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
@@ -177,9 +194,6 @@ class ApiService:
         await self._call(context, self.store.set_readonly(req.name, req.partitions, req.readonly))
         return api_pb2.SetStreamReadonlyResponse()
 
-    async def _unimplemented(self, req: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _CONSUMER_GROUPS_MSG)
-
     # -- metadata -------------------------------------------------------------
     async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         store = self.store
@@ -197,8 +211,7 @@ class ApiService:
             sm = resp.streamMetadata.add(name=name, subject=stream.subject, creationTimestamp=stream.creation_timestamp)
             for part in stream.partitions:
                 sm.partitions[part.id].CopyFrom(part.metadata(for_cluster_view=True))
-        for group in req.groups:
-            resp.groupMetadata.add(groupId=group, error=api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP)
+        self.groups.fill_metadata(resp, req.groups)
         return resp
 
     async def FetchPartitionMetadata(

@@ -82,8 +82,3 @@ def test_pause_and_readonly_of_missing_stream_or_partition_are_not_found(stub: S
     assert err.code() == grpc.StatusCode.NOT_FOUND
     ro = pb.SetStreamReadonlyRequest(name=stream_name, partitions=[5], readonly=True)
     assert rpc_error(stub.SetStreamReadonly, ro, timeout=TIMEOUT).code() == grpc.StatusCode.NOT_FOUND
-
-
-def test_consumer_group_calls_are_unimplemented(stub: Stub) -> None:
-    err = rpc_error(stub.JoinConsumerGroup, pb.JoinConsumerGroupRequest(groupId="g", consumerId="c"), timeout=TIMEOUT)
-    assert err.code() == grpc.StatusCode.UNIMPLEMENTED
