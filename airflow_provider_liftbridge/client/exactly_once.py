@@ -12,9 +12,14 @@ How it works, in order:
    high watermark, and collects the sequence numbers of its own records. Records already in the
    stream are skipped (and counted as skipped), the rest are published (and counted as written).
 4. When a send fails (lost connection, ack timeout, optimistic-concurrency refusal), nothing is
-   re-sent blindly: the publisher waits for the partitions to stop moving, reads what was added
-   since its last scan, and sends only the records that are still missing.
-5. Every record is published with the offset it must get (``expected_offset``). On a stream
+   re-sent blindly: the publisher waits until every partition it reads has no uncommitted tail
+   (``newest_offset == high_watermark``, see :meth:`ExactlyOncePublisher._settle`), reads what
+   was added since its last scan, and sends only the records that are still missing. A record
+   above the high watermark cannot be read yet (subscribers see committed messages only), so
+   sending before the tail commits or is truncated could write a second copy. The same wait
+   comes before the first scan of a partition an earlier attempt wrote to.
+5. Every record is published with the offset it must get (``expected_offset``): the offset after
+   the last one the scan (or an ack) has seen, never more. On a stream
    created with optimistic concurrency control the server refuses it if anything else was
    written first, so no other writer (not even a zombie attempt of the same producer) can
    interleave with it unnoticed; on other streams the server ignores the expected offset.
@@ -52,7 +57,7 @@ from .errors import (
 )
 from .partitioners import PartitionerFunc
 from .sync_client import LiftbridgeClient
-from .types import Ack, AckPolicy, Record
+from .types import Ack, AckPolicy, PartitionInfo, Record
 
 __all__ = [
     "CURSOR_PREFIX",
@@ -67,6 +72,7 @@ __all__ = [
     "OffsetRange",
     "SeqSet",
     "Sender",
+    "UncommittedTailError",
     "producer_cursor_id",
     "producer_id_for",
     "read_producer_records",
@@ -104,6 +110,37 @@ class ExactlyOncePublishError(ExactlyOnceError):
     def __init__(self, message: str, result: ExactlyOnceResult) -> None:
         super().__init__(message)
         self.result = result
+
+
+class UncommittedTailError(ExactlyOncePublishError):
+    """A resumption found records above a partition's high watermark (written by the leader but
+    not committed) that were neither committed nor truncated within ``tail_wait`` seconds.
+
+    Such records cannot be read yet, so whether the ones sent last are among them cannot be told,
+    and nothing more was sent. Publishing again with the same producer id resumes without
+    duplicates: it waits for the tail again first.
+
+    :ivar partition: the partition whose tail did not settle.
+    :ivar high_watermark: its high watermark at the last reading.
+    :ivar newest_offset: its newest offset at the last reading.
+    """
+
+    def __init__(
+        self, message: str, result: ExactlyOnceResult, *, partition: int, high_watermark: int, newest_offset: int
+    ) -> None:
+        super().__init__(message, result)
+        self.partition = partition
+        self.high_watermark = high_watermark
+        self.newest_offset = newest_offset
+
+
+class _TailNotSettled(ExactlyOnceError):
+    """Internal: the wait for a partition's tail ran out (turned into :class:`UncommittedTailError`)."""
+
+    def __init__(self, info: PartitionInfo, waited: float) -> None:
+        super().__init__(f"partition {info.id} did not settle within {waited:g} s")
+        self.info = info
+        self.waited = waited
 
 
 def producer_id_for(dag_id: str, task_id: str, run_id: str, map_index: int | None = None) -> str:
@@ -461,7 +498,13 @@ class ExactlyOncePublisher:
     :param max_resumes: how many times in a row a batch may fail and be resumed before giving up.
     :param backoff: first wait after a failed send, seconds (doubled per failure, at most 5 s).
     :param settle: how long a partition's newest offset must stay unchanged after a failed send
-        before it is scanned (a record still queued in the server must land first), seconds.
+        before it is scanned (a record still queued in the server must land first), seconds; also
+        the interval between readings while waiting for an uncommitted tail.
+    :param tail_wait: how long a resumption waits for records above a partition's high watermark
+        to be committed (or truncated by a new leader) before it gives up with
+        :class:`UncommittedTailError`, seconds. Liftbridge drops a stalled follower from the ISR
+        after ``replica.max.lag.time`` (15 s by default) and replaces a dead leader after
+        ``replica.max.leader.timeout`` (15 s): keep this above both.
     :raises InvalidArgumentError: an empty or overlong producer id, ack policy ``NONE``, a
         non-positive batch, window or timeout.
     """
@@ -483,6 +526,7 @@ class ExactlyOncePublisher:
         max_resumes: int = 8,
         backoff: float = 0.2,
         settle: float = 0.2,
+        tail_wait: float = 30.0,
     ) -> None:
         if not stream:
             raise InvalidArgumentError("stream must be a non-empty stream name")
@@ -491,7 +535,7 @@ class ExactlyOncePublisher:
             raise InvalidArgumentError(
                 "exactly-once publishing needs acknowledgements; use ack policy LEADER or ALL, not NONE"
             )
-        for name, value in (("batch", batch), ("window", window), ("timeout", timeout)):
+        for name, value in (("batch", batch), ("window", window), ("timeout", timeout), ("tail_wait", tail_wait)):
             if value <= 0:
                 raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
         if max_resumes < 0:
@@ -508,6 +552,10 @@ class ExactlyOncePublisher:
         self.max_resumes = max_resumes
         self.backoff = backoff
         self.settle = settle
+        self.tail_wait = float(tail_wait)
+        # Time goes through these two, so a scripted test can run the waits on a virtual clock.
+        self._clock: Callable[[], float] = time.monotonic
+        self._sleep: Callable[[float], None] = time.sleep
         self._sender = sender
         self._own_sender = sender is None
         self._cursor_id = producer_cursor_id(self.producer_id)
@@ -579,7 +627,8 @@ class ExactlyOncePublisher:
 
     # -- resuming ---------------------------------------------------------------------------
     def _resume(self) -> None:
-        """Learn the partitions, then read every partition this producer has written to."""
+        """Learn the partitions, then read every partition this producer has written to (once
+        its uncommitted tail, if any, has settled)."""
         info = self.client.fetch_metadata([self.stream]).streams.get(self.stream)
         if info is None:
             raise NoSuchStreamError(f"stream {self.stream!r} does not exist; create it first or check the name.")
@@ -591,7 +640,9 @@ class ExactlyOncePublisher:
                 if start < 0:
                     continue
                 self._parts[p] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
-            self._scan(p, {})
+        settled = self._settle(sorted(self._parts))
+        for p, part in settled.items():
+            self._scan(p, {}, part)
         self._resumed = True
         if len(self._seen):
             log.info(
@@ -602,47 +653,67 @@ class ExactlyOncePublisher:
                 self._seen.runs()[:5],
             )
 
-    def _scan(self, partition: int, wanted: Mapping[int, _Pending]) -> dict[int, int]:
-        """Read ``partition`` from after the last scanned offset to its high watermark; add own
-        sequence numbers to the seen set. Return ``{seq: offset}`` of the ``wanted`` ones found.
+    def _scan(self, partition: int, wanted: Mapping[int, _Pending], info: PartitionInfo) -> dict[int, int]:
+        """Read ``partition`` from after the last scanned offset to ``info``'s high watermark (a
+        settled reading: nothing above it); add own sequence numbers to the seen set. Return
+        ``{seq: offset}`` of the ``wanted`` ones found.
 
         Progress is kept per message, so a scan cut short by a failure continues where it stopped.
         """
         state = self._parts[partition]
-        info = self.client.fetch_partition_metadata(self.stream, partition)
-        # The server's word, not our count: records sent but never stored must not leave a gap.
-        state.next_offset = info.newest_offset + 1
         found: dict[int, int] = {}
-        if info.high_watermark <= state.scanned_to:
-            return found
-        messages = self.client.subscribe(
-            self.stream, partition=partition, start_at=state.scanned_to + 1, stop_at=info.high_watermark
-        )
-        for message in messages:
-            state.scanned_to = max(state.scanned_to, message.offset)
-            seq = _seq_of(message.headers, self._producer)
-            if seq is None:
-                continue
-            if self._acked_at.pop(seq, None) == (partition, message.offset):
-                continue  # acknowledged to us in a batch that failed later: known, counted
-            if not self._seen.add(seq):
-                self.duplicates_seen += 1
-                log.warning(
-                    "Producer %r: sequence number %d is in stream %r more than once (partition %d offset %d); "
-                    "two attempts of this producer ran at the same time on a stream without optimistic "
-                    "concurrency control",
-                    self.producer_id,
-                    seq,
-                    self.stream,
-                    partition,
-                    message.offset,
-                )
-            elif seq in wanted:
-                found[seq] = message.offset
-            else:
-                _note(self.found, partition, message.offset)
-        state.scanned_to = max(state.scanned_to, info.high_watermark)
+        if info.newest_offset < state.scanned_to:
+            # The log is shorter than what we knew of it: a new leader truncated records that only
+            # the old leader had, acknowledged ones included (ack policy LEADER). Read again from
+            # the high watermark; the lost ones cannot be told apart and stay counted as written.
+            log.warning(
+                "Producer %r: stream %r partition %d now ends at offset %d, below offset %d this producer had "
+                "seen acknowledged; records acknowledged by the old leader alone were lost (use ack policy ALL)",
+                self.producer_id,
+                self.stream,
+                partition,
+                info.newest_offset,
+                state.scanned_to,
+            )
+            state.scanned_to = info.high_watermark
+        if info.high_watermark > state.scanned_to:
+            messages = self.client.subscribe(
+                self.stream, partition=partition, start_at=state.scanned_to + 1, stop_at=info.high_watermark
+            )
+            for message in messages:
+                state.scanned_to = max(state.scanned_to, message.offset)
+                self._take(partition, message.offset, message.headers, wanted, found)
+            state.scanned_to = max(state.scanned_to, info.high_watermark)
+        # Never above what was seen: with optimistic concurrency control, an expected offset past
+        # an unread record would let the server store a second copy of it.
+        state.next_offset = state.scanned_to + 1
         return found
+
+    def _take(
+        self, partition: int, offset: int, headers: Mapping[str, bytes], wanted: Mapping[int, _Pending],
+        found: dict[int, int],
+    ) -> None:  # fmt: skip
+        seq = _seq_of(headers, self._producer)
+        if seq is None:
+            return
+        if self._acked_at.pop(seq, None) == (partition, offset):
+            return  # acknowledged to us in a batch that failed later: known, counted
+        if not self._seen.add(seq):
+            self.duplicates_seen += 1
+            log.warning(
+                "Producer %r: sequence number %d is in stream %r more than once (partition %d offset %d); "
+                "two attempts of this producer ran at the same time on a stream without optimistic "
+                "concurrency control",
+                self.producer_id,
+                seq,
+                self.stream,
+                partition,
+                offset,
+            )
+        elif seq in wanted:
+            found[seq] = offset
+        else:
+            _note(self.found, partition, offset)
 
     def _ensure_cursor(self, partition: int) -> _PartitionState:
         """The partition's state; stores the scan start first if this producer never wrote there."""
@@ -652,12 +723,14 @@ class ExactlyOncePublisher:
         start = self.client.fetch_cursor(self._cursor_id, self.stream, partition)
         if start >= 0:  # another attempt (or a call racing this one) stored it: read from there
             self._parts[partition] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
-            self._scan(partition, {})
+            self._scan(partition, {}, self._settle([partition])[partition])
             return self._parts[partition]
         info = self.client.fetch_partition_metadata(self.stream, partition)
         start = info.high_watermark + 1
         self.client.set_cursor(self._cursor_id, self.stream, partition, start)
-        state = _PartitionState(scan_start=start, scanned_to=info.high_watermark, next_offset=info.newest_offset + 1)
+        # Nothing of ours can be there yet; an uncommitted tail is someone else's. The expected
+        # offset still stops at what was seen (a foreign tail makes OCC refuse, then we wait).
+        state = _PartitionState(scan_start=start, scanned_to=info.high_watermark, next_offset=start)
         self._parts[partition] = state
         return state
 
@@ -772,30 +845,50 @@ class ExactlyOncePublisher:
         if self._sender is not None:
             self._sender.reset()
         partitions = sorted({item.record.partition for item in pending if item.record.partition in self._parts})
-        self._settle(partitions)
         wanted = {item.seq: item for item in pending}
         left = dict(wanted)
-        for p in partitions:
-            for seq, offset in self._scan(p, wanted).items():
+        for p, info in self._settle(partitions).items():
+            for seq, offset in self._scan(p, wanted, info).items():
                 # Written by this attempt, ack lost: it is in the stream, so it counts as written.
                 left.pop(seq, None)
                 result.written += 1
                 _note(result.partitions, p, offset)
         return [item for item in pending if item.seq in left and item.seq not in self._seen]
 
-    def _settle(self, partitions: Sequence[int]) -> None:
-        """Wait until the newest offsets of ``partitions`` stay the same for ``settle`` seconds
-        (at most the ack timeout), so a record the server still held lands before the scan."""
-        if not partitions or self.settle <= 0:
-            return
-        deadline = time.monotonic() + self.timeout
-        last = [self.client.fetch_partition_metadata(self.stream, p).newest_offset for p in partitions]
-        while time.monotonic() < deadline:
-            time.sleep(self.settle)
-            now = [self.client.fetch_partition_metadata(self.stream, p).newest_offset for p in partitions]
-            if now == last:
-                return
-            last = now
+    def _settle(self, partitions: Sequence[int]) -> dict[int, PartitionInfo]:
+        """Wait until each of ``partitions`` has settled; return the settling reading of each.
+
+        A partition has settled when a reading shows no uncommitted tail (``newest_offset ==
+        high_watermark``) and its newest offset is the one of the reading ``settle`` seconds
+        before (a record the server still held has landed). While a tail is above the high
+        watermark, a scan cannot see it and nothing may be sent: the wait goes on (a stalled
+        follower is dropped from the ISR, a new leader truncates) for up to ``tail_wait`` seconds.
+        A committed partition whose newest offset keeps moving (other writers) is taken as settled
+        after ``timeout`` seconds.
+
+        :raises _TailNotSettled: a tail was still there after ``tail_wait`` seconds.
+        """
+        started = self._clock()
+        previous: dict[int, int] = {}
+        settled: dict[int, PartitionInfo] = {}
+        while True:
+            waiting: list[PartitionInfo] = []
+            for p in partitions:
+                if p in settled:
+                    continue
+                info = self.client.fetch_partition_metadata(self.stream, p)
+                committed = info.newest_offset <= info.high_watermark
+                still = self.settle <= 0 or previous.get(p) == info.newest_offset
+                if committed and (still or self._clock() - started >= self.timeout):
+                    settled[p] = info
+                else:
+                    previous[p] = info.newest_offset
+                    waiting.append(info)
+            if not waiting:
+                return settled
+            if self._clock() - started >= self.tail_wait:
+                raise _TailNotSettled(max(waiting, key=lambda i: i.newest_offset - i.high_watermark), self.tail_wait)
+            self._sleep(self.settle if self.settle > 0 else 0.2)
 
     def _with_resumes(self, result: ExactlyOnceResult, step: Callable[[], object], what: str) -> None:
         """Run ``step`` until it succeeds, resuming after resumable failures, with backoff."""
@@ -805,6 +898,8 @@ class ExactlyOncePublisher:
                 step()
                 return
             except LiftbridgeError as exc:
+                if isinstance(exc, _TailNotSettled):
+                    raise self._unsettled(result, what, exc) from None
                 if isinstance(exc, ExactlyOnceError) or not isinstance(exc, _RESUMABLE):
                     raise self._failed(result, what, exc) from exc
                 failures += 1
@@ -823,7 +918,24 @@ class ExactlyOncePublisher:
                     failures,
                     self.max_resumes,
                 )
-                time.sleep(wait)
+                self._sleep(wait)
+
+    def _unsettled(self, result: ExactlyOnceResult, what: str, exc: _TailNotSettled) -> UncommittedTailError:
+        info = exc.info
+        return UncommittedTailError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped while {what}: "
+            f"partition {info.id} holds {info.newest_offset - info.high_watermark} record(s) above its high "
+            f"watermark (newest offset {info.newest_offset}, high watermark {info.high_watermark}) that were "
+            f"neither committed nor truncated within {exc.waited:g} s (a replica is stalled or the leader is "
+            "failing over). Those records cannot be read yet, so whether they include ours cannot be told, and "
+            f"nothing more was sent. {result.written} record(s) written and {result.skipped} skipped so far; "
+            "publishing again with the same producer id resumes without duplicates once the partition has "
+            "settled (raise tail_wait to wait longer).",
+            result,
+            partition=info.id,
+            high_watermark=info.high_watermark,
+            newest_offset=info.newest_offset,
+        )
 
     def _failed(
         self, result: ExactlyOnceResult, what: str, exc: LiftbridgeError, after: int | None = None

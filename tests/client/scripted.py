@@ -7,9 +7,10 @@ and deterministically. Transport behaviour itself is tested against the dev serv
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client._core import ReadTimeout, RpcFailure
 from airflow_provider_liftbridge.client._effects import END, Effect, Emit, Op, Pump, Read
 
@@ -61,3 +62,70 @@ def _pump(pump: Pump, answer: Callable[[Effect], Any], run: Run) -> Any:
             run.emitted.append(item)
             if pump.sink.done:
                 return None
+
+
+class ScriptedTransport:
+    """A client transport whose every effect is answered by ``answer`` (``Sleep`` included, so a
+    test can keep a virtual clock): a real :class:`LiftbridgeClient`, its operations unchanged,
+    with the network replaced by a script. Built by :func:`scripted_client`."""
+
+    def __init__(self) -> None:
+        self.answer: Callable[[Effect], Any] = _unanswered
+        self.effects: list[Effect] = []
+
+    def close(self) -> None:
+        pass
+
+    def drive(self, op: Op[Any]) -> Iterator[Any]:
+        """What the real transports' ``drive`` does: yield emitted (and pumped) items, return the result."""
+        send: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    effect = op.throw(error) if error is not None else op.send(send)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                send, error = None, None
+                self.effects.append(effect)
+                if isinstance(effect, Emit):
+                    yield effect.item
+                    continue
+                try:
+                    if isinstance(effect, Pump):
+                        send = yield from self._pump(effect)
+                    else:
+                        send = self.answer(effect)
+                except (RpcFailure, ReadTimeout) as exc:
+                    error = exc
+        finally:
+            op.close()
+
+    def _pump(self, pump: Pump) -> Iterator[Any]:
+        while True:
+            read = Read(pump.handle)
+            self.effects.append(read)
+            response = self.answer(read)
+            if response is END:
+                return END
+            item = pump.sink.take(response)
+            if item is not None:
+                yield item
+                if pump.sink.done:
+                    return None
+
+
+def _unanswered(effect: Effect) -> Any:
+    raise AssertionError(f"no answer set for {effect!r}")
+
+
+def scripted_client(answer: Callable[[Effect], Any], brokers: str = "a:1", **options: Any) -> LiftbridgeClient:
+    """A blocking client whose I/O is ``answer(effect)`` (see :class:`ScriptedTransport`)."""
+
+    class _Scripted(LiftbridgeClient):
+        def _open(self, factory: Any, subscription_channels: int) -> None:
+            self._transport = ScriptedTransport()  # type: ignore[assignment]
+
+    client = _Scripted(brokers, **options)
+    client._transport.answer = answer  # type: ignore[attr-defined]
+    return client
