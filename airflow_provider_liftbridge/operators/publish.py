@@ -17,6 +17,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
 )
 from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings, parse_ack_policy
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 
 from .base import LiftbridgeBaseOperator, producer_id_of
 from .publishing import (
@@ -198,7 +199,7 @@ def _summary_of(result: ExactlyOnceResult, ack_policy: AckPolicy, found: Any) ->
     return summary
 
 
-class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
+class LiftbridgePublishOperator(LiftbridgeLineageMixin, LiftbridgePublishingMixin, LiftbridgeBaseOperator):
     """Publish records to a stream and fail unless every one is acknowledged.
 
     Records come from exactly one of:
@@ -328,6 +329,10 @@ class LiftbridgePublishOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperato
         if isinstance(records, Mapping) or not isinstance(records, Iterable) or isinstance(records, bytes):
             raise LiftbridgeArgumentError(f"records must be a list of records, got {type(records).__name__}")
         return records
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: writes the stream."""
+        return [], [self.lineage_stream(self.stream)]
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         records = (

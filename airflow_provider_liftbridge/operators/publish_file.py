@@ -10,6 +10,7 @@ from airflow.sdk import Context, ObjectStoragePath
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Record
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 
 from .base import LiftbridgeBaseOperator
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
@@ -61,7 +62,7 @@ def expand_paths(paths: str | Sequence[str], conn_id: str | None) -> list[Object
     return files
 
 
-class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOperator):
+class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishingMixin, LiftbridgeBaseOperator):
     """Publish files row by row (or whole), in bounded memory, and fail unless every row is
     acknowledged.
 
@@ -216,6 +217,11 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingMixin, LiftbridgeBaseOpe
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)
         return fmt, summary
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the files (globs expanded), writes the stream."""
+        files = expand_paths(self.path, self.storage_conn_id)
+        return [file_dataset(p) for p in files], [self.lineage_stream(self.stream)]
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         files = expand_paths(self.path, self.storage_conn_id)

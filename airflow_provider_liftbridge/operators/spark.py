@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook, Context
 
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
@@ -48,7 +49,7 @@ def spark_settings_from_connection(conn_id: str) -> tuple[str, dict[str, str]]:
     return master, config
 
 
-class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
+class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     """Build a DataFrame with Spark and publish every row to a stream from the executors.
 
     The DataFrame comes from exactly one of ``input_path`` (+ ``input_format``), ``table``, ``sql``
@@ -180,6 +181,11 @@ class LiftbridgeSparkPublishOperator(LiftbridgeBaseOperator):
             dataframe_callable=self.dataframe_callable,
             callable_kwargs=self.callable_kwargs,
         )
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads ``input_path`` (tables, SQL and callables are not reported), writes the stream."""
+        inputs = [file_dataset(self.input_path)] if self.input_path else []
+        return inputs, [self.lineage_stream(self.stream)]
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_liftbridge.spark.publish import publish_dataframe

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 
 from airflow_provider_liftbridge.client import StartPosition
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.triggers.base import check_partition, parse_start_at
 from airflow_provider_liftbridge.triggers.message import (
     LiftbridgeMessageTrigger,
@@ -22,7 +23,7 @@ from .base import LiftbridgeBaseSensor
 __all__ = ["LiftbridgeMessageSensor"]
 
 
-class LiftbridgeMessageSensor(LiftbridgeBaseSensor):
+class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     """Wait for the first message of a partition that ``apply_function`` accepts, and return it.
 
     Where reading starts:
@@ -88,6 +89,10 @@ class LiftbridgeMessageSensor(LiftbridgeBaseSensor):
         self.apply_function_kwargs = apply_function_kwargs
         self._start: int | str = "earliest"
         self._next_offset: int | None = None
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the stream."""
+        return [self.lineage_stream(self.stream)], []
 
     def prepare(self, context: Context) -> None:
         partition = check_partition(self.partition)

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.triggers.base import check_partition
 from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
 
@@ -35,7 +36,7 @@ def summary_offsets(summary: Any) -> tuple[str, dict[str, int]]:
     return str(summary["stream"]), offsets
 
 
-class LiftbridgeOffsetSensor(LiftbridgeBaseSensor):
+class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     """Wait until ``stream``/``partition`` has committed ``target_offset`` (high watermark ≥ target).
 
     ``target_offset`` is an offset, or the summary a publish task returned (``publish.output``): the
@@ -69,6 +70,13 @@ class LiftbridgeOffsetSensor(LiftbridgeBaseSensor):
         self.target_offset = target_offset
         self.partition = partition
         self._target: tuple[str, int, int] | None = None
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the stream (named, or the one of the publish summary)."""
+        stream = self._target[0] if self._target else self.stream
+        if not stream and isinstance(self.target_offset, Mapping):
+            stream = self.target_offset.get("stream")
+        return ([self.lineage_stream(stream)] if stream else []), []
 
     def prepare(self, context: Context) -> None:
         partition = check_partition(self.partition)
