@@ -48,6 +48,7 @@ from .errors import (
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
     PublishError,
@@ -56,6 +57,7 @@ from .errors import (
     UnavailableError,
 )
 from .partitioners import PartitionerFunc
+from .presence import missing_confirmed
 from .sync_client import LiftbridgeClient
 from .types import Ack, AckPolicy, PartitionInfo, Record
 
@@ -90,8 +92,10 @@ CURSOR_PREFIX = "lb-producer:"
 MAX_PRODUCER_ID = 512
 
 # Errors after which a send is worth resuming (re-scan, then send what is missing). Anything else
-# (read-only partition, message too large, no such stream, bad argument, ...) will fail again.
+# (read-only partition, message too large, bad argument, ...) will fail again. "No such stream"
+# is resumable only for a stream this publisher has seen, until metadata confirms it (presence.py).
 _RESUMABLE = (UnavailableError, RequestTimeoutError, NotLeaderError, IncorrectOffsetError, ServerError)
+_MISSING = (NoSuchStreamError, NoSuchPartitionError)
 
 
 class ExactlyOnceError(LiftbridgeError):
@@ -466,6 +470,7 @@ class _PartitionState:
     scan_start: int  # the cursor: where this producer's records can start
     scanned_to: int  # last offset read (or known to hold nothing unknown of ours)
     next_offset: int  # the offset the next record sent here must get
+    hw_seen: int = -1  # the highest high watermark read: committed records never go away
 
 
 @dataclass
@@ -877,7 +882,11 @@ class ExactlyOncePublisher:
                 if p in settled:
                     continue
                 info = self.client.fetch_partition_metadata(self.stream, p)
-                committed = info.newest_offset <= info.high_watermark
+                state = self._parts[p]
+                # A high watermark below one read before is a cluster still loading after a
+                # restart (it reads -1 for seconds), not a partition that lost committed records.
+                committed = state.hw_seen <= info.high_watermark >= info.newest_offset
+                state.hw_seen = max(state.hw_seen, info.high_watermark)
                 still = self.settle <= 0 or previous.get(p) == info.newest_offset
                 if committed and (still or self._clock() - started >= self.timeout):
                     settled[p] = info
@@ -900,7 +909,9 @@ class ExactlyOncePublisher:
             except LiftbridgeError as exc:
                 if isinstance(exc, _TailNotSettled):
                     raise self._unsettled(result, what, exc) from None
-                if isinstance(exc, ExactlyOnceError) or not isinstance(exc, _RESUMABLE):
+                if isinstance(exc, _MISSING) and self._missing_for_sure():
+                    raise self._failed(result, what, exc) from exc
+                if isinstance(exc, ExactlyOnceError) or not isinstance(exc, _RESUMABLE + _MISSING):
                     raise self._failed(result, what, exc) from exc
                 failures += 1
                 if failures > self.max_resumes:
@@ -919,6 +930,16 @@ class ExactlyOncePublisher:
                     self.max_resumes,
                 )
                 self._sleep(wait)
+
+    def _missing_for_sure(self) -> bool:
+        """After a "no such stream / partition": believe it, unless this publisher has seen the
+        stream and the cluster may still be loading after a restart (see :mod:`.presence`)."""
+        if not self._subject:  # never seen: a wrong name or a stream not created yet
+            return True
+        try:
+            return missing_confirmed(self.client.fetch_metadata(), self.stream)
+        except LiftbridgeError:  # no answer: the cluster is not back yet
+            return False
 
     def _unsettled(self, result: ExactlyOnceResult, what: str, exc: _TailNotSettled) -> UncommittedTailError:
         info = exc.info

@@ -24,6 +24,7 @@ from airflow_provider_liftbridge.client import (
     AckTimeoutError,
     IncorrectOffsetError,
     LiftbridgeClient,
+    NoSuchStreamError,
     PublishError,
     Record,
 )
@@ -33,6 +34,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     PRODUCER_HEADER,
     SEQ_HEADER,
     ExactlyOncePublisher,
+    ExactlyOncePublishError,
     UncommittedTailError,
 )
 from airflow_provider_liftbridge.client.types import AckError
@@ -65,6 +67,17 @@ class Partition:
         self.stalled_until: float | None = None  # a follower is stopped until then (None: never stalled)
         self.stalled = False
         self.truncate_at: float | None = None  # a new leader, without the uncommitted tail, takes over then
+        self.restarted_at: float | None = None  # the whole cluster was (re)started then
+        self.deleted = False  # stream s was deleted (stream o is still there)
+
+    def restart(self) -> None:
+        """A full-cluster restart now, with the window observed on a real cluster: metadata
+        without streams for 0.3 s, no leaders (and "no such stream" on publish) until 1.5 s, high
+        watermarks reading -1 (nothing commits) until 9 s."""
+        self.restarted_at = self.clock.now
+
+    def _since_restart(self) -> float:
+        return float("inf") if self.restarted_at is None else self.clock.now - self.restarted_at
 
     @property
     def newest(self) -> int:
@@ -79,7 +92,7 @@ class Partition:
             self.truncate_at, self.stalled = None, False
         if self.stalled and self.stalled_until is not None and self.clock.now >= self.stalled_until:
             self.stalled = False
-        if not self.stalled:
+        if not self.stalled and self._since_restart() >= 9.0:
             self.hw = self.newest
 
     def append(self, record: Record) -> int:
@@ -99,6 +112,8 @@ class Partition:
         if isinstance(effect, Unary):
             return self._unary(effect.method, effect.request)
         if isinstance(effect, OpenStream):  # Subscribe: the handshake, committed messages, the stop
+            if self._since_restart() < 1.5:
+                return iter([RpcFailure(grpc.StatusCode.NOT_FOUND, "No such partition")])
             start, stop = effect.request.startOffset, min(effect.request.stopOffset, self.hw)
             return iter([api_pb2.Message(), *self.log[start : stop + 1],
                          RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")])  # fmt: skip
@@ -112,15 +127,28 @@ class Partition:
         raise AssertionError(f"unexpected effect {effect!r}")
 
     def _unary(self, method: str, request: Any) -> Any:
+        since = self._since_restart()
         if method == "FetchMetadata":
-            part = api_pb2.PartitionMetadata(id=0, leader="b1", replicas=["b1", "b2", "b3"], isr=["b1", "b2", "b3"])
+            brokers = [api_pb2.Broker(id="b1", host="a", port=1)]
+            if since < 0.3:
+                return api_pb2.FetchMetadataResponse(brokers=brokers)
+            if self.deleted:
+                other = api_pb2.PartitionMetadata(id=0, leader="b1")
+                return api_pb2.FetchMetadataResponse(
+                    brokers=brokers,
+                    streamMetadata=[api_pb2.StreamMetadata(name="o", subject="o", partitions={0: other})],
+                )
+            leader = "b1" if since >= 1.5 else ""
+            part = api_pb2.PartitionMetadata(id=0, leader=leader, replicas=["b1", "b2", "b3"], isr=["b1", "b2", "b3"])
             return api_pb2.FetchMetadataResponse(
-                brokers=[api_pb2.Broker(id="b1", host="a", port=1)],
-                streamMetadata=[api_pb2.StreamMetadata(name="s", subject="s", partitions={0: part})],
+                brokers=brokers, streamMetadata=[api_pb2.StreamMetadata(name="s", subject="s", partitions={0: part})]
             )
         if method == "FetchPartitionMetadata":
+            if since < 1.5:
+                raise RpcFailure(grpc.StatusCode.NOT_FOUND, "partition not found")
+            hw = self.hw if since >= 9.0 else -1
             return api_pb2.FetchPartitionMetadataResponse(
-                metadata=api_pb2.PartitionMetadata(id=0, leader="b1", highWatermark=self.hw, newestOffset=self.newest)
+                metadata=api_pb2.PartitionMetadata(id=0, leader="b1", highWatermark=hw, newestOffset=self.newest)
             )
         if method == "FetchCursor":
             return api_pb2.FetchCursorResponse(offset=self.cursors.get(request.cursorId, -1))
@@ -144,11 +172,14 @@ class Sender:
         for i, record in enumerate(records):
             self.sent.append(record)
             part.tick()
+            if part._since_restart() < 1.5 or part.deleted:
+                error = NoSuchStreamError("stream 's' does not exist (server said: \"no such stream: s\")")
+                raise PublishError("refused", acks=acks + [None] * (len(records) - i), index=i, errors={i: error})
             if part.occ and record.expected_offset != part.newest + 1:
                 error = IncorrectOffsetError(f"expected {record.expected_offset}, next is {part.newest + 1}")
                 raise PublishError("refused", acks=acks + [None] * (len(records) - i), index=i, errors={i: error})
             offset = part.append(record)
-            if part.stalled:
+            if part.stalled or part._since_restart() < 9.0:
                 part.clock.sleep(TIMEOUT)
                 raise PublishError(
                     "no ack", acks=acks + [None] * (len(records) - i), index=i, errors={i: AckTimeoutError("no ack")}
@@ -239,3 +270,33 @@ def test_with_occ_the_expected_offset_never_passes_what_the_scan_has_seen() -> N
     assert part.values() == [b"other-0", b"other-1", b"r0"]
     assert [r.expected_offset for r in sender.sent] == [1, 2]
     assert (result.written, result.resumes) == (1, 1)
+
+
+def test_no_such_stream_right_after_a_full_cluster_restart_is_resumed_for_a_stream_seen_before() -> None:
+    clock, part, sender, client = _setup()
+    publisher = _publisher(client, sender, clock)
+    publisher.publish([b"r0"])
+    part.restart()
+    result = publisher.publish([b"r1", b"r2"])
+    assert _ours(part) == {0: 1, 1: 1, 2: 1}
+    assert result.written == 2 and result.resumes >= 2
+    assert clock.now >= 9.0  # it waited until the cluster committed again before scanning
+
+
+def test_no_such_stream_is_believed_for_a_stream_never_seen() -> None:
+    clock, part, sender, client = _setup()
+    part.restart()  # the publisher starts inside the window: metadata lists no streams
+    with pytest.raises(ExactlyOncePublishError, match="does not exist") as info:
+        _publisher(client, sender, clock).publish([b"r0"])
+    assert info.value.result.resumes == 0 and not sender.sent
+
+
+def test_no_such_stream_is_believed_when_a_cluster_with_leaders_does_not_list_it() -> None:
+    clock, part, sender, client = _setup()
+    publisher = _publisher(client, sender, clock)
+    publisher.publish([b"r0"])
+    part.deleted = True  # deleted; another stream still has a leader
+    with pytest.raises(ExactlyOncePublishError, match="does not exist") as info:
+        publisher.publish([b"r1"])
+    assert info.value.result.resumes == 0
+    assert [r.value for r in sender.sent] == [b"r0", b"r1"]
