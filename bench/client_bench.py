@@ -9,7 +9,7 @@ Values are 100 bytes.
     .venv/bin/python bench/client_bench.py [--messages 20000] [--single 2000]
 
 ``--bulk`` measures the bulk NATS path instead (``publish_many(path="nats")``, window 1024):
-ours, ours on nats-py's public API only (the fallback of ``client/_nats_fast.py``) and the raw
+ours, ours on nats-py's public API only (the fallback of ``nats_adapter.py``) and the raw
 nats-py + codec baseline of ``bench/run.py``, interleaved over ``--rounds``, with client CPU
 microseconds per message (the steadier figure on a shared machine) and the median.
 
@@ -100,16 +100,16 @@ def bulk(n: int, rounds: int) -> None:
     # run.py imports this module; import it here, not at the top, to keep that one way.
     from run import raw_nats_envelopes  # type: ignore[import-not-found]
 
-    from airflow_provider_liftbridge.client import _nats_fast
+    from airflow_provider_liftbridge import nats_adapter
 
     def ours(address: str, url: str, stream: str, internals: bool) -> tuple[float, float, int]:
-        _nats_fast.USE_INTERNALS = internals  # read when a connection is first used
+        nats_adapter.USE_INTERNALS = internals  # read when a connection is first used
         try:
             with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
                 c.publish_many(stream, [VALUE] * 100, window=1024, path="nats")  # connect outside the measure
                 return measure(lambda: len(c.publish_many(stream, [VALUE] * n, window=1024, path="nats")))
         finally:
-            _nats_fast.USE_INTERNALS = True
+            nats_adapter.USE_INTERNALS = True
 
     names = ["publish_many over NATS", "same, nats-py public API only", "raw nats-py envelopes + ack inbox"]
     results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in names}

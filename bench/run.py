@@ -51,7 +51,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
     AsyncLiftbridgeClient,
     LiftbridgeClient,
 )
-from airflow_provider_liftbridge.client.bulk import NATS_WINDOW  # noqa: E402
+from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 
 VALUE = b"x" * 100

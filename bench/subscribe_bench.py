@@ -86,8 +86,8 @@ async def _ours_async(address: str, stream: str, n: int, reader: str | None = No
 
 def layers(n: int) -> None:
     """Print our layers' CPU per message over a fake call of ``n`` prebuilt messages."""
-    from airflow_provider_liftbridge.client import AckPolicy, _ops, async_client, sync_client
-    from airflow_provider_liftbridge.client._core import ClientCore
+    from airflow_provider_liftbridge.client import AckPolicy, async_client, subscription, sync_client
+    from airflow_provider_liftbridge.client.routing import ClientCore
     from airflow_provider_liftbridge.client.types import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 
     responses = [api_pb2.Message()] + [
@@ -127,7 +127,7 @@ def layers(n: int) -> None:
         def Subscribe(self, request: object) -> Call:  # noqa: N802  (the generated stub's name)
             return Call()
 
-    class Sync(sync_client._SyncTransport):
+    class Sync(sync_client.SyncTransport):
         def __init__(self) -> None:
             pass
 
@@ -140,7 +140,7 @@ def layers(n: int) -> None:
 
         unary_unary = stream_unary = stream_stream = unary_stream
 
-    class Async(async_client._AsyncTransport):
+    class Async(async_client.AsyncTransport):
         def __init__(self, reader: str) -> None:
             self.closed = False
             self._reader = reader  # type: ignore[assignment]
@@ -162,11 +162,11 @@ def layers(n: int) -> None:
         return got
 
     def ours_sync() -> int:
-        return sum(1 for _ in Sync().drive(_ops.subscribe(core(), "s", stop_at=n - 1)))
+        return sum(1 for _ in Sync().drive(subscription.subscribe(core(), "s", stop_at=n - 1)))
 
     async def ours_async(reader: str) -> int:
         got = 0
-        async for _ in Async(reader).drive(_ops.subscribe(core(), "s", stop_at=n - 1)):
+        async for _ in Async(reader).drive(subscription.subscribe(core(), "s", stop_at=n - 1)):
             got += 1
         return got
 

@@ -26,8 +26,8 @@ from .errors import (
     StreamExistsError,
     UnavailableError,
 )
-from .nats_direct import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
+from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .sync_client import LiftbridgeClient
 from .types import (
     Ack,

@@ -4,22 +4,22 @@ subscriptions either on grpc.aio too or, by default, on a blocking gRPC stream i
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 from time import monotonic
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from . import _ops, bulk
-from ._base import ClientBase, SubscriptionReader
-from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import (
+from . import operations, subscription
+from .base import ClientBase, SubscriptionReader
+from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
+from .effects import (
     END,
     Cancel,
     CloseWrite,
@@ -30,17 +30,23 @@ from ._effects import (
     OpenStream,
     Pump,
     Read,
+    ReadTimeout,
+    RpcFailure,
     Sleep,
     Unary,
     Write,
 )
-from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
 from .errors import ClientClosedError
-from .types import Message, TlsConfig
+from .partitioners import PartitionerFunc
+from .publishing import batch, single
+from .publishing.batch import PublishPath
+from .publishing.nats_link import NatsLink
+from .publishing.resend import ResendPolicy
+from .requests import StartAt, StopAt
+from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition, TlsConfig
 
 __all__ = ["AsyncLiftbridgeClient"]
 
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 _Key = tuple[int, str, "TlsConfig | None", int]
 _SyncKey = tuple[str, "TlsConfig | None", int]
@@ -265,7 +271,7 @@ class _ThreadedStream:
             self._room.notify()
 
 
-class _AsyncTransport:
+class AsyncTransport:
     """Executes effects with grpc.aio; channels come from the process-wide registries.
 
     With ``reader="thread"``, server-streaming calls (subscriptions) are read by a worker thread
@@ -273,7 +279,7 @@ class _AsyncTransport:
     """
 
     def __init__(
-        self, factory: ChannelFactory, subscription_channels: int, nats: bulk.NatsLink, reader: SubscriptionReader
+        self, factory: ChannelFactory, subscription_channels: int, nats: NatsLink, reader: SubscriptionReader
     ) -> None:
         self._factory = factory
         self._nats = nats
@@ -453,36 +459,16 @@ class _AsyncTransport:
                 stream.cancel()
                 self._streams.discard(stream)
 
-
-async def _run(transport: _AsyncTransport, op: Op[_R]) -> _R:
-    returned: list[_R] = []
-    driver = transport.drive(op, returned)
-    try:
-        async for _ in driver:
-            raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
-    finally:
-        await driver.aclose()
-    return returned[0]
-
-
-def _method(
-    op: Callable[Concatenate[ClientCore, _P], Op[_R]],
-) -> Callable[Concatenate[AsyncLiftbridgeClient, _P], Coroutine[Any, Any, _R]]:
-    @functools.wraps(op)
-    async def method(self: AsyncLiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return await _run(self._transport, op(self._core, *args, **kwargs))
-
-    return method
-
-
-def _stream_method(
-    op: Callable[Concatenate[ClientCore, _P], Op[None]],
-) -> Callable[Concatenate[AsyncLiftbridgeClient, _P], AsyncIterator[Message]]:
-    @functools.wraps(op)
-    def method(self: AsyncLiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> AsyncIterator[Message]:
-        return self._transport.drive(op(self._core, *args, **kwargs))
-
-    return method
+    async def run(self, op: Op[_R]) -> _R:
+        """Execute a unary operation (one that emits nothing) and return its result."""
+        returned: list[_R] = []
+        driver = self.drive(op, returned)
+        try:
+            async for _ in driver:
+                raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
+        finally:
+            await driver.aclose()
+        return returned[0]
 
 
 class AsyncLiftbridgeClient(ClientBase):
@@ -503,25 +489,201 @@ class AsyncLiftbridgeClient(ClientBase):
     """
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
-        self._transport = _AsyncTransport(
+        self._transport = AsyncTransport(
             factory,
             subscription_channels,
-            bulk.NatsLink(self.nats_servers, self._core.timeout),
+            NatsLink(self.nats_servers, self._core.timeout),
             self.subscription_reader,
         )
 
-    create_stream = _method(_ops.create_stream)
-    delete_stream = _method(_ops.delete_stream)
-    pause_stream = _method(_ops.pause_stream)
-    set_stream_readonly = _method(_ops.set_stream_readonly)
-    publish = _method(_ops.publish)
-    publish_many = _method(bulk.publish_many)
-    publish_to_subject = _method(_ops.publish_to_subject)
-    subscribe = _stream_method(_ops.subscribe)
-    fetch_metadata = _method(_ops.fetch_metadata)
-    fetch_partition_metadata = _method(_ops.fetch_partition_metadata)
-    set_cursor = _method(_ops.set_cursor)
-    fetch_cursor = _method(_ops.fetch_cursor)
+    async def create_stream(
+        self,
+        subject: str,
+        name: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        group: str | None = None,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        retention_max_age: timedelta | None = None,
+        cleaner_interval: timedelta | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: timedelta | None = None,
+        compact_enabled: bool | None = None,
+        compact_max_goroutines: int | None = None,
+        auto_pause_time: timedelta | None = None,
+        auto_pause_disable_if_subscribers: bool | None = None,
+        min_isr: int | None = None,
+        optimistic_concurrency_control: bool | None = None,
+        encryption: bool | None = None,
+    ) -> None:
+        """Like :meth:`LiftbridgeClient.create_stream`, awaited; same arguments, result and errors."""
+        return await self._transport.run(
+            operations.create_stream(
+                self._core,
+                subject,
+                name,
+                partitions=partitions,
+                replication_factor=replication_factor,
+                group=group,
+                retention_max_bytes=retention_max_bytes,
+                retention_max_messages=retention_max_messages,
+                retention_max_age=retention_max_age,
+                cleaner_interval=cleaner_interval,
+                segment_max_bytes=segment_max_bytes,
+                segment_max_age=segment_max_age,
+                compact_enabled=compact_enabled,
+                compact_max_goroutines=compact_max_goroutines,
+                auto_pause_time=auto_pause_time,
+                auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+                min_isr=min_isr,
+                optimistic_concurrency_control=optimistic_concurrency_control,
+                encryption=encryption,
+            )
+        )
+
+    async def delete_stream(self, name: str) -> None:
+        """Like :meth:`LiftbridgeClient.delete_stream`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.delete_stream(self._core, name))
+
+    async def pause_stream(self, name: str, partitions: Sequence[int] | None = None, resume_all: bool = False) -> None:
+        """Like :meth:`LiftbridgeClient.pause_stream`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.pause_stream(self._core, name, partitions, resume_all))
+
+    async def set_stream_readonly(
+        self, name: str, partitions: Sequence[int] | None = None, readonly: bool = True
+    ) -> None:
+        """Like :meth:`LiftbridgeClient.set_stream_readonly`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.set_stream_readonly(self._core, name, partitions, readonly))
+
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy | None = None,
+        expected_offset: int | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Like :meth:`LiftbridgeClient.publish`, awaited; same arguments, result and errors."""
+        return await self._transport.run(
+            single.publish(
+                self._core,
+                stream,
+                value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                partitioner=partitioner,
+                ack_policy=ack_policy,
+                expected_offset=expected_offset,
+                ack_inbox=ack_inbox,
+                correlation_id=correlation_id,
+                timeout=timeout,
+            )
+        )
+
+    async def publish_many(
+        self,
+        stream: str,
+        records: Iterable[Record | bytes],
+        *,
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        path: PublishPath = "auto",
+        resend: ResendPolicy | None = None,
+    ) -> list[Ack]:
+        """Like :meth:`LiftbridgeClient.publish_many`, awaited; same arguments, result and errors."""
+        return await self._transport.run(
+            batch.publish_many(
+                self._core,
+                stream,
+                records,
+                partition=partition,
+                partitioner=partitioner,
+                ack_policy=ack_policy,
+                window=window,
+                timeout=timeout,
+                path=path,
+                resend=resend,
+            )
+        )
+
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Like :meth:`LiftbridgeClient.publish_to_subject`, awaited; same arguments, result and errors."""
+        return await self._transport.run(
+            single.publish_to_subject(
+                self._core,
+                subject,
+                value,
+                key=key,
+                headers=headers,
+                ack_policy=ack_policy,
+                ack_inbox=ack_inbox,
+                correlation_id=correlation_id,
+                timeout=timeout,
+            )
+        )
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start_at: StartAt = StartPosition.EARLIEST,
+        stop_at: StopAt = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> AsyncIterator[Message]:
+        """Like :meth:`LiftbridgeClient.subscribe`, as an async iterator; same arguments, result and errors."""
+        return self._transport.drive(
+            subscription.subscribe(
+                self._core,
+                stream,
+                partition=partition,
+                start_at=start_at,
+                stop_at=stop_at,
+                read_isr_replica=read_isr_replica,
+                resume=resume,
+            )
+        )
+
+    async def fetch_metadata(self, streams: Sequence[str] | None = None) -> Metadata:
+        """Like :meth:`LiftbridgeClient.fetch_metadata`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.fetch_metadata(self._core, streams))
+
+    async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
+        """Like :meth:`LiftbridgeClient.fetch_partition_metadata`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.fetch_partition_metadata(self._core, stream, partition))
+
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Like :meth:`LiftbridgeClient.set_cursor`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.set_cursor(self._core, cursor_id, stream, partition, offset))
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        """Like :meth:`LiftbridgeClient.fetch_cursor`, awaited; same arguments, result and errors."""
+        return await self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
 
     async def close(self) -> None:
         """Release this client's shared channels and close its NATS connection; idempotent."""

@@ -382,7 +382,7 @@ class NatsSender:
     async def _connect(self) -> Any:
         import nats
 
-        from .nats_direct import NatsPublisher
+        from .publishing.nats_publisher import NatsPublisher
 
         try:
             # nats-py retries the first connection max_reconnect_attempts times even without

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from . import _ops, bulk
-from ._base import ClientBase
-from ._core import ClientCore, ReadTimeout, RpcFailure
-from ._effects import (
+from . import operations, subscription
+from .base import ClientBase
+from .channels import ChannelFactory, SyncChannelPool
+from .effects import (
     END,
     Cancel,
     CloseWrite,
@@ -27,16 +27,22 @@ from ._effects import (
     OpenStream,
     Pump,
     Read,
+    ReadTimeout,
+    RpcFailure,
     Sleep,
     Unary,
     Write,
 )
-from .channels import ChannelFactory, SyncChannelPool
-from .types import Message
+from .partitioners import PartitionerFunc
+from .publishing import batch, single
+from .publishing.batch import PublishPath
+from .publishing.nats_link import LoopThread, NatsLink
+from .publishing.resend import ResendPolicy
+from .requests import StartAt, StopAt
+from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition
 
 __all__ = ["LiftbridgeClient"]
 
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 _DONE = object()
 
@@ -109,13 +115,13 @@ class _SyncStream:
         self.call.cancel()
 
 
-class _SyncTransport:
+class SyncTransport:
     """Executes effects with blocking gRPC calls; NATS effects run on a private loop thread."""
 
-    def __init__(self, pool: SyncChannelPool, nats: bulk.NatsLink) -> None:
+    def __init__(self, pool: SyncChannelPool, nats: NatsLink) -> None:
         self._pool = pool
         self._nats = nats
-        self._loop = bulk.LoopThread()
+        self._loop = LoopThread()
 
     def close(self) -> None:
         self._loop.stop(self._nats.close())
@@ -190,56 +196,325 @@ class _SyncTransport:
             for stream in opened:
                 stream.cancel()
 
-
-def _run(transport: _SyncTransport, op: Op[_R]) -> _R:
-    driver = transport.drive(op)
-    try:
-        next(driver)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    driver.close()
-    raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
-
-
-def _method(op: Callable[Concatenate[ClientCore, _P], Op[_R]]) -> Callable[Concatenate[LiftbridgeClient, _P], _R]:
-    @functools.wraps(op)
-    def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return _run(self._transport, op(self._core, *args, **kwargs))
-
-    return method
-
-
-def _stream_method(
-    op: Callable[Concatenate[ClientCore, _P], Op[None]],
-) -> Callable[Concatenate[LiftbridgeClient, _P], Iterator[Message]]:
-    @functools.wraps(op)
-    def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> Iterator[Message]:
-        return self._transport.drive(op(self._core, *args, **kwargs))
-
-    return method
+    def run(self, op: Op[_R]) -> _R:
+        """Execute a unary operation (one that emits nothing) and return its result."""
+        driver = self.drive(op)
+        try:
+            next(driver)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        driver.close()
+        raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
 
 
 class LiftbridgeClient(ClientBase):
     """A blocking Liftbridge client; thread-safe, a context manager. Constructor parameters:
-    see :class:`~._base.ClientBase`. Methods: the operations of :mod:`._ops`.
+    see :class:`~.base.ClientBase`. Each method runs one operation (:mod:`.operations`,
+    :mod:`.publishing`, :mod:`.subscription`) with blocking gRPC.
     """
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._pool = SyncChannelPool(factory, subscription_channels)
-        self._transport = _SyncTransport(self._pool, bulk.NatsLink(self.nats_servers, self._core.timeout))
+        self._transport = SyncTransport(self._pool, NatsLink(self.nats_servers, self._core.timeout))
 
-    create_stream = _method(_ops.create_stream)
-    delete_stream = _method(_ops.delete_stream)
-    pause_stream = _method(_ops.pause_stream)
-    set_stream_readonly = _method(_ops.set_stream_readonly)
-    publish = _method(_ops.publish)
-    publish_many = _method(bulk.publish_many)
-    publish_to_subject = _method(_ops.publish_to_subject)
-    subscribe = _stream_method(_ops.subscribe)
-    fetch_metadata = _method(_ops.fetch_metadata)
-    fetch_partition_metadata = _method(_ops.fetch_partition_metadata)
-    set_cursor = _method(_ops.set_cursor)
-    fetch_cursor = _method(_ops.fetch_cursor)
+    def create_stream(
+        self,
+        subject: str,
+        name: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        group: str | None = None,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        retention_max_age: timedelta | None = None,
+        cleaner_interval: timedelta | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: timedelta | None = None,
+        compact_enabled: bool | None = None,
+        compact_max_goroutines: int | None = None,
+        auto_pause_time: timedelta | None = None,
+        auto_pause_disable_if_subscribers: bool | None = None,
+        min_isr: int | None = None,
+        optimistic_concurrency_control: bool | None = None,
+        encryption: bool | None = None,
+    ) -> None:
+        """Create a stream named ``name`` attached to the NATS subject ``subject``.
+
+        Options left at ``None`` take the server's defaults. Durations are ``timedelta`` and are sent
+        in milliseconds. ``partitions=0`` means 1; ``replication_factor=-1`` means every broker.
+
+        :raises StreamExistsError: a stream with this name exists.
+        :raises InvalidArgumentError: an empty or invalid name or subject, a reserved name, a
+            replication factor larger than the cluster.
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(
+            operations.create_stream(
+                self._core,
+                subject,
+                name,
+                partitions=partitions,
+                replication_factor=replication_factor,
+                group=group,
+                retention_max_bytes=retention_max_bytes,
+                retention_max_messages=retention_max_messages,
+                retention_max_age=retention_max_age,
+                cleaner_interval=cleaner_interval,
+                segment_max_bytes=segment_max_bytes,
+                segment_max_age=segment_max_age,
+                compact_enabled=compact_enabled,
+                compact_max_goroutines=compact_max_goroutines,
+                auto_pause_time=auto_pause_time,
+                auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+                min_isr=min_isr,
+                optimistic_concurrency_control=optimistic_concurrency_control,
+                encryption=encryption,
+            )
+        )
+
+    def delete_stream(self, name: str) -> None:
+        """Delete the stream ``name`` and all its partitions.
+
+        :raises NoSuchStreamError: there is no such stream.
+        :raises InvalidArgumentError: the name is reserved.
+        """
+        return self._transport.run(operations.delete_stream(self._core, name))
+
+    def pause_stream(self, name: str, partitions: Sequence[int] | None = None, resume_all: bool = False) -> None:
+        """Pause the given partitions of ``name`` (all when ``partitions`` is ``None``).
+
+        A paused partition resumes when a message is published to it (all partitions when
+        ``resume_all``) or when a subscriber asks with ``resume=True``.
+
+        :raises NoSuchStreamError: there is no such stream.
+        :raises NoSuchPartitionError: a listed partition does not exist.
+        """
+        return self._transport.run(operations.pause_stream(self._core, name, partitions, resume_all))
+
+    def set_stream_readonly(self, name: str, partitions: Sequence[int] | None = None, readonly: bool = True) -> None:
+        """Make the given partitions of ``name`` read-only (all when ``partitions`` is ``None``), or
+        writable again with ``readonly=False``.
+
+        :raises NoSuchStreamError: there is no such stream.
+        :raises NoSuchPartitionError: a listed partition does not exist.
+        """
+        return self._transport.run(operations.set_stream_readonly(self._core, name, partitions, readonly))
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy | None = None,
+        expected_offset: int | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish one message and wait for its ack (``None`` with ``AckPolicy.NONE``).
+
+        The partition is ``partition`` if given, else the ``partitioner``'s choice, else 0. A publish
+        that meets UNAVAILABLE is retried on another broker: without ``expected_offset`` that makes it
+        at-least-once (a retried message may be stored twice).
+
+        :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
+        :raises ReadonlyPartitionError: the partition is read-only.
+        :raises IncorrectOffsetError: ``expected_offset`` was refused (optimistic concurrency control).
+        :raises AckTimeoutError: no ack within ``timeout`` (or the client's default).
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(
+            single.publish(
+                self._core,
+                stream,
+                value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                partitioner=partitioner,
+                ack_policy=ack_policy,
+                expected_offset=expected_offset,
+                ack_inbox=ack_inbox,
+                correlation_id=correlation_id,
+                timeout=timeout,
+            )
+        )
+
+    def publish_many(
+        self,
+        stream: str,
+        records: Iterable[Record | bytes],
+        *,
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        path: PublishPath = "auto",
+        resend: ResendPolicy | None = None,
+    ) -> list[Ack]:
+        """Publish many records and return their acks in input order (an empty list with
+        ``AckPolicy.NONE``), at most ``window`` unacknowledged at a time (default: 256 over gRPC,
+        4096 over NATS, where a smaller window leaves the pipeline waiting on round trips).
+
+        ``path``: ``"nats"`` publishes enveloped messages straight to the partitions' NATS subjects
+        with acks on an ack inbox (the bulk path, an order of magnitude faster from Python; needs
+        ``nats_servers``); ``"grpc"`` pipelines them over PublishAsync; ``"auto"`` (default) takes
+        NATS when the client knows NATS servers, except when a target partition is paused or
+        read-only or NATS cannot be reached, where it falls back to gRPC. The choice is logged
+        (logger ``airflow_provider_liftbridge.client``, once per client, and on every fallback).
+
+        A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``.
+        ``timeout`` bounds the wait for each ack. A record not acknowledged in time (NATS), or in
+        flight when the connection was lost (gRPC), is sent again while ``resend`` allows (default:
+        up to two re-sends, see :class:`~.publishing.resend.ResendUnacked`): publishing is at-least-once
+        and a re-sent record may land after later ones. Pass :data:`~.publishing.resend.NO_RESEND` to fail
+        instead of re-sending.
+
+        :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
+            received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
+            typed error of each failed record (``.errors``: ``IncorrectOffsetError``,
+            ``MessageTooLargeError``, ``ReadonlyPartitionError``, ``AckTimeoutError``, ...);
+            ``__cause__`` is the first error.
+        :raises NoSuchStreamError: the stream does not exist (NATS path; gRPC reports it per record).
+        :raises InvalidArgumentError: a bad record, window, path or duplicate correlation id, before
+            anything is sent.
+        """
+        return self._transport.run(
+            batch.publish_many(
+                self._core,
+                stream,
+                records,
+                partition=partition,
+                partitioner=partitioner,
+                ack_policy=ack_policy,
+                window=window,
+                timeout=timeout,
+                path=path,
+                resend=resend,
+            )
+        )
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish one message to a NATS subject; every stream attached to it stores it. Returns the
+        first ack (``None`` with ``AckPolicy.NONE``). Retried on UNAVAILABLE: at-least-once.
+
+        :raises AckTimeoutError: no stream acknowledged within the timeout (also: no stream listens on
+            the subject).
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(
+            single.publish_to_subject(
+                self._core,
+                subject,
+                value,
+                key=key,
+                headers=headers,
+                ack_policy=ack_policy,
+                ack_inbox=ack_inbox,
+                correlation_id=correlation_id,
+                timeout=timeout,
+            )
+        )
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start_at: StartAt = StartPosition.EARLIEST,
+        stop_at: StopAt = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Iterator[Message]:
+        """Read messages of one partition, from ``start_at`` until ``stop_at`` (or until the caller
+        stops iterating). The server's empty handshake message is swallowed.
+
+        ``start_at``: ``StartPosition.EARLIEST`` / ``LATEST`` / ``NEW_ONLY``, an ``int`` offset, an
+        aware ``datetime`` (first message at or after it) or a ``timedelta`` (that long ago).
+        ``stop_at``: ``None`` (never stop), an ``int`` offset (inclusive), ``StopPosition.LATEST``
+        (the newest message when subscribing) or an aware ``datetime``.
+
+        Reaching the stop position, or the end of a read-only partition, ends the iteration cleanly.
+        After a transient failure (connection lost, broker restarted, leader changed) the client
+        resubscribes from the last delivered offset + 1 — no gap, no duplicate — for up to
+        ``resubscribe_wait`` seconds before giving up.
+
+        :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist (or was
+            deleted while subscribed).
+        :raises PartitionPausedError: the partition is paused and ``resume`` is false.
+        :raises UnavailableError: / :raises NotLeaderError: no broker served the partition within the
+            wait.
+        :raises InvalidArgumentError: bad positions (e.g. a stop offset before the start).
+        """
+        return self._transport.drive(
+            subscription.subscribe(
+                self._core,
+                stream,
+                partition=partition,
+                start_at=start_at,
+                stop_at=stop_at,
+                read_isr_replica=read_isr_replica,
+                resume=resume,
+            )
+        )
+
+    def fetch_metadata(self, streams: Sequence[str] | None = None) -> Metadata:
+        """Ask the cluster for its brokers and streams (all streams, or only ``streams``); always goes
+        to the server and refreshes the client's cache. Streams that do not exist are absent from the
+        result.
+
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(operations.fetch_metadata(self._core, streams))
+
+    def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
+        """Ask the partition's leader for the partition's state (offsets, ISR, paused, read-only).
+
+        :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
+        :raises PartitionPausedError: the partition is paused (the server does not answer for it).
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(operations.fetch_partition_metadata(self._core, stream, partition))
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Store ``offset`` as the position of cursor ``cursor_id`` on ``stream``/``partition``.
+
+        Sent to the leader of the cursors-stream partition that owns the cursor (any broker when the
+        cluster's metadata shows no cursors stream).
+
+        :raises InvalidArgumentError: an empty cursor id or stream.
+        :raises NotLeaderError: the owning partition's leader could not be found in time.
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(operations.set_cursor(self._core, cursor_id, stream, partition, offset))
+
+    def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        """The offset stored for cursor ``cursor_id`` on ``stream``/``partition``; -1 if never set.
+
+        Routed like :func:`set_cursor`.
+
+        :raises InvalidArgumentError: an empty cursor id or stream.
+        :raises NotLeaderError: the owning partition's leader could not be found in time.
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
 
     def close(self) -> None:
         """Close every channel and the NATS connection; idempotent. Open subscriptions end with an error."""

@@ -19,7 +19,7 @@ per-message costs are skipped. Messages of the partition subscriptions are hande
 nats-py's parser straight to a per-partition route, without the ``Msg`` object, queue and
 callback task nats-py builds for each message; and the acks of one partition write are
 queued on the connection as one burst of PUB commands built by nats-py's own command builder.
-Both go through the project's one nats-py adapter (:mod:`airflow_provider_liftbridge.client._nats_fast`,
+Both go through the project's one nats-py adapter (:mod:`airflow_provider_liftbridge.nats_adapter`,
 shared with the client's bulk path), which checks nats-py's internals once and falls back to
 its public API (subscription callbacks, ``publish``) when they do not match: slower, same behaviour.
 
@@ -40,8 +40,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client._nats_fast import FastNats, Route, internals_usable
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
+from airflow_provider_liftbridge.nats_adapter import FastNats, Route, internals_usable
 
 from .state import REFUSED, NewMessage, Partition, is_valid_subject, length_delimited, varint
 

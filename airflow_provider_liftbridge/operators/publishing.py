@@ -36,7 +36,7 @@ from airflow_provider_liftbridge.client import (
     RoundRobinPartitioner,
     StreamInfo,
 )
-from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.hooks.exceptions import (
     LiftbridgeArgumentError,
     LiftbridgePublishNotAcknowledgedError,

@@ -176,7 +176,7 @@ class _NatsPublisher:
         import asyncio
 
         from airflow_provider_liftbridge.client import AckPolicy
-        from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
+        from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 
         self._plan = plan
         self._policy = AckPolicy[plan.ack_policy.upper()]
@@ -189,7 +189,7 @@ class _NatsPublisher:
             raise
 
     def publish(self, records: list[Record]) -> list[Ack | None]:
-        from airflow_provider_liftbridge.client.nats_direct import NO_RESEND
+        from airflow_provider_liftbridge.client import NO_RESEND
 
         plan = self._plan
         acks = self._loop.run_until_complete(

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_liftbridge.client import Ack, AckError
-from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID

@@ -1,6 +1,6 @@
 """Drive the client's sans-I/O operations against a scripted answerer, without any network.
 
-The operations are generators of effects (see ``client/_effects.py``); here a test function
+The operations are generators of effects (see ``client/effects.py``); here a test function
 answers each effect, so retry, routing and resubscription logic can be checked step by step
 and deterministically. Transport behaviour itself is tested against the dev server.
 """
@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
-from airflow_provider_liftbridge.client._core import ReadTimeout, RpcFailure
-from airflow_provider_liftbridge.client._effects import END, Effect, Emit, Op, Pump, Read
+from airflow_provider_liftbridge.client.effects import END, Effect, Emit, Op, Pump, Read, ReadTimeout, RpcFailure
 
 
 class Run:
@@ -100,6 +99,15 @@ class ScriptedTransport:
                     error = exc
         finally:
             op.close()
+
+    def run(self, op: Op[Any]) -> Any:
+        """What the real transports' ``run`` does: execute a unary operation, return its result."""
+        driver = self.drive(op)
+        try:
+            item = next(driver)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError(f"{op!r} emitted {item!r}; it is not a unary operation")
 
     def _pump(self, pump: Pump) -> Iterator[Any]:
         while True:

@@ -29,7 +29,7 @@ from airflow_provider_liftbridge.client import (
     StopPosition,
     partition_for_key,
 )
-from airflow_provider_liftbridge.client.nats_direct import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 
 CLIENT_LOG = "airflow_provider_liftbridge.client"

@@ -19,21 +19,17 @@ import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
-from airflow_provider_liftbridge import codec
+from airflow_provider_liftbridge import codec, nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, PublishError, Record, _nats_fast
-from airflow_provider_liftbridge.client.nats_direct import (
-    NO_RESEND,
-    NatsPublisher,
-    correlation_ids,
-    publish_enveloped,
-)
+from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy, InvalidArgumentError, PublishError, Record
+from airflow_provider_liftbridge.client.publishing.nats_engine import correlation_ids, publish_enveloped
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 
 
 @pytest.fixture(params=[True, False], ids=["internals", "public-api"])
 def internals(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
     """Run the test with the fast path, then with nats-py's public API only."""
-    monkeypatch.setattr(_nats_fast, "USE_INTERNALS", request.param)
+    monkeypatch.setattr(nats_adapter, "USE_INTERNALS", request.param)
     yield request.param
 
 

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import nats
 import pytest
 
-from airflow_provider_liftbridge.client import AckTimeoutError, LiftbridgeClient, PublishError
-from airflow_provider_liftbridge.client.nats_direct import NO_RESEND, NatsPublisher, ResendUnacked
+from airflow_provider_liftbridge.client import NO_RESEND, AckTimeoutError, LiftbridgeClient, PublishError, ResendUnacked
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.devserver import DevServerProcess
 
 

@@ -31,21 +31,13 @@ from airflow_provider_liftbridge.client import (
     StreamExistsError,
     UnavailableError,
 )
-from airflow_provider_liftbridge.client._core import (
-    RetryPolicy,
-    RpcFailure,
-    SubscriptionState,
-    ack_from_pb,
-    build_create_stream,
-    build_publish,
-    check_ack,
-    map_async_error,
-    map_rpc_error,
-    metadata_from_pb,
-    parse_brokers,
-    start_fields,
-    stop_fields,
-)
+from airflow_provider_liftbridge.client.conversion import ack_from_pb, metadata_from_pb
+from airflow_provider_liftbridge.client.effects import RpcFailure
+from airflow_provider_liftbridge.client.error_mapping import check_ack, map_async_error, map_rpc_error
+from airflow_provider_liftbridge.client.requests import build_create_stream, build_publish, start_fields, stop_fields
+from airflow_provider_liftbridge.client.retry import RetryPolicy
+from airflow_provider_liftbridge.client.routing import parse_brokers
+from airflow_provider_liftbridge.client.subscription import SubscriptionState
 
 C = grpc.StatusCode
 NONE = dict.fromkeys(
@@ -343,7 +335,6 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
 
 
 def test_timeout_errors_quote_the_deadline() -> None:
-    from airflow_provider_liftbridge.client._core import RpcFailure, map_rpc_error
 
     failure = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
     error = map_rpc_error("FetchMetadata", failure, timeout=2.5)

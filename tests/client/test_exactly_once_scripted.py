@@ -28,8 +28,7 @@ from airflow_provider_liftbridge.client import (
     PublishError,
     Record,
 )
-from airflow_provider_liftbridge.client._core import RpcFailure
-from airflow_provider_liftbridge.client._effects import Cancel, OpenStream, Read, Sleep, Unary
+from airflow_provider_liftbridge.client.effects import Cancel, OpenStream, Read, RpcFailure, Sleep, Unary
 from airflow_provider_liftbridge.client.exactly_once import (
     PRODUCER_HEADER,
     SEQ_HEADER,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishError, Record, StopPosition
-from airflow_provider_liftbridge.client.nats_direct import NatsPublisher, partition_subject, publish_many_direct
+from airflow_provider_liftbridge.client.publishing.nats_engine import partition_subject
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher, publish_many_direct
 
 
 def test_partition_subject() -> None:

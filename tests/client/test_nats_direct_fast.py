@@ -1,4 +1,4 @@
-"""The pieces under the bulk engine: the nats-py adapter (``client/_nats_fast.py``, shared with the
+"""The pieces under the bulk engine: the nats-py adapter (``nats_adapter.py``, shared with the
 dev server's ingest) against the dev server's real nats-server, correlation ids, and the ack builder.
 
 The first test is the tripwire for nats-py upgrades: it fails, naming what changed, when the
@@ -15,23 +15,25 @@ import uuid
 import nats
 import pytest
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, Record, _nats_fast, nats_direct
-from airflow_provider_liftbridge.client._core import ack_from_pb
-from airflow_provider_liftbridge.client.nats_direct import CorrelationIds, correlation_ids
+from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, Record
+from airflow_provider_liftbridge.client.conversion import ack_from_pb
+from airflow_provider_liftbridge.client.publishing import nats_engine
+from airflow_provider_liftbridge.client.publishing.nats_engine import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 
 
 def test_nats_py_internals_have_the_expected_shape() -> None:
-    assert _nats_fast.internals_usable(), f"the bulk path lost its fast path: {_nats_fast._PROBLEM}"
+    assert nats_adapter.internals_usable(), f"the bulk path lost its fast path: {nats_adapter._PROBLEM}"
 
 
 async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -> None:
     nc = await nats.connect(nats_url)
     try:
-        fast = _nats_fast.fast_nats(nc)
-        assert fast.internals and _nats_fast.fast_nats(nc) is fast  # one per client
+        fast = nats_adapter.fast_nats(nc)
+        assert fast.internals and nats_adapter.fast_nats(nc) is fast  # one per client
         got: list[bytes] = []
         subject = f"fast-{uuid.uuid4().hex}"
         sub = await fast.subscribe(subject, got.extend, pending_msgs=1000, pending_bytes=1 << 20)
@@ -59,7 +61,7 @@ async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, inte
     nc = await nats.connect(nats_url)
     sender = await nats.connect(nats_url)
     try:
-        fast = _nats_fast.FastNats(nc, internals=internals)
+        fast = nats_adapter.FastNats(nc, internals=internals)
         assert fast.internals is internals
         got: list[tuple[bytes, bytes, bytes]] = []
         prefix = f"route-{uuid.uuid4().hex[:10]}"
@@ -90,7 +92,7 @@ async def test_messages_arriving_before_the_route_is_registered_keep_their_order
     nc = await nats.connect(nats_url)
     sender = await nats.connect(nats_url)
     try:
-        fast = _nats_fast.fast_nats(nc)
+        fast = nats_adapter.fast_nats(nc)
         assert fast.internals
         subject = f"early-{uuid.uuid4().hex[:10]}"
         real_send_subscribe = nc._send_subscribe
@@ -121,7 +123,7 @@ async def test_messages_arriving_before_the_route_is_registered_keep_their_order
 async def test_a_failing_handler_does_not_end_the_connection(nats_url: str, caplog: pytest.LogCaptureFixture) -> None:
     nc = await nats.connect(nats_url)
     try:
-        fast = _nats_fast.fast_nats(nc)
+        fast = nats_adapter.fast_nats(nc)
         subject = f"fast-{uuid.uuid4().hex}"
 
         def broken(payloads: list[bytes]) -> None:
@@ -140,7 +142,7 @@ async def test_a_failing_handler_does_not_end_the_connection(nats_url: str, capl
 async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
     nc = await nats.connect(nats_url)
     try:
-        fast = _nats_fast.FastNats(nc, internals=False)
+        fast = nats_adapter.FastNats(nc, internals=False)
         got: list[bytes] = []
         subject = f"slow-{uuid.uuid4().hex}"
         await fast.subscribe(subject, got.extend, pending_msgs=10, pending_bytes=1 << 16)
@@ -152,11 +154,11 @@ async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
 
 
 async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_nats_fast, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
-    assert not _nats_fast.internals_usable()
+    monkeypatch.setattr(nats_adapter, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
+    assert not nats_adapter.internals_usable()
     nc = await nats.connect(nats_url)
     try:
-        assert not _nats_fast.fast_nats(nc).internals
+        assert not nats_adapter.fast_nats(nc).internals
         subject = f"fallback-{uuid.uuid4().hex[:10]}"
         responder = await nats.connect(nats_url)
 
@@ -168,7 +170,7 @@ async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch:
         await responder.subscribe(subject, cb=answer)
         await responder.flush()
         records = [b"a", b"b", b"c"]
-        out = await nats_direct.publish_enveloped(nc, [subject] * 3, records, correlation_ids(records))
+        out = await nats_engine.publish_enveloped(nc, [subject] * 3, records, correlation_ids(records))
         await responder.close()
         assert out.acked == 3 and nc.stats["in_msgs"] == 3  # through nats-py's own receive path
     finally:
@@ -177,7 +179,7 @@ async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch:
 
 async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url: str) -> None:
     nc = await nats.connect(nats_url)
-    fast = _nats_fast.fast_nats(nc)
+    fast = nats_adapter.fast_nats(nc)
     await nc.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await fast.publish_burst(["s"], [b"x"])
@@ -227,8 +229,8 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     """A stand-in broker answers with acks of every shape (partition 0 and N, a subject with no
     partition number, each ack policy, large offsets); the engine's Ack objects equal what
     ``ack_from_pb`` makes of the same frames, whichever way they were built."""
-    assert nats_direct._UNFREEZE_WORKS  # else the fast build is never used
-    monkeypatch.setattr(nats_direct, "_UNFREEZE_WORKS", unfreeze)
+    assert nats_engine._UNFREEZE_WORKS  # else the fast build is never used
+    monkeypatch.setattr(nats_engine, "_UNFREEZE_WORKS", unfreeze)
     subject = f"acks-{uuid.uuid4().hex[:10]}"
     shapes = [("s", 3, api_pb2.LEADER), ("s.4", 2**40, api_pb2.ALL), ("s.x", 0, api_pb2.NONE), ("s.4", 9, 7)]
     sent_acks: dict[str, api_pb2.Ack] = {}
@@ -256,7 +258,7 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     records = [b"%d" % (i % len(shapes)) for i in range(8)]
     nc = await nats.connect(nats_url)
     try:
-        out = await nats_direct.publish_enveloped(nc, [subject] * 8, records, correlation_ids(records), window=8)
+        out = await nats_engine.publish_enveloped(nc, [subject] * 8, records, correlation_ids(records), window=8)
     finally:
         await nc.close()
         await responder.close()

@@ -12,9 +12,11 @@ import grpc
 import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, NotLeaderError, StartPosition, UnavailableError, _ops
-from airflow_provider_liftbridge.client._core import ClientCore, RpcFailure
-from airflow_provider_liftbridge.client._effects import END, Cancel, OpenStream, Read, Sleep, Unary, Write
+from airflow_provider_liftbridge.client import AckPolicy, NotLeaderError, StartPosition, UnavailableError, operations
+from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, Read, RpcFailure, Sleep, Unary, Write
+from airflow_provider_liftbridge.client.publishing import grpc_batch
+from airflow_provider_liftbridge.client.routing import ClientCore
+from airflow_provider_liftbridge.client.subscription import subscribe
 
 from .scripted import Run, drive
 
@@ -55,12 +57,12 @@ def test_unary_cycles_brokers_with_growing_backoff_and_sticks_to_the_good_one() 
             return api_pb2.FetchCursorResponse(offset=7)
         return None
 
-    run = drive(_ops.fetch_cursor(c, "id", "s", 0), answer)
+    run = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
     assert run.result == 7
     assert [e.address for e in run.effects if isinstance(e, Unary)] == ["a:1", "b:2", "c:3"]
     sleeps = [e.seconds for e in run.effects if isinstance(e, Sleep)]
     assert len(sleeps) == 2 and 0.025 <= sleeps[0] <= 0.05 and 0.05 <= sleeps[1] <= 0.1
-    again = drive(_ops.fetch_cursor(c, "id", "s", 0), answer)
+    again = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
     assert [e.address for e in again.effects if isinstance(e, Unary)] == ["c:3"]  # sticky
 
 
@@ -74,7 +76,7 @@ def test_unary_gives_up_after_max_retries() -> None:
         return None
 
     with pytest.raises(UnavailableError, match="3 attempt"):
-        drive(_ops.fetch_cursor(c, "id", "s", 0), answer, run=run)
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run)
     assert len([e for e in run.effects if isinstance(e, Unary)]) == 3
 
 
@@ -104,7 +106,7 @@ def test_subscribe_resumes_from_last_offset_plus_one_on_the_new_leader() -> None
             return item
         return None
 
-    run = drive(_ops.subscribe(c, "s", start_at=StartPosition.EARLIEST), answer)
+    run = drive(subscribe(c, "s", start_at=StartPosition.EARLIEST), answer)
     assert [m.offset for m in run.emitted] == [0, 1, 2]
     (addr1, req1), (addr2, req2) = opened
     assert (addr1, req1.startPosition) == ("b:2", api_pb2.EARLIEST)
@@ -134,7 +136,7 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
             )
         return None
 
-    run = drive(_ops.publish_many(c, "s", [b"x"] * 20, window=3), answer)
+    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 20, window=3), answer)
     assert peak == 3
     assert [a.offset for a in run.result] == list(range(20))
 
@@ -160,7 +162,7 @@ def test_subscribe_stops_reading_at_the_stop_offset_and_swallows_only_the_handsh
     script = [api_pb2.Message(), api_pb2.Message(offset=0), api_pb2.Message(offset=1),
               api_pb2.Message(offset=2), api_pb2.Message(offset=3)]  # fmt: skip
 
-    run = drive(_ops.subscribe(c, "s", stop_at=2), subscription_answers(script))
+    run = drive(subscribe(c, "s", stop_at=2), subscription_answers(script))
     assert [(m.offset, m.value) for m in run.emitted] == [(0, b""), (1, b""), (2, b"")]
     assert [m.offset for m in script] == [3]  # nothing read past the stop offset
     assert len([e for e in run.effects if isinstance(e, OpenStream)]) == 1
@@ -170,7 +172,7 @@ def test_subscribe_ends_cleanly_when_the_server_closes_the_stream() -> None:
     c = core()
     script = [api_pb2.Message(), api_pb2.Message(offset=0), END]
 
-    run = drive(_ops.subscribe(c, "s"), subscription_answers(script))
+    run = drive(subscribe(c, "s"), subscription_answers(script))
     assert [m.offset for m in run.emitted] == [0] and run.result is None and not script
 
 
@@ -215,8 +217,8 @@ def test_cursor_calls_go_to_the_leader_of_the_owning_cursors_partition() -> None
     owners = {owner(*cur, 3) for cur in cursors}
     assert len(owners) >= 2  # the cases below reach more than one partition
     for cur in cursors:
-        fetch = drive(_ops.fetch_cursor(c, *cur), answer)
-        put = drive(_ops.set_cursor(c, *cur, 5), answer)
+        fetch = drive(operations.fetch_cursor(c, *cur), answer)
+        put = drive(operations.set_cursor(c, *cur, 5), answer)
         expected = ADDRESSES[leaders[owner(*cur, 3)]]
         assert fetch.result == 3
         assert [e.address for e in fetch.effects if isinstance(e, Unary) and e.method == "FetchCursor"] == [expected]
@@ -240,9 +242,9 @@ def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() 
             return api_pb2.FetchCursorResponse(offset=9)
         return None
 
-    drive(_ops.fetch_metadata(c, ["__cursors"]), answer)  # the cache still names the old leader
+    drive(operations.fetch_metadata(c, ["__cursors"]), answer)  # the cache still names the old leader
     leaders[part] = moved  # leadership moves before the call
-    run = drive(_ops.fetch_cursor(c, *cur), answer)
+    run = drive(operations.fetch_cursor(c, *cur), answer)
     assert run.result == 9
     calls = [(e.method, e.address) for e in run.effects if isinstance(e, Unary)]
     assert calls[0][0] == "FetchCursor" and calls[0][1] != ADDRESSES[moved]
@@ -262,7 +264,7 @@ def test_a_cursor_call_gives_up_when_no_leader_accepts_it() -> None:
 
     run = Run()
     with pytest.raises(NotLeaderError):
-        drive(_ops.set_cursor(c, "id", "s", 0, 1), answer, run=run)
+        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run)
     assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]) == 3
 
 
@@ -278,10 +280,10 @@ def test_without_a_cursors_stream_cursor_calls_go_to_any_broker_and_metadata_is_
             return api_pb2.FetchCursorResponse(offset=-1)
         return None
 
-    assert drive(_ops.fetch_cursor(c, "id", "s", 0), answer).result == -1
-    assert drive(_ops.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert drive(operations.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert drive(operations.fetch_cursor(c, "id", "s", 0), answer).result == -1
     assert methods == ["FetchMetadata", "FetchCursor", "FetchCursor"]  # absence remembered
     assert c.cursors_absent_since is not None
     c.cursors_absent_since -= 31  # later on, the client looks again (a cursors stream may exist now)
-    drive(_ops.fetch_cursor(c, "id", "s", 0), answer)
+    drive(operations.fetch_cursor(c, "id", "s", 0), answer)
     assert methods[3:] == ["FetchMetadata", "FetchCursor"]

@@ -2,7 +2,7 @@
 
 Acks are built from byte templates (see ``nats_ingest``): every ack received here is checked to be
 byte for byte what the codec writes for the same ``Ack``. The fast path goes through the nats-py
-adapter shared with the client (``client/_nats_fast.py``, tested further in
+adapter shared with the client (``nats_adapter.py``, tested further in
 ``tests/client/test_nats_direct_fast.py``); its fallback through nats-py's public API (used when the
 internals do not match) is run against a server of its own.
 """
@@ -18,9 +18,9 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
-from airflow_provider_liftbridge.client import _nats_fast
 from airflow_provider_liftbridge.codec import encode_ack, new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, nats_ingest
 
@@ -43,7 +43,7 @@ async def _acks(sub: Subscription, n: int) -> list[bytes]:
 def test_the_installed_nats_py_takes_the_fast_path() -> None:
     # If a nats-py upgrade changes the internals the fast path uses, the ingest silently falls
     # back to the slower public API; this says so loudly instead.
-    assert _nats_fast.internals_usable(), f"the dev server's ingest lost its fast path: {_nats_fast._PROBLEM}"
+    assert nats_adapter.internals_usable(), f"the dev server's ingest lost its fast path: {nats_adapter._PROBLEM}"
     assert nats_ingest.NatsIngest("nats://127.0.0.1:1").fast
     assert not nats_ingest.NatsIngest("nats://127.0.0.1:1", fast=False).fast
 
@@ -114,10 +114,10 @@ async def test_the_fallback_through_nats_py_public_api_behaves_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As with a nats-py whose internals do not match (the adapter's shape check failed).
-    monkeypatch.setattr(_nats_fast, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
-    adapters: list[_nats_fast.FastNats] = []
+    monkeypatch.setattr(nats_adapter, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
+    adapters: list[nats_adapter.FastNats] = []
 
-    class Spy(_nats_fast.FastNats):
+    class Spy(nats_adapter.FastNats):
         def __init__(self, nc: Client, *, internals: bool) -> None:
             super().__init__(nc, internals=internals)
             adapters.append(self)

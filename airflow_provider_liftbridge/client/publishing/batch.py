@@ -3,35 +3,28 @@
 When the client knows NATS servers, ``publish_many`` publishes enveloped messages (the codec,
 CRC-32C on) straight to each partition's NATS subject (``subject``, ``subject.N``, from the
 stream's metadata) and matches the acks arriving on one ack inbox by correlation id (engine:
-:func:`.nats_direct.publish_enveloped`). Without NATS servers — or, with ``path="auto"``, when a
+:func:`.nats_engine.publish_enveloped`). Without NATS servers — or, with ``path="auto"``, when a
 target partition is paused or read-only (NATS publishes to those are dropped without an ack, where
 gRPC resumes a paused partition and names a read-only one) or NATS cannot be reached — it uses
-gRPC PublishAsync (:func:`._ops.publish_many`). Callers see the same results and errors either way.
+gRPC PublishAsync (:func:`.grpc_batch.publish_many`). Callers see the same results and errors either way.
 
-The operation is written once, like the others in :mod:`._ops`: the NATS I/O is one
-:class:`~._effects.NatsCall` effect that each client runs on its own event loop (the async client
-on the caller's, the blocking client on a private loop thread, see :class:`LoopThread`).
+The operation is written once, like the others in :mod:`..operations`: the NATS I/O is one
+:class:`~..effects.NatsCall` effect that each client runs on its own event loop (the async client
+on the caller's, the blocking client on a private loop thread, see :class:`.nats_link.LoopThread`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import threading
-import time
 import weakref
-from collections.abc import Coroutine, Iterable, Sequence
-from typing import Any, Literal, TypeVar
-
-from nats.aio.client import Client as NatsClient
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from . import _ops
-from ._core import ClientCore
-from ._effects import NatsCall, Op
-from .errors import (
+from ..effects import NatsCall, Op
+from ..errors import (
     AckTimeoutError,
     InvalidArgumentError,
     LiftbridgeError,
@@ -43,33 +36,32 @@ from .errors import (
     ReadonlyPartitionError,
     UnavailableError,
 )
-from .nats_direct import (
+from ..operations import choose_partition, refresh_metadata, unary
+from ..partitioners import PartitionerFunc
+from ..routing import ClientCore
+from ..types import Ack, AckPolicy, Record, StreamInfo
+from . import grpc_batch
+from .nats_engine import (
     BulkOutcome,
     CorrelationIds,
-    ResendPolicy,
-    connect_nats,
     correlation_ids,
     outcome_acks,
     partition_subject,
     publish_enveloped,
 )
-from .partitioners import PartitionerFunc
-from .types import Ack, AckPolicy, Record, StreamInfo
+from .nats_link import NatsLink
+from .resend import ResendPolicy
 
 __all__ = [
     "GRPC_WINDOW",
     "NATS_WINDOW",
     "PUBLISH_PATHS",
-    "LoopThread",
-    "NatsLink",
     "PublishPath",
     "publish_many",
     "resolve_path",
 ]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
-
-_T = TypeVar("_T")
 
 #: Default windows (records unacknowledged at a time). Over NATS the client, nats-server and the
 #: broker each work on batches, and 256 or 1024 records in flight leave them waiting on each
@@ -84,103 +76,6 @@ PUBLISH_PATHS: tuple[str, ...] = ("auto", "nats", "grpc")
 
 # Which clients have logged their publish path already (once per client and path).
 _LOGGED: weakref.WeakKeyDictionary[ClientCore, set[str]] = weakref.WeakKeyDictionary()
-
-
-class NatsLink:
-    """One client's NATS connection, opened on first use and reopened if it was lost.
-
-    A nats-py connection belongs to the event loop it was made on; used from another loop, the
-    link opens a new connection there (the old one is dropped with its loop).
-
-    :param servers: NATS URLs.
-    :param connect_timeout: seconds to wait for a connection.
-    """
-
-    #: After a failed connect, fail at once for this many seconds (``auto`` then falls back to
-    #: gRPC without waiting for NATS on every call).
-    retry_after = 30.0
-
-    def __init__(self, servers: Sequence[str], connect_timeout: float) -> None:
-        self.servers = tuple(servers)
-        self.connect_timeout = connect_timeout
-        self._nc: NatsClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock: asyncio.Lock | None = None
-        self._failed: tuple[float, UnavailableError] | None = None
-
-    async def get(self) -> NatsClient:
-        """The connection, opened if needed.
-
-        :raises UnavailableError: NATS cannot be reached (now, or less than :attr:`retry_after`
-            seconds ago).
-        """
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._nc, self._loop, self._lock = None, loop, asyncio.Lock()
-        assert self._lock is not None
-        async with self._lock:
-            if self._nc is None or self._nc.is_closed:
-                if self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
-                    raise self._failed[1]
-                try:
-                    self._nc = await connect_nats(self.servers, connect_timeout=self.connect_timeout)
-                except UnavailableError as exc:
-                    self._failed = (time.monotonic(), exc)
-                    raise
-                self._failed = None
-            return self._nc
-
-    async def close(self) -> None:
-        """Close the connection if it is open on the running loop; idempotent."""
-        nc, self._nc = self._nc, None
-        if nc is None or nc.is_closed:
-            return
-        if self._loop is asyncio.get_running_loop():
-            try:
-                await nc.close()
-            except Exception:  # closing anyway
-                log.debug("error while closing the NATS connection", exc_info=True)
-
-
-class LoopThread:
-    """A private event loop on a daemon thread: how the blocking client runs its NATS I/O.
-
-    Started on first use; :meth:`run` may be called from any thread (calls run concurrently on
-    the one loop, each with its own ack inbox).
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="liftbridge-nats-loop", daemon=True)
-                self._thread.start()
-            return self._loop
-
-    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro`` on the loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
-
-    def stop(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
-        """Run ``last`` (e.g. closing a connection), stop the loop and join the thread; idempotent."""
-        with self._lock:
-            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
-        if loop is None or thread is None:
-            if last is not None:
-                last.close()
-            return
-        try:
-            if last is not None:
-                asyncio.run_coroutine_threadsafe(last, loop).result(timeout=10)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
-            loop.close()
 
 
 def resolve_path(core: ClientCore, path: str) -> Literal["nats", "grpc"]:
@@ -221,33 +116,7 @@ def publish_many(
     path: PublishPath = "auto",
     resend: ResendPolicy | None = None,
 ) -> Op[list[Ack]]:
-    """Publish many records and return their acks in input order (an empty list with
-    ``AckPolicy.NONE``), at most ``window`` unacknowledged at a time (default: 256 over gRPC,
-    4096 over NATS, where a smaller window leaves the pipeline waiting on round trips).
-
-    ``path``: ``"nats"`` publishes enveloped messages straight to the partitions' NATS subjects
-    with acks on an ack inbox (the bulk path, an order of magnitude faster from Python; needs
-    ``nats_servers``); ``"grpc"`` pipelines them over PublishAsync; ``"auto"`` (default) takes
-    NATS when the client knows NATS servers, except when a target partition is paused or
-    read-only or NATS cannot be reached, where it falls back to gRPC. The choice is logged
-    (logger ``airflow_provider_liftbridge.client``, once per client, and on every fallback).
-
-    A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``.
-    ``timeout`` bounds the wait for each ack. A record not acknowledged in time (NATS), or in
-    flight when the connection was lost (gRPC), is sent again while ``resend`` allows (default:
-    up to two re-sends, see :class:`~.nats_direct.ResendUnacked`): publishing is at-least-once
-    and a re-sent record may land after later ones. Pass :data:`~.nats_direct.NO_RESEND` to fail
-    instead of re-sending.
-
-    :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
-        received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
-        typed error of each failed record (``.errors``: ``IncorrectOffsetError``,
-        ``MessageTooLargeError``, ``ReadonlyPartitionError``, ``AckTimeoutError``, ...);
-        ``__cause__`` is the first error.
-    :raises NoSuchStreamError: the stream does not exist (NATS path; gRPC reports it per record).
-    :raises InvalidArgumentError: a bad record, window, path or duplicate correlation id, before
-        anything is sent.
-    """
+    """The operation of ``LiftbridgeClient.publish_many`` (documented there)."""
     chosen = resolve_path(core, path)
     if window is not None and window < 1:
         raise InvalidArgumentError(f"window must be at least 1, got {window}")
@@ -258,11 +127,11 @@ def publish_many(
     # All bytes (the bulk case) is checked at C speed; anything else item by item.
     all_bytes = set(map(type, items)) == {bytes}
     if not all_bytes:
-        items = [item if type(item) is bytes else _ops.as_record(i, item) for i, item in enumerate(items)]
+        items = [item if type(item) is bytes else grpc_batch.as_record(i, item) for i, item in enumerate(items)]
 
     def grpc(why: str = "") -> Op[list[Ack]]:
         _log_path(core, stream, "grpc", why)
-        return _ops.publish_many(
+        return grpc_batch.publish_many(
             core,
             stream,
             items,
@@ -334,7 +203,7 @@ def _partitions(
             key, value, own = rec.key, rec.value, rec.partition
         else:
             key, value, own = None, rec, None
-        chosen = yield from _ops._choose_partition(
+        chosen = yield from choose_partition(
             core, stream, key, value, own if own is not None else partition, partitioner
         )
         parts.append(chosen)
@@ -364,7 +233,7 @@ async def _run_nats(
 
 def _stream_info(core: ClientCore, stream: str) -> Op[StreamInfo]:
     """Fresh metadata of ``stream`` (its subject, partitions and their flags)."""
-    yield from _ops._refresh(core, [stream])
+    yield from refresh_metadata(core, [stream])
     info = core.cache.stream(stream)
     if info is None:
         raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
@@ -397,7 +266,7 @@ def _really_paused(core: ClientCore, stream: str, partition: int) -> Op[bool]:
     # refuses FetchPartitionMetadata only while the partition really is paused.
     request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
     try:
-        yield from _ops._unary(
+        yield from unary(
             core,
             "FetchPartitionMetadata",
             request,
@@ -432,7 +301,7 @@ def _explain_timeouts(
     """Give each timed-out record the most precise error: NATS drops a message to a deleted
     stream or a paused or read-only partition without a word, so look at the metadata."""
     try:
-        yield from _ops._refresh(core, [stream])
+        yield from refresh_metadata(core, [stream])
     except LiftbridgeError:
         pass  # keep the timeout errors
     info = core.cache.stream(stream)

@@ -1,14 +1,10 @@
-"""NATS-direct publishing: enveloped messages straight to a stream's NATS subject, acks read
-from an ack inbox.
+"""The NATS-direct engine: enveloped messages straight to partitions' NATS subjects, acks read
+from one ack inbox, within a window, re-sent while the resend policy allows.
 
-This is the bulk path (tens of thousands of acknowledged messages per second from Python, where
-gRPC manages a few thousand): the broker stores an enveloped message it receives on a stream's
-subject exactly as if it came through Publish, and sends the ack to the message's ack inbox. It
-needs the NATS servers the brokers listen to. Built on nats-py and the project's codec.
-
-:func:`publish_enveloped` is the engine (window, ack matching by correlation id, re-sends);
-:class:`NatsPublisher` wraps it for callers that hold only a NATS URL, and
-``LiftbridgeClient.publish_many`` uses it when the client knows NATS servers (see :mod:`.bulk`).
+This is the bulk path (an order of magnitude more acknowledged messages per second from Python
+than gRPC; ``bench/RESULTS.md`` has the figures): the broker stores an enveloped message it
+receives on a stream's subject exactly as if it came through Publish, and sends the ack to the
+message's ack inbox.
 """
 
 from __future__ import annotations
@@ -17,9 +13,9 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
 import nats
 import nats.errors
@@ -30,36 +26,29 @@ from airflow_provider_liftbridge.codec import (
     EnvelopeError,
     PayloadTooLargeError,
     PublishEncoder,
-    new_message,
-    unmarshal_ack,
 )
+from airflow_provider_liftbridge.nats_adapter import FastNats, fast_nats
 
-from ._core import ack_from_pb, check_ack
-from ._nats_fast import FastNats, fast_nats
-from .errors import (
+from ..conversion import ack_from_pb
+from ..error_mapping import check_ack, publish_error
+from ..errors import (
     AckTimeoutError,
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
-    PublishError,
     UnavailableError,
 )
-from .types import Ack, AckError, AckPolicy, Record
+from ..types import Ack, AckError, AckPolicy, Record
+from .resend import DEFAULT_RESEND, ResendPolicy
 
 __all__ = [
-    "DEFAULT_RESEND",
-    "NO_RESEND",
     "BulkOutcome",
     "CorrelationIds",
-    "NatsPublisher",
-    "NoResend",
-    "ResendPolicy",
-    "ResendUnacked",
+    "connect_nats",
     "correlation_ids",
     "outcome_acks",
     "partition_subject",
     "publish_enveloped",
-    "publish_many_direct",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,63 +59,6 @@ def partition_subject(subject: str, partition: int) -> str:
     if partition < 0:
         raise InvalidArgumentError(f"partition must be >= 0, got {partition}")
     return subject if partition == 0 else f"{subject}.{partition}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Re-send policies
-# ---------------------------------------------------------------------------------------------
-
-
-class ResendPolicy(Protocol):
-    """Decides whether a record is published again when its ack did not come in time (NATS path)
-    or its connection was lost before the ack (gRPC path). Re-sending makes publishing
-    at-least-once: the first copy may have been stored too.
-    """
-
-    def should_resend(self, index: int, attempt: int) -> bool:
-        """:param index: the record's position in the call's input.
-        :param attempt: the send this would be (2 for the first re-send).
-        :returns: ``True`` to publish the record again, ``False`` to give up on it (the call then
-            raises ``PublishError`` with an ``AckTimeoutError`` for it).
-        """
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ResendUnacked:
-    """Re-send every unacknowledged record, up to ``max_resends`` times (the default policy).
-
-    :raises InvalidArgumentError: ``max_resends`` is negative.
-    """
-
-    max_resends: int = 2
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_resends, bool) or not isinstance(self.max_resends, int) or self.max_resends < 0:
-            raise InvalidArgumentError(f"max_resends must be a whole number >= 0, got {self.max_resends!r}")
-
-    def should_resend(self, index: int, attempt: int) -> bool:
-        return attempt - 1 <= self.max_resends
-
-
-@dataclass(frozen=True, slots=True)
-class NoResend:
-    """Never re-send: a record without an ack in time fails the call. For callers that decide
-    themselves what to publish again (exactly-once publishing scans the partition first)."""
-
-    def should_resend(self, index: int, attempt: int) -> bool:
-        return False
-
-
-#: Never re-send (see :class:`NoResend`).
-NO_RESEND = NoResend()
-#: What ``publish_many`` does unless told otherwise: up to two re-sends per record.
-DEFAULT_RESEND = ResendUnacked()
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -544,18 +476,11 @@ def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
             ),
         )
     if out.failure is not None and not errors:
-        raise _publish_error(out.acks, None, errors, f"publishing to {where} failed: {out.failure}") from out.failure
+        raise publish_error(out.acks, None, errors, f"publishing to {where} failed: {out.failure}") from out.failure
     if errors:
         first = min(errors)
-        raise _publish_error(out.acks, first, errors, f"record {first} failed: {errors[first]}") from errors[first]
+        raise publish_error(out.acks, first, errors, f"record {first} failed: {errors[first]}") from errors[first]
     return [a for a in out.acks if a is not None]
-
-
-def _publish_error(
-    acks: list[Ack | None], index: int | None, errors: dict[int, LiftbridgeError], why: str
-) -> PublishError:
-    done = sum(1 for a in acks if a is not None)
-    return PublishError(f"{done} of {len(acks)} records acknowledged; {why}", acks=acks, index=index, errors=errors)
 
 
 class CorrelationIds(Sequence[str]):
@@ -651,174 +576,3 @@ async def connect_nats(servers: str | Sequence[str], *, connect_timeout: float =
     except Exception as exc:  # nats-py raises several unrelated types for "cannot connect"
         raise UnavailableError(f"cannot connect to NATS at {urls}: {exc}; check nats_servers") from exc
     return nc
-
-
-# ---------------------------------------------------------------------------------------------
-# The standalone publisher
-# ---------------------------------------------------------------------------------------------
-
-
-class NatsPublisher:
-    """Publishes enveloped messages on NATS and collects their acks. An async context manager.
-
-    :param nc: a connected nats-py client (see :meth:`connect`).
-    """
-
-    def __init__(self, nc: NatsClient) -> None:
-        self._nc = nc
-
-    @classmethod
-    async def connect(cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0) -> NatsPublisher:
-        """Connect to NATS.
-
-        :raises InvalidArgumentError: no server given.
-        :raises UnavailableError: no NATS server could be reached.
-        """
-        return cls(await connect_nats(servers, connect_timeout=connect_timeout))
-
-    async def close(self) -> None:
-        """Flush and close the NATS connection; idempotent."""
-        if not self._nc.is_closed:
-            await self._nc.drain()
-
-    async def __aenter__(self) -> NatsPublisher:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def new_inbox(self) -> str:
-        """A fresh, unique ack inbox subject."""
-        return str(self._nc.new_inbox())
-
-    async def publish(
-        self,
-        subject: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-    ) -> None:
-        """Publish one enveloped message on ``subject`` (a partition's subject). Its ack, if the
-        policy asks for one, goes to ``ack_inbox``: read it with :meth:`acks`."""
-        frame = new_message(
-            value,
-            key=key or b"",
-            headers=headers,
-            ack_inbox=ack_inbox or "",
-            correlation_id=correlation_id or "",
-            ack_policy=int(ack_policy),
-            expected_offset=-1 if expected_offset is None else expected_offset,
-        )
-        await self._nc.publish(subject, frame)
-
-    async def acks(self, inbox: str) -> AsyncIterator[Ack]:
-        """Yield the acks arriving on ``inbox`` until the caller stops iterating. Frames that are
-        not acks are logged and skipped."""
-        sub = await self._nc.subscribe(inbox)
-        try:
-            async for msg in sub.messages:
-                ack = _decode_ack(msg.data)
-                if ack is not None:
-                    yield ack
-        finally:
-            await sub.unsubscribe()
-
-    async def publish_many(
-        self,
-        subject: str,
-        records: Iterable[Record | bytes],
-        *,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        window: int = 1024,
-        timeout: float = 10.0,
-        resend: ResendPolicy = NO_RESEND,
-    ) -> list[Ack]:
-        """Publish records on the partition subjects of the stream subject ``subject`` (a
-        record's ``partition`` picks ``subject.N``), at most ``window`` unacknowledged at a time,
-        and return their acks in input order (``[]`` with ``AckPolicy.NONE``).
-
-        A record without an ack ``timeout`` seconds after it was sent fails the call with an
-        :class:`AckTimeoutError`, unless ``resend`` allows sending it again (e.g.
-        :data:`DEFAULT_RESEND`: at-least-once). This standalone publisher never re-sends unless
-        asked, because exactly-once publishing builds on it; ``LiftbridgeClient.publish_many``
-        re-sends by default. A message the broker drops without an ack (paused or read-only
-        partition) ends as an :class:`AckTimeoutError`.
-
-        :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
-            typed error of each (``IncorrectOffsetError``, ``MessageTooLargeError``,
-            ``AckTimeoutError``, ...).
-        :raises InvalidArgumentError: a bad window, record or duplicate correlation id, before
-            anything is sent.
-        """
-        if window < 1:
-            raise InvalidArgumentError(f"window must be at least 1, got {window}")
-        items: list[Record | bytes] = list(records)
-        kinds = set(map(type, items))  # at C speed: the per-record work below is for mixed input
-        if not kinds <= {bytes, Record}:
-            items = [
-                r if type(r) is bytes else Record(bytes(r)) if isinstance(r, bytearray | memoryview) else r
-                for r in items
-            ]
-            for i, rec in enumerate(items):
-                if not isinstance(rec, Record | bytes):
-                    raise InvalidArgumentError(f"record {i} is a {type(rec).__name__}; pass Record objects or bytes")
-        if kinds == {bytes}:
-            subjects = [subject] * len(items)
-        else:
-            subject_of: dict[int, str] = {}
-            subjects = []
-            for rec in items:
-                p = (rec.partition or 0) if isinstance(rec, Record) else 0
-                if p not in subject_of:
-                    subject_of[p] = partition_subject(subject, p)
-                subjects.append(subject_of[p])
-        out = await publish_enveloped(
-            self._nc,
-            subjects,
-            items,
-            correlation_ids(items),
-            ack_policy=ack_policy,
-            window=window,
-            ack_timeout=timeout,
-            resend=resend,
-        )
-        return outcome_acks(out, f"subject {subject!r} (ack timeout {timeout:g} s)")
-
-
-def _decode_ack(data: bytes) -> Ack | None:
-    try:
-        return ack_from_pb(unmarshal_ack(data))
-    except EnvelopeError as exc:
-        log.warning("ignoring a frame on an ack inbox that is not an ack: %s", exc)
-        return None
-
-
-def publish_many_direct(
-    servers: str | Sequence[str],
-    subject: str,
-    records: Iterable[Record | bytes],
-    *,
-    ack_policy: AckPolicy = AckPolicy.LEADER,
-    window: int = 1024,
-    timeout: float = 10.0,
-    resend: ResendPolicy = NO_RESEND,
-) -> list[Ack]:
-    """Blocking convenience for code without an event loop: connect,
-    :meth:`NatsPublisher.publish_many`, close.
-
-    :raises PublishError: see :meth:`NatsPublisher.publish_many`.
-    :raises UnavailableError: NATS could not be reached.
-    """
-
-    async def run() -> list[Ack]:
-        async with await NatsPublisher.connect(servers) as pub:
-            return await pub.publish_many(
-                subject, records, ack_policy=ack_policy, window=window, timeout=timeout, resend=resend
-            )
-
-    return asyncio.run(run())

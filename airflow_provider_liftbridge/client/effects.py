@@ -1,8 +1,9 @@
 """The I/O requests an operation hands to its transport.
 
-Operations in :mod:`._ops` are generators: they ``yield`` one of these and get back the result
-(or have a :class:`~._core.RpcFailure` / :class:`~._core.ReadTimeout` thrown in). The sync
-transport executes them with blocking gRPC calls, the async one awaits them.
+Operations (:mod:`.operations`, :mod:`.subscription`, :mod:`.publishing`) are generators: they
+``yield`` one of these and get back the result (or have a :class:`RpcFailure` /
+:class:`ReadTimeout` thrown in). The sync transport executes them with blocking gRPC calls, the
+async one awaits them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,33 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import grpc
+
 _R = TypeVar("_R")
+
+
+class RpcFailure(Exception):
+    """A failed call as the core sees it: a status code and the server's message.
+
+    Transports raise it (with the transport's own error as ``__cause__``) so the core never
+    touches gRPC error objects.
+    """
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+    @classmethod
+    def of(cls, exc: grpc.RpcError) -> RpcFailure:
+        """The failure of a gRPC error (sync or asyncio), with the error as its ``__cause__``."""
+        failure = cls(exc.code(), exc.details() or "")
+        failure.__cause__ = exc
+        return failure
+
+
+class ReadTimeout(Exception):
+    """A read on a stream did not produce anything within its timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +138,7 @@ class Pump:
 @dataclass(frozen=True, slots=True)
 class NatsCall:
     """Await ``fn(link)`` on the client's event loop, ``link`` being the client's
-    :class:`~.bulk.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
+    :class:`~.publishing.nats_link.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
 
     fn: Callable[[Any], Awaitable[Any]]
 

@@ -1,7 +1,9 @@
-"""The one place this project reaches into nats-py's internals, and its fallback.
+"""The project's one nats-py adapter: the one place it reaches into nats-py's internals, and its
+fallback. Neutral ground: imports nothing of the project.
 
-Both the client's bulk path (:mod:`.nats_direct`) and the dev server's NATS ingest
-(``devserver/nats_ingest.py``) use this module; nothing else touches nats-py's private members.
+Both the client's bulk path (``client/publishing/nats_engine.py``) and the dev server's NATS
+ingest (``devserver/nats_ingest.py``) use this module; nothing else touches nats-py's private
+members.
 
 nats-py's public API costs a high-volume NATS user more per message than everything else
 together: ``publish()`` is two awaited coroutines with connection checks per message, and every

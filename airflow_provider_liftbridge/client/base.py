@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from ._core import ClientCore
 from .channels import ChannelFactory
 from .errors import InvalidArgumentError
+from .routing import ClientCore
 from .types import AckPolicy, TlsConfig
 
 #: How the asyncio client reads subscriptions (see :class:`ClientBase`).
@@ -21,7 +21,7 @@ class ClientBase:
         from metadata.
     :param tls: TLS settings (``None``: plaintext).
     :param nats_servers: NATS URLs: ``publish_many`` then publishes straight to NATS (the bulk
-        path, see :mod:`.bulk`); also used by the NATS-direct helpers (:mod:`.nats_direct`).
+        path, see :mod:`.publishing.batch`).
     :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack).
     :param max_retries: retries after a lost connection, cycling through the known brokers with
         exponential backoff and jitter.

@@ -1,0 +1,332 @@
+"""The client's operations, each written once as a generator of I/O effects (:mod:`.effects`):
+the building blocks (a retried unary call, metadata refresh, partition choice, leader routing),
+stream administration, metadata and cursors. Publishing lives in :mod:`.publishing`,
+subscribing in :mod:`.subscription`. :mod:`.sync_client` and :mod:`.async_client` run them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+
+from airflow_provider_liftbridge._proto import api_pb2
+
+from .conversion import metadata_from_pb, partition_from_pb
+from .effects import Op, RpcFailure, Sleep, Unary
+from .error_mapping import map_rpc_error
+from .errors import (
+    InvalidArgumentError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+)
+from .partitioners import PartitionerFunc
+from .requests import build_create_stream
+from .retry import IDEMPOTENT, is_transient
+from .routing import CURSORS_STREAM, ClientCore
+from .types import Metadata, PartitionInfo
+
+__all__ = [
+    "ROUTING_ERRORS",
+    "choose_partition",
+    "create_stream",
+    "delete_stream",
+    "ensure_partition",
+    "fetch_cursor",
+    "fetch_metadata",
+    "fetch_partition_metadata",
+    "leader_unary",
+    "partition_count",
+    "pause_stream",
+    "refresh_metadata",
+    "set_cursor",
+    "set_stream_readonly",
+    "unary",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+def unary(
+    core: ClientCore,
+    method: str,
+    request: object,
+    *,
+    timeout: float | None = None,
+    preferred: str | None = None,
+    stream: str | None = None,
+    partition: int | None = None,
+) -> Op[object]:
+    """One unary call, retried on a lost connection across the known brokers, with backoff.
+
+    Every call is retried on UNAVAILABLE and kin (see ``is_transient``): for idempotent calls that
+    is harmless; CreateStream, DeleteStream and the publishes are retried too, which makes a
+    publish at-least-once and lets a create/delete report "exists"/"not found" when the lost
+    attempt went through (the error says so).
+    """
+    deadline = core.call_timeout(timeout)
+    tried: list[str] = []
+    attempt = 0
+    while True:
+        address = core.address_for_attempt(attempt, preferred)
+        tried.append(address)
+        try:
+            response = yield Unary(address, method, request, deadline)
+        except RpcFailure as failure:
+            if is_transient(failure) and attempt < core.retry.max_retries:
+                attempt += 1
+                yield Sleep(core.backoff(attempt))
+                continue
+            error = map_rpc_error(
+                method,
+                failure,
+                stream=stream,
+                partition=partition,
+                attempts=attempt + 1,
+                tried=tried,
+                timeout=deadline,
+            )
+            if attempt and method not in IDEMPOTENT and not is_transient(failure):
+                # The lost attempt may have done the work (created, deleted, published) already.
+                error.args = (f"{error} (after {attempt} retried attempt(s): the first may have succeeded)",)
+            raise error from failure.__cause__
+        core.mark_good(address)
+        return response
+
+
+def refresh_metadata(core: ClientCore, streams: Sequence[str] | None) -> Op[Metadata]:
+    response = yield from unary(core, "FetchMetadata", api_pb2.FetchMetadataRequest(streams=streams or ()))
+    metadata = metadata_from_pb(response)  # type: ignore[arg-type]
+    core.cache.update(metadata, streams)
+    return metadata
+
+
+def ensure_partition(core: ClientCore, stream: str, partition: int, *, refresh: bool) -> Op[None]:
+    """Make sure the cache knows ``stream``/``partition``, fetching metadata when asked or needed.
+
+    :raises NoSuchStreamError: the server does not know the stream.
+    :raises NoSuchPartitionError: the stream has no such partition.
+    """
+    if refresh or core.partition_info(stream, partition) is None:
+        yield from refresh_metadata(core, [stream])
+    info = core.cache.stream(stream)
+    if info is None:
+        raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
+    if partition not in info.partitions:
+        raise NoSuchPartitionError(
+            f"stream {stream!r} has no partition {partition} (it has {len(info.partitions)}); "
+            "use a partition number below the count."
+        )
+
+
+def partition_count(core: ClientCore, stream: str) -> Op[int]:
+    info = core.cache.stream(stream)
+    if info is None:
+        yield from refresh_metadata(core, [stream])
+        info = core.cache.stream(stream)
+    if info is None:
+        raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
+    return max(1, len(info.partitions))
+
+
+def choose_partition(
+    core: ClientCore,
+    stream: str,
+    key: bytes | None,
+    value: bytes,
+    partition: int | None,
+    partitioner: PartitionerFunc | None,
+) -> Op[int]:
+    """Explicit partition wins; else the partitioner with the cached partition count; else 0."""
+    if partition is not None:
+        return partition
+    if partitioner is None:
+        return 0
+    count = yield from partition_count(core, stream)
+    chosen = partitioner(stream, key, value, count)
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+        raise InvalidArgumentError(
+            f"partitioner {partitioner!r} returned {chosen!r} for stream {stream!r} with {count} partitions; "
+            "it must return an int in [0, partition_count)."
+        )
+    return chosen
+
+
+ROUTING_ERRORS = (NotLeaderError, NoSuchStreamError, NoSuchPartitionError, PartitionPausedError)
+
+
+def leader_unary(core: ClientCore, method: str, request: object, stream: str, partition: int) -> Op[object]:
+    """A unary call that must reach the partition leader: on NOT_FOUND / FAILED_PRECONDITION the
+    metadata is refreshed (with backoff) and the call re-routed, up to ``max_retries`` times."""
+    refreshes = 0
+    yield from ensure_partition(core, stream, partition, refresh=False)
+    while True:
+        try:
+            return (
+                yield from unary(
+                    core, method, request, preferred=core.route(stream, partition), stream=stream, partition=partition
+                )
+            )
+        except ROUTING_ERRORS as exc:
+            if refreshes >= core.retry.max_retries:
+                raise
+            refreshes += 1
+            yield Sleep(core.backoff(refreshes))
+            yield from ensure_partition(core, stream, partition, refresh=True)
+            part = core.partition_info(stream, partition)
+            if isinstance(exc, NotLeaderError) and part is not None and part.paused:
+                raise PartitionPausedError(
+                    f"stream {stream!r} partition {partition} is paused; publish to it, or subscribe with "
+                    "resume=True, to resume it."
+                ) from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------
+
+
+def create_stream(
+    core: ClientCore,
+    subject: str,
+    name: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    group: str | None = None,
+    retention_max_bytes: int | None = None,
+    retention_max_messages: int | None = None,
+    retention_max_age: timedelta | None = None,
+    cleaner_interval: timedelta | None = None,
+    segment_max_bytes: int | None = None,
+    segment_max_age: timedelta | None = None,
+    compact_enabled: bool | None = None,
+    compact_max_goroutines: int | None = None,
+    auto_pause_time: timedelta | None = None,
+    auto_pause_disable_if_subscribers: bool | None = None,
+    min_isr: int | None = None,
+    optimistic_concurrency_control: bool | None = None,
+    encryption: bool | None = None,
+) -> Op[None]:
+    """The operation of ``LiftbridgeClient.create_stream`` (documented there)."""
+    request = build_create_stream(
+        subject,
+        name,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        group=group,
+        retention_max_bytes=retention_max_bytes,
+        retention_max_messages=retention_max_messages,
+        retention_max_age=retention_max_age,
+        cleaner_interval=cleaner_interval,
+        segment_max_bytes=segment_max_bytes,
+        segment_max_age=segment_max_age,
+        compact_enabled=compact_enabled,
+        compact_max_goroutines=compact_max_goroutines,
+        auto_pause_time=auto_pause_time,
+        auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+        min_isr=min_isr,
+        optimistic_concurrency_control=optimistic_concurrency_control,
+        encryption=encryption,
+    )
+    core.cache.forget(name)
+    yield from unary(core, "CreateStream", request, stream=name)
+
+
+def delete_stream(core: ClientCore, name: str) -> Op[None]:
+    """The operation of ``LiftbridgeClient.delete_stream`` (documented there)."""
+    if not name:
+        raise InvalidArgumentError("name must be a non-empty stream name")
+    core.cache.forget(name)
+    yield from unary(core, "DeleteStream", api_pb2.DeleteStreamRequest(name=name), stream=name)
+
+
+def pause_stream(
+    core: ClientCore, name: str, partitions: Sequence[int] | None = None, resume_all: bool = False
+) -> Op[None]:
+    """The operation of ``LiftbridgeClient.pause_stream`` (documented there)."""
+    if not name:
+        raise InvalidArgumentError("name must be a non-empty stream name")
+    request = api_pb2.PauseStreamRequest(name=name, partitions=list(partitions or ()), resumeAll=resume_all)
+    yield from unary(core, "PauseStream", request, stream=name)
+
+
+def set_stream_readonly(
+    core: ClientCore, name: str, partitions: Sequence[int] | None = None, readonly: bool = True
+) -> Op[None]:
+    """The operation of ``LiftbridgeClient.set_stream_readonly`` (documented there)."""
+    if not name:
+        raise InvalidArgumentError("name must be a non-empty stream name")
+    request = api_pb2.SetStreamReadonlyRequest(name=name, partitions=list(partitions or ()), readonly=readonly)
+    yield from unary(core, "SetStreamReadonly", request, stream=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata and cursors
+# ---------------------------------------------------------------------------------------------
+
+
+def fetch_metadata(core: ClientCore, streams: Sequence[str] | None = None) -> Op[Metadata]:
+    """The operation of ``LiftbridgeClient.fetch_metadata`` (documented there)."""
+    if isinstance(streams, str):
+        streams = [streams]
+    return (yield from refresh_metadata(core, list(streams) if streams else None))
+
+
+def fetch_partition_metadata(core: ClientCore, stream: str, partition: int = 0) -> Op[PartitionInfo]:
+    """The operation of ``LiftbridgeClient.fetch_partition_metadata`` (documented there)."""
+    request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+    response = yield from leader_unary(core, "FetchPartitionMetadata", request, stream, partition)
+    return partition_from_pb(stream, response.metadata)  # type: ignore[attr-defined]
+
+
+def set_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int, offset: int) -> Op[None]:
+    """The operation of ``LiftbridgeClient.set_cursor`` (documented there)."""
+    _cursor_args(cursor_id, stream)
+    request = api_pb2.SetCursorRequest(cursorId=cursor_id, stream=stream, partition=partition, offset=offset)
+    yield from _cursor_unary(core, "SetCursor", request, cursor_id, stream, partition)
+
+
+def fetch_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int) -> Op[int]:
+    """The operation of ``LiftbridgeClient.fetch_cursor`` (documented there)."""
+    _cursor_args(cursor_id, stream)
+    request = api_pb2.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
+    response = yield from _cursor_unary(core, "FetchCursor", request, cursor_id, stream, partition)
+    return int(response.offset)  # type: ignore[attr-defined]
+
+
+def _cursor_unary(
+    core: ClientCore, method: str, request: object, cursor_id: str, stream: str, partition: int
+) -> Op[object]:
+    """A cursor call, sent where the cursor lives: the leader of the cursors-stream partition
+    that owns it. A broker that is not (or no longer) that leader refuses the call; the cursors
+    stream's metadata is then refreshed and the call re-routed, up to ``max_retries`` times.
+    Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) any
+    broker takes the call."""
+    refreshes = 0
+    while True:
+        if core.cursors_unknown():
+            yield from refresh_metadata(core, [CURSORS_STREAM])
+            core.cursors_absent_since = None if core.cache.stream(CURSORS_STREAM) else time.monotonic()
+        owner = core.cursors_partition(cursor_id, stream, partition)
+        preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
+        try:
+            return (yield from unary(core, method, request, preferred=preferred, stream=stream, partition=partition))
+        except NotLeaderError:
+            if owner is None or refreshes >= core.retry.max_retries:
+                raise
+            refreshes += 1
+            yield Sleep(core.backoff(refreshes))
+            core.cache.forget(CURSORS_STREAM)  # the leader moved: look it up again
+            core.cursors_absent_since = None
+
+
+def _cursor_args(cursor_id: str, stream: str) -> None:
+    if not cursor_id:
+        raise InvalidArgumentError("cursor_id must be a non-empty string naming the cursor")
+    if not stream:
+        raise InvalidArgumentError("stream must be a non-empty stream name")

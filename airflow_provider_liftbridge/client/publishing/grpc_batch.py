@@ -1,0 +1,198 @@
+"""Publishing a batch over gRPC PublishAsync: pipelined within a window, acks matched by
+correlation id, unacknowledged records re-sent after a lost connection while the resend policy
+allows."""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Iterable
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2
+
+from ..conversion import ack_from_pb
+from ..effects import END, Cancel, CloseWrite, Op, OpenStream, Read, ReadTimeout, RpcFailure, Sleep, Write
+from ..error_mapping import check_ack, map_async_error, map_rpc_error, publish_error
+from ..errors import AckTimeoutError, InvalidArgumentError, LiftbridgeError
+from ..operations import choose_partition
+from ..partitioners import PartitionerFunc
+from ..requests import build_publish
+from ..retry import is_transient
+from ..routing import ClientCore
+from ..types import Ack, AckPolicy, Record
+from .resend import ResendPolicy
+
+__all__ = ["as_record", "publish_many"]
+
+
+def publish_many(
+    core: ClientCore,
+    stream: str,
+    records: Iterable[Record | bytes],
+    *,
+    partition: int | None = None,
+    partitioner: PartitionerFunc | None = None,
+    ack_policy: AckPolicy | None = None,
+    window: int = 256,
+    timeout: float | None = None,
+    resend: ResendPolicy | None = None,
+) -> Op[list[Ack]]:
+    """Publish many records pipelined over one PublishAsync stream, at most ``window`` unacked
+    at a time; return their acks in input order (an empty list with ``AckPolicy.NONE``, which
+    gets no answers).
+
+    A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``. If
+    the connection is lost (UNAVAILABLE) the unacknowledged records are sent again on another
+    broker, up to ``max_retries`` times, while ``resend`` allows it (default: always):
+    at-least-once. ``timeout`` bounds the wait for each ack.
+
+    :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
+        received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
+        typed error of each failed record (``.errors``); ``__cause__`` is the first error.
+    :raises InvalidArgumentError: a bad record, window or duplicate correlation id, before
+        anything is sent.
+    """
+    if window < 1:
+        raise InvalidArgumentError(f"window must be at least 1, got {window}")
+    policy = core.resolve_ack_policy(ack_policy)
+    wait = core.call_timeout(timeout)
+    batch = uuid.uuid4().hex[:12]
+    requests: list[api_pb2.PublishRequest] = []
+    ids: list[str] = []
+    for i, item in enumerate(records):
+        rec = as_record(i, item)
+        chosen = yield from choose_partition(
+            core, stream, rec.key, rec.value, rec.partition if rec.partition is not None else partition, partitioner
+        )
+        cid = rec.correlation_id or f"{batch}-{i}"
+        ids.append(cid)
+        requests.append(
+            build_publish(
+                stream,
+                rec.value,
+                partition=chosen,
+                key=rec.key,
+                headers=rec.headers,
+                ack_policy=policy,
+                expected_offset=rec.expected_offset,
+                ack_inbox=None,
+                correlation_id=cid,
+            )
+        )
+    if len(set(ids)) != len(ids):
+        raise InvalidArgumentError("correlation ids must be unique within one publish_many call")
+    if policy == AckPolicy.NONE:
+        yield from _send_unacknowledged(core, requests, wait)
+        return []
+    return (yield from _pipeline(core, stream, requests, ids, window, wait, resend))
+
+
+def as_record(index: int, item: Record | bytes) -> Record:
+    """``item`` as a :class:`Record` (bytes become its value).
+
+    :raises InvalidArgumentError: ``item`` is neither.
+    """
+    rec = Record(item) if isinstance(item, bytes | bytearray | memoryview) else item
+    if not isinstance(rec, Record):
+        raise InvalidArgumentError(f"record {index} is a {type(item).__name__}; pass Record objects or bytes")
+    return rec
+
+
+def _send_unacknowledged(core: ClientCore, requests: list[api_pb2.PublishRequest], wait: float) -> Op[None]:
+    # NONE gets no response: write everything, half-close, and let the server end the stream
+    # (which tells us every request was read), but do not wait longer than the ack timeout.
+    handle = yield OpenStream(core.address_for_attempt(0), "PublishAsync")
+    try:
+        for request in requests:
+            yield Write(handle, request)
+        yield CloseWrite(handle)
+        while (yield Read(handle, wait)) is not END:
+            pass
+    except ReadTimeout:
+        pass
+    except RpcFailure as failure:
+        raise map_rpc_error("PublishAsync", failure, stream=requests[0].stream if requests else None) from (
+            failure.__cause__
+        )
+    yield Cancel(handle)
+
+
+def _pipeline(
+    core: ClientCore,
+    stream: str,
+    requests: list[api_pb2.PublishRequest],
+    ids: list[str],
+    window: int,
+    wait: float,
+    resend: ResendPolicy | None = None,
+) -> Op[list[Ack]]:
+    acks: list[Ack | None] = [None] * len(requests)
+    errors: dict[int, LiftbridgeError] = {}
+    index_of = {cid: i for i, cid in enumerate(ids)}
+    pending: deque[int] = deque(range(len(requests)))
+    inflight: set[int] = set()
+    attempt = 0
+    while pending or inflight:
+        handle = yield OpenStream(core.address_for_attempt(attempt), "PublishAsync")
+        try:
+            while (pending and not errors) or inflight:
+                while pending and not errors and len(inflight) < window:
+                    i = pending.popleft()
+                    inflight.add(i)
+                    yield Write(handle, requests[i])
+                response = yield Read(handle, wait)
+                if response is END:
+                    raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the server closed the publish stream early")
+                i = index_of.get(response.correlationId or response.ack.correlationId, -1)
+                if i not in inflight:
+                    continue  # not ours (or a repeat after a resend): ignore
+                inflight.discard(i)
+                req = requests[i]
+                if response.HasField("asyncError"):
+                    err = response.asyncError
+                    errors[i] = map_async_error(err.code, err.message, stream=stream, partition=req.partition)
+                    continue
+                ack = ack_from_pb(response.ack)
+                try:
+                    acks[i] = check_ack(ack)
+                except LiftbridgeError as exc:
+                    errors[i] = exc
+            # Done when the last ack is in: cancel rather than wait for the server to close the
+            # stream (a real server takes seconds to).
+            yield Cancel(handle)
+            break
+        except RpcFailure as failure:
+            yield Cancel(handle)
+            if is_transient(failure) and attempt < core.retry.max_retries:
+                attempt += 1
+                # Resend what was not acknowledged, in input order (at-least-once), unless the
+                # caller's policy refuses (exactly-once publishing decides for itself).
+                refused = sorted(i for i in inflight if resend is not None and not resend.should_resend(i, attempt + 1))
+                for i in refused:
+                    errors[i] = AckTimeoutError(
+                        f"the connection was lost before record {i} was acknowledged and the resend policy "
+                        "refused to send it again; it may or may not be stored."
+                    )
+                if refused:
+                    why = f"record {refused[0]} failed: {errors[refused[0]]}"
+                    raise publish_error(acks, refused[0], errors, why) from errors[refused[0]]
+                pending = deque(sorted(inflight | set(pending)))
+                inflight.clear()
+                yield Sleep(core.backoff(attempt))
+                continue
+            cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
+            raise publish_error(acks, None, errors, f"publishing to stream {stream!r} failed: {cause}") from cause
+        except ReadTimeout:
+            first = min(inflight)
+            cause = AckTimeoutError(
+                f"no ack for record {first} on stream {stream!r} within {wait:g} s; raise timeout= or check the "
+                "broker. Unacknowledged records may or may not be stored."
+            )
+            errors[first] = cause
+            raise publish_error(acks, first, errors, str(cause)) from cause
+    if errors:
+        first = min(errors)
+        raise publish_error(acks, first, errors, f"record {first} was refused: {errors[first]}") from errors[first]
+    return [a for a in acks if a is not None]

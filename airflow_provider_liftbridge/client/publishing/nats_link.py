@@ -1,0 +1,118 @@
+"""A client's NATS connection and, for the blocking client, the event loop it runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from nats.aio.client import Client as NatsClient
+
+from ..errors import UnavailableError
+from .nats_engine import connect_nats
+
+__all__ = ["LoopThread", "NatsLink"]
+
+log = logging.getLogger("airflow_provider_liftbridge.client")
+
+_T = TypeVar("_T")
+
+
+class NatsLink:
+    """One client's NATS connection, opened on first use and reopened if it was lost.
+
+    A nats-py connection belongs to the event loop it was made on; used from another loop, the
+    link opens a new connection there (the old one is dropped with its loop).
+
+    :param servers: NATS URLs.
+    :param connect_timeout: seconds to wait for a connection.
+    """
+
+    #: After a failed connect, fail at once for this many seconds (``auto`` then falls back to
+    #: gRPC without waiting for NATS on every call).
+    retry_after = 30.0
+
+    def __init__(self, servers: Sequence[str], connect_timeout: float) -> None:
+        self.servers = tuple(servers)
+        self.connect_timeout = connect_timeout
+        self._nc: NatsClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._failed: tuple[float, UnavailableError] | None = None
+
+    async def get(self) -> NatsClient:
+        """The connection, opened if needed.
+
+        :raises UnavailableError: NATS cannot be reached (now, or less than :attr:`retry_after`
+            seconds ago).
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._nc, self._loop, self._lock = None, loop, asyncio.Lock()
+        assert self._lock is not None
+        async with self._lock:
+            if self._nc is None or self._nc.is_closed:
+                if self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
+                    raise self._failed[1]
+                try:
+                    self._nc = await connect_nats(self.servers, connect_timeout=self.connect_timeout)
+                except UnavailableError as exc:
+                    self._failed = (time.monotonic(), exc)
+                    raise
+                self._failed = None
+            return self._nc
+
+    async def close(self) -> None:
+        """Close the connection if it is open on the running loop; idempotent."""
+        nc, self._nc = self._nc, None
+        if nc is None or nc.is_closed:
+            return
+        if self._loop is asyncio.get_running_loop():
+            try:
+                await nc.close()
+            except Exception:  # closing anyway
+                log.debug("error while closing the NATS connection", exc_info=True)
+
+
+class LoopThread:
+    """A private event loop on a daemon thread: how the blocking client runs its NATS I/O.
+
+    Started on first use; :meth:`run` may be called from any thread (calls run concurrently on
+    the one loop, each with its own ack inbox).
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="liftbridge-nats-loop", daemon=True)
+                self._thread.start()
+            return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
+
+    def stop(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
+        """Run ``last`` (e.g. closing a connection), stop the loop and join the thread; idempotent."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            if last is not None:
+                last.close()
+            return
+        try:
+            if last is not None:
+                asyncio.run_coroutine_threadsafe(last, loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()

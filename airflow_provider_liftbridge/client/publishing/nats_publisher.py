@@ -1,0 +1,188 @@
+"""A standalone NATS publisher for callers that hold only a NATS URL (tests, the ack trigger's
+helpers): enveloped messages on a subject, acks read from an inbox."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+
+from nats.aio.client import Client as NatsClient
+
+from airflow_provider_liftbridge.codec import EnvelopeError, new_message, unmarshal_ack
+
+from ..conversion import ack_from_pb
+from ..errors import InvalidArgumentError
+from ..types import Ack, AckPolicy, Record
+from .nats_engine import connect_nats, correlation_ids, outcome_acks, partition_subject, publish_enveloped
+from .resend import NO_RESEND, ResendPolicy
+
+__all__ = ["NatsPublisher", "publish_many_direct"]
+
+log = logging.getLogger(__name__)
+
+
+class NatsPublisher:
+    """Publishes enveloped messages on NATS and collects their acks. An async context manager.
+
+    :param nc: a connected nats-py client (see :meth:`connect`).
+    """
+
+    def __init__(self, nc: NatsClient) -> None:
+        self._nc = nc
+
+    @classmethod
+    async def connect(cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0) -> NatsPublisher:
+        """Connect to NATS.
+
+        :raises InvalidArgumentError: no server given.
+        :raises UnavailableError: no NATS server could be reached.
+        """
+        return cls(await connect_nats(servers, connect_timeout=connect_timeout))
+
+    async def close(self) -> None:
+        """Flush and close the NATS connection; idempotent."""
+        if not self._nc.is_closed:
+            await self._nc.drain()
+
+    async def __aenter__(self) -> NatsPublisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def new_inbox(self) -> str:
+        """A fresh, unique ack inbox subject."""
+        return str(self._nc.new_inbox())
+
+    async def publish(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+    ) -> None:
+        """Publish one enveloped message on ``subject`` (a partition's subject). Its ack, if the
+        policy asks for one, goes to ``ack_inbox``: read it with :meth:`acks`."""
+        frame = new_message(
+            value,
+            key=key or b"",
+            headers=headers,
+            ack_inbox=ack_inbox or "",
+            correlation_id=correlation_id or "",
+            ack_policy=int(ack_policy),
+            expected_offset=-1 if expected_offset is None else expected_offset,
+        )
+        await self._nc.publish(subject, frame)
+
+    async def acks(self, inbox: str) -> AsyncIterator[Ack]:
+        """Yield the acks arriving on ``inbox`` until the caller stops iterating. Frames that are
+        not acks are logged and skipped."""
+        sub = await self._nc.subscribe(inbox)
+        try:
+            async for msg in sub.messages:
+                ack = _decode_ack(msg.data)
+                if ack is not None:
+                    yield ack
+        finally:
+            await sub.unsubscribe()
+
+    async def publish_many(
+        self,
+        subject: str,
+        records: Iterable[Record | bytes],
+        *,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        window: int = 1024,
+        timeout: float = 10.0,
+        resend: ResendPolicy = NO_RESEND,
+    ) -> list[Ack]:
+        """Publish records on the partition subjects of the stream subject ``subject`` (a
+        record's ``partition`` picks ``subject.N``), at most ``window`` unacknowledged at a time,
+        and return their acks in input order (``[]`` with ``AckPolicy.NONE``).
+
+        A record without an ack ``timeout`` seconds after it was sent fails the call with an
+        :class:`AckTimeoutError`, unless ``resend`` allows sending it again (e.g.
+        :data:`DEFAULT_RESEND`: at-least-once). This standalone publisher never re-sends unless
+        asked, because exactly-once publishing builds on it; ``LiftbridgeClient.publish_many``
+        re-sends by default. A message the broker drops without an ack (paused or read-only
+        partition) ends as an :class:`AckTimeoutError`.
+
+        :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
+            typed error of each (``IncorrectOffsetError``, ``MessageTooLargeError``,
+            ``AckTimeoutError``, ...).
+        :raises InvalidArgumentError: a bad window, record or duplicate correlation id, before
+            anything is sent.
+        """
+        if window < 1:
+            raise InvalidArgumentError(f"window must be at least 1, got {window}")
+        items: list[Record | bytes] = list(records)
+        kinds = set(map(type, items))  # at C speed: the per-record work below is for mixed input
+        if not kinds <= {bytes, Record}:
+            items = [
+                r if type(r) is bytes else Record(bytes(r)) if isinstance(r, bytearray | memoryview) else r
+                for r in items
+            ]
+            for i, rec in enumerate(items):
+                if not isinstance(rec, Record | bytes):
+                    raise InvalidArgumentError(f"record {i} is a {type(rec).__name__}; pass Record objects or bytes")
+        if kinds == {bytes}:
+            subjects = [subject] * len(items)
+        else:
+            subject_of: dict[int, str] = {}
+            subjects = []
+            for rec in items:
+                p = (rec.partition or 0) if isinstance(rec, Record) else 0
+                if p not in subject_of:
+                    subject_of[p] = partition_subject(subject, p)
+                subjects.append(subject_of[p])
+        out = await publish_enveloped(
+            self._nc,
+            subjects,
+            items,
+            correlation_ids(items),
+            ack_policy=ack_policy,
+            window=window,
+            ack_timeout=timeout,
+            resend=resend,
+        )
+        return outcome_acks(out, f"subject {subject!r} (ack timeout {timeout:g} s)")
+
+
+def _decode_ack(data: bytes) -> Ack | None:
+    try:
+        return ack_from_pb(unmarshal_ack(data))
+    except EnvelopeError as exc:
+        log.warning("ignoring a frame on an ack inbox that is not an ack: %s", exc)
+        return None
+
+
+def publish_many_direct(
+    servers: str | Sequence[str],
+    subject: str,
+    records: Iterable[Record | bytes],
+    *,
+    ack_policy: AckPolicy = AckPolicy.LEADER,
+    window: int = 1024,
+    timeout: float = 10.0,
+    resend: ResendPolicy = NO_RESEND,
+) -> list[Ack]:
+    """Blocking convenience for code without an event loop: connect,
+    :meth:`NatsPublisher.publish_many`, close.
+
+    :raises PublishError: see :meth:`NatsPublisher.publish_many`.
+    :raises UnavailableError: NATS could not be reached.
+    """
+
+    async def run() -> list[Ack]:
+        async with await NatsPublisher.connect(servers) as pub:
+            return await pub.publish_many(
+                subject, records, ack_policy=ack_policy, window=window, timeout=timeout, resend=resend
+            )
+
+    return asyncio.run(run())

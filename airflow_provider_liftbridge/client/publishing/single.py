@@ -1,0 +1,100 @@
+"""Publishing one message over gRPC (Publish, PublishToSubject), waiting for its ack."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from ..conversion import ack_from_pb
+from ..effects import Op
+from ..error_mapping import check_ack
+from ..errors import NoSuchPartitionError, NoSuchStreamError
+from ..operations import choose_partition, unary
+from ..partitioners import PartitionerFunc
+from ..requests import build_publish, build_publish_to_subject
+from ..routing import ClientCore
+from ..types import Ack, AckPolicy
+
+__all__ = ["ack_of", "publish", "publish_to_subject"]
+
+
+def publish(
+    core: ClientCore,
+    stream: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes] | None = None,
+    partition: int | None = None,
+    partitioner: PartitionerFunc | None = None,
+    ack_policy: AckPolicy | None = None,
+    expected_offset: int | None = None,
+    ack_inbox: str | None = None,
+    correlation_id: str | None = None,
+    timeout: float | None = None,
+) -> Op[Ack | None]:
+    """The operation of ``LiftbridgeClient.publish`` (documented there)."""
+    policy = core.resolve_ack_policy(ack_policy)
+    chosen = yield from choose_partition(core, stream, key, value, partition, partitioner)
+    request = build_publish(
+        stream,
+        value,
+        partition=chosen,
+        key=key,
+        headers=headers,
+        ack_policy=policy,
+        expected_offset=expected_offset,
+        ack_inbox=ack_inbox,
+        correlation_id=correlation_id or uuid.uuid4().hex,
+    )
+    try:
+        response = yield from unary(
+            core,
+            "Publish",
+            request,
+            timeout=timeout,
+            preferred=core.route(stream, chosen),
+            stream=stream,
+            partition=chosen,
+        )
+    except (NoSuchStreamError, NoSuchPartitionError):
+        core.cache.forget(stream)  # a stale partition count may have chosen the partition
+        raise
+    return ack_of(response, policy)
+
+
+def publish_to_subject(
+    core: ClientCore,
+    subject: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes] | None = None,
+    ack_policy: AckPolicy | None = None,
+    ack_inbox: str | None = None,
+    correlation_id: str | None = None,
+    timeout: float | None = None,
+) -> Op[Ack | None]:
+    """The operation of ``LiftbridgeClient.publish_to_subject`` (documented there)."""
+    policy = core.resolve_ack_policy(ack_policy)
+    request = build_publish_to_subject(
+        subject,
+        value,
+        key=key,
+        headers=headers,
+        ack_policy=policy,
+        ack_inbox=ack_inbox,
+        correlation_id=correlation_id or uuid.uuid4().hex,
+    )
+    response = yield from unary(core, "PublishToSubject", request, timeout=timeout, stream=None)
+    return ack_of(response, policy)
+
+
+def ack_of(response: object, policy: AckPolicy) -> Ack | None:
+    """The checked ack of a Publish/PublishToSubject response (``None`` when none was asked for).
+
+    :raises LiftbridgeError: the ack reports an error (see :func:`~..error_mapping.check_ack`).
+    """
+    if policy == AckPolicy.NONE or not response.HasField("ack"):  # type: ignore[attr-defined]
+        return None
+    return check_ack(ack_from_pb(response.ack))  # type: ignore[attr-defined]

@@ -1,0 +1,184 @@
+"""Subscriptions: where a subscription is (:class:`SubscriptionState`) and the ``subscribe``
+operation that (re)subscribes to a partition's leader after a transient failure."""
+
+from __future__ import annotations
+
+import time
+
+from airflow_provider_liftbridge._proto import api_pb2
+
+from .conversion import MESSAGE_SETTERS, LazyHeaders
+from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, RpcFailure, Sleep
+from .error_mapping import map_rpc_error
+from .errors import NoSuchPartitionError, NoSuchStreamError, NotLeaderError, PartitionPausedError, UnavailableError
+from .operations import ROUTING_ERRORS, ensure_partition
+from .requests import StartAt, StopAt, check_name, check_partition, start_fields, stop_fields
+from .retry import is_end_of_stream, is_transient
+from .routing import ClientCore
+from .types import EMPTY_HEADERS, Message, StartPosition
+
+_NO_OFFSET_LIMIT = 1 << 64  # beyond any int64 offset
+_new_object = object.__new__
+
+
+class SubscriptionState:
+    """Where a subscription is: builds each (re)subscribe request, tracks delivered offsets and
+    turns delivered protobuf messages into :class:`Message` values (the :class:`~.effects.Pump`
+    sink of a subscription).
+
+    After a failure the next request starts at the last delivered offset + 1, so a resubscription
+    neither skips nor repeats a message.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        partition: int,
+        start_at: StartAt,
+        stop_at: StopAt,
+        *,
+        read_isr_replica: bool,
+        resume: bool,
+    ) -> None:
+        check_name("stream", stream)
+        self.stream = stream
+        self.partition = check_partition(partition)
+        self._start = start_fields(start_at)  # a timedelta is resolved once, now
+        self._stop = stop_fields(stop_at)
+        stop_offset: int | None = self._stop.get("stopOffset")
+        # Plain ints, so the per-message checks in take() are single comparisons.
+        self._stop_offset = _NO_OFFSET_LIMIT if stop_offset is None else stop_offset
+        self._next_offset = -_NO_OFFSET_LIMIT  # the lowest offset not delivered yet
+        self.read_isr_replica = read_isr_replica
+        self.resume = resume
+        self.last_offset: int | None = None
+        #: True once the stop offset has been delivered (no need to resubscribe).
+        self.done = False
+
+    def request(self) -> api_pb2.SubscribeRequest:
+        start = (
+            self._start
+            if self.last_offset is None
+            else {"startPosition": api_pb2.OFFSET, "startOffset": self.last_offset + 1}
+        )
+        return api_pb2.SubscribeRequest(
+            stream=self.stream,
+            partition=self.partition,
+            readISRReplica=self.read_isr_replica,
+            resume=self.resume,
+            **start,
+            **self._stop,
+        )
+
+    @property
+    def finished(self) -> bool:
+        """True once the stop offset has been delivered (no need to resubscribe)."""
+        return self.done
+
+    def on_message(self, pb: api_pb2.Message, *, first: bool) -> Message | None:
+        """Convert a delivered message; ``None`` for the empty handshake that opens every
+        subscription (``first``: this is the stream's first message) and for a repeat of an
+        offset already delivered, which a resubscription to a lagging replica could send."""
+        if first and pb.ByteSize() == 0:
+            return None
+        return self.take(pb)
+
+    # Every subscribed message passes through here, so it is written for speed (see ack_from_pb):
+    # the Message's slots are set directly, the stream and partition are the subscription's own,
+    # and messages without headers share one empty mapping.
+    def take(self, pb: api_pb2.Message) -> Message | None:
+        """Convert a message after the handshake; ``None`` for a repeat of a delivered offset."""
+        offset = pb.offset
+        if offset < self._next_offset:
+            return None
+        self._next_offset = offset + 1
+        self.last_offset = offset
+        if offset >= self._stop_offset:
+            self.done = True
+        stream, partition, offset_, key, value, timestamp, subject, reply_subject, headers = MESSAGE_SETTERS
+        message: Message = _new_object(Message)
+        stream(message, self.stream)
+        partition(message, self.partition)
+        offset_(message, offset)
+        key(message, pb.key or None)
+        value(message, pb.value)
+        timestamp(message, pb.timestamp)
+        subject(message, pb.subject)
+        reply_subject(message, pb.replySubject)
+        pb_headers = pb.headers
+        headers(message, LazyHeaders(pb_headers) if pb_headers else EMPTY_HEADERS)
+        return message
+
+
+def subscribe(
+    core: ClientCore,
+    stream: str,
+    *,
+    partition: int = 0,
+    start_at: StartAt = StartPosition.EARLIEST,
+    stop_at: StopAt = None,
+    read_isr_replica: bool = False,
+    resume: bool = False,
+) -> Op[None]:
+    """The operation of ``LiftbridgeClient.subscribe`` (documented there)."""
+    state = SubscriptionState(stream, partition, start_at, stop_at, read_isr_replica=read_isr_replica, resume=resume)
+    give_up_at: float | None = None  # set at the first failure after a working subscription
+    attempt = 0
+    connected = False  # has any (re)subscription got its handshake?
+    refresh = False
+    while True:
+        yield from ensure_partition(core, stream, partition, refresh=refresh)
+        address = core.route(stream, partition, read_isr_replica=read_isr_replica)
+        address = address or core.address_for_attempt(attempt)
+        handle = yield OpenStream(address, "Subscribe", state.request(), long_lived=True)
+        try:
+            pb = yield Read(handle)  # the handshake (an empty message): the subscription is on
+            if pb is END:
+                return
+            connected, give_up_at, attempt = True, None, 0
+            message = state.on_message(pb, first=True)
+            if message is not None:
+                yield Emit(message)
+            if not state.done:
+                yield Pump(handle, state)  # every further message, until the stop or the stream's end
+            return
+        except RpcFailure as failure:
+            yield Cancel(handle)
+            if is_end_of_stream(failure) or state.done:
+                return
+            mapped = map_rpc_error("Subscribe", failure, stream=stream, partition=partition, attempts=attempt + 1)
+            retryable = is_transient(failure) or isinstance(mapped, ROUTING_ERRORS)
+            if not retryable:
+                raise mapped from failure.__cause__
+            now = time.monotonic()
+            if connected and give_up_at is None:
+                give_up_at = now + core.resubscribe_wait
+            attempt += 1
+            out_of_time = give_up_at is not None and now >= give_up_at
+            out_of_tries = give_up_at is None and attempt > core.retry.max_retries
+            if out_of_time or out_of_tries:
+                if isinstance(mapped, UnavailableError | NotLeaderError):
+                    why = f"within {core.resubscribe_wait:g} s" if out_of_time else f"after {attempt} attempts"
+                    raise type(mapped)(
+                        f"subscription to stream {stream!r} partition {partition} could not be re-established {why}; "
+                        f"last offset delivered: {state.last_offset}. {mapped}"
+                    ) from failure.__cause__
+                raise mapped from failure.__cause__
+            if isinstance(mapped, PartitionPausedError):
+                raise mapped from failure.__cause__
+            delay = core.backoff(attempt)
+            if give_up_at is not None:
+                delay = max(0.0, min(delay, give_up_at - now))
+            yield Sleep(delay)
+            try:
+                yield from ensure_partition(core, stream, partition, refresh=True)
+            except (NoSuchStreamError, NoSuchPartitionError):
+                raise
+            except UnavailableError:
+                pass  # no broker answered metadata yet: keep trying within the wait
+            part = core.partition_info(stream, partition)
+            if isinstance(mapped, NotLeaderError) and part is not None and part.paused and not resume:
+                raise PartitionPausedError(
+                    f"stream {stream!r} partition {partition} is paused; subscribe with resume=True or publish to it."
+                ) from failure.__cause__
+            refresh = False
