@@ -6,6 +6,7 @@ See ``docs/client.md`` for usage and guarantees.
 from __future__ import annotations
 
 from .async_client import AsyncLiftbridgeClient
+from .consumer import AsyncGroupConsumer, ConsumerGroupError, GroupConsumer
 from .errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -51,7 +52,10 @@ __all__ = [
     "ResendUnacked",
     "Ack",
     "AckError",
+    "AsyncGroupConsumer",
     "AsyncLiftbridgeClient",
+    "ConsumerGroupError",
+    "GroupConsumer",
     "LiftbridgeClient",
     "AckPolicy",
     "AckTimeoutError",

@@ -1,0 +1,624 @@
+"""Consumer-group members, sync and asyncio, written once as operations (generators of I/O effects).
+
+A member joins a group naming the streams it reads; the group's coordinator (a broker) assigns it
+partitions of those streams; the member reads its partitions from the group's committed positions
+(cursors ``__group:<group id>``, as the Go client names them), commits its progress, follows
+rebalances and coordinator changes, and leaves. See ``docs/consumer-groups.md``.
+
+How reading works: a *poll* first does the group's bookkeeping when due (heartbeat = fetching the
+assignments, committing, rejoining, reporting a dead coordinator), then reads, per assigned
+partition, what is committed there now (up to ``max_batch`` messages, bounded by the high watermark
+it just fetched), and ends. :meth:`GroupConsumer.messages` polls in a loop, waiting ``idle_wait``
+between empty polls. Messages handed to the caller count as consumed: ``commit()`` stores the
+position after the last one of each partition; with ``auto_commit_interval`` the next poll does it,
+which is at-least-once as long as a message is processed before the caller asks for the next poll.
+
+The state lives in :class:`GroupMember` (no I/O); the operations take the client's core and the
+member; :class:`GroupConsumer` and :class:`AsyncGroupConsumer` run them on a client's transport.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import grpc
+
+from airflow_provider_liftbridge._proto import api_pb2
+
+from . import _ops
+from ._core import ClientCore, RpcFailure, is_transient, now_monotonic
+from ._effects import Emit, Op, Pump, Sleep, Unary
+from .errors import InvalidArgumentError, LiftbridgeError, UnavailableError
+from .types import Message
+
+if TYPE_CHECKING:
+    from .async_client import AsyncLiftbridgeClient
+    from .sync_client import LiftbridgeClient
+
+__all__ = ["AsyncGroupConsumer", "AutoOffset", "ConsumerGroupError", "GroupConsumer", "GroupMember"]
+
+#: Where a member starts a partition the group has no position for: only messages published after
+#: the assignment (``"new_only"``, the Go client's default), the oldest (``"earliest"``), the newest
+#: one (``"latest"``), or refuse (``"none"``: :class:`ConsumerGroupError`).
+AutoOffset = Literal["new_only", "earliest", "latest", "none"]
+_AUTO_OFFSETS = ("new_only", "earliest", "latest", "none")
+_NS = 1e9
+#: Fraction of the server's consumer timeout between two heartbeats (the Go client's default).
+HEARTBEAT_FRACTION = 0.7
+
+
+class ConsumerGroupError(LiftbridgeError):
+    """A consumer-group call failed in a way the member cannot repair by itself (the message says
+    what the server answered and what to do)."""
+
+
+def group_cursor_id(group_id: str) -> str:
+    """The cursor id under which a group's positions are stored (``__group:<group id>``)."""
+    return f"__group:{group_id}"
+
+
+@dataclass
+class GroupMember:
+    """What a member knows about its group; changed only by the operations of this module.
+
+    :param group_id: the group to join.
+    :param streams: the streams to consume.
+    :param consumer_id: this member's id (unique in the group; default: a random one).
+    :param auto_offset: where to start a partition without a committed position.
+    :param auto_commit_interval: seconds between automatic commits (``None`` or 0: commit only
+        when :func:`commit` is called, and not when a partition is taken away).
+    :param max_batch: messages read per partition per poll, at most.
+    :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
+        a ``max_batch`` below 1.
+    """
+
+    group_id: str
+    streams: Sequence[str]
+    consumer_id: str = ""
+    auto_offset: AutoOffset = "new_only"
+    auto_commit_interval: float | None = 5.0
+    max_batch: int = 512
+    coordinator: str = ""
+    epoch: int = 0
+    consumer_timeout: float = 15.0
+    coordinator_timeout: float = 15.0
+    joined: bool = False
+    #: Assigned partitions per stream, as the coordinator last said.
+    assignments: dict[str, list[int]] = field(default_factory=dict)
+    #: Next offset to read per (stream, partition): one past the last message handed out.
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Offset stored in the group's cursor per (stream, partition) (-1: none).
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    next_heartbeat: float = 0.0
+    next_commit: float = 0.0
+    #: Since when the coordinator has not answered (monotonic seconds), or ``None``.
+    coordinator_silent_since: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise InvalidArgumentError("group_id must be a non-empty consumer group name")
+        if isinstance(self.streams, str):
+            self.streams = [self.streams]
+        if not self.streams or not all(self.streams):
+            raise InvalidArgumentError("streams must name at least one stream to consume")
+        if self.auto_offset not in _AUTO_OFFSETS:
+            raise InvalidArgumentError(
+                f"auto_offset must be one of {', '.join(_AUTO_OFFSETS)}; got {self.auto_offset!r}"
+            )
+        if self.max_batch < 1:
+            raise InvalidArgumentError(f"max_batch must be at least 1, got {self.max_batch!r}")
+        self.consumer_id = self.consumer_id or uuid.uuid4().hex
+        self.streams = list(self.streams)
+
+    @property
+    def cursor_id(self) -> str:
+        return group_cursor_id(self.group_id)
+
+    def assigned(self) -> list[tuple[str, int]]:
+        """Every assigned (stream, partition), in order."""
+        return [(s, p) for s in sorted(self.assignments) for p in self.assignments[s]]
+
+    def handed_out(self, message: Message) -> None:
+        """Record that ``message`` was given to the caller."""
+        self.positions[(message.stream, message.partition)] = message.offset + 1
+
+    def uncommitted(self, keys: Sequence[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+        """Cursor offsets to store: the last handed-out offset of each partition that moved."""
+        out = {}
+        for key in self.positions if keys is None else keys:
+            last = self.positions.get(key, 0) - 1
+            if last >= 0 and last > self.committed.get(key, -1):
+                out[key] = last
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls
+# ---------------------------------------------------------------------------------------------
+
+
+def _call_any(core: ClientCore, method: str, request: object) -> Op[Any]:
+    """A group call any broker may answer, retried on other brokers after a lost connection.
+
+    :raises RpcFailure: the server refused the call (the callers classify the refusal).
+    :raises UnavailableError: no broker answered.
+    """
+    attempt = 0
+    while True:
+        address = core.address_for_attempt(attempt)
+        try:
+            response = yield Unary(address, method, request, core.timeout)
+        except RpcFailure as failure:
+            if not is_transient(failure):
+                raise
+            attempt += 1
+            if attempt > core.retry.max_retries:
+                raise UnavailableError(
+                    f"{method} failed: no broker reachable after {attempt} attempt(s); check that the brokers"
+                    " are running, or raise max_retries."
+                ) from failure.__cause__
+            yield Sleep(core.backoff(attempt))
+            continue
+        core.mark_good(address)
+        return response
+
+
+def _refused(method: str, member: GroupMember, failure: RpcFailure) -> ConsumerGroupError:
+    return ConsumerGroupError(
+        f"{method} for consumer {member.consumer_id!r} of group {member.group_id!r} was refused"
+        f' ({failure.code.name}: "{failure.details}")'
+    )
+
+
+def join(core: ClientCore, member: GroupMember) -> Op[None]:
+    """Join the group (creating it if needed) and learn its coordinator, epoch and timeouts.
+
+    A member id the group already has is taken as this member coming back (a restart within the
+    consumer timeout): it goes on as that member.
+
+    :raises ConsumerGroupError: the server refused (e.g. a stream does not exist).
+    :raises UnavailableError: no broker answered.
+    """
+    request = api_pb2.JoinConsumerGroupRequest(
+        groupId=member.group_id, consumerId=member.consumer_id, streams=member.streams
+    )
+    try:
+        response = yield from _call_any(core, "JoinConsumerGroup", request)
+    except RpcFailure as failure:
+        if failure.code == grpc.StatusCode.FAILED_PRECONDITION and "already a member" in failure.details:
+            yield from _refresh_coordinator(core, member)
+            member.joined, member.next_heartbeat = True, 0.0
+            return
+        raise _refused("JoinConsumerGroup", member, failure) from failure.__cause__
+    member.coordinator, member.epoch = response.coordinator, int(response.epoch)
+    member.consumer_timeout = (response.consumerTimeout / _NS) or member.consumer_timeout
+    member.coordinator_timeout = (response.coordinatorTimeout / _NS) or member.coordinator_timeout
+    member.joined, member.next_heartbeat, member.coordinator_silent_since = True, 0.0, None
+
+
+def _refresh_coordinator(core: ClientCore, member: GroupMember) -> Op[bool]:
+    """Read the group's coordinator and epoch from the cluster metadata; ``False`` if the group is gone."""
+    request = api_pb2.FetchMetadataRequest(streams=member.streams[:1], groups=[member.group_id])
+    response = yield from _call_any(core, "FetchMetadata", request)
+    group = next((g for g in response.groupMetadata if g.groupId == member.group_id), None)
+    if group is None or group.error != api_pb2.ConsumerGroupMetadata.OK:
+        return False
+    if group.coordinator != member.coordinator:
+        member.coordinator_silent_since = None
+    member.coordinator, member.epoch = group.coordinator, max(member.epoch, int(group.epoch))
+    return True
+
+
+def _coordinator_address(core: ClientCore, member: GroupMember) -> Op[str]:
+    address = core.cache.broker_address(member.coordinator)
+    if address is None:
+        yield from _ops.fetch_metadata(core, member.streams)
+        address = core.cache.broker_address(member.coordinator)
+    if address is None:  # not in the metadata: as good as unreachable (the failover path)
+        raise RpcFailure(grpc.StatusCode.UNAVAILABLE, f"coordinator {member.coordinator} is not in the metadata")
+    return address
+
+
+def heartbeat(core: ClientCore, member: GroupMember) -> Op[None]:
+    """Fetch this member's assignments from the coordinator (the member's heartbeat) and follow
+    what changed: a new assignment, a rebalance, a lost membership (joins again), a new coordinator
+    (asks the metadata), a coordinator silent for ``coordinator_timeout`` (reports it, which moves
+    the group to another broker once most members did).
+
+    :raises ConsumerGroupError: the group refused this member in a way a rejoin does not repair.
+    :raises UnavailableError: no broker answered.
+    """
+    if not member.joined:
+        yield from join(core, member)
+    now = now_monotonic()
+    request = api_pb2.FetchConsumerGroupAssignmentsRequest(
+        groupId=member.group_id, consumerId=member.consumer_id, epoch=member.epoch
+    )
+    try:
+        address = yield from _coordinator_address(core, member)
+        response = yield Unary(address, "FetchConsumerGroupAssignments", request, core.timeout)
+    except RpcFailure as failure:
+        member.next_heartbeat = now + _retry_wait(member)
+        yield from _heartbeat_failed(core, member, failure, now)
+        return
+    member.coordinator_silent_since = None
+    member.epoch = max(member.epoch, int(response.epoch))
+    member.next_heartbeat = now + HEARTBEAT_FRACTION * member.consumer_timeout
+    assignments = {a.stream: sorted(a.partitions) for a in response.assignments if a.partitions}
+    yield from _reassign(core, member, assignments)
+
+
+def _retry_wait(member: GroupMember) -> float:
+    return min(1.0, member.consumer_timeout / 10)
+
+
+def _heartbeat_failed(core: ClientCore, member: GroupMember, failure: RpcFailure, now: float) -> Op[None]:
+    C, details = grpc.StatusCode, failure.details
+    if failure.code == C.NOT_FOUND or (failure.code == C.FAILED_PRECONDITION and "not a member" in details):
+        # The group forgot us (we were silent too long, or the group was deleted): join again.
+        member.joined = False
+        yield from join(core, member)
+        member.next_heartbeat = 0.0
+        return
+    if failure.code == C.FAILED_PRECONDITION and ("coordinator" in details or "epoch" in details):
+        if not (yield from _refresh_coordinator(core, member)):
+            member.joined = False
+        return
+    if not is_transient(failure) and failure.code != C.DEADLINE_EXCEEDED:
+        raise _refused("FetchConsumerGroupAssignments", member, failure) from failure.__cause__
+    # The coordinator does not answer: after coordinator_timeout, report it (upstream's failover).
+    if member.coordinator_silent_since is None:
+        member.coordinator_silent_since = now
+        return
+    if now - member.coordinator_silent_since < member.coordinator_timeout:
+        return
+    report = api_pb2.ReportConsumerGroupCoordinatorRequest(
+        groupId=member.group_id, consumerId=member.consumer_id, coordinator=member.coordinator, epoch=member.epoch
+    )
+    try:
+        yield from _call_any(core, "ReportConsumerGroupCoordinator", report)
+    except RpcFailure:
+        pass  # a stale generation: someone already moved the group; the metadata says where
+    yield from _refresh_coordinator(core, member)
+
+
+def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list[int]]) -> Op[None]:
+    """Adopt new assignments: commit and forget revoked partitions, find where new ones start."""
+    old = set(member.assigned())
+    member.assignments = assignments
+    new = set(member.assigned())
+    revoked = sorted(old - new)
+    if revoked and member.auto_commit_interval:
+        yield from _commit(core, member, revoked)
+    for key in revoked:
+        member.positions.pop(key, None)
+        member.committed.pop(key, None)
+    for stream, partition in sorted(new - old):
+        cursor = yield from _ops.fetch_cursor(core, member.cursor_id, stream, partition)
+        member.committed[(stream, partition)] = cursor
+        if cursor >= 0:
+            member.positions[(stream, partition)] = cursor + 1
+        else:
+            member.positions[(stream, partition)] = yield from _auto_position(core, member, stream, partition)
+
+
+def _auto_position(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[int]:
+    if member.auto_offset == "earliest":
+        return 0  # the first offset at or after 0 is the oldest retained message
+    if member.auto_offset == "none":
+        raise ConsumerGroupError(
+            f"group {member.group_id!r} has no committed position for stream {stream!r} partition {partition};"
+            " pass auto_offset='earliest', 'latest' or 'new_only' to start without one"
+        )
+    hw = (yield from _ops.fetch_partition_metadata(core, stream, partition)).high_watermark
+    return hw + 1 if member.auto_offset == "new_only" else max(hw, 0)
+
+
+def _commit(core: ClientCore, member: GroupMember, keys: Sequence[tuple[str, int]] | None = None) -> Op[int]:
+    pending = member.uncommitted(keys)
+    for (stream, partition), offset in pending.items():
+        yield from _ops.set_cursor(core, member.cursor_id, stream, partition, offset)
+        member.committed[(stream, partition)] = offset
+    return len(pending)
+
+
+def commit(core: ClientCore, member: GroupMember) -> Op[int]:
+    """Store the group's position after the last message handed out, per partition that moved;
+    returns how many partitions' positions were stored.
+
+    :raises UnavailableError: / :raises NotLeaderError: the cursor could not be stored.
+    """
+    count = yield from _commit(core, member)
+    if member.auto_commit_interval:
+        member.next_commit = now_monotonic() + member.auto_commit_interval
+    return count
+
+
+def leave(core: ClientCore, member: GroupMember) -> Op[None]:
+    """Commit (with auto-commit on) and leave the group; its partitions go to the other members.
+
+    Leaving a group that already forgot this member is not an error.
+
+    :raises UnavailableError: no broker answered.
+    """
+    if not member.joined:
+        return
+    if member.auto_commit_interval:
+        yield from _commit(core, member)
+    request = api_pb2.LeaveConsumerGroupRequest(groupId=member.group_id, consumerId=member.consumer_id)
+    try:
+        yield from _call_any(core, "LeaveConsumerGroup", request)
+    except RpcFailure as failure:
+        if failure.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+            raise _refused("LeaveConsumerGroup", member, failure) from failure.__cause__
+    member.joined = False
+    member.assignments, member.positions, member.committed = {}, {}, {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+class _TrackingSink:
+    """A subscription's sink that records each message it hands out."""
+
+    def __init__(self, inner: Any, record: Callable[[Message], None]) -> None:
+        self._inner, self._record = inner, record
+
+    @property
+    def done(self) -> bool:
+        return bool(self._inner.done)
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        self._inner.done = value
+
+    def take(self, response: Any) -> Any:
+        item = self._inner.take(response)
+        if item is not None:
+            self._record(item)
+        return item
+
+
+def _tracked(op: Op[None], record: Callable[[Message], None]) -> Op[None]:
+    """Run ``op`` (a subscription), recording every message it hands out just before it goes."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = op.throw(error) if error is not None else op.send(send)
+        except StopIteration:
+            return
+        error = None
+        if isinstance(effect, Emit):
+            record(effect.item)
+        elif isinstance(effect, Pump):
+            effect = Pump(effect.handle, _TrackingSink(effect.sink, record))
+        try:
+            send = yield effect
+        except GeneratorExit:
+            op.close()
+            raise
+        except BaseException as exc:  # handed back to the subscription, which knows what to do
+            send, error = None, exc
+
+
+def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[int]:
+    """Do the group's bookkeeping when due, then emit what is committed now on the assigned
+    partitions (at most ``max_batch`` per partition, ``limit`` in all); returns how many were emitted.
+
+    :raises ConsumerGroupError: see :func:`heartbeat`; a partition without position and
+        ``auto_offset="none"``.
+    """
+    now = now_monotonic()
+    if not member.joined or now >= member.next_heartbeat:
+        yield from heartbeat(core, member)
+    if member.auto_commit_interval and now >= member.next_commit:
+        yield from commit(core, member)
+    emitted = 0
+
+    def record(message: Message) -> None:
+        nonlocal emitted
+        member.handed_out(message)
+        emitted += 1
+
+    for stream, partition in member.assigned():
+        room = member.max_batch if limit is None else min(member.max_batch, limit - emitted)
+        if room <= 0:
+            break
+        start = member.positions.get((stream, partition), 0)
+        hw = (yield from _ops.fetch_partition_metadata(core, stream, partition)).high_watermark
+        if start > hw:
+            continue
+        stop = min(hw, start + room - 1)
+        yield from _tracked(_ops.subscribe(core, stream, partition=partition, start_at=start, stop_at=stop), record)
+    return emitted
+
+
+def consume(
+    core: ClientCore,
+    member: GroupMember,
+    *,
+    max_messages: int | None = None,
+    timeout: float | None = None,
+    idle_wait: float = 0.2,
+) -> Op[None]:
+    """Emit the group's messages for this member until ``max_messages`` were emitted or ``timeout``
+    seconds passed (``None``: until the caller stops), polling every ``idle_wait`` seconds when idle.
+    """
+    deadline = None if timeout is None else now_monotonic() + timeout
+    total = 0
+    while max_messages is None or total < max_messages:
+        got = yield from poll(core, member, None if max_messages is None else max_messages - total)
+        total += got
+        now = now_monotonic()
+        if deadline is not None and now >= deadline:
+            return
+        if got:
+            continue
+        wait = idle_wait if deadline is None else min(idle_wait, deadline - now)
+        yield Sleep(max(wait, 0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The two front ends
+# ---------------------------------------------------------------------------------------------
+
+
+class GroupConsumer:
+    """A consumer-group member on a blocking :class:`~.sync_client.LiftbridgeClient`.
+
+    ``with GroupConsumer(client, "billing", ["orders"]) as consumer:`` joins, and leaves on exit;
+    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it.
+
+    :param client: the client to use (not closed by the consumer).
+    :param group_id: the group to join.
+    :param streams: the streams to consume (a name or a list).
+    :param consumer_id: this member's id (default: a random one). A stable id lets a restarted
+        process take its place again before the server times the old one out.
+    :param auto_offset: where to start a partition the group has no position for.
+    :param auto_commit_interval: seconds between automatic commits (``None``: only :meth:`commit`).
+    :param max_batch: messages read per partition per poll, at most.
+    :param idle_wait: seconds between polls that found nothing.
+    :raises InvalidArgumentError: see :class:`GroupMember`.
+    """
+
+    def __init__(
+        self,
+        client: LiftbridgeClient,
+        group_id: str,
+        streams: str | Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_offset: AutoOffset = "new_only",
+        auto_commit_interval: float | None = 5.0,
+        max_batch: int = 512,
+        idle_wait: float = 0.2,
+    ) -> None:
+        self._client = client
+        self.member = GroupMember(
+            group_id,
+            [streams] if isinstance(streams, str) else list(streams),
+            consumer_id or "",
+            auto_offset,
+            auto_commit_interval,
+            max_batch,
+        )
+        self.idle_wait = idle_wait
+
+    @property
+    def consumer_id(self) -> str:
+        """This member's id in the group."""
+        return self.member.consumer_id
+
+    @property
+    def assignments(self) -> dict[str, list[int]]:
+        """The partitions assigned to this member, per stream (as last heard from the coordinator)."""
+        return {s: list(p) for s, p in self.member.assignments.items()}
+
+    def _run(self, op: Op[Any]) -> Any:
+        from .sync_client import _run
+
+        return _run(self._client._transport, op)
+
+    def join(self) -> None:
+        """Join the group and fetch this member's first assignments.
+
+        :raises ConsumerGroupError: / :raises UnavailableError: see :func:`join`.
+        """
+        self._run(join(self._client._core, self.member))
+        self._run(heartbeat(self._client._core, self.member))
+
+    def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> Iterator[Message]:
+        """The messages of this member's partitions, as they come, until ``max_messages`` or
+        ``timeout`` seconds (``None``: until the caller stops iterating). Joins first if needed.
+
+        :raises ConsumerGroupError: / :raises UnavailableError: see :func:`poll`.
+        """
+        core = self._client._core
+        return self._client._transport.drive(
+            consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
+        )
+
+    def commit(self) -> int:
+        """Store the group's positions (after the last message handed out); returns how many partitions moved."""
+        return int(self._run(commit(self._client._core, self.member)))
+
+    def leave(self) -> None:
+        """Commit (with auto-commit on) and leave the group."""
+        self._run(leave(self._client._core, self.member))
+
+    def __enter__(self) -> GroupConsumer:
+        self.join()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave()
+
+
+class AsyncGroupConsumer:
+    """:class:`GroupConsumer` on an :class:`~.async_client.AsyncLiftbridgeClient`: the same
+    parameters; ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator,
+    and it is an async context manager."""
+
+    def __init__(
+        self,
+        client: AsyncLiftbridgeClient,
+        group_id: str,
+        streams: str | Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_offset: AutoOffset = "new_only",
+        auto_commit_interval: float | None = 5.0,
+        max_batch: int = 512,
+        idle_wait: float = 0.2,
+    ) -> None:
+        self._client = client
+        self.member = GroupMember(
+            group_id,
+            [streams] if isinstance(streams, str) else list(streams),
+            consumer_id or "",
+            auto_offset,
+            auto_commit_interval,
+            max_batch,
+        )
+        self.idle_wait = idle_wait
+
+    consumer_id = GroupConsumer.consumer_id
+    assignments = GroupConsumer.assignments
+
+    async def _run(self, op: Op[Any]) -> Any:
+        from .async_client import _run
+
+        return await _run(self._client._transport, op)
+
+    async def join(self) -> None:
+        """Join the group and fetch this member's first assignments (see :meth:`GroupConsumer.join`)."""
+        await self._run(join(self._client._core, self.member))
+        await self._run(heartbeat(self._client._core, self.member))
+
+    def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> AsyncIterator[Message]:
+        """See :meth:`GroupConsumer.messages`."""
+        core = self._client._core
+        return self._client._transport.drive(
+            consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
+        )
+
+    async def commit(self) -> int:
+        """See :meth:`GroupConsumer.commit`."""
+        return int(await self._run(commit(self._client._core, self.member)))
+
+    async def leave(self) -> None:
+        """See :meth:`GroupConsumer.leave`."""
+        await self._run(leave(self._client._core, self.member))
+
+    async def __aenter__(self) -> AsyncGroupConsumer:
+        await self.join()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.leave()

@@ -1,0 +1,184 @@
+"""Consumer-group members (client/consumer.py) against the dev server's groups (devserver/groups.py).
+
+Servers here have short group timeouts (member timeout 1 s, so heartbeats every 0.7 s; coordinator
+report window 1 s) so that rebalances, timeouts and a coordinator change happen within a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_provider_liftbridge.client import (
+    AsyncGroupConsumer,
+    AsyncLiftbridgeClient,
+    ConsumerGroupError,
+    GroupConsumer,
+    LiftbridgeClient,
+    Record,
+)
+from airflow_provider_liftbridge.client.consumer import group_cursor_id
+from airflow_provider_liftbridge.devserver import DevServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[DevServer]:
+    srv = DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def client(server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(server.address, timeout=5.0) as c:
+        yield c
+
+
+def _group() -> str:
+    return f"g-{uuid.uuid4().hex[:8]}"
+
+
+def _publish(client: LiftbridgeClient, stream: str, partition: int, n: int, tag: str = "m") -> None:
+    client.publish_many(stream, [Record(f"{tag}-{partition}-{i}".encode(), partition=partition) for i in range(n)])
+
+
+def _read(consumer: GroupConsumer, n: int, timeout: float = 10.0) -> list[tuple[int, int]]:
+    return [(m.partition, m.offset) for m in consumer.messages(max_messages=n, timeout=timeout)]
+
+
+def _wait_until(check: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def test_single_member_reads_every_partition_and_resumes_from_the_commit(
+    client: LiftbridgeClient, stream_name: str
+) -> None:
+    client.create_stream(stream_name, stream_name, partitions=2)
+    for p in (0, 1):
+        _publish(client, stream_name, p, 3)
+    group = _group()
+    with GroupConsumer(client, group, stream_name, auto_offset="earliest", auto_commit_interval=None) as consumer:
+        assert consumer.assignments == {stream_name: [0, 1]}
+        got = _read(consumer, 6)
+        assert sorted(got) == [(p, o) for p in (0, 1) for o in range(3)]
+        assert consumer.commit() == 2
+        assert client.fetch_cursor(group_cursor_id(group), stream_name, 1) == 2
+        consumer.member.auto_commit_interval = 5.0  # so leaving commits too
+    for p in (0, 1):
+        _publish(client, stream_name, p, 2, tag="later")
+    # A new member of the same group starts where the group's cursors are: only the new messages.
+    with GroupConsumer(client, group, [stream_name], auto_offset="earliest") as again:
+        assert sorted(_read(again, 4)) == [(p, o) for p in (0, 1) for o in (3, 4)]
+        assert list(again.messages(timeout=0.3)) == []
+
+
+def test_new_only_starts_after_what_was_there(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name)
+    _publish(client, stream_name, 0, 2)
+    with GroupConsumer(client, _group(), stream_name) as consumer:
+        _publish(client, stream_name, 0, 1, tag="new")
+        msgs = list(consumer.messages(max_messages=1, timeout=10))
+        assert [(m.offset, m.value) for m in msgs] == [(2, b"new-0-0")]
+
+
+def test_auto_offset_none_refuses_a_partition_without_position(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name)
+    with pytest.raises(ConsumerGroupError, match="no committed position"):
+        GroupConsumer(client, _group(), stream_name, auto_offset="none").join()
+
+
+def test_join_with_a_missing_stream_names_the_stream(client: LiftbridgeClient, stream_name: str) -> None:
+    with pytest.raises(ConsumerGroupError, match=f"stream {stream_name} does not exist"):
+        GroupConsumer(client, _group(), stream_name).join()
+
+
+def test_rebalance_splits_partitions_and_leave_hands_them_back(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name, partitions=2)
+    group = _group()
+    a = GroupConsumer(client, group, stream_name, consumer_id="a", auto_offset="earliest")
+    b = GroupConsumer(client, group, stream_name, consumer_id="b", auto_offset="earliest")
+    a.join()
+    assert a.assignments == {stream_name: [0, 1]}
+    b.join()
+    assert b.assignments == {stream_name: [1]}
+    # a learns of the rebalance at its next heartbeat (0.7 s) and gives partition 1 up.
+    _wait_until(lambda: (list(a.messages(timeout=0.1)), a.assignments)[1] == {stream_name: [0]})
+    for p in (0, 1):
+        _publish(client, stream_name, p, 3)
+    got_a, got_b = _read(a, 3), _read(b, 3)
+    assert sorted(got_a) == [(0, o) for o in range(3)] and sorted(got_b) == [(1, o) for o in range(3)]
+    b.leave()  # commits partition 1 at offset 2 (auto-commit is on)
+    _publish(client, stream_name, 1, 1, tag="after")
+    # a takes partition 1 back and continues after b's commit: no message read twice.
+    assert _read(a, 1) == [(1, 3)]
+    assert a.assignments == {stream_name: [0, 1]}
+    a.leave()
+
+
+def test_silent_member_times_out_and_rejoins_when_it_comes_back(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name, partitions=2)
+    group = _group()
+    quiet = GroupConsumer(client, group, stream_name, consumer_id="a-quiet", auto_offset="earliest")
+    busy = GroupConsumer(client, group, stream_name, consumer_id="b-busy", auto_offset="earliest")
+    quiet.join()
+    busy.join()
+    assert busy.assignments == {stream_name: [1]}
+    # Only busy heartbeats; after the 1 s member timeout the coordinator gives it both partitions.
+    _wait_until(lambda: (list(busy.messages(timeout=0.1)), busy.assignments)[1] == {stream_name: [0, 1]})
+    # quiet's next poll finds itself out of the group, joins again, and the partitions are split again.
+    list(quiet.messages(timeout=0.1))
+    assert quiet.member.joined and quiet.assignments == {stream_name: [0]}
+    _wait_until(lambda: (list(busy.messages(timeout=0.1)), busy.assignments)[1] == {stream_name: [1]})
+    quiet.leave()
+    busy.leave()
+
+
+def test_async_member_reads_and_commits(server: DevServer, client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name, partitions=2)
+    for p in (0, 1):
+        _publish(client, stream_name, p, 2)
+    group = _group()
+
+    async def run() -> list[tuple[int, int]]:
+        async with AsyncLiftbridgeClient(server.address, timeout=5.0) as aclient:
+            async with AsyncGroupConsumer(aclient, group, stream_name, auto_offset="earliest") as consumer:
+                got = [(m.partition, m.offset) async for m in consumer.messages(max_messages=4, timeout=10)]
+                await consumer.commit()
+                return got
+
+    assert sorted(asyncio.run(run())) == [(p, o) for p in (0, 1) for o in (0, 1)]
+    assert [client.fetch_cursor(group_cursor_id(group), stream_name, p) for p in (0, 1)] == [1, 1]
+
+
+def test_coordinator_change_in_cluster_mode(stream_name: str) -> None:
+    """The coordinator broker stops; the member reports it after the coordinator timeout, another
+    broker takes the group over, and the member goes on reading from where it was."""
+    with DevServer(brokers=3, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0) as cluster:
+        with LiftbridgeClient(cluster.addresses, timeout=3.0, max_retries=2) as client:
+            client.create_stream(stream_name, stream_name, partitions=2, replication_factor=3)
+            consumer = GroupConsumer(client, _group(), stream_name, auto_offset="earliest")
+            consumer.join()
+            old = consumer.member.coordinator
+            for p in (0, 1):
+                _publish(client, stream_name, p, 2)
+            assert len(_read(consumer, 4)) == 4
+            cluster.stop_broker(cluster.broker_ids.index(old))
+            for p in (0, 1):
+                _publish(client, stream_name, p, 1, tag="after")
+            got = _read(consumer, 2, timeout=20)
+            assert sorted(got) == [(0, 2), (1, 2)]  # nothing lost, nothing repeated
+            _wait_until(lambda: (list(consumer.messages(timeout=0.2)), consumer.member.coordinator)[1] != old, 20)
+            assert (
+                consumer.member.coordinator in cluster.broker_ids and consumer.member.coordinator_silent_since is None
+            )
+            consumer.leave()
