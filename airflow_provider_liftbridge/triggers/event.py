@@ -5,7 +5,10 @@ offset order. The cursor moves past a message only after the event made from it 
 
 * On Airflow 3.3+ the triggerer runs the trigger in *ack mode* (``create_shared_stream_producer``):
   the cursor is written only once the triggerer has confirmed the event **stored in the metadata
-  database**.
+  database**. The watcher hands over at most ``max_in_flight`` messages whose events are not
+  confirmed yet (back-pressure: Airflow's fan-out queue fails a watcher that overfills it), and
+  writes its cursor every ``commit_interval`` seconds or ``commit_every`` messages, whichever
+  comes first.
 * Where the triggerer drives :meth:`LiftbridgeEventTrigger.run` (older triggerers, or a caller of
   its own), the cursor for message N is written when the generator is resumed after yielding N,
   i.e. once the consumer has taken the event, before N+1 is looked for.
@@ -18,6 +21,7 @@ incarnation's offset. See ``docs/event-driven.md`` for what is and is not guaran
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import inspect
@@ -67,9 +71,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 5.0
-#: On the run() path, filtered-out messages are committed in batches of this many (re-reading a few
-#: non-matching messages after a restart is harmless; one SetCursor per message is not free).
-SKIPPED_COMMIT_EVERY = 100
+#: Ack mode: messages handed to the triggerer whose events are not confirmed stored yet, at most.
+#: Airflow's shared-stream fan-out puts every message the producer yields into a bounded queue per
+#: subscriber ([triggerer] shared_stream_subscriber_queue_size, 1,024 by default) and fails the
+#: watcher when it is full; the window keeps it from filling (it is also capped at that size).
+#: It also bounds how many messages can fire again after the triggerer is killed.
+DEFAULT_MAX_IN_FLIGHT = 256
+#: Ack mode: the cursor is written this many seconds after the first confirmed message not yet
+#: covered by it, at the latest...
+DEFAULT_COMMIT_INTERVAL = 0.5
+#: ...or as soon as this many confirmed messages are not covered by it. On the run() path,
+#: filtered-out messages are committed in batches of this many (re-reading a few non-matching
+#: messages after a restart is harmless; one SetCursor per message is not free).
+DEFAULT_COMMIT_EVERY = 100
 #: Conditions a long-lived watcher waits out (polling) instead of failing.
 _WAITABLE = (NoSuchStreamError, NoSuchPartitionError, PartitionPausedError, NotLeaderError, UnavailableError)
 
@@ -115,6 +129,17 @@ def _parse_watch_start(value: Any) -> StartPosition | int | dt.datetime:
             "timestamp ('latest' would re-read the newest message after every restart before the first event)"
         )
     return position
+
+
+def _positive(name: str, value: Any, what: str, kind: type[int] | type[float]) -> Any:
+    """``value`` as ``kind`` if it is a positive number (a whole one for ``int``).
+
+    :raises LiftbridgeArgumentError: it is not.
+    """
+    number_types: tuple[type, ...] = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, number_types) or value <= 0:
+        raise LiftbridgeArgumentError(f"{name} must be {what}, got {value!r}")
+    return kind(value)
 
 
 class Delivery(NamedTuple):
@@ -218,37 +243,127 @@ class _PartitionReader:
         await client.set_cursor(cursor_key, self._trigger.stream, self._trigger.partition, offset)
 
 
+def subscriber_queue_size() -> int:
+    """``[triggerer] shared_stream_subscriber_queue_size`` of this process (0 or less: unbounded)."""
+    from airflow.configuration import conf
+
+    return conf.getint("triggerer", "shared_stream_subscriber_queue_size", fallback=1024)
+
+
+def effective_window(max_in_flight: int, queue_size: int) -> int:
+    """How many unconfirmed messages the producer may hand over: ``max_in_flight``, capped at the
+    fan-out queue's size (a subscriber's queue never holds more than the producer has handed over
+    and not seen advanced, so it can then never overflow)."""
+    return max_in_flight if queue_size <= 0 else min(max_in_flight, queue_size)
+
+
+class _CursorCommitter:
+    """Writes the watcher's cursor ``interval`` seconds after the first confirmed message it does
+    not cover yet, or as soon as ``every`` confirmed messages are not covered, whichever comes
+    first. Writes are serialized and never move the cursor back."""
+
+    def __init__(self, reader: _PartitionReader, every: int, interval: float) -> None:
+        self._reader = reader
+        self._every = every
+        self._interval = interval
+        self._pending: tuple[str, int] | None = None
+        self._count = 0
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.Task[None] | None = None
+
+    async def done(self, cursor_key: str, offset: int) -> None:
+        """Note that the watcher is done with ``offset`` (its event is stored, or it fired none)."""
+        if self._pending is not None and self._pending[0] != cursor_key:
+            await self.flush()  # the stream was re-created: close the old incarnation first
+        self._pending = (cursor_key, offset)
+        self._count += 1
+        if self._count >= self._every:
+            await self.flush()
+        elif self._timer is None or self._timer.done():
+            self._timer = asyncio.create_task(self._flush_later(), name="liftbridge-watcher-cursor")
+
+    async def flush(self) -> None:
+        """Write the newest noted offset now (nothing when none is pending).
+
+        :raises LiftbridgeError: the write failed (the offset stays pending).
+        """
+        async with self._lock:
+            pending, count = self._pending, self._count
+            if pending is None:
+                return
+            self._pending, self._count = None, 0
+            try:
+                await self._reader.commit(*pending)
+            except BaseException:
+                if self._pending is None:  # nothing newer was noted meanwhile: keep this one
+                    self._pending, self._count = pending, self._count + count
+                raise
+
+    async def _flush_later(self) -> None:
+        while self._pending is not None:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.flush()
+            except LiftbridgeError as exc:
+                log.warning("watcher cursor write failed (retrying in %gs): %s", self._interval, exc)
+
+    async def aclose(self) -> None:
+        """Stop the timer and write what is pending (best effort: a failure is logged)."""
+        timer, self._timer = self._timer, None
+        if timer is not None and not timer.done():
+            timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await timer
+        try:
+            await self.flush()
+        except LiftbridgeError as exc:
+            log.warning("watcher cursor write on close failed; its last messages will be read again: %s", exc)
+
+
 class _CursorProducer(SharedStreamProducer):  # type: ignore[misc,valid-type]
     """Ack mode: the triggerer hands back, in order, the messages whose events are stored (or that
     the filter passed over); the cursor moves to the last one. Anything else stops the watcher,
-    which then restarts from the cursor: nothing is skipped."""
+    which then restarts from the cursor: nothing is skipped.
 
-    def __init__(self, trigger: LiftbridgeEventTrigger) -> None:
+    Back-pressure: Airflow's fan-out does not wait for anything before pulling the next message
+    from :meth:`open_stream`; it puts each one in every subscriber's bounded queue and fails a
+    subscriber whose queue is full, which fails every event it has not resolved, stored ones
+    included (they would fire again after the restart). So :meth:`open_stream` hands over at most
+    ``window`` messages that :meth:`advance` has not seen back yet."""
+
+    def __init__(self, trigger: LiftbridgeEventTrigger, window: int) -> None:
         self._reader = _PartitionReader(trigger)
+        self._committer = _CursorCommitter(self._reader, trigger.commit_every, trigger.commit_interval)
+        self.window = window
+        self.in_flight = 0
+        self._room = asyncio.Event()
 
     async def open_stream(self) -> AsyncIterator[tuple[Delivery, tuple[str, int]]]:
         async for delivery in self._reader.deliveries():
+            while self.in_flight >= self.window:
+                self._room.clear()
+                await self._room.wait()
+            self.in_flight += 1
             yield delivery, (delivery.cursor_key, delivery.message.offset)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        done: tuple[str, int] | None = None
+        self.in_flight -= len(batch)
+        self._room.set()
         for item in batch:
             if not item.outcome.is_clean:
-                if done is not None:
-                    await self._reader.commit(*done)
+                await self._committer.flush()
                 key, offset = item.broker_payload
                 raise LiftbridgeWatcherError(
                     f"the event of offset {offset} was not confirmed stored ({item.outcome}); the watcher stops "
                     "and restarts from its cursor, so that message is read again"
                 )
-            if done is not None and done[0] != item.broker_payload[0]:
-                await self._reader.commit(*done)  # the stream was re-created: close the old incarnation
-            done = item.broker_payload
-        if done is not None:
-            await self._reader.commit(*done)
+            await self._committer.done(*item.broker_payload)
 
     async def aclose(self) -> None:
-        await self._reader.close()
+        try:
+            await self._committer.aclose()
+        finally:
+            await self._reader.close()
 
 
 class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
@@ -277,6 +392,14 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         client settings) instead of through the connection.
     :param poll_interval: seconds between checks while the stream is missing, paused or read-only.
     :param liftbridge_conn_id: the connection to use when ``brokers`` is not given.
+    :param max_in_flight: ack mode: at most this many messages are handed to the triggerer before
+        their events are confirmed stored (capped at ``[triggerer]
+        shared_stream_subscriber_queue_size``). Also the bound on how many messages fire again
+        after the triggerer is killed.
+    :param commit_interval: / :param commit_every: ack mode: the cursor is written at most this
+        many seconds after a message is confirmed, or once this many confirmed messages are not
+        covered by it, whichever comes first (``commit_every`` also batches the cursor writes for
+        filtered-out messages on the run() path).
     :raises LiftbridgeArgumentError: an argument is invalid (checked here, so a DAG with a bad
         watcher fails to parse).
     """
@@ -294,6 +417,9 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         brokers: str | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         liftbridge_conn_id: str = DEFAULT_CONN_ID,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        commit_interval: float = DEFAULT_COMMIT_INTERVAL,
+        commit_every: int = DEFAULT_COMMIT_EVERY,
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
         self.stream = check_stream(stream)
@@ -315,9 +441,10 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         if brokers is not None and (not isinstance(brokers, str) or not brokers.strip()):
             raise LiftbridgeArgumentError(f"brokers must be 'host:port[,host:port]' or None, got {brokers!r}")
         self.brokers = brokers
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
-            raise LiftbridgeArgumentError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = _positive("poll_interval", poll_interval, "a positive number of seconds", float)
+        self.commit_interval = _positive("commit_interval", commit_interval, "a positive number of seconds", float)
+        self.max_in_flight = _positive("max_in_flight", max_in_flight, "a positive whole number", int)
+        self.commit_every = _positive("commit_every", commit_every, "a positive whole number", int)
 
     def serialize_args(self) -> dict[str, Any]:
         return {
@@ -331,6 +458,9 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             "brokers": self.brokers,
             "poll_interval": self.poll_interval,
             "liftbridge_conn_id": self.liftbridge_conn_id,
+            "max_in_flight": self.max_in_flight,
+            "commit_interval": self.commit_interval,
+            "commit_every": self.commit_every,
         }
 
     async def event_payload(self, delivery: Delivery) -> dict[str, Any] | None:
@@ -362,7 +492,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
                     payload = await self.event_payload(delivery)
                     if payload is None:
                         skipped += 1
-                        if skipped >= SKIPPED_COMMIT_EVERY:
+                        if skipped >= self.commit_every:
                             await reader.commit(delivery.cursor_key, delivery.message.offset)
                             skipped = 0
                         continue
@@ -398,8 +528,20 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
-        """The ack-mode producer: reads the partition, writes the cursor in ``advance``."""
-        return _CursorProducer(cls(**kwargs))
+        """The ack-mode producer: reads the partition, hands over at most ``max_in_flight``
+        unconfirmed messages (capped at the fan-out queue size), writes the cursor."""
+        trigger = cls(**kwargs)
+        queue_size = subscriber_queue_size()
+        window = effective_window(trigger.max_in_flight, queue_size)
+        if window < trigger.max_in_flight:
+            log.info(
+                "watcher of %s/%d: max_in_flight %d capped at [triggerer] shared_stream_subscriber_queue_size %d",
+                trigger.stream,
+                trigger.partition,
+                trigger.max_in_flight,
+                queue_size,
+            )
+        return _CursorProducer(trigger, window)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         """Turn the shared stream of deliveries into this watcher's events."""

@@ -64,6 +64,9 @@ def test_queue_uri_resolves_to_the_event_trigger() -> None:
             "brokers": "10.0.0.1:9292,10.0.0.2:9292",
             "poll_interval": 5.0,
             "liftbridge_conn_id": "liftbridge_default",
+            "max_in_flight": 256,
+            "commit_interval": 0.5,
+            "commit_every": 100,
         },
     )
 

@@ -19,6 +19,7 @@ from airflow_provider_liftbridge.triggers.event import (
     LiftbridgeEventTrigger,
     LiftbridgeWatcherError,
     default_cursor_id,
+    effective_window,
     incarnation_cursor_id,
     started_cursor_id,
 )
@@ -131,6 +132,9 @@ def test_serializes_exactly_and_round_trips() -> None:
             "brokers": None,
             "poll_interval": 3.0,
             "liftbridge_conn_id": "liftbridge_default",
+            "max_in_flight": 256,
+            "commit_interval": 0.5,
+            "commit_every": 100,
         },
     )
     assert restarted(trigger).serialize() == trigger.serialize()
@@ -159,6 +163,10 @@ def test_default_cursor_id_is_stable_and_follows_the_filter() -> None:
         ({"stream": "s", "brokers": ""}, "brokers must be"),
         ({"stream": "s", "poll_interval": 0}, "poll_interval must be"),
         ({"stream": "s", "liftbridge_conn_id": ""}, "liftbridge_conn_id"),
+        ({"stream": "s", "max_in_flight": 0}, "max_in_flight must be a positive whole number"),
+        ({"stream": "s", "max_in_flight": 2.5}, "max_in_flight must be"),
+        ({"stream": "s", "commit_every": True}, "commit_every must be"),
+        ({"stream": "s", "commit_interval": -1}, "commit_interval must be a positive number"),
     ],
 )
 def test_bad_arguments_fail_in_the_constructor(kwargs: dict[str, Any], words: str) -> None:
@@ -335,7 +343,9 @@ async def test_ack_mode_moves_the_cursor_only_after_the_event_is_stored(
             # Moving on hands offset 1 over; offset 2 is filtered out; nothing more matches yet.
             await events.none_within(0.5)
             # Offset 1 is handed over but not stored: the cursor covers only offset 0, which the
-            # filter passed over (nothing to store for it).
+            # filter passed over (nothing to store for it), once the commit interval has passed.
+            await wait_for_cursor(liftbridge_client, trigger, 0)
+            await asyncio.sleep(0.6)
             assert cursor_of(liftbridge_client, trigger) == 0
             manager.confirm_persisted([seq])
             await wait_for_cursor(liftbridge_client, trigger, 2)  # 1 stored, 2 passed over
@@ -385,6 +395,146 @@ async def wait_for_cursor(client: LiftbridgeClient, trigger: LiftbridgeEventTrig
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"cursor stayed at {cursor_of(client, trigger)}, expected {offset}")
+
+
+# -- ack mode under bursts: back-pressure and the cursor's commit cadence ------------------------
+
+
+class Runner:
+    """Plays the triggerer around Airflow's own SharedStreamManager: takes each event and binds it
+    right away (as ``TriggerRunner.run_trigger`` does), and confirms the bound events stored in
+    rounds, as the supervisor's state sync does. Counts the events handed over and not confirmed."""
+
+    def __init__(self, manager: Any, trigger: LiftbridgeEventTrigger, round_seconds: float = 0.05) -> None:
+        self.manager = manager
+        self.trigger = trigger
+        self.key = trigger.shared_stream_key()
+        self.round_seconds = round_seconds
+        self.events: list[dict[str, Any]] = []
+        self.unconfirmed: list[int] = []
+        self.most_unconfirmed = 0
+        self.confirming = True
+
+    async def consume(self) -> None:
+        stream = self.trigger.filter_shared_stream(
+            self.manager.subscribe(trigger_id=1, trigger=self.trigger, key=self.key)
+        )
+        async for event in stream:
+            seq = self.manager.bind_pending_event(trigger_id=1, key=self.key)
+            assert seq is not None
+            self.events.append(dict(event.payload))
+            self.unconfirmed.append(seq)
+            self.most_unconfirmed = max(self.most_unconfirmed, len(self.unconfirmed))
+            await asyncio.sleep(0.001)  # the real runner logs every event it takes (an await, ~1 ms)
+
+    async def supervise(self) -> None:
+        while True:
+            await asyncio.sleep(self.round_seconds)
+            if self.confirming:
+                seqs, self.unconfirmed = self.unconfirmed, []
+                self.manager.confirm_persisted(seqs)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Runner]:
+        tasks = [asyncio.ensure_future(self.consume()), asyncio.ensure_future(self.supervise())]
+        try:
+            yield self
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.manager.stop_all()
+
+    async def wait_for(self, count: int, timeout: float = 60) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(self.events) < count:
+            assert asyncio.get_running_loop().time() < deadline, f"{len(self.events)} events of {count}"
+            await asyncio.sleep(0.05)
+
+
+def test_window_is_capped_at_the_fan_out_queue() -> None:
+    assert effective_window(256, 1024) == 256
+    assert effective_window(256, 64) == 64
+    assert effective_window(256, 0) == 256  # 0: Airflow's queue is unbounded
+
+
+@pytest.mark.parametrize(("queue_size", "max_in_flight", "burst"), [(1024, 256, 3000), (64, 256, 2000), (16, 5, 600)])
+async def test_a_burst_fires_every_matching_message_once_with_bounded_unconfirmed_events(
+    liftbridge_client: LiftbridgeClient,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    queue_size: int,
+    max_in_flight: int,
+    burst: int,
+) -> None:
+    """Before the window, a burst larger than the fan-out queue overflowed it: Airflow failed the
+    watcher and every event not yet confirmed, stored ones included, fired again after the restart."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE", str(queue_size))
+    make_stream(liftbridge_client, stream_name)
+    liftbridge_client.publish_many(stream_name, [str(n).encode() for n in range(burst)])
+    trigger = LiftbridgeEventTrigger(
+        stream=stream_name, apply_function=f"{HERE}.is_even", start_at="earliest", max_in_flight=max_in_flight
+    )
+    window = min(queue_size, max_in_flight)
+    manager = SharedStreamManager(max_subscriber_queue=queue_size, ack_timeout=60)
+    async with Runner(manager, trigger).running() as runner:
+        await runner.wait_for(burst // 2, timeout=120)
+        await wait_for_cursor(liftbridge_client, trigger, burst - 1)
+        await asyncio.sleep(0.3)
+    assert [e["message"]["offset"] for e in runner.events] == list(range(0, burst, 2))
+    assert 0 < runner.most_unconfirmed <= window
+
+
+async def test_cursor_is_written_on_a_message_count_or_an_interval_whichever_first(
+    liftbridge_client: LiftbridgeClient, stream_name: str
+) -> None:
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    make_stream(liftbridge_client, stream_name, [str(n).encode() for n in range(7)])
+    # Count first: an interval this long never expires within the test.
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest", commit_every=5, commit_interval=3600)
+    async with Runner(SharedStreamManager(ack_timeout=60), trigger).running() as runner:
+        await runner.wait_for(7)
+        # A message is done once its event is confirmed stored and the watcher asked for the next
+        # one: the fifth done message writes the cursor.
+        await wait_for_cursor(liftbridge_client, trigger, 4)
+        await asyncio.sleep(0.5)
+        assert cursor_of(liftbridge_client, trigger) == 4  # offsets 5 and 6 are done, not written yet
+    # Stopping the watcher (the triggerer's graceful stop closes the producer) writes the rest.
+    assert cursor_of(liftbridge_client, trigger) == 6
+
+    # Interval first: one confirmed message is written within the interval.
+    liftbridge_client.publish(stream_name, b"7")
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest", commit_every=1000, commit_interval=0.2)
+    async with Runner(SharedStreamManager(ack_timeout=60), trigger).running() as runner:
+        await runner.wait_for(1)
+        await wait_for_cursor(liftbridge_client, trigger, 7)
+    assert [e["message"]["offset"] for e in runner.events] == [7]
+
+
+async def test_unconfirmed_events_hold_the_watcher_and_the_cursor(
+    liftbridge_client: LiftbridgeClient, stream_name: str
+) -> None:
+    """With nothing confirmed, the watcher hands over ``max_in_flight`` messages and waits."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    make_stream(liftbridge_client, stream_name, [str(n).encode() for n in range(50)])
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest", max_in_flight=10)
+    runner = Runner(SharedStreamManager(ack_timeout=60), trigger)
+    runner.confirming = False
+    async with runner.running():
+        await runner.wait_for(10)
+        await asyncio.sleep(0.5)
+        assert len(runner.events) == 10
+        assert cursor_of(liftbridge_client, trigger) == -1
+        runner.confirming = True
+        await runner.wait_for(50)
+        await wait_for_cursor(liftbridge_client, trigger, 49)
+    assert [e["message"]["offset"] for e in runner.events] == list(range(50))
 
 
 # -- in a DAG --------------------------------------------------------------------------------
