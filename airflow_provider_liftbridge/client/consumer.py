@@ -19,6 +19,7 @@ member; :class:`GroupConsumer` and :class:`AsyncGroupConsumer` run them on a cli
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +29,12 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from . import _ops
-from ._core import ClientCore, RpcFailure, is_transient, now_monotonic
-from ._effects import Emit, Op, Pump, Sleep, Unary
+from . import operations
+from .effects import Emit, Op, Pump, RpcFailure, Sleep, Unary
 from .errors import InvalidArgumentError, LiftbridgeError, UnavailableError
+from .retry import is_transient
+from .routing import ClientCore
+from .subscription import subscribe
 from .types import Message
 
 if TYPE_CHECKING:
@@ -215,7 +218,7 @@ def _refresh_coordinator(core: ClientCore, member: GroupMember) -> Op[bool]:
 def _coordinator_address(core: ClientCore, member: GroupMember) -> Op[str]:
     address = core.cache.broker_address(member.coordinator)
     if address is None:
-        yield from _ops.fetch_metadata(core, member.streams)
+        yield from operations.fetch_metadata(core, member.streams)
         address = core.cache.broker_address(member.coordinator)
     if address is None:  # not in the metadata: as good as unreachable (the failover path)
         raise RpcFailure(grpc.StatusCode.UNAVAILABLE, f"coordinator {member.coordinator} is not in the metadata")
@@ -233,7 +236,7 @@ def heartbeat(core: ClientCore, member: GroupMember) -> Op[None]:
     """
     if not member.joined:
         yield from join(core, member)
-    now = now_monotonic()
+    now = time.monotonic()
     request = api_pb2.FetchConsumerGroupAssignmentsRequest(
         groupId=member.group_id, consumerId=member.consumer_id, epoch=member.epoch
     )
@@ -297,7 +300,7 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
         member.positions.pop(key, None)
         member.committed.pop(key, None)
     for stream, partition in sorted(new - old):
-        cursor = yield from _ops.fetch_cursor(core, member.cursor_id, stream, partition)
+        cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
         member.committed[(stream, partition)] = cursor
         if cursor >= 0:
             member.positions[(stream, partition)] = cursor + 1
@@ -313,14 +316,14 @@ def _auto_position(core: ClientCore, member: GroupMember, stream: str, partition
             f"group {member.group_id!r} has no committed position for stream {stream!r} partition {partition};"
             " pass auto_offset='earliest', 'latest' or 'new_only' to start without one"
         )
-    hw = (yield from _ops.fetch_partition_metadata(core, stream, partition)).high_watermark
+    hw = (yield from operations.fetch_partition_metadata(core, stream, partition)).high_watermark
     return hw + 1 if member.auto_offset == "new_only" else max(hw, 0)
 
 
 def _commit(core: ClientCore, member: GroupMember, keys: Sequence[tuple[str, int]] | None = None) -> Op[int]:
     pending = member.uncommitted(keys)
     for (stream, partition), offset in pending.items():
-        yield from _ops.set_cursor(core, member.cursor_id, stream, partition, offset)
+        yield from operations.set_cursor(core, member.cursor_id, stream, partition, offset)
         member.committed[(stream, partition)] = offset
     return len(pending)
 
@@ -333,7 +336,7 @@ def commit(core: ClientCore, member: GroupMember) -> Op[int]:
     """
     count = yield from _commit(core, member)
     if member.auto_commit_interval:
-        member.next_commit = now_monotonic() + member.auto_commit_interval
+        member.next_commit = time.monotonic() + member.auto_commit_interval
     return count
 
 
@@ -414,7 +417,7 @@ def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[
     :raises ConsumerGroupError: see :func:`heartbeat`; a partition without position and
         ``auto_offset="none"``.
     """
-    now = now_monotonic()
+    now = time.monotonic()
     if not member.joined or now >= member.next_heartbeat:
         yield from heartbeat(core, member)
     if member.auto_commit_interval and now >= member.next_commit:
@@ -431,11 +434,11 @@ def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[
         if room <= 0:
             break
         start = member.positions.get((stream, partition), 0)
-        hw = (yield from _ops.fetch_partition_metadata(core, stream, partition)).high_watermark
+        hw = (yield from operations.fetch_partition_metadata(core, stream, partition)).high_watermark
         if start > hw:
             continue
         stop = min(hw, start + room - 1)
-        yield from _tracked(_ops.subscribe(core, stream, partition=partition, start_at=start, stop_at=stop), record)
+        yield from _tracked(subscribe(core, stream, partition=partition, start_at=start, stop_at=stop), record)
     return emitted
 
 
@@ -450,12 +453,12 @@ def consume(
     """Emit the group's messages for this member until ``max_messages`` were emitted or ``timeout``
     seconds passed (``None``: until the caller stops), polling every ``idle_wait`` seconds when idle.
     """
-    deadline = None if timeout is None else now_monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     total = 0
     while max_messages is None or total < max_messages:
         got = yield from poll(core, member, None if max_messages is None else max_messages - total)
         total += got
-        now = now_monotonic()
+        now = time.monotonic()
         if deadline is not None and now >= deadline:
             return
         if got:
@@ -521,9 +524,7 @@ class GroupConsumer:
         return {s: list(p) for s, p in self.member.assignments.items()}
 
     def _run(self, op: Op[Any]) -> Any:
-        from .sync_client import _run
-
-        return _run(self._client._transport, op)
+        return self._client._transport.run(op)
 
     def join(self) -> None:
         """Join the group and fetch this member's first assignments.
@@ -592,9 +593,7 @@ class AsyncGroupConsumer:
     assignments = GroupConsumer.assignments
 
     async def _run(self, op: Op[Any]) -> Any:
-        from .async_client import _run
-
-        return await _run(self._client._transport, op)
+        return await self._client._transport.run(op)
 
     async def join(self) -> None:
         """Join the group and fetch this member's first assignments (see :meth:`GroupConsumer.join`)."""
