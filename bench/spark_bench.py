@@ -32,7 +32,7 @@ from _measure import cpu_model
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServerProcess
-from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe
+from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe, to_options
 
 
 class PeakRss:
@@ -147,7 +147,7 @@ def main() -> None:
             last_stream, run = publish(spark, rows, cores)
             results.append(measure(label, cores, run))
             if cores == 2 and rows == args.rows:
-                reader = spark.read.format("liftbridge").options(**settings.to_options()).option("stream", last_stream)
+                reader = spark.read.format("liftbridge").options(**to_options(settings)).option("stream", last_stream)
                 results.append(measure("read back (count)", cores, reader.load().count))
             spark.stop()
 

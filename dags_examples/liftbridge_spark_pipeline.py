@@ -122,9 +122,9 @@ def liftbridge_spark_pipeline() -> None:
         from pyspark.sql import functions as F
 
         from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-        from airflow_provider_liftbridge.spark import ConnectionSettings, register
+        from airflow_provider_liftbridge.spark import register, to_options
 
-        settings = ConnectionSettings.from_connection_settings(LiftbridgeHook().settings)
+        settings = LiftbridgeHook().settings
         register(spark)
         this_run = F.lit(False)
         for partition, span in summary["partitions"].items():
@@ -134,7 +134,7 @@ def liftbridge_spark_pipeline() -> None:
             )
         df = (
             spark.read.format("liftbridge")
-            .options(**settings.to_options())
+            .options(**to_options(settings))
             .option("stream", summary["stream"])
             .load()
             .where(this_run)

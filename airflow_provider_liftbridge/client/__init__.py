@@ -29,6 +29,7 @@ from .errors import (
 )
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
+from .settings import ConnectionSettings
 from .sync_client import LiftbridgeClient
 from .types import (
     Ack,
@@ -61,6 +62,7 @@ __all__ = [
     "AckTimeoutError",
     "BrokerInfo",
     "ClientClosedError",
+    "ConnectionSettings",
     "EncryptionError",
     "IncorrectOffsetError",
     "InvalidArgumentError",

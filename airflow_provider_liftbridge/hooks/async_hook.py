@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_liftbridge.client import AsyncLiftbridgeClient
+from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, ConnectionSettings
 
-from .connection import LiftbridgeConnectionSettings, settings_from_connection
+from .connection import settings_from_connection
 from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID
 
 __all__ = ["TRIGGERER_CLIENT_OPTIONS", "LiftbridgeAsyncHook"]
@@ -40,10 +40,10 @@ class LiftbridgeAsyncHook(BaseHook):
     def __init__(self, liftbridge_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.liftbridge_conn_id = liftbridge_conn_id
-        self._settings: LiftbridgeConnectionSettings | None = None
+        self._settings: ConnectionSettings | None = None
         self._client: AsyncLiftbridgeClient | None = None
 
-    async def get_settings(self) -> LiftbridgeConnectionSettings:
+    async def get_settings(self) -> ConnectionSettings:
         """The connection's validated settings, fetched once.
 
         :raises LiftbridgeConnectionConfigError: a field of the connection is missing or invalid.
@@ -58,9 +58,7 @@ class LiftbridgeAsyncHook(BaseHook):
         """The async client of this connection, built on first call and reused until :meth:`aclose`."""
         if self._client is None:
             settings = await self.get_settings()
-            self._client = AsyncLiftbridgeClient(
-                list(settings.brokers), **TRIGGERER_CLIENT_OPTIONS, **settings.client_kwargs()
-            )
+            self._client = settings.async_client(**TRIGGERER_CLIENT_OPTIONS)
         return self._client
 
     async def aclose(self) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
+from airflow_provider_liftbridge.client import ConnectionSettings, LiftbridgeClient, LiftbridgeError
 
-from .connection import LiftbridgeConnectionSettings, settings_from_connection
+from .connection import settings_from_connection
 from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
 
 __all__ = ["LiftbridgeHook"]
@@ -52,7 +52,7 @@ class LiftbridgeHook(BaseHook):
         }
 
     @cached_property
-    def settings(self) -> LiftbridgeConnectionSettings:
+    def settings(self) -> ConnectionSettings:
         """The connection's validated settings (read once per hook)."""
         return settings_from_connection(self.get_connection(self.liftbridge_conn_id))
 
@@ -61,7 +61,7 @@ class LiftbridgeHook(BaseHook):
         """The client of this connection, built on first use and reused until :meth:`close`."""
         settings = self.settings
         self.log.info("Connecting to Liftbridge brokers %s", ", ".join(settings.brokers))
-        return LiftbridgeClient(list(settings.brokers), **settings.client_kwargs())
+        return settings.client()
 
     def get_conn(self) -> LiftbridgeClient:
         """Return :attr:`client` (the name Airflow hooks traditionally use)."""

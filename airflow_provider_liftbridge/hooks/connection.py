@@ -1,4 +1,5 @@
-"""Turn an Airflow ``liftbridge`` connection into client settings, validating every field.
+"""Turn an Airflow ``liftbridge`` connection into client settings
+(:class:`~airflow_provider_liftbridge.client.ConnectionSettings`), validating every field.
 
 Shared by the sync hook (tasks) and the async hook (triggers): they differ only in how they
 fetch the connection and which client class they build.
@@ -9,15 +10,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_provider_liftbridge.client import AckPolicy, TlsConfig
+from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
 
 from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT
 from .exceptions import LiftbridgeConnectionConfigError
 
-__all__ = ["ConnectionLike", "LiftbridgeConnectionSettings", "parse_ack_policy", "settings_from_connection"]
+__all__ = ["ConnectionLike", "parse_ack_policy", "settings_from_connection"]
 
 _EXTRA_PREFIX = f"extra__{CONN_TYPE}__"
 _TRUE = {"true", "1", "yes", "on"}
@@ -34,41 +34,6 @@ class ConnectionLike(Protocol):
 
     @property
     def extra_dejson(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class LiftbridgeConnectionSettings:
-    """Validated settings of a ``liftbridge`` connection, ready to build a client.
-
-    :param brokers: ``host:port`` of every configured broker.
-    :param tls: TLS settings, or ``None`` for plaintext.
-    :param nats_servers: NATS server URLs (``nats://host:port``), possibly empty.
-    :param ack_policy: the default ack policy of publishes.
-    :param timeout: per-call deadline in seconds.
-    :param max_retries: retries of a call on an unavailable broker.
-    :param resubscribe_wait: how long a subscription tries to resubscribe, in seconds.
-    """
-
-    conn_id: str
-    brokers: tuple[str, ...]
-    tls: TlsConfig | None = None
-    nats_servers: tuple[str, ...] = ()
-    ack_policy: AckPolicy = AckPolicy.LEADER
-    timeout: float = 10.0
-    max_retries: int = 5
-    resubscribe_wait: float = 30.0
-    extras_seen: frozenset[str] = field(default=frozenset(), compare=False)
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``LiftbridgeClient`` / ``AsyncLiftbridgeClient`` (brokers excluded)."""
-        return {
-            "tls": self.tls,
-            "nats_servers": self.nats_servers,
-            "timeout": self.timeout,
-            "max_retries": self.max_retries,
-            "ack_policy": self.ack_policy,
-            "resubscribe_wait": self.resubscribe_wait,
-        }
 
 
 def parse_ack_policy(value: object, *, what: str = "ack_policy") -> AckPolicy:
@@ -93,7 +58,7 @@ def parse_ack_policy(value: object, *, what: str = "ack_policy") -> AckPolicy:
     raise ValueError(f"{what} {value!r} is not an ack policy: use one of 'leader', 'all', 'none'")
 
 
-def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettings:
+def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
     """Validate a ``liftbridge`` connection and return its settings.
 
     Extras are read under their plain names (``tls_ca_file``) or the prefixed form older forms
@@ -119,7 +84,7 @@ def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettin
     timeout = _parse_number(extras, "timeout", 10.0, fail, minimum=0.0, strict=True)
     max_retries = int(_parse_number(extras, "max_retries", 5, fail, minimum=0, integer=True))
     resubscribe_wait = _parse_number(extras, "resubscribe_wait", 30.0, fail, minimum=0.0)
-    return LiftbridgeConnectionSettings(
+    return ConnectionSettings(
         conn_id=conn_id,
         brokers=brokers,
         tls=tls,
@@ -128,7 +93,6 @@ def settings_from_connection(conn: ConnectionLike) -> LiftbridgeConnectionSettin
         timeout=timeout,
         max_retries=max_retries,
         resubscribe_wait=resubscribe_wait,
-        extras_seen=frozenset(extras),
     )
 
 

@@ -9,13 +9,13 @@ from typing import Any
 from airflow.sdk import Context, get_current_context
 from airflow.sdk.module_loading import import_string
 
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, LiftbridgeClient
 from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublisher,
     ExactlyOncePublishError,
     ExactlyOnceResult,
 )
-from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings, parse_ack_policy
+from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 
@@ -99,7 +99,7 @@ class LiftbridgePublishingMixin:
         except ValueError as exc:
             raise LiftbridgeArgumentError(str(exc)) from None
 
-    def open_publisher(self, client: LiftbridgeClient, settings: LiftbridgeConnectionSettings) -> BatchSender:
+    def open_publisher(self, client: LiftbridgeClient, settings: ConnectionSettings) -> BatchSender:
         """Open the sender for this operator's options (close it, or use it as a context manager).
 
         The path is ``publish_path``: ``"auto"`` takes NATS-direct when the connection lists NATS

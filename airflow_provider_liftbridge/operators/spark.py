@@ -12,7 +12,6 @@ from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, p
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
-from airflow_provider_liftbridge.spark.settings import ConnectionSettings
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
 
 __all__ = ["LiftbridgeSparkPublishOperator", "spark_settings_from_connection"]
@@ -191,8 +190,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         from airflow_provider_liftbridge.spark.publish import publish_dataframe
         from airflow_provider_liftbridge.spark.session import spark_session_scope
 
-        connection = self.hook.settings
-        settings = ConnectionSettings.from_connection_settings(connection)
+        settings = self.hook.settings
         master, config = spark_settings_from_connection(self.spark_conn_id) if self.spark_conn_id else (None, {})
         config.update(self.spark_config)
         with spark_session_scope(
@@ -209,7 +207,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
                 value_format=self.value_format,  # type: ignore[arg-type]
                 header_cols=self.header_cols,
                 partitioning=self.partitioning,
-                ack_policy=self.ack_policy or connection.ack_policy.name.lower(),
+                ack_policy=self.ack_policy or settings.ack_policy.name.lower(),
                 window=self.window,
                 timeout=self.publish_timeout,
                 exactly_once=self.exactly_once,

@@ -24,13 +24,15 @@ from .errors import (
 from .plan import PublishPlan
 from .publish import PartitionRange, PublishSummary, publish_dataframe
 from .session import build_spark_session
-from .settings import ConnectionSettings
+from .settings import ConnectionSettings, from_options, to_options
 
 if TYPE_CHECKING:
     from .datasource import LiftbridgeDataSource, register
 
 __all__ = [
     "ConnectionSettings",
+    "from_options",
+    "to_options",
     "LiftbridgeDataSource",
     "LiftbridgeSparkError",
     "PartitionRange",

@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
 from .publish import merge_summaries, publish_partition, resolve_plan, stream_partition_count
-from .settings import ConnectionSettings
+from .settings import ConnectionSettings, from_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,7 +101,7 @@ class LiftbridgeWriter(DataSourceArrowWriter):
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.settings = ConnectionSettings.from_options(options)
+        self.settings = from_options(options)
         plan = plan_from_options(options)
         plan.validate_schema(schema)
         self.plan = resolve_plan(plan, self.settings)
@@ -245,7 +245,7 @@ class LiftbridgeReader(DataSourceReader):
         if not stream:
             raise SparkOptionError("the liftbridge data source needs option 'stream'")
         self.stream: str = stream
-        self.settings = ConnectionSettings.from_options(options)
+        self.settings = from_options(options)
         self.bounds = ReadBounds.from_options(options)
 
     def partitions(self) -> Sequence[InputPartition]:

@@ -24,11 +24,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_liftbridge.client import ConnectionSettings, InvalidArgumentError, TlsConfig
+
 # Absolute imports: spark-submit runs this file as a script, outside its package.
 from airflow_provider_liftbridge.spark.errors import LiftbridgeSparkError
 from airflow_provider_liftbridge.spark.publish import publish_dataframe
 from airflow_provider_liftbridge.spark.session import spark_session_scope
-from airflow_provider_liftbridge.spark.settings import ConnectionSettings
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
 
 
@@ -88,13 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.brokers:
         parser.error("--brokers is required (or set LIFTBRIDGE_BROKERS)")
     try:
+        tls_files = (args.tls_ca_file, args.tls_cert_file, args.tls_key_file, args.tls_server_name)
         settings = ConnectionSettings(
             brokers=args.brokers,
-            nats_servers=args.nats_servers,
-            tls_ca_file=args.tls_ca_file,
-            tls_cert_file=args.tls_cert_file,
-            tls_key_file=args.tls_key_file,
-            tls_server_name=args.tls_server_name,
+            nats_servers=args.nats_servers or (),
+            tls=TlsConfig(*tls_files) if any(tls_files) else None,
             timeout=args.timeout,
         )
         source = DataFrameSource(
@@ -105,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sql=args.sql,
             dataframe_callable=args.callable,
         )
-    except LiftbridgeSparkError as exc:
+    except (LiftbridgeSparkError, InvalidArgumentError) as exc:
         parser.error(str(exc))
     # Under spark-submit the master comes from its own arguments (the gateway variables are set).
     master = args.master or (None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]")

@@ -18,10 +18,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_liftbridge.client import Ack, AckError
+from airflow_provider_liftbridge.client import Ack, AckError, ConnectionSettings
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.connection import LiftbridgeConnectionSettings
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
@@ -131,7 +130,7 @@ class LiftbridgeAckTrigger(LiftbridgeBaseTrigger):
 
 
 async def collect_inbox_acks(
-    settings: LiftbridgeConnectionSettings, ack_inbox: str, correlation_ids: Sequence[str]
+    settings: ConnectionSettings, ack_inbox: str, correlation_ids: Sequence[str]
 ) -> dict[str, Any]:
     """Listen on ``ack_inbox`` until an ack has arrived for every correlation id; return the ack-inbox
     success payload. Shared by the trigger and by the sensor waiting in a worker (which passes the

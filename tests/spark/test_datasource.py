@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_liftbridge.client import partition_for_key
-from airflow_provider_liftbridge.spark import ConnectionSettings
+from airflow_provider_liftbridge.spark import ConnectionSettings, to_options
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +26,7 @@ def test_read_returns_what_was_written(
     (
         written.write.format("liftbridge")
         .mode("append")
-        .options(**lb_settings.to_options())
+        .options(**to_options(lb_settings))
         .option("stream", stream)
         .option("keyColumn", "k")
         .option("valueColumn", "v")
@@ -34,7 +34,7 @@ def test_read_returns_what_was_written(
         .save()
     )
 
-    df = spark.read.format("liftbridge").options(**lb_settings.to_options()).option("stream", stream).load()
+    df = spark.read.format("liftbridge").options(**to_options(lb_settings)).option("stream", stream).load()
 
     assert df.rdd.getNumPartitions() == 3  # one Spark partition per stream partition
     rows = df.collect()
@@ -54,13 +54,13 @@ def test_offset_bounds_and_splits(
 ) -> None:
     stream = make_stream(1)
     values = spark.range(100, numPartitions=1).select(F.col("id").cast("string").alias("v"))
-    values.write.format("liftbridge").mode("append").options(**lb_settings.to_options()).option(
-        "stream", stream
-    ).option("valueColumn", "v").save()
+    values.write.format("liftbridge").mode("append").options(**to_options(lb_settings)).option("stream", stream).option(
+        "valueColumn", "v"
+    ).save()
 
     df = (
         spark.read.format("liftbridge")
-        .options(**lb_settings.to_options())
+        .options(**to_options(lb_settings))
         .option("stream", stream)
         .option("startingOffset", "10")
         .option("endingOffset", "59")
@@ -76,15 +76,15 @@ def test_offset_bounds_and_splits(
 def test_missing_stream_is_a_clear_error(
     spark: SparkSession, lb_settings: ConnectionSettings, stream_name: str
 ) -> None:
-    reader = spark.read.format("liftbridge").options(**lb_settings.to_options()).option("stream", stream_name)
+    reader = spark.read.format("liftbridge").options(**to_options(lb_settings)).option("stream", stream_name)
     with pytest.raises(Exception, match=f"stream '{stream_name}' does not exist"):
         reader.load().collect()
-    writer = spark.range(3).write.format("liftbridge").mode("append").options(**lb_settings.to_options())
+    writer = spark.range(3).write.format("liftbridge").mode("append").options(**to_options(lb_settings))
     with pytest.raises(Exception, match=f"stream '{stream_name}' does not exist"):
         writer.option("stream", stream_name).save()
 
 
 def test_overwrite_is_refused(spark: SparkSession, lb_settings: ConnectionSettings, stream_name: str) -> None:
-    writer = spark.range(3).write.format("liftbridge").mode("overwrite").options(**lb_settings.to_options())
+    writer = spark.range(3).write.format("liftbridge").mode("overwrite").options(**to_options(lb_settings))
     with pytest.raises(Exception, match="append-only"):
         writer.option("stream", stream_name).save()

@@ -12,7 +12,14 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
-from airflow_provider_liftbridge.spark import ConnectionSettings, PublishPlan, SparkOptionError
+from airflow_provider_liftbridge.client import AckPolicy, TlsConfig
+from airflow_provider_liftbridge.spark import (
+    ConnectionSettings,
+    PublishPlan,
+    SparkOptionError,
+    from_options,
+    to_options,
+)
 from airflow_provider_liftbridge.spark.datasource import ReadBounds, parse_time_ns
 from airflow_provider_liftbridge.spark.plan import RecordBuilder, plan_from_options
 
@@ -132,13 +139,23 @@ def test_data_source_write_options() -> None:
 
 
 def test_settings_round_trip_through_options_and_pickle() -> None:
-    settings = ConnectionSettings("h1:1, h2:2", nats_servers=["nats://n:4222"], tls_ca_file="/ca.pem", timeout=2.5)
-    assert ConnectionSettings.from_options(settings.to_options()) == settings
+    settings = ConnectionSettings(
+        "h1:1, h2:2",  # type: ignore[arg-type]  # a string of brokers is normalised to a tuple
+        nats_servers=("nats://n:4222",),
+        tls=TlsConfig(ca_file="/ca.pem"),
+        ack_policy=AckPolicy.ALL,
+        timeout=2.5,
+        resubscribe_wait=4.0,
+    )
+    assert settings.brokers == ("h1:1", "h2:2")
+    assert from_options(to_options(settings)) == settings
     assert pickle.loads(pickle.dumps(settings)) == settings
     with pytest.raises(SparkOptionError, match="brokers"):
-        ConnectionSettings.from_options({"stream": "s"})
+        from_options({"stream": "s"})
     with pytest.raises(SparkOptionError, match="'timeout' must be a float"):
-        ConnectionSettings.from_options({"brokers": "h:1", "timeout": "soon"})
+        from_options({"brokers": "h:1", "timeout": "soon"})
+    with pytest.raises(SparkOptionError, match="timeout must be a positive"):
+        from_options({"brokers": "h:1", "timeout": "0"})
 
 
 def test_read_bounds_split_offset_ranges_up_to_the_high_watermark() -> None:
