@@ -8,12 +8,14 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
-from airflow_provider_liftbridge.client import StartPosition
+from airflow_provider_liftbridge.client import GroupConsumer, StartPosition
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.triggers.base import check_partition, parse_start_at
 from airflow_provider_liftbridge.triggers.message import (
     LiftbridgeMessageTrigger,
     apply_to_message,
+    group_auto_offset,
     match_event,
     resolve_apply_function,
 )
@@ -48,6 +50,13 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     :param commit_cursor: move the cursor to the matched message (default true).
     :param apply_function_args: / :param apply_function_kwargs: extra arguments. (templated)
     :param liftbridge_conn_id: the connection to use. (templated)
+    :param consumer_group: read as a member of this Liftbridge consumer group instead of one
+        partition, so several sensors, triggerers or DAGs share the stream's partitions and none is
+        read twice; messages looked at count as consumed by the group, and at a match the member
+        commits and leaves. ``partition`` and ``cursor_id`` do not apply; ``start_at`` (``"earliest"``,
+        ``"latest"``, ``"new_only"``) is where partitions without a group position start. (templated)
+    :param consumer_id: the member id (default ``dag_id.task_id.run_id.map_index``, so a rescheduled
+        or restarted wait takes its own place again). (templated)
     :param deferrable: wait in the triggerer.
     :return: ``{"message": {stream, partition, offset, timestamp, subject, reply_subject, key, value,
         value_text, headers}, "match": ...}`` with bytes as base64.
@@ -63,6 +72,8 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         "apply_function_args",
         "apply_function_kwargs",
         "liftbridge_conn_id",
+        "consumer_group",
+        "consumer_id",
     )
 
     def __init__(
@@ -76,9 +87,14 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         commit_cursor: bool = True,
         apply_function_args: Sequence[Any] | None = None,
         apply_function_kwargs: Mapping[str, Any] | None = None,
+        consumer_group: str | None = None,
+        consumer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.consumer_group = consumer_group
+        self.consumer_id = consumer_id
+        self._group: GroupConsumer | None = None
         self.stream = stream
         self.apply_function = apply_function
         self.partition = partition
@@ -94,7 +110,28 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         """OpenLineage: reads the stream."""
         return [self.lineage_stream(self.stream)], []
 
+    def _member_id(self, context: Context) -> str:
+        if self.consumer_id:
+            return self.consumer_id
+        ti = context["ti"]
+        return f"{ti.dag_id}.{ti.task_id}.{context['run_id']}.{getattr(ti, 'map_index', -1)}"
+
     def prepare(self, context: Context) -> None:
+        if self.consumer_group:
+            resolve_apply_function(self.apply_function)
+            if self.cursor_id:
+                raise LiftbridgeArgumentError(
+                    "cursor_id and consumer_group exclude each other: a group keeps its own positions; drop one"
+                )
+            self._start = group_auto_offset(self.start_at)
+            self.consumer_id = self._member_id(context)
+            self.log.info(
+                "Looking for a matching message in %r as member %r of consumer group %r",
+                self.stream,
+                self.consumer_id,
+                self.consumer_group,
+            )
+            return
         partition = check_partition(self.partition)
         self.partition = partition
         resolve_apply_function(self.apply_function)
@@ -126,9 +163,44 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
             apply_function_args=self.apply_function_args,
             apply_function_kwargs=self.apply_function_kwargs,
             liftbridge_conn_id=self.liftbridge_conn_id,
+            **self._group_args(),
         )
 
+    def _group_args(self) -> dict[str, Any]:
+        if not self.consumer_group:
+            return {}
+        return {"consumer_group": self.consumer_group, "consumer_id": self.consumer_id}
+
+    def _poke_in_group(self, context: Context, group: str) -> PokeReturnValue | bool:
+        """One poll as a group member: what is committed now on this member's partitions."""
+        if self._group is None:
+            self._group = GroupConsumer(
+                self.hook.client,
+                group,
+                self.stream,
+                consumer_id=self.consumer_id,
+                auto_offset=group_auto_offset(self.start_at),
+                auto_commit_interval=None,
+            )
+        func = resolve_apply_function(self.apply_function)
+        args, kwargs = self.apply_function_args or (), self.apply_function_kwargs or {}
+        try:
+            for message in self._group.messages(timeout=0):
+                result = apply_to_message(func, self.apply_function, message, args, kwargs)
+                if result:
+                    self._group.commit()
+                    self._group.leave()
+                    return PokeReturnValue(
+                        is_done=True, xcom_value=self.complete(context, match_event(message, result))
+                    )
+        finally:
+            if self._group.member.joined:
+                self._group.commit()  # what this poke looked at is the group's: others go on after it
+        return False
+
     def poke(self, context: Context) -> PokeReturnValue | bool:
+        if self.consumer_group:
+            return self._poke_in_group(context, self.consumer_group)
         client = self.hook.client
         partition = int(self.partition)
         high_watermark = client.fetch_partition_metadata(self.stream, partition).high_watermark

@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow.sdk.module_loading import import_string
 
-from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.client import AsyncGroupConsumer, Message, StartPosition
+from airflow_provider_liftbridge.client.consumer import AutoOffset
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
@@ -23,7 +24,28 @@ from .base import (
     parse_start_at,
 )
 
-__all__ = ["LiftbridgeMessageTrigger", "apply_to_message", "resolve_apply_function"]
+__all__ = ["LiftbridgeMessageTrigger", "apply_to_message", "group_auto_offset", "resolve_apply_function"]
+
+_AUTO_OFFSET_OF = {
+    StartPosition.EARLIEST: "earliest",
+    StartPosition.LATEST: "latest",
+    StartPosition.NEW_ONLY: "new_only",
+}
+
+
+def group_auto_offset(start_at: Any) -> AutoOffset:
+    """Where a consumer-group member starts a partition the group has no position for, from a
+    sensor's ``start_at`` (``"earliest"``, ``"latest"`` or ``"new_only"``).
+
+    :raises LiftbridgeArgumentError: an offset or a timestamp (a group reads many partitions).
+    """
+    start = parse_start_at(start_at)
+    if not isinstance(start, StartPosition):
+        raise LiftbridgeArgumentError(
+            f"with a consumer_group, start_at must be 'earliest', 'latest' or 'new_only' (where the group starts"
+            f" partitions it has no position for), not {start_at!r}"
+        )
+    return _AUTO_OFFSET_OF[start]  # type: ignore[return-value]
 
 
 def resolve_apply_function(path: Any) -> Callable[..., Any]:
@@ -81,6 +103,13 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
     :param start_at: an offset, ``"earliest"``, ``"latest"``, ``"new_only"`` or an ISO 8601 timestamp.
     :param apply_function_args: / :param apply_function_kwargs: extra arguments of the function.
     :param liftbridge_conn_id: the connection to use.
+    :param consumer_group: read as a member of this Liftbridge consumer group instead of one
+        partition: the group's coordinator assigns this trigger some partitions of the stream, other
+        members (other triggers, DAGs) get the others, and no partition is read by two members at
+        once. Messages looked at count as consumed by the group (positions committed as cursors);
+        at a match the trigger commits and leaves. ``partition`` is then ignored and ``start_at``
+        (``"earliest"``, ``"latest"``, ``"new_only"``) applies to partitions the group has no position for.
+    :param consumer_id: this member's id in the group (stable across triggerer restarts).
     :raises LiftbridgeArgumentError: an argument is invalid (constructor; the function is imported
         there too, so a wrong path fails before deferring).
     """
@@ -95,6 +124,8 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         apply_function_args: Sequence[Any] | None = None,
         apply_function_kwargs: Mapping[str, Any] | None = None,
         liftbridge_conn_id: str = DEFAULT_CONN_ID,
+        consumer_group: str | None = None,
+        consumer_id: str | None = None,
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
         self.stream = check_stream(stream)
@@ -105,9 +136,14 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         self.start_at = start_at
         self.apply_function_args = list(apply_function_args or [])
         self.apply_function_kwargs = dict(apply_function_kwargs or {})
+        self.consumer_group = consumer_group or None
+        self.consumer_id = consumer_id or None
+        if self.consumer_group:
+            group_auto_offset(start_at)
 
     def serialize_args(self) -> dict[str, Any]:
-        return {
+        group = {"consumer_group": self.consumer_group, "consumer_id": self.consumer_id} if self.consumer_group else {}
+        return group | {
             "stream": self.stream,
             "apply_function": self.apply_function,
             "partition": self.partition,
@@ -117,16 +153,40 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
             "liftbridge_conn_id": self.liftbridge_conn_id,
         }
 
+    async def _matches(self, message: Message) -> Any:
+        result = apply_to_message(
+            self._function, self.apply_function, message, self.apply_function_args, self.apply_function_kwargs
+        )
+        return (await result) if inspect.isawaitable(result) else result
+
+    async def _wait_in_group(self, hook: LiftbridgeAsyncHook, group: str) -> dict[str, Any]:
+        consumer = AsyncGroupConsumer(
+            await hook.get_async_client(),
+            group,
+            self.stream,
+            consumer_id=self.consumer_id,
+            auto_offset=group_auto_offset(self.start_at),
+        )
+        try:
+            await consumer.join()
+            async for message in consumer.messages():
+                result = await self._matches(message)
+                if result:
+                    await consumer.commit()  # the match and what came before it are the group's
+                    return match_event(message, result)
+        finally:
+            # Leaving hands this member's partitions to the others at once (a cancelled wait too).
+            await consumer.leave()
+        raise AssertionError("unreachable: a group's messages() only ends when the caller stops")
+
     async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        if self.consumer_group:
+            return await self._wait_in_group(hook, self.consumer_group)
         client = await hook.get_async_client()
         subscription = client.subscribe(self.stream, partition=self.partition, start_at=parse_start_at(self.start_at))
         async with closing_subscription(subscription) as messages:
             async for message in messages:
-                result = apply_to_message(
-                    self._function, self.apply_function, message, self.apply_function_args, self.apply_function_kwargs
-                )
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await self._matches(message)
                 if result:
                     return match_event(message, result)
         raise LiftbridgeAirflowError(
