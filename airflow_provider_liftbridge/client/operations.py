@@ -21,8 +21,10 @@ from .errors import (
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
+    UnavailableError,
 )
 from .partitioners import PartitionerFunc
+from .presence import missing_confirmed
 from .requests import build_create_stream
 from .retry import IDEMPOTENT, is_transient
 from .routing import CURSORS_STREAM, ClientCore
@@ -38,6 +40,7 @@ __all__ = [
     "fetch_metadata",
     "fetch_partition_metadata",
     "leader_unary",
+    "missing_confirmed_op",
     "partition_count",
     "pause_stream",
     "refresh_metadata",
@@ -102,7 +105,20 @@ def refresh_metadata(core: ClientCore, streams: Sequence[str] | None) -> Op[Meta
     response = yield from unary(core, "FetchMetadata", api_pb2.FetchMetadataRequest(streams=streams or ()))
     metadata = metadata_from_pb(response)  # type: ignore[arg-type]
     core.cache.update(metadata, streams)
+    core.seen_streams.update(metadata.streams)
     return metadata
+
+
+def missing_confirmed_op(core: ClientCore, stream: str, partition: int) -> Op[bool]:
+    """After a "no such stream / partition" about ``stream``: whether to believe it (the rule of
+    :mod:`.presence`). A stream never seen is believed missing at once; a seen one only when the
+    metadata of all streams shows a cluster with leaders that does not list it."""
+    if stream not in core.seen_streams:
+        return True
+    try:
+        return missing_confirmed((yield from refresh_metadata(core, None)), stream, partition)
+    except UnavailableError:
+        return False  # no broker answers yet: the cluster is not back
 
 
 def ensure_partition(core: ClientCore, stream: str, partition: int, *, refresh: bool) -> Op[None]:

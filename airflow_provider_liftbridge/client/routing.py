@@ -112,6 +112,9 @@ class ClientCore:
         self.rng = random.Random()
         #: When metadata last showed no cursors stream (monotonic seconds), or None.
         self.cursors_absent_since: float | None = None
+        #: Streams some metadata answer has listed: a "no such stream" about them is only believed
+        #: once confirmed (see ``presence.py``), since a restarting cluster answers that for a while.
+        self.seen_streams: set[str] = set()
         self._good = 0  # index (in known_addresses()) of the broker that answered last
         self._lock = threading.Lock()
 

@@ -11,7 +11,7 @@ from .conversion import MESSAGE_SETTERS, LazyHeaders
 from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, RpcFailure, Sleep
 from .error_mapping import map_rpc_error
 from .errors import NoSuchPartitionError, NoSuchStreamError, NotLeaderError, PartitionPausedError, UnavailableError
-from .operations import ROUTING_ERRORS, ensure_partition
+from .operations import ROUTING_ERRORS, ensure_partition, missing_confirmed_op
 from .requests import StartAt, StopAt, check_name, check_partition, start_fields, stop_fields
 from .retry import is_end_of_stream, is_transient
 from .routing import ClientCore
@@ -127,7 +127,11 @@ def subscribe(
     connected = False  # has any (re)subscription got its handshake?
     refresh = False
     while True:
-        yield from ensure_partition(core, stream, partition, refresh=refresh)
+        try:
+            yield from ensure_partition(core, stream, partition, refresh=refresh)
+        except (NoSuchStreamError, NoSuchPartitionError):
+            if give_up_at is None:  # only a resubscription waits for a missing stream
+                raise
         address = core.route(stream, partition, read_isr_replica=read_isr_replica)
         address = address or core.address_for_attempt(attempt)
         handle = yield OpenStream(address, "Subscribe", state.request(), long_lived=True)
@@ -157,7 +161,7 @@ def subscribe(
             out_of_time = give_up_at is not None and now >= give_up_at
             out_of_tries = give_up_at is None and attempt > core.retry.max_retries
             if out_of_time or out_of_tries:
-                if isinstance(mapped, UnavailableError | NotLeaderError):
+                if isinstance(mapped, UnavailableError | NotLeaderError | NoSuchStreamError | NoSuchPartitionError):
                     why = f"within {core.resubscribe_wait:g} s" if out_of_time else f"after {attempt} attempts"
                     raise type(mapped)(
                         f"subscription to stream {stream!r} partition {partition} could not be re-established {why}; "
@@ -173,7 +177,9 @@ def subscribe(
             try:
                 yield from ensure_partition(core, stream, partition, refresh=True)
             except (NoSuchStreamError, NoSuchPartitionError):
-                raise
+                # Right after a full-cluster restart the stream is missing for a while (presence.py).
+                if not connected or (yield from missing_confirmed_op(core, stream, partition)):
+                    raise
             except UnavailableError:
                 pass  # no broker answered metadata yet: keep trying within the wait
             part = core.partition_info(stream, partition)

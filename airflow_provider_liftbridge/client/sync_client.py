@@ -320,7 +320,10 @@ class LiftbridgeClient(ClientBase):
 
         The partition is ``partition`` if given, else the ``partitioner``'s choice, else 0. A publish
         that meets UNAVAILABLE is retried on another broker: without ``expected_offset`` that makes it
-        at-least-once (a retried message may be stored twice).
+        at-least-once (a retried message may be stored twice). A "no such stream" about a stream
+        this client has seen in metadata is retried too (up to ``max_retries`` times, with backoff)
+        until the metadata of all streams confirms it: a restarting cluster answers that for a
+        second or two (see :mod:`.presence`).
 
         :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
         :raises ReadonlyPartitionError: the partition is read-only.

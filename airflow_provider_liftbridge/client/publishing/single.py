@@ -6,10 +6,10 @@ import uuid
 from collections.abc import Mapping
 
 from ..conversion import ack_from_pb
-from ..effects import Op
+from ..effects import Op, Sleep
 from ..error_mapping import check_ack
 from ..errors import NoSuchPartitionError, NoSuchStreamError
-from ..operations import choose_partition, unary
+from ..operations import choose_partition, missing_confirmed_op, unary
 from ..partitioners import PartitionerFunc
 from ..requests import build_publish, build_publish_to_subject
 from ..routing import ClientCore
@@ -47,20 +47,28 @@ def publish(
         ack_inbox=ack_inbox,
         correlation_id=correlation_id or uuid.uuid4().hex,
     )
-    try:
-        response = yield from unary(
-            core,
-            "Publish",
-            request,
-            timeout=timeout,
-            preferred=core.route(stream, chosen),
-            stream=stream,
-            partition=chosen,
-        )
-    except (NoSuchStreamError, NoSuchPartitionError):
-        core.cache.forget(stream)  # a stale partition count may have chosen the partition
-        raise
-    return ack_of(response, policy)
+    refused = 0
+    while True:
+        try:
+            response = yield from unary(
+                core,
+                "Publish",
+                request,
+                timeout=timeout,
+                preferred=core.route(stream, chosen),
+                stream=stream,
+                partition=chosen,
+            )
+            return ack_of(response, policy)
+        except (NoSuchStreamError, NoSuchPartitionError) as error:
+            core.cache.forget(stream)  # a stale partition count may have chosen the partition
+            # A stream seen before may be missing only because the cluster is restarting (presence.py).
+            if stream not in core.seen_streams or refused >= core.retry.max_retries:
+                raise
+            refused += 1
+            yield Sleep(core.backoff(refused))
+            if (yield from missing_confirmed_op(core, stream, chosen)):
+                raise error from error.__cause__
 
 
 def publish_to_subject(
