@@ -48,7 +48,7 @@ from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
 from .base import LiftbridgeBaseTrigger, check_partition, check_stream, closing_subscription, parse_start_at
-from .message import apply_to_message, match_event, resolve_apply_function
+from .message import apply_to_message, group_auto_offset, match_event, resolve_apply_function
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
     from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
@@ -257,6 +257,15 @@ def effective_window(max_in_flight: int, queue_size: int) -> int:
     return max_in_flight if queue_size <= 0 else min(max_in_flight, queue_size)
 
 
+def make_reader(trigger: LiftbridgeEventTrigger) -> _PartitionReader:
+    """The reader of a watcher: its one partition, or (``consumer_group``) what its group assigns it."""
+    if trigger.consumer_group:
+        from .event_group import GroupReader
+
+        return GroupReader(trigger)  # type: ignore[return-value]  # the same interface
+    return _PartitionReader(trigger)
+
+
 class _CursorCommitter:
     """Writes the watcher's cursor ``interval`` seconds after the first confirmed message it does
     not cover yet, or as soon as ``every`` confirmed messages are not covered, whichever comes
@@ -332,7 +341,7 @@ class _CursorProducer(SharedStreamProducer):  # type: ignore[misc,valid-type]
     ``window`` messages that :meth:`advance` has not seen back yet."""
 
     def __init__(self, trigger: LiftbridgeEventTrigger, window: int) -> None:
-        self._reader = _PartitionReader(trigger)
+        self._reader = make_reader(trigger)
         self._committer = _CursorCommitter(self._reader, trigger.commit_every, trigger.commit_interval)
         self.window = window
         self.in_flight = 0
@@ -400,6 +409,13 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         many seconds after a message is confirmed, or once this many confirmed messages are not
         covered by it, whichever comes first (``commit_every`` also batches the cursor writes for
         filtered-out messages on the run() path).
+    :param consumer_group: watch as a member of this Liftbridge consumer group: the whole stream,
+        its partitions shared with the group's other members (other watchers, DAGs, triggerers), each
+        message firing in one member only. Positions are the group's cursors; ``partition`` and
+        ``cursor_id`` do not apply, ``start_at`` (``"new_only"``, ``"earliest"``) is where partitions
+        without a group position start. A rebalance can fire a message whose position was not yet
+        written once more (at-least-once, as without a group).
+    :param consumer_id: this watcher's member id (default: a new one per trigger run).
     :raises LiftbridgeArgumentError: an argument is invalid (checked here, so a DAG with a bad
         watcher fails to parse).
     """
@@ -420,8 +436,16 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
         commit_every: int = DEFAULT_COMMIT_EVERY,
+        consumer_group: str | None = None,
+        consumer_id: str | None = None,
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
+        self.consumer_group = consumer_group or None
+        self.consumer_id = consumer_id or None
+        if self.consumer_group:
+            if cursor_id is not None:
+                raise LiftbridgeArgumentError("cursor_id and consumer_group exclude each other: a group keeps its own")
+            group_auto_offset(start_at)
         self.stream = check_stream(stream)
         self.partition = check_partition(partition)
         self.apply_function = apply_function
@@ -461,7 +485,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             "max_in_flight": self.max_in_flight,
             "commit_interval": self.commit_interval,
             "commit_every": self.commit_every,
-        }
+        } | ({"consumer_group": self.consumer_group, "consumer_id": self.consumer_id} if self.consumer_group else {})
 
     async def event_payload(self, delivery: Delivery) -> dict[str, Any] | None:
         """The event payload for a message, or ``None`` when the filter passes it over.
@@ -479,12 +503,17 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
                 result = await result
         if not result:
             return None
-        return {"status": "success", **match_event(message, result), "cursor_id": delivery.cursor_key}
+        cursor_id = delivery.cursor_key
+        if self.consumer_group:
+            from .event_group import split_delivery_key
+
+            cursor_id = split_delivery_key(cursor_id)[0]
+        return {"status": "success", **match_event(message, result), "cursor_id": cursor_id}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Yield one event per matching message, forever. The cursor for message N is written when
         the generator is resumed after yielding N's event (the consumer has taken it)."""
-        reader = _PartitionReader(self)
+        reader = make_reader(self)
         skipped = 0
         try:
             async with closing_subscription(reader.deliveries()) as deliveries:
@@ -524,7 +553,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             self.partition,
             self.cursor_id,
             json.dumps(self.start_at),
-        )
+        ) + ((self.consumer_group, self.consumer_id) if self.consumer_group else ())
 
     @classmethod
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> SharedStreamProducer:
