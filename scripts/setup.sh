@@ -13,6 +13,6 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q -U pip
-  .venv/bin/pip install -q -e '.[spark,devserver,files,openlineage,dev]'
+  .venv/bin/pip install -q -e '.[spark,devserver,files,openlineage,zstd,dev]'
   rm -f .venv/.installed-* && touch "$stamp"
 fi

@@ -7,6 +7,7 @@ import time
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .compression import COMPRESSION_HEADER, decompress_value
 from .conversion import MESSAGE_SETTERS, LazyHeaders
 from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, RpcFailure, Sleep
 from .error_mapping import map_rpc_error
@@ -107,6 +108,12 @@ class SubscriptionState:
         reply_subject(message, pb.replySubject)
         pb_headers = pb.headers
         headers(message, LazyHeaders(pb_headers) if pb_headers else EMPTY_HEADERS)
+        if pb_headers and COMPRESSION_HEADER in pb_headers:
+            # Published with compression (compression.py): hand over the original value.
+            original = decompress_value(pb.value, pb_headers)
+            if original is not None:
+                value(message, original[0])
+                headers(message, LazyHeaders(original[1]) if original[1] else EMPTY_HEADERS)
         return message
 
 

@@ -1,0 +1,78 @@
+"""Payload compression (client/compression.py): values marked by a content-encoding header are
+decompressed by this client's subscriptions; other readers get the stored bytes and the header."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import grpc
+import pytest
+import zstandard
+
+from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, Record, StopPosition
+from airflow_provider_liftbridge.client.compression import (
+    COMPRESSION_HEADER,
+    check_compression,
+    compress_record,
+    compressor,
+)
+
+ROWS = [json.dumps({"id": i, "name": f"customer-{i}", "tags": ["a", "b", "c"] * 5}).encode() for i in range(20)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_subscribers_get_the_original_records_back(lb_address: str, stream_name: str, codec: str) -> None:
+    squeeze = compressor(codec)
+    assert squeeze is not None
+    records = [compress_record(Record(v, key=b"k", headers={"h": b"1"}), squeeze, codec) for v in ROWS]
+    assert all(len(r.value) < len(v) for r, v in zip(records, ROWS, strict=True))
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name)
+        client.publish_many(stream_name, records)
+        got = list(client.subscribe(stream_name, start_at=0, stop_at=StopPosition.LATEST))
+    assert [m.value for m in got] == ROWS
+    assert all(m.headers["h"] == b"1" and COMPRESSION_HEADER not in m.headers and m.key == b"k" for m in got)
+    # A reader that knows nothing of compression (a raw gRPC stub) gets the stored bytes and the header.
+    with grpc.insecure_channel(lb_address) as channel:
+        req = api_pb2.SubscribeRequest(
+            stream=stream_name, startPosition=api_pb2.OFFSET, startOffset=0, stopPosition=api_pb2.STOP_OFFSET
+        )  # stop offset 0: the handshake and the first message
+        raw = [m for m in _until_end(api_pb2_grpc.APIStub(channel).Subscribe(req, timeout=5)) if m.ByteSize()]
+    assert raw[0].headers[COMPRESSION_HEADER] == codec.encode()
+    restored = (
+        gzip.decompress(raw[0].value) if codec == "gzip" else zstandard.ZstdDecompressor().decompress(raw[0].value)
+    )
+    assert restored == ROWS[0]
+
+
+def _until_end(call: object) -> list[api_pb2.Message]:
+    out: list[api_pb2.Message] = []
+    try:
+        for message in call:  # type: ignore[attr-defined]
+            out.append(message)
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # "Stop offset reached"
+    return out
+
+
+def test_an_unreadable_value_is_delivered_as_stored(lb_address: str, stream_name: str) -> None:
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name)
+        client.publish_many(
+            stream_name,
+            [
+                Record(b"not gzip", headers={COMPRESSION_HEADER: b"gzip"}),
+                Record(b"x", headers={COMPRESSION_HEADER: b"br"}),
+            ],
+        )
+        got = list(client.subscribe(stream_name, start_at=0, stop_at=StopPosition.LATEST))
+    assert [(m.value, m.headers[COMPRESSION_HEADER]) for m in got] == [(b"not gzip", b"gzip"), (b"x", b"br")]
+
+
+def test_compression_argument_is_checked() -> None:
+    assert check_compression(None) is None and check_compression("none") is None
+    assert check_compression("GZIP") == "gzip" and check_compression("zstd") == "zstd"
+    with pytest.raises(InvalidArgumentError, match="'gzip', 'zstd' or None"):
+        check_compression("lz4")
