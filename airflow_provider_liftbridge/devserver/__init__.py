@@ -16,9 +16,11 @@ from .errors import (
     ServerStateError,
     TlsConfigError,
 )
+from .replication import ClusterTimings
 from .server import DevServer, DevServerProcess
 
 __all__ = [
+    "ClusterTimings",
     "DataDirError",
     "DevServer",
     "DevServerError",

@@ -14,7 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import DevServerError
+from .replication import ClusterTimings
 from .server import GRPC_TRANSPORTS, READY_PREFIX, TRANSPORT_ENV, ServerConfig, ServerCore
+
+_DEFAULTS = ClusterTimings()
+#: Fault commands of ``--control stdin``: name -> (ServerCore method, takes a broker index).
+CONTROL_COMMANDS = {
+    "stall": ("stall_broker", True),
+    "resume": ("resume_broker", True),
+    "kill": ("kill_broker", True),
+    "start": ("start_broker", True),
+    "stop": ("stop_broker", True),
+    "restart": ("restart_cluster", False),
+}
 
 PROG = "liftbridge-devserver"
 
@@ -51,6 +63,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", help="PEM certificate of the gRPC ports: serve TLS only (needs --tls-key)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates it signed (mutual TLS)")
+    cluster = p.add_argument_group("cluster mode (--brokers > 1)")
+    cluster.add_argument(
+        "--replica-max-lag-time",
+        type=float,
+        default=_DEFAULTS.replica_max_lag_time,
+        metavar="SECONDS",
+        help="a follower that has not fetched or caught up for this long leaves the ISR (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--replica-max-leader-timeout",
+        type=float,
+        default=_DEFAULTS.replica_max_leader_timeout,
+        metavar="SECONDS",
+        help="a dead or stalled leader is replaced after this long (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=_DEFAULTS.min_insync_replicas,
+        metavar="N",
+        help="below this ISR size nothing commits, unless a stream sets minIsr (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--restart-window",
+        default=_DEFAULTS.restart_window(),
+        metavar="NO_STREAMS,NO_LEADERS,HW_UNKNOWN",
+        help="seconds after a full-cluster restart until metadata lists streams, partitions have leaders, "
+        "and high watermarks are known (default: %(default)s, as observed on Liftbridge)",
+    )
+    cluster.add_argument(
+        "--control",
+        choices=("stdin",),
+        help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
+        "restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or 'error COMMAND: REASON'",
+    )
     p.add_argument(
         "--groups-consumer-timeout",
         type=float,
@@ -69,6 +116,57 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _timings(args: argparse.Namespace) -> ClusterTimings:
+    try:
+        phases = [float(x) for x in args.restart_window.split(",")]
+        if len(phases) != 3:
+            raise ValueError("three values are needed")
+        return ClusterTimings(
+            replica_max_lag_time=args.replica_max_lag_time,
+            replica_max_leader_timeout=args.replica_max_leader_timeout,
+            min_insync_replicas=args.min_insync_replicas,
+            restart_no_streams=phases[0],
+            restart_no_leaders=phases[1],
+            restart_hw_unknown=phases[2],
+        )
+    except ValueError as exc:
+        raise DevServerError(f"bad cluster timings ({exc}); see --help for --restart-window and the others") from exc
+
+
+async def run_control(core: ServerCore, line: str) -> str:
+    """Run one fault command of the control channel on ``core``; return the reply line."""
+    words = line.split()
+    if not words:
+        return ""
+    name, args = words[0], words[1:]
+    try:
+        if name not in CONTROL_COMMANDS:
+            raise ValueError(f"unknown command; use one of {', '.join(CONTROL_COMMANDS)}")
+        method, takes_index = CONTROL_COMMANDS[name]
+        if takes_index:
+            if len(args) != 1:
+                raise ValueError("give one broker index")
+            index = int(args[0])
+            if not 0 <= index < len(core.brokers):
+                raise ValueError(f"no broker {index}; brokers are 0 to {len(core.brokers) - 1}")
+            await getattr(core, method)(index)
+        else:
+            await getattr(core, method)(*(float(a) for a in args[:1]))
+    except (ValueError, DevServerError) as exc:
+        return f"error {line.strip()}: {exc}"
+    return f"ok {line.strip()}"
+
+
+async def _control_loop(core: ServerCore) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := (await reader.readline()).decode():
+        reply = await run_control(core, line)
+        if reply:
+            print(reply, flush=True)
+
+
 def _ports(args: argparse.Namespace) -> list[int]:
     if args.brokers < 1:
         raise DevServerError(f"--brokers must be at least 1, got {args.brokers}")
@@ -83,7 +181,7 @@ def _ports(args: argparse.Namespace) -> list[int]:
     return [args.port + i if args.port else 0 for i in range(args.brokers)]
 
 
-async def _serve(config: ServerConfig, temporary: bool) -> None:
+async def _serve(config: ServerConfig, temporary: bool, control: str | None) -> None:
     core = ServerCore(config)
     await core.start()
     stop = asyncio.Event()
@@ -93,9 +191,12 @@ async def _serve(config: ServerConfig, temporary: bool) -> None:
     data = f"{config.data_dir}{' (temporary)' if temporary else ''}"
     tls = " tls=on" if config.tls else ""
     print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} data_dir={data}{tls}", flush=True)
+    control_task = loop.create_task(_control_loop(core)) if control == "stdin" else None
     try:
         await stop.wait()
     finally:
+        if control_task is not None:
+            control_task.cancel()
         await core.stop()
 
 
@@ -119,8 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls_client_ca_file=args.tls_client_ca,
             groups_consumer_timeout=args.groups_consumer_timeout,
             groups_coordinator_timeout=args.groups_coordinator_timeout,
+            timings=_timings(args),
         )
-        asyncio.run(_serve(config, temporary))
+        asyncio.run(_serve(config, temporary, args.control))
     except DevServerError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

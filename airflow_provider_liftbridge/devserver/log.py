@@ -215,6 +215,48 @@ class PartitionLog:
         self._pending_ts += [timestamp] * len(bodies)
         self._next = offset
 
+    def extend_copied(self, first: int, bodies: Sequence[bytes], timestamps: Sequence[int]) -> None:
+        """Buffer records copied from another replica's log: same offsets, same timestamps.
+
+        :raises ValueError: ``first`` is not :attr:`next_offset`.
+        """
+        if first != self._next:
+            raise ValueError(f"records copied for offset {first} but the log is at {self._next}")
+        offset = first
+        out = self._pending.append
+        for body, ts in zip(bodies, timestamps, strict=True):
+            out(frame(offset, ts, body))
+            offset += 1
+        self._pending_ts += timestamps
+        self._next = offset
+
+    def truncate(self, next_offset: int) -> int:
+        """Cut every committed record at or after ``next_offset`` (what a replica drops when a new
+        leader never had it); return how many records went. Buffered records must be flushed first.
+
+        :raises ValueError: records are still buffered.
+        """
+        if self._pending:
+            raise ValueError("flush the log before truncating it")
+        next_offset = max(next_offset, self._oldest)
+        cut = self._flushed_next - next_offset
+        if cut <= 0:
+            return 0
+        while len(self._segments) > 1 and self._segments[-1].base >= next_offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            seg.close()
+            seg.path.unlink(missing_ok=True)
+        seg = self._segments[-1]
+        keep = next_offset - seg.base
+        size = seg.positions[keep] if keep < len(seg.positions) else seg.size
+        del seg.positions[keep:]
+        del seg.timestamps[keep:]
+        os.ftruncate(seg.fd, size)
+        seg.size = size
+        self._next = self._flushed_next = next_offset
+        return cut
+
     def flush(self) -> int:
         """Write buffered records to the segment files; return how many became committed.
 
@@ -325,6 +367,12 @@ class PartitionLog:
             budget = max(0, budget - (stop - start)) if budget else 0
             offset += j - i
         return out
+
+    def read_copies(self, offset: int, max_count: int = 512) -> tuple[list[bytes], list[int]]:
+        """Committed records from ``offset`` with their timestamps, for a replica to copy."""
+        bodies = self.read(offset, max_count)
+        start = max(offset, self._oldest)
+        return bodies, [self.timestamp_of(o) for o in range(start, start + len(bodies))]
 
     def timestamp_of(self, offset: int) -> int:
         """Timestamp (ns) of a committed, retained record."""

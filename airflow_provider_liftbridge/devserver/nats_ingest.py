@@ -48,6 +48,7 @@ from .state import REFUSED, NewMessage, Partition, is_valid_subject, length_deli
 log = logging.getLogger(__name__)
 
 _NONE = api_pb2.NONE
+_ALL = api_pb2.ALL
 _PUBLISH = MsgType.PUBLISH
 _parse_message = api_pb2.Message.FromString
 #: What a payload that is not a valid ``Message`` raises (the codec's ``unmarshal_message`` catches the same).
@@ -209,6 +210,15 @@ class NatsIngest:
         inbound.clear()
         if part.paused or part.readonly or part.deleted:
             return
+        repl = part.replication
+        if repl is not None and not repl.leader_serving:
+            # Cluster mode: a stalled leader finds these in its NATS buffer when it runs again; with
+            # a dead leader (or none yet after a restart) nobody was subscribed and they are lost.
+            if repl.leader_stalled:
+                repl.parked.append(lambda: self._ingest(part, batch))
+            return
+        if repl is not None and repl.cluster.no_leaders:
+            return
         try:
             self._store_batch(part, batch)
         except Exception:  # the next batches must still be taken
@@ -250,16 +260,36 @@ class NatsIngest:
             if pending is None:
                 pending = self._pending[part] = []
                 part.after_commit(self._acks_committed, part)
+            repl = part.replication
+            all_acks: list[tuple[str, int, str, str, int, int, int]] = []
             for i, subject, inbox, cid, ack_policy in wants_ack:
                 offset = offsets[i]
                 error = 0 if offset != REFUSED else _ACK_INCORRECT_OFFSET
-                pending.append((subject, offset, inbox, cid, ack_policy, now, error))
+                if repl is not None and ack_policy == _ALL and not error:
+                    all_acks.append((subject, offset, inbox, cid, ack_policy, now, error))  # once the ISR has it
+                else:
+                    pending.append((subject, offset, inbox, cid, ack_policy, now, error))
+            if all_acks:
+                repl.after_hw(all_acks[-1][1], self._all_acks_committed, (part, all_acks))  # type: ignore[union-attr]
+
+    def _all_acks_committed(
+        self, arg: tuple[Partition, list[tuple[str, int, str, str, int, int, int]]], ts: int
+    ) -> None:
+        """Cluster mode: the high watermark reached the last of these ALL-policy messages."""
+        part, pending = arg
+        if not part.deleted:
+            self._queue_acks(part, pending, ts)
 
     def _acks_committed(self, part: Partition, commit_ts: int) -> None:
         """Build the acks of everything ``part`` just wrote and queue them for publishing together."""
         pending = self._pending.pop(part, None)
-        if not pending:
-            return
+        if pending:
+            self._queue_acks(part, pending, commit_ts)
+
+    def _queue_acks(
+        self, part: Partition, pending: list[tuple[str, int, str, str, int, int, int]], commit_ts: int
+    ) -> None:
+        """Build the acks of ``pending`` messages of ``part`` and queue them for publishing together."""
         # The Ack protobuf is written by hand, fields in number order and zero values left out, so
         # the bytes are what ``Ack.SerializeToString()`` gives (tests/devserver/test_nats_acks.py).
         # Fields 1-3 come from a per-subject template and field 5 from a per-inbox one; fields 8-9

@@ -38,6 +38,7 @@ from .groups import DEFAULT_GROUP_TIMEOUT, ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table, server_ssl_context
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
+from .replication import Cluster, ClusterTimings
 from .service import SERVICE, ApiService
 from .state import BrokerSlot, Store
 
@@ -83,6 +84,8 @@ class ServerConfig:
         assignments before it is removed (Liftbridge's ``groups.consumer.timeout``).
     :param groups_coordinator_timeout: seconds within which a majority of a group's members must report
         its coordinator for a failover (Liftbridge's ``groups.coordinator.timeout``).
+    :param timings: cluster-mode time-outs, minimum ISR and restart window (more than one broker);
+        ``None`` means Liftbridge's defaults (:class:`~.replication.ClusterTimings`).
     :raises ValueError: an unknown transport.
     :raises TlsConfigError: a certificate without a key (or the reverse), or a client CA without them.
     """
@@ -99,6 +102,7 @@ class ServerConfig:
     tls_client_ca_file: str | None = None
     groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT
     groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT
+    timings: ClusterTimings | None = None
 
     def __post_init__(self) -> None:
         if self.grpc_transport is None:
@@ -232,27 +236,42 @@ class ServerCore:
                 self._nats_proc = NatsServerProcess(cfg.host, cfg.nats_port)
                 self.nats_url = self._nats_proc.start()
                 self._nats_proc.supervise()  # a dead child is restarted on the same port
-            for b in self.brokers:
-                b.live = True
-            self._store = Store(cfg.data_dir, self.brokers, fsync=cfg.fsync)
-            self._store.enforce_age_retention()
             self._ingest = NatsIngest(self.nats_url)
             try:
                 await self._ingest.connect()
             except Exception as exc:
                 raise NatsServerStartError(f"cannot connect to NATS at {self.nats_url}: {exc}") from exc
-            self._store.listener = self._ingest
-            self._groups = ConsumerGroups(self._store, cfg.groups_consumer_timeout, cfg.groups_coordinator_timeout)
-            for stream in self._store.streams.values():
-                for part in stream.partitions:
-                    if not part.paused:
-                        await self._ingest.partition_opened(part)
-            for b in self.brokers:
-                await self._serve(b)
+            await self._open_store()
             self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
         except BaseException:
             await self.stop()
             raise
+
+    async def _open_store(self) -> None:
+        """Read the data directory and serve every broker (a cluster with streams starts in the restart window)."""
+        assert self._ingest is not None
+        for b in self.brokers:
+            b.live, b.stalled = True, False
+        store = self._store = Store(
+            self.config.data_dir, self.brokers, fsync=self.config.fsync, timings=self.config.timings
+        )
+        store.enforce_age_retention()
+        store.listener = self._ingest
+        cfg = self.config
+        if self._groups is None:
+            self._groups = ConsumerGroups(store, cfg.groups_consumer_timeout, cfg.groups_coordinator_timeout)
+        else:
+            self._groups.store = store  # groups live in Liftbridge's replicated metadata: a restart keeps them
+        if store.cluster is not None and store.streams:
+            store.cluster.begin_restart_window()
+        for stream in store.streams.values():
+            for part in stream.partitions:
+                if not part.paused:
+                    await self._ingest.partition_opened(part)
+        for b in self.brokers:
+            await self._serve(b)
+        if store.cluster is not None:
+            store.cluster.start()
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
@@ -282,19 +301,43 @@ class ServerCore:
         return front.stats() if front is not None else None
 
     async def stop_broker(self, index: int) -> None:
-        """Stop broker ``index`` (its calls end at once); its partitions move to live brokers.
+        """Stop broker ``index`` cleanly (its calls end at once); its leaderships move to live
+        replicas at once (in cluster mode after the successor caught up) and it leaves the ISRs.
 
         :raises IndexError: no such broker.
         """
         broker = self.brokers[index]
-        server = self._servers.pop(index, None)
+        await self._halt(broker)
+        cluster = self.store.cluster
+        if cluster is not None:
+            cluster.broker_stopped(broker, controlled=True)
+        else:
+            self.store.reconcile_leaders()
+
+    async def kill_broker(self, index: int) -> None:
+        """Kill broker ``index`` without notice (cluster mode): its calls end at once, nothing moves
+        at once. Followers it led elect a new leader after ``replica_max_leader_timeout``; it leaves
+        the ISRs of other leaders after ``replica_max_lag_time``.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server (use ``DevServerProcess.kill``).
+        """
+        cluster = self._cluster("kill a broker")
+        broker = self.brokers[index]
+        await self._halt(broker)
+        cluster.broker_stopped(broker, controlled=False)
+
+    async def _halt(self, broker: BrokerSlot) -> None:
+        server = self._servers.pop(broker.index, None)
         broker.live = False
         if server is not None:
             await server.stop()
-        self.store.reconcile_leaders()
+        if self.store.cluster is not None and broker.stalled:
+            self.store.cluster.broker_resumed(broker)  # a dead process is no longer stopped
 
     async def start_broker(self, index: int) -> None:
-        """Serve broker ``index`` again on the same port; it rejoins the ISR of its partitions.
+        """Serve broker ``index`` again on the same port. In cluster mode its replicas first cut off
+        what a new leader never had, catch up and rejoin the ISR; it does not take leadership back.
 
         :raises IndexError: no such broker.
         :raises PortInUseError: the port was taken meanwhile.
@@ -303,7 +346,57 @@ class ServerCore:
         if index in self._servers:
             return
         await self._serve(broker)
-        self.store.reconcile_leaders()
+        cluster = self.store.cluster
+        if cluster is not None:
+            cluster.broker_started(broker)
+        else:
+            self.store.reconcile_leaders()
+
+    async def stall_broker(self, index: int) -> None:
+        """Freeze broker ``index`` like a SIGSTOPped process (cluster mode): it stops fetching as a
+        follower and serving its followers, and calls to it wait until :meth:`resume_broker`.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("stall a broker").broker_stalled(self.brokers[index])
+
+    async def resume_broker(self, index: int) -> None:
+        """Let a stalled broker run again (SIGCONT): calls go on, its followers fetch again.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("resume a broker").broker_resumed(self.brokers[index])
+
+    async def restart_cluster(self, down: float = 0.0) -> None:
+        """Stop every broker at once (calls end, nothing unwritten survives), wait ``down`` seconds,
+        and start them all from the data directory; they go through the restart window.
+
+        :raises ServerStateError: a single-broker server (use ``DevServerProcess.kill`` and ``start``).
+        """
+        self._cluster("restart the cluster")
+        store, ingest = self.store, self._ingest
+        assert ingest is not None
+        servers, self._servers = list(self._servers.values()), {}
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        for b in self.brokers:
+            b.live = False
+        for stream in store.streams.values():
+            for part in stream.partitions:
+                part.deleted = True  # these objects are gone with the processes; the data is on disk
+                await ingest.partition_closed(part)
+                part.deleted = False
+        store.close()
+        self._store = None
+        await asyncio.sleep(down)
+        await self._open_store()
+
+    def _cluster(self, what: str) -> Cluster:
+        cluster = self.store.cluster
+        if cluster is None:
+            raise ServerStateError(f"cannot {what}: this dev server has one broker; start it with brokers > 1")
+        return cluster
 
     async def stop(self) -> None:
         """Stop serving, flush and close the logs, disconnect from NATS and stop the NATS child."""
@@ -343,8 +436,21 @@ class DevServer:
     :param tls_client_ca_file: require client certificates signed by this CA (mutual TLS).
     :param groups_consumer_timeout: consumer-group member timeout in seconds (Liftbridge default 15).
     :param groups_coordinator_timeout: consumer-group coordinator-report window in seconds (default 15).
+    :param timings: cluster mode's time-outs, minimum ISR and restart window
+        (:class:`ClusterTimings`; default: Liftbridge's, 15 s; ``ClusterTimings.fast()`` for tests).
     :raises ValueError: bad broker count, ports or transport.
     :raises TlsConfigError: incomplete TLS settings.
+
+    With ``brokers > 1`` every broker keeps its own replica of the partitions it hosts, followers
+    fetch from the leader, the high watermark is what the whole ISR has (``newest_offset`` can be
+    ahead of it), acks with policy ALL wait for the ISR, and these fault hooks reproduce what breaks
+    on a real cluster (see docs/devserver.md, "Cluster mode"):
+
+    - :meth:`stall_broker` / :meth:`resume_broker`: SIGSTOP / SIGCONT of a broker;
+    - :meth:`kill_broker`: SIGKILL of one broker (leadership moves after the leader timeout);
+      :meth:`start_broker` brings it back;
+    - :meth:`stop_broker`: a clean stop (leadership moves at once);
+    - :meth:`restart_cluster`: every broker down, then up through the restart window.
     """
 
     def __init__(
@@ -363,6 +469,7 @@ class DevServer:
         tls_client_ca_file: str | os.PathLike[str] | None = None,
         groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT,
         groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT,
+        timings: ClusterTimings | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
@@ -381,6 +488,7 @@ class DevServer:
             tls_client_ca_file=_opt_path(tls_client_ca_file),
             groups_consumer_timeout=groups_consumer_timeout,
             groups_coordinator_timeout=groups_coordinator_timeout,
+            timings=timings,
         )
         self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
         self.data_dir = config.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]
@@ -517,11 +625,51 @@ class DevServer:
         self._run(self._running_core().stop_broker(index))
 
     def start_broker(self, index: int) -> None:
-        """Start broker ``index`` again on its port.
+        """Start broker ``index`` again on its port (after :meth:`stop_broker` or :meth:`kill_broker`).
+        Its replicas cut off what a new leader never had, catch up and rejoin the ISR before this returns.
 
         :raises IndexError: no such broker.
         """
         self._run(self._running_core().start_broker(index))
+
+    def kill_broker(self, index: int) -> None:
+        """Kill broker ``index`` like SIGKILL: its calls end, but its leaderships move only after
+        ``timings.replica_max_leader_timeout`` (to an ISR member that runs), and it leaves other
+        partitions' ISRs after ``timings.replica_max_lag_time``. :meth:`start_broker` brings it back.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().kill_broker(index))
+
+    def stall_broker(self, index: int) -> None:
+        """Freeze broker ``index`` like SIGSTOP: as a follower it stops fetching (the leader keeps
+        appending, ``newest_offset`` moves, the high watermark and ALL acks wait until it leaves the
+        ISR after ``replica_max_lag_time`` or resumes); as a leader it stops serving and is replaced
+        after ``replica_max_leader_timeout``; calls to it wait. Undo with :meth:`resume_broker`.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().stall_broker(index))
+
+    def resume_broker(self, index: int) -> None:
+        """Let a stalled broker run again (SIGCONT); a former leader that lost its leadership cuts
+        its uncommitted tail and follows the new leader.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().resume_broker(index))
+
+    def restart_cluster(self, down: float = 0.0) -> None:
+        """Restart every broker at once after ``down`` seconds, from the data directory, through the
+        restart window (``timings.restart_*``: metadata without streams, then no leaders and Publish
+        "no such stream", then high watermarks -1 while nothing commits), on the same ports.
+
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().restart_cluster(down), timeout=30.0 + down)
 
 
 def _opt_path(path: str | os.PathLike[str] | None) -> str | None:
@@ -568,6 +716,12 @@ class DevServerProcess:
     :param tls_cert_file: ``--tls-cert``.
     :param tls_key_file: ``--tls-key``.
     :param tls_client_ca_file: ``--tls-client-ca``.
+    :param timings: cluster mode's time-outs, minimum ISR and restart window (the ``--replica-*``,
+        ``--min-insync-replicas`` and ``--restart-window`` options); default: Liftbridge's.
+
+    The child reads fault commands on its stdin (``--control stdin``), so the cluster fault hooks of
+    :class:`DevServer` work on it too: :meth:`stall_broker`, :meth:`resume_broker`,
+    :meth:`kill_broker`, :meth:`start_broker`, :meth:`stop_broker`, :meth:`restart_cluster`.
     """
 
     def __init__(
@@ -583,18 +737,30 @@ class DevServerProcess:
         tls_cert_file: str | os.PathLike[str] | None = None,
         tls_key_file: str | os.PathLike[str] | None = None,
         tls_client_ca_file: str | os.PathLike[str] | None = None,
+        timings: ClusterTimings | None = None,
     ) -> None:
         if grpc_transport is not None and grpc_transport not in GRPC_TRANSPORTS:
             raise ValueError(f"unknown gRPC transport {grpc_transport!r}; choose one of {', '.join(GRPC_TRANSPORTS)}")
         self.grpc_transport = grpc_transport
-        self._tls_args: list[str] = []
+        self._extra_args: list[str] = []
         for flag, value in (
             ("--tls-cert", tls_cert_file),
             ("--tls-key", tls_key_file),
             ("--tls-client-ca", tls_client_ca_file),
         ):
             if value is not None:
-                self._tls_args += [flag, os.fspath(value)]
+                self._extra_args += [flag, os.fspath(value)]
+        if timings is not None:
+            self._extra_args += [
+                "--replica-max-lag-time",
+                str(timings.replica_max_lag_time),
+                "--replica-max-leader-timeout",
+                str(timings.replica_max_leader_timeout),
+                "--min-insync-replicas",
+                str(timings.min_insync_replicas),
+                "--restart-window",
+                timings.restart_window(),
+            ]
         self.data_dir = Path(data_dir)
         self.brokers = brokers
         self.host = host
@@ -661,9 +827,10 @@ class DevServerProcess:
             args.append("--fsync")
         if self.grpc_transport is not None:
             args += ["--grpc-transport", self.grpc_transport]
-        args += self._tls_args
+        args += self._extra_args
+        args += ["--control", "stdin"]
         with open(self._stderr_path, "ab") as err:
-            self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True)
+            self._proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, text=True)
         line = self.ready_line = self._read_ready_line(self._proc)
         self._addresses, self._nats_url = parse_ready_line(line)
         self._ports = [int(a.rsplit(":", 1)[1]) for a in self._addresses]
@@ -689,6 +856,58 @@ class DevServerProcess:
         tail = self._stderr_path.read_text(errors="replace")[-1500:]
         raise DevServerError(f"the dev server process did not become ready (exit code {proc.returncode}): {tail}")
 
+    # -- cluster fault hooks (see DevServer) -------------------------------------
+    def stall_broker(self, index: int) -> None:
+        """Freeze broker ``index`` like SIGSTOP (see :meth:`DevServer.stall_broker`).
+
+        :raises DevServerError: the child refused the command (single broker, no such broker) or is not running.
+        """
+        self._command(f"stall {index}")
+
+    def resume_broker(self, index: int) -> None:
+        """Let a stalled broker run again (see :meth:`DevServer.resume_broker`)."""
+        self._command(f"resume {index}")
+
+    def kill_broker(self, index: int) -> None:
+        """Kill one broker like SIGKILL (see :meth:`DevServer.kill_broker`); :meth:`start_broker` brings it back."""
+        self._command(f"kill {index}")
+
+    def start_broker(self, index: int) -> None:
+        """Serve a stopped or killed broker again (see :meth:`DevServer.start_broker`)."""
+        self._command(f"start {index}")
+
+    def stop_broker(self, index: int) -> None:
+        """Stop one broker cleanly (see :meth:`DevServer.stop_broker`)."""
+        self._command(f"stop {index}")
+
+    def restart_cluster(self, down: float = 0.0) -> None:
+        """Restart every broker inside the child process through the restart window (see
+        :meth:`DevServer.restart_cluster`; :meth:`kill` then :meth:`start` restarts the process instead)."""
+        self._command(f"restart {down}", timeout=30.0 + down)
+
+    def _command(self, line: str, timeout: float = 30.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None or proc.stdin is None or proc.stdout is None:
+            raise ServerStateError("the dev server process is not running; call start() first")
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=0.1):
+                    if proc.poll() is not None:
+                        break
+                    continue
+                reply = proc.stdout.readline().strip()
+                if reply == f"ok {line}":
+                    return
+                if reply.startswith(f"error {line}"):
+                    raise DevServerError(f"the dev server refused {line!r}: {reply.split(': ', 1)[-1]}")
+                if not reply and proc.poll() is not None:
+                    break
+        raise DevServerError(f"no answer from the dev server process to {line!r} within {timeout:.0f}s")
+
     def kill(self) -> None:
         """SIGKILL the server (no clean shutdown; its NATS child dies with it) and wait until its ports are free."""
         proc, self._proc = self._proc, None
@@ -711,8 +930,10 @@ class DevServerProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for pipe in (proc.stdout, proc.stdin):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def _wait_ports_free(self, timeout: float = 10.0) -> None:
         ports = [p for p in self._ports if p]

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _NONE = api_pb2.NONE
+_ALL = api_pb2.ALL
 _WAIT_FOREVER = -1
 #: How long a PublishAsync call waits for outstanding acks after the client half-closes (as the real server).
 ASYNC_ACK_TIMEOUT = 5.0
@@ -94,6 +95,18 @@ class _AsyncSession:
 def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
     if not fut.done():
         fut.set_result(commit_ts)
+
+
+async def _leader_back(part: Partition) -> bool:
+    """Cluster mode, the partition's leader does not serve: wait while it is only stalled (NATS
+    holds what a frozen process has not read yet); ``False`` when it is dead (the message is lost)."""
+    repl = part.replication
+    assert repl is not None
+    while not repl.leader_serving:
+        if not repl.leader_stalled:
+            return False
+        await part.wait_change()
+    return True
 
 
 async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoReturn:
@@ -163,7 +176,36 @@ class ApiService:
             groups.ReportConsumerGroupCoordinator,
             api_pb2.ReportConsumerGroupCoordinatorRequest,
         )
+        if self.store.cluster is not None:
+            handlers = {name: self._gated(h) for name, h in handlers.items()}
         return handlers
+
+    def _gated(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` waiting while this broker is stalled (cluster mode only: a frozen process answers nothing)."""
+        cluster, broker = self.store.cluster, self.broker
+        assert cluster is not None
+        opts = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            unary = handler.unary_unary
+
+            async def gated_unary(req: Any, context: Any) -> Any:
+                await cluster.until_running(broker)
+                return await unary(req, context)
+
+            return grpc.unary_unary_rpc_method_handler(gated_unary, **opts)
+        streaming = handler.unary_stream or handler.stream_stream
+        assert streaming is not None
+
+        async def gated_stream(req: Any, context: Any) -> AsyncIterator[Any]:
+            await cluster.until_running(broker)
+            async for item in streaming(req, context):
+                yield item
+
+        make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+        return make(gated_stream, **opts)
 
     async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
         try:
@@ -197,20 +239,33 @@ class ApiService:
     # -- metadata -------------------------------------------------------------
     async def FetchMetadata(self, req: api_pb2.FetchMetadataRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         store = self.store
+        cluster = store.cluster
+        # Right after a full-cluster restart the real brokers answer with no streams, then with
+        # partitions that have no leader yet (docs/devserver.md, "Restart window").
+        no_streams = cluster is not None and cluster.no_streams
+        no_leaders = cluster is not None and cluster.no_leaders
         hosted, led = store.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
         for b in store.live_brokers():
             resp.brokers.add(
-                id=b.id, host=b.host, port=b.port, partitionCount=hosted.get(b.id, 0), leaderCount=led.get(b.id, 0)
+                id=b.id,
+                host=b.host,
+                port=b.port,
+                partitionCount=hosted.get(b.id, 0),
+                leaderCount=0 if no_leaders else led.get(b.id, 0),
             )
-        for name in req.streams or list(store.streams):
-            stream = store.streams.get(name)
+        for name in req.streams or ([] if no_streams else list(store.streams)):
+            stream = None if no_streams else store.streams.get(name)
             if stream is None:
                 resp.streamMetadata.add(name=name, error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
                 continue
             sm = resp.streamMetadata.add(name=name, subject=stream.subject, creationTimestamp=stream.creation_timestamp)
             for part in stream.partitions:
-                sm.partitions[part.id].CopyFrom(part.metadata(for_cluster_view=True))
+                pm = sm.partitions[part.id]
+                pm.CopyFrom(part.metadata(for_cluster_view=True))
+                if no_leaders:
+                    pm.leader = ""
+                    del pm.isr[:]
         self.groups.fill_metadata(resp, req.groups)
         return resp
 
@@ -218,9 +273,10 @@ class ApiService:
         self, req: api_pb2.FetchPartitionMetadataRequest, context: aio.ServicerContext[Any, Any]
     ) -> Any:
         part = self.store.get_partition(req.stream, req.partition)
-        if part is None:
+        cluster = self.store.cluster
+        if part is None or (cluster is not None and cluster.no_streams):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
-        if part.paused or part.leader != self.broker.id:
+        if part.paused or part.leader != self.broker.id or (cluster is not None and cluster.no_leaders):
             # A paused partition is closed on its leader: the real server answers as for a non-leader.
             await _abort(
                 context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
@@ -236,7 +292,8 @@ class ApiService:
         if not req.stream:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "no stream provided", ASYNC_BAD_REQUEST)
         stream = self.store.streams.get(req.stream)
-        if stream is None:
+        cluster = self.store.cluster
+        if stream is None or (cluster is not None and cluster.no_leaders):
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such stream: {req.stream}", ASYNC_NOT_FOUND)
         if not 0 <= req.partition < len(stream.partitions):
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such partition: {req.partition}", ASYNC_NOT_FOUND)
@@ -261,6 +318,13 @@ class ApiService:
         inbox = req.ackInbox or self._inboxes.next()
         # Without a deadline the real server does not wait: fire and forget, even with LEADER/ALL.
         wait = req.ackPolicy != _NONE and context.time_remaining() is not None
+        repl = part.replication
+        if repl is not None and not repl.leader_serving and not await _leader_back(part):
+            # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
+            if not wait:
+                return _EMPTY_PUBLISH_RESPONSE
+            await asyncio.sleep(max(0.0, context.time_remaining() or 0.0))
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         now = time.time_ns()
         try:
             offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
@@ -271,7 +335,10 @@ class ApiService:
         if not wait:
             return _EMPTY_PUBLISH_RESPONSE
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        part.after_commit(_resolve, fut)
+        if repl is not None and req.ackPolicy == _ALL:
+            repl.after_hw(offset, _resolve, fut)  # ALL: once the whole ISR has it
+        else:
+            part.after_commit(_resolve, fut)
         commit_ts = await fut
         ack = build_ack(part, part.subject, offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
         if req.ackInbox:
@@ -325,6 +392,11 @@ class ApiService:
                 continue
             if part.paused:
                 await self.store.resume_for_publish(part)
+            repl = part.replication
+            if repl is not None:
+                await self.store.cluster.until_running(self.broker)  # type: ignore[union-attr]
+                if not repl.leader_serving and not await _leader_back(part):
+                    continue  # lost on the way to a dead leader: no response, the client times out
             now = time.time_ns()
             policy = req.ackPolicy
             try:
@@ -336,7 +408,10 @@ class ApiService:
                 continue
             if policy != _NONE:
                 session.inflight += 1
-                part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
+                if repl is not None and policy == _ALL:
+                    repl.after_hw(offset, inflight_done, (part, offset, req.correlationId, policy, now))
+                else:
+                    part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
 
     async def PublishToSubject(
         self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]
@@ -368,6 +443,7 @@ class ApiService:
     # -- subscribing ----------------------------------------------------------
     def _start_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
         log_ = part.log
+        newest = part.hw
         pos = req.startPosition
         if pos == api_pb2.OFFSET:
             start = req.startOffset
@@ -376,36 +452,39 @@ class ApiService:
         elif pos == api_pb2.EARLIEST:
             start = log_.oldest_offset
         elif pos == api_pb2.LATEST:
-            start = log_.newest_offset
+            start = newest
         elif pos == api_pb2.NEW_ONLY:
-            start = log_.newest_offset + 1
+            start = newest + 1
         else:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StartPosition {pos}")
         return max(start, 0)
 
     def _stop_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
-        log_ = part.log
+        newest = part.hw
         pos = req.stopPosition
         if pos == api_pb2.STOP_ON_CANCEL:
-            return log_.newest_offset if part.readonly else _WAIT_FOREVER
+            return newest if part.readonly else _WAIT_FOREVER
         if pos == api_pb2.STOP_OFFSET:
             return req.stopOffset
         if pos == api_pb2.STOP_TIMESTAMP:
-            return log_.last_offset_at_or_before(req.stopTimestamp)
+            return min(part.log.last_offset_at_or_before(req.stopTimestamp), newest)
         if pos == api_pb2.STOP_LATEST:
-            if log_.newest_offset == -1:
+            if newest == -1:
                 raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty")
-            return log_.newest_offset
+            return newest
         raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StopPosition {pos}")
 
     async def Subscribe(
         self, req: api_pb2.SubscribeRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
         store = self.store
+        cluster = store.cluster
         part = store.get_partition(req.stream, req.partition)
-        if part is None:
+        if part is None or (cluster is not None and cluster.no_streams):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "No such partition"))
-        if part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr):
+        if (part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr)) or (
+            cluster is not None and cluster.no_leaders
+        ):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
         if req.resume and part.paused:
             await store.resume_for_publish(part)
@@ -420,12 +499,21 @@ class ApiService:
             )
         yield _HANDSHAKE
         log_ = part.log
+        repl = part.replication
         while True:
             if part.deleted:
                 await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
             if part.paused:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "commit log closed")
-            newest = log_.newest_offset
+            if repl is None:
+                newest = log_.newest_offset
+            else:
+                # This broker's own replica, up to the high watermark (a stalled broker sends nothing).
+                await cluster.until_running(self.broker)  # type: ignore[union-attr]
+                view = repl.readable(self.broker.id)
+                if view is None or (part.leader != self.broker.id and not req.readISRReplica):
+                    await _abort(context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
+                log_, newest = view
             if offset <= newest:
                 offset = max(offset, log_.oldest_offset)
                 limit = newest if stop == _WAIT_FOREVER else min(newest, stop)

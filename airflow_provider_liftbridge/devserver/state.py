@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -32,6 +32,9 @@ from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import DataDirError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
+
+if TYPE_CHECKING:
+    from .replication import ClusterTimings, Replication
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +190,8 @@ class BrokerSlot:
     host: str
     port: int
     live: bool = False
+    #: Frozen like a SIGSTOPped process: no replication, calls to it wait (cluster fault hook).
+    stalled: bool = False
 
 
 CommitCallback = Callable[[Any, int], None]
@@ -215,6 +220,9 @@ class Partition:
         self.isr: list[str] = []
         self.pause_timestamps = (0, 0)
         self.readonly_timestamps = (0, 0)
+        #: The replicas, ISR and high watermark in cluster mode; ``None`` on a single broker, where
+        #: the one log is committed as soon as it is written.
+        self.replication: Replication | None = None
         self._last_ts = log_.latest_timestamp
         self._callbacks: list[tuple[CommitCallback, Any]] = []
         self._waiters: list[asyncio.Future[None]] = []
@@ -334,6 +342,14 @@ class Partition:
                 except Exception:  # one broken consumer of acks must not stop the others
                     log.exception("commit callback failed")
         self.notify()
+        if self.replication is not None:
+            self.replication.leader_wrote()
+
+    @property
+    def hw(self) -> int:
+        """The high watermark: the last committed offset (-1 when none)."""
+        repl = self.replication
+        return self.log.newest_offset if repl is None else repl.reported_hw()
 
     # -- subscribers ----------------------------------------------------------
     def wait_change(self) -> asyncio.Future[None]:
@@ -360,7 +376,7 @@ class Partition:
             leader=self.leader,
             replicas=self.replicas,
             isr=self.isr,
-            highWatermark=newest,
+            highWatermark=newest if self.replication is None else self.replication.reported_hw(),
             newestOffset=newest,
             paused=self.paused_in_metadata if for_cluster_view else self.paused,
             readonly=self.readonly,
@@ -377,6 +393,7 @@ class Partition:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **(self.replication.to_json() if self.replication is not None else {}),
             "paused": self.paused,
             "paused_in_metadata": self.paused_in_metadata,
             "readonly": self.readonly,
@@ -505,13 +522,20 @@ class Store:
     :param data_dir: where ``meta.json``, ``cursors/`` and ``streams/`` live (created if missing).
     :param brokers: the cluster's brokers; partition leaders are chosen among them.
     :param fsync: ``fsync`` log writes (default: written to the OS page cache only).
+    :param timings: cluster-mode time-outs (more than one broker; default: Liftbridge's).
     :raises DataDirError: the directory is unusable or its metadata unreadable.
     """
 
-    def __init__(self, data_dir: Path, brokers: list[BrokerSlot], *, fsync: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, brokers: list[BrokerSlot], *, fsync: bool = False, timings: ClusterTimings | None = None
+    ) -> None:
+        from .replication import Cluster, ClusterTimings
+
         self.data_dir = data_dir
         self.brokers = brokers
         self.fsync = fsync
+        #: Replication, faults and the restart window; ``None`` on a single broker (none of it costs anything there).
+        self.cluster: Cluster | None = Cluster(self, timings or ClusterTimings()) if len(brokers) > 1 else None
         self.streams: dict[str, Stream] = {}
         self.listener: PartitionListener | None = None
         self._dirty: dict[Partition, None] = {}
@@ -543,12 +567,10 @@ class Store:
                         creation_timestamp=data["creation_timestamp"],
                         directory=data["directory"],
                         config=StreamConfig(**data["config"]),
-                        partitions=len(data["partitions"]),
+                        partitions=data["partitions"],
                     )
                     stream.resume_all = bool(data.get("resume_all", False))
-                    for part, pdata in zip(stream.partitions, data["partitions"], strict=True):
-                        part.load_json(pdata)
-                        # Age-based retention is re-applied on open; count and size limits hold already.
+                    # Age-based retention is re-applied on open; count and size limits hold already.
                     known_dirs.add(stream.directory)
             except (ValueError, KeyError, TypeError) as exc:
                 raise DataDirError(
@@ -558,7 +580,8 @@ class Store:
             if child.name not in known_dirs:
                 # A stream deleted (or half-created) before a crash.
                 shutil.rmtree(child, ignore_errors=True)
-        self.reconcile_leaders()
+        if self.cluster is None:
+            self.reconcile_leaders()
 
     def save(self) -> None:
         """Rewrite ``meta.json`` atomically."""
@@ -582,16 +605,40 @@ class Store:
         creation_timestamp: int,
         directory: str,
         config: StreamConfig,
-        partitions: int,
+        partitions: list[Mapping[str, Any]],
     ) -> Stream:
+        """Open a stream's logs; ``partitions`` holds each partition's saved state (``Partition.to_json``)."""
         stream = Stream(name, subject, group, replication_factor, creation_timestamp, directory, config)
         seg_bytes = config.segment_max_bytes or DEFAULT_SEGMENT_BYTES
         base = self.data_dir / "streams" / directory
-        for pid in range(partitions):
-            plog = PartitionLog(base / str(pid), segment_max_bytes=seg_bytes, fsync=self.fsync)
-            stream.partitions.append(Partition(self, stream, pid, plog))
+        for pid, pdata in enumerate(partitions):
+            if self.cluster is None:
+                part = Partition(
+                    self, stream, pid, PartitionLog(base / str(pid), segment_max_bytes=seg_bytes, fsync=self.fsync)
+                )
+                part.load_json(pdata)
+            else:
+                # One log per replica: broker 0's in the single-broker place, the others' beside it.
+                first = self.brokers[0].id
+                logs = {
+                    bid: PartitionLog(
+                        base / (str(pid) if bid == first else f"{pid}.{bid}"),
+                        segment_max_bytes=seg_bytes,
+                        fsync=self.fsync,
+                    )
+                    for bid in pdata["replicas"]
+                }
+                leader = str(pdata["leader"])
+                part = Partition(self, stream, pid, logs[leader])
+                part.load_json(pdata)
+                self.cluster.attach(part, logs, pdata)
+            stream.partitions.append(part)
         self.streams[name] = stream
         return stream
+
+    def leadership_moved(self, part: Partition) -> None:
+        """``part`` has a new leader (cluster mode): subscribers and waiting publishers re-check."""
+        part.notify()
 
     # -- flushing -------------------------------------------------------------
     def mark_dirty(self, partition: Partition) -> None:
@@ -620,7 +667,10 @@ class Store:
             age = stream.config.retention_max_age_ms
             if age > 0:
                 for part in stream.partitions:
-                    if part.log.enforce_retention(max_age_ns=age * 1_000_000, now_ns=now):
+                    logs = (
+                        [part.log] if part.replication is None else [r.log for r in part.replication.replicas.values()]
+                    )
+                    if any([plog.enforce_retention(max_age_ns=age * 1_000_000, now_ns=now) for plog in logs]):
                         part.notify()
 
     # -- brokers --------------------------------------------------------------
@@ -709,6 +759,20 @@ class Store:
         live = self.live_brokers() or list(self.brokers)
         created = time.time_ns()
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", req.name)[:64]
+        placements: list[Mapping[str, Any]] = []
+        led = self.leader_counts()[1]
+        for _ in range(req.partitions or 1):
+            leader = min(live, key=lambda b: (led.get(b.id, 0), b.index))
+            led[leader.id] = led.get(leader.id, 0) + 1
+            # Replicas: the leader, then the next brokers in index order.
+            order = sorted(self.brokers, key=lambda b: (b.index - leader.index) % size)
+            placements.append(
+                {
+                    "leader": leader.id,
+                    "replicas": [b.id for b in order[:rf]],
+                    "isr": [b.id for b in order[:rf] if b.live and not b.stalled],
+                }
+            )
         stream = self._make_stream(
             name=req.name,
             subject=req.subject,
@@ -717,16 +781,12 @@ class Store:
             creation_timestamp=created,
             directory=f"{safe}-{created}",
             config=StreamConfig.from_request(req),
-            partitions=req.partitions or 1,
+            partitions=placements,
         )
-        for part in stream.partitions:
-            leader = self._pick_leader(live)
-            # Replicas: the leader, then the next brokers in index order.
-            order = sorted(self.brokers, key=lambda b: (b.index - leader.index) % size)
-            part.leader = leader.id
-            part.replicas = [b.id for b in order[:rf]]
-            part.isr = [b.id for b in order[:rf] if b.live]
         self.save()
+        if self.cluster is not None:
+            for part in stream.partitions:
+                part.replication.start_followers()  # type: ignore[union-attr]
         if self.listener is not None:
             for part in stream.partitions:
                 await self.listener.partition_opened(part)
@@ -749,7 +809,10 @@ class Store:
                 await self.listener.partition_closed(part)
             self._dirty.pop(part, None)
             part._callbacks.clear()
-            part.log.destroy()
+            if part.replication is not None:
+                part.replication.destroy()
+            else:
+                part.log.destroy()
             part.notify()
         shutil.rmtree(self.data_dir / "streams" / stream.directory, ignore_errors=True)
 
@@ -820,7 +883,12 @@ class Store:
         for part in self._dirty:
             part._commit(time.time_ns())
         self._dirty = {}
+        if self.cluster is not None:
+            self.cluster.stop()
         for stream in self.streams.values():
             for part in stream.partitions:
-                part.log.close()
+                if part.replication is not None:
+                    part.replication.close()
+                else:
+                    part.log.close()
         self.cursors.close()

@@ -1,0 +1,654 @@
+"""Cluster mode: a replica of each partition per broker, followers fetching from the leader, the ISR,
+the high watermark, leader election and the restart window of a real Liftbridge cluster.
+
+Only a server with more than one broker has any of this (``Partition.replication`` is ``None`` on a
+single broker, whose only log is committed as soon as it is written).
+
+The model follows Liftbridge's replication protocol (its ``partition.go`` and ``replicator.go``,
+and what was observed on a three-broker cluster, ``liftbridge-semantics.md``):
+
+- Every replica is its own :class:`~.log.PartitionLog`. The leader appends what publishers send;
+  each follower runs a fetch loop that copies the records it does not have from the leader's log
+  (same offsets, same bytes, same timestamps) and then waits for the leader's next write.
+- ``high_watermark`` is the last offset every ISR member has; ``newest_offset`` is the end of the
+  leader's log and can be ahead. Subscribers read up to the high watermark only; acks with policy
+  ALL go out when the high watermark reaches the message, LEADER acks once the leader wrote it.
+- While the ISR is smaller than the minimum ISR (the stream's ``minIsr``, else the server's
+  ``min.insync.replicas``) nothing commits: the leader still appends and LEADER acks still go out,
+  but the high watermark stands still (Liftbridge's commit loop, source).
+- A follower that has not fetched, or not caught up with the leader's log end, for
+  ``replica_max_lag_time`` leaves the ISR; it rejoins once it is caught up again.
+- A leader that is dead or stalled for ``replica_max_leader_timeout`` is replaced by a live ISR
+  member (the lowest broker index: Liftbridge's choice is not specified). Each leadership starts a
+  new leader epoch at the new leader's log end; a replica that followed an older epoch cuts its log
+  back to where that epoch ended in the new leader's history before fetching again, so an
+  uncommitted tail the new leader never had is lost, as in Liftbridge.
+
+What is simplified: replication runs in-process (no NATS replication subjects, no fetch requests
+on the wire, no Raft: the metadata changes happen at once); a follower learns the leader's high
+watermark at once rather than on its next fetch; the fetch loop wakes on every leader write
+instead of sleeping ``replica.max.idle.wait``. See docs/devserver.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
+    from .state import BrokerSlot, Partition, Store
+
+log = logging.getLogger(__name__)
+
+_FETCH_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class ClusterTimings:
+    """The time-outs of cluster mode, in seconds, and the server's minimum ISR.
+
+    The defaults are Liftbridge's (``replica.max.lag.time`` and ``replica.max.leader.timeout``
+    15 s) and the restart window observed on a real three-broker cluster (metadata without streams
+    for about 0.3 s, Publish refused with "no such stream" for 1-2 s, high watermark -1 for about
+    9 s). :meth:`fast` scales them down for tests.
+
+    :param replica_max_lag_time: a follower that has not fetched, or not caught up, for this long
+        leaves the ISR.
+    :param replica_max_leader_timeout: a dead or stalled leader is replaced after this long.
+    :param min_insync_replicas: the server's ``min.insync.replicas`` (a stream's ``minIsr`` wins).
+    :param restart_no_streams: after a full-cluster restart, FetchMetadata lists no streams and
+        FetchPartitionMetadata and Subscribe answer NOT_FOUND for this long.
+    :param restart_no_leaders: until this long after the restart, partitions have no leader and
+        Publish/PublishAsync answer NOT_FOUND "no such stream".
+    :param restart_hw_unknown: until this long after the restart, high watermarks read -1 and
+        nothing commits (ALL acks and subscribers wait).
+    :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
+    """
+
+    replica_max_lag_time: float = 15.0
+    replica_max_leader_timeout: float = 15.0
+    min_insync_replicas: int = 1
+    restart_no_streams: float = 0.3
+    restart_no_leaders: float = 1.5
+    restart_hw_unknown: float = 9.0
+
+    def __post_init__(self) -> None:
+        durations = (
+            self.replica_max_lag_time,
+            self.replica_max_leader_timeout,
+            self.restart_no_streams,
+            self.restart_no_leaders,
+            self.restart_hw_unknown,
+        )
+        if min(durations) < 0:
+            raise ValueError(f"cluster timings cannot be negative: {self}")
+        if not self.restart_no_streams <= self.restart_no_leaders <= self.restart_hw_unknown:
+            raise ValueError(
+                "the restart window's phases end in order: restart_no_streams <= restart_no_leaders "
+                f"<= restart_hw_unknown, got {self.restart_no_streams}, {self.restart_no_leaders}, "
+                f"{self.restart_hw_unknown}"
+            )
+        if self.min_insync_replicas < 1:
+            raise ValueError(f"min_insync_replicas must be at least 1, got {self.min_insync_replicas}")
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> ClusterTimings:
+        """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
+        real one (0.03 s, 0.15 s, 0.9 s). Keywords override single values."""
+        base = cls(
+            replica_max_lag_time=0.5,
+            replica_max_leader_timeout=0.5,
+            restart_no_streams=0.03,
+            restart_no_leaders=0.15,
+            restart_hw_unknown=0.9,
+        )
+        return replace(base, **overrides)
+
+    def restart_window(self) -> str:
+        """The three restart phases as the command line takes them (``0.3,1.5,9``)."""
+        return f"{self.restart_no_streams:g},{self.restart_no_leaders:g},{self.restart_hw_unknown:g}"
+
+
+class Replica:
+    """One broker's copy of a partition: its log, the last leader epoch it knew, and what the
+    leader knows about it (when it last fetched, when it was last caught up)."""
+
+    __slots__ = ("broker", "epoch", "last_caught_up", "last_seen", "log", "task", "wakeup")
+
+    def __init__(self, broker: BrokerSlot, log_: PartitionLog, epoch: int) -> None:
+        self.broker = broker
+        self.log = log_
+        self.epoch = epoch
+        now = time.monotonic()
+        self.last_seen = now
+        self.last_caught_up = now
+        self.task: asyncio.Task[None] | None = None
+        self.wakeup: asyncio.Event | None = None
+
+    @property
+    def id(self) -> str:
+        return self.broker.id
+
+    @property
+    def serving(self) -> bool:
+        """Whether this replica's broker is running and not stalled."""
+        return self.broker.live and not self.broker.stalled
+
+
+CommitCallback = Callable[[Any, int], None]
+
+
+class Replication:
+    """The replicas of one partition and the state the leader keeps about them (see the module docstring).
+
+    :param part: the partition (its ``leader``, ``replicas`` and ``isr`` lists are the metadata).
+    :param cluster: the cluster the partition belongs to.
+    :param logs: one open log per replica broker id.
+    :param epoch: the current leader epoch.
+    :param epoch_starts: first offset of every leader epoch, oldest first.
+    :param replica_epochs: the last epoch each replica followed or led.
+    """
+
+    def __init__(
+        self,
+        part: Partition,
+        cluster: Cluster,
+        logs: dict[str, PartitionLog],
+        *,
+        epoch: int = 0,
+        epoch_starts: list[tuple[int, int]] | None = None,
+        replica_epochs: dict[str, int] | None = None,
+    ) -> None:
+        self.part = part
+        self.cluster = cluster
+        self.replicas: dict[str, Replica] = {}
+        for bid, plog in logs.items():
+            broker = cluster.store.broker_by_id(bid)
+            assert broker is not None, bid
+            self.replicas[bid] = Replica(broker, plog, (replica_epochs or {}).get(bid, epoch))
+        self.epoch = epoch
+        self.epoch_starts = list(epoch_starts or [(epoch, 0)])
+        # What every ISR member has (after a restart, what they all wrote counts as committed).
+        in_sync = [self.replicas[b].log.newest_offset for b in part.isr if b in self.replicas]
+        self.hw = min(in_sync) if in_sync else part.log.newest_offset
+        #: ALL acks waiting for the high watermark: (offset, callback, argument), in offset order.
+        self._waiting: deque[tuple[int, CommitCallback, Any]] = deque()
+        #: Monotonic time the leader was found dead or stalled (None while it serves).
+        self.leader_down_since: float | None = None
+        #: Work held for a stalled leader (NATS messages it would find buffered on resuming).
+        self.parked: list[Callable[[], None]] = []
+
+    # -- views ------------------------------------------------------------------
+    @property
+    def leader(self) -> Replica | None:
+        return self.replicas.get(self.part.leader)
+
+    @property
+    def leader_serving(self) -> bool:
+        """Whether the partition has a leader that is running and not stalled."""
+        rep = self.replicas.get(self.part.leader)
+        return rep is not None and rep.serving
+
+    @property
+    def leader_stalled(self) -> bool:
+        rep = self.replicas.get(self.part.leader)
+        return rep is not None and rep.broker.live and rep.broker.stalled
+
+    def reported_hw(self) -> int:
+        """The high watermark as metadata shows it (-1 while a restart has not settled)."""
+        return -1 if self.cluster.hw_unknown else self.hw
+
+    def readable(self, broker_id: str) -> tuple[PartitionLog, int] | None:
+        """The log a subscriber on ``broker_id`` reads and the last offset it may read (its replica's
+        copy up to the high watermark), or ``None`` when that broker holds no replica."""
+        rep = self.replicas.get(broker_id)
+        if rep is None:
+            return None
+        if self.cluster.hw_unknown:
+            return rep.log, -1
+        return rep.log, min(self.hw, rep.log.newest_offset)
+
+    def min_isr(self) -> int:
+        return self.part.stream.config.min_isr or self.cluster.timings.min_insync_replicas
+
+    # -- commit -----------------------------------------------------------------
+    def after_hw(self, offset: int, callback: CommitCallback, arg: Any) -> None:
+        """Call ``callback(arg, commit_timestamp_ns)`` once the high watermark reaches ``offset``
+        (an ack with policy ALL). Dropped if leadership changes first: the publisher times out."""
+        self._waiting.append((offset, callback, arg))
+        self.cluster.kick_commit(self)
+
+    def leader_wrote(self) -> None:
+        """The leader's log grew: wake the followers, and commit if the ISR is the leader alone."""
+        for rep in self.replicas.values():
+            if rep.wakeup is not None:
+                rep.wakeup.set()
+        self.update_hw()
+
+    def update_hw(self) -> None:
+        """Move the high watermark to the last offset every ISR member has (never backwards within
+        a leader epoch), then send the ALL acks it covers and wake subscribers."""
+        if self.cluster.hw_unknown:
+            return
+        leader = self.leader
+        if leader is None:
+            return
+        isr = self.part.isr
+        if len(isr) < self.min_isr():
+            return  # Liftbridge's commit loop: below the minimum ISR nothing commits
+        newest = leader.log.newest_offset
+        for bid in isr:
+            rep = self.replicas.get(bid)
+            if rep is not None and rep is not leader:
+                newest = min(newest, rep.log.newest_offset)
+        if newest <= self.hw and not self._waiting:
+            return
+        if newest > self.hw:
+            self.hw = newest
+        waiting = self._waiting
+        if waiting and waiting[0][0] <= self.hw:
+            now = time.time_ns()
+            while waiting and waiting[0][0] <= self.hw:
+                _, fn, arg = waiting.popleft()
+                try:
+                    fn(arg, now)
+                except Exception:  # one broken consumer of acks must not stop the others
+                    log.exception("ALL-ack callback failed")
+        self.part.notify()
+
+    def drop_waiting(self) -> None:
+        """Forget the ALL acks not sent yet (leadership moved: Liftbridge drops its commit queue)."""
+        self._waiting.clear()
+
+    # -- followers --------------------------------------------------------------
+    def start_followers(self) -> None:
+        """Run a fetch loop for every replica that is not the leader (idempotent)."""
+        loop = asyncio.get_running_loop()
+        for rep in self.replicas.values():
+            if rep.id != self.part.leader and (rep.task is None or rep.task.done()):
+                rep.wakeup = asyncio.Event()
+                rep.task = loop.create_task(self._follow(rep), name=f"follow {self.part.stream.name}/{self.part.id}")
+
+    def stop_followers(self) -> None:
+        for rep in self.replicas.values():
+            if rep.task is not None:
+                rep.task.cancel()
+                rep.task = None
+            rep.wakeup = None
+
+    async def _follow(self, rep: Replica) -> None:
+        """A follower's fetch loop: copy what the leader has, then wait for its next write."""
+        idle = self.cluster.idle_wait
+        while not self.part.deleted:
+            wakeup = rep.wakeup
+            if wakeup is None:
+                return
+            wakeup.clear()
+            if rep.id != self.part.leader and rep.serving and self.leader_serving:
+                try:
+                    copied = self.fetch(rep)
+                except Exception:
+                    log.exception("replicating %s/%d to %s failed", self.part.stream.name, self.part.id, rep.id)
+                    copied = 0
+                if copied:
+                    continue
+            try:
+                await asyncio.wait_for(wakeup.wait(), idle)
+            except TimeoutError:
+                pass  # check in with the leader anyway, as Liftbridge's followers do
+
+    def fetch(self, rep: Replica, max_batches: int = 1) -> int:
+        """One fetch of ``rep`` from the leader (truncating first if it followed an older epoch);
+        return how many records it copied. The leader notes the fetch for the ISR check."""
+        leader = self.leader
+        if leader is None or leader is rep:
+            return 0
+        if rep.epoch != self.epoch:
+            self.truncate_to_epoch(rep)
+        now = time.monotonic()
+        rep.last_seen = now
+        copied = 0
+        for _ in range(max_batches):
+            start = rep.log.next_offset
+            if start > leader.log.newest_offset:
+                break
+            bodies, stamps = leader.log.read_copies(start, _FETCH_BATCH)
+            if not bodies:
+                break
+            rep.log.extend_copied(start, bodies, stamps)
+            rep.log.flush()
+            copied += len(bodies)
+        if rep.log.newest_offset >= leader.log.newest_offset:
+            rep.last_caught_up = now
+            if rep.id not in self.part.isr and rep.id in self.part.replicas:
+                self.cluster.expand_isr(self, rep)
+        if copied:
+            cfg = self.part.stream.config
+            if cfg.retention_max_messages or cfg.retention_max_bytes:
+                rep.log.enforce_retention(max_messages=cfg.retention_max_messages, max_bytes=cfg.retention_max_bytes)
+            if rep.id in self.part.isr:
+                self.update_hw()
+        return copied
+
+    def truncate_to_epoch(self, rep: Replica) -> None:
+        """Cut ``rep``'s log back to where its last epoch ended in the leader's history (what the
+        current leader has of that epoch), then make it a follower of the current epoch."""
+        end = self.epoch_end(rep.epoch)
+        if end is not None and rep.log.newest_offset >= end:
+            cut = rep.log.truncate(end)
+            if cut:
+                log.warning(
+                    "replica %s of %s/%d dropped %d records the leader never committed",
+                    rep.id,
+                    self.part.stream.name,
+                    self.part.id,
+                    cut,
+                )
+        rep.epoch = self.epoch
+
+    def epoch_end(self, epoch: int) -> int | None:
+        """The first offset after leader epoch ``epoch`` in the current leader's history (``None``
+        for the current epoch: nothing to cut)."""
+        for e, start in self.epoch_starts:
+            if e > epoch:
+                return start
+        return None
+
+    # -- leadership -------------------------------------------------------------
+    def become_leader(self, new: Replica) -> None:
+        """Make ``new`` the leader in a new epoch starting at its log end; followers restart."""
+        self.stop_followers()
+        self.drop_waiting()
+        self.epoch += 1
+        self.epoch_starts.append((self.epoch, new.log.next_offset))
+        new.epoch = self.epoch
+        self.part.leader = new.id
+        self.part.log = new.log
+        self.leader_down_since = None
+        self.parked.clear()
+        for rep in self.replicas.values():
+            if rep is not new and rep.serving:
+                self.truncate_to_epoch(rep)
+            now = time.monotonic()
+            rep.last_seen = rep.last_caught_up = now
+        # The new leader commits what every ISR member has (never less than before).
+        self.hw = min(self.hw, new.log.newest_offset)
+        self.start_followers()
+        self.update_hw()
+
+    def close(self) -> None:
+        self.stop_followers()
+        self._waiting.clear()
+        for rep in self.replicas.values():
+            rep.log.close()
+
+    def destroy(self) -> None:
+        self.stop_followers()
+        self._waiting.clear()
+        for rep in self.replicas.values():
+            rep.log.destroy()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "epoch_starts": [list(e) for e in self.epoch_starts],
+            "replica_epochs": {bid: rep.epoch for bid, rep in self.replicas.items()},
+        }
+
+
+class Cluster:
+    """The cluster-wide side of replication: broker faults, the ISR and leader checks, the restart window.
+
+    :param store: the server's state (its brokers and streams).
+    :param timings: time-outs and the minimum ISR.
+    """
+
+    def __init__(self, store: Store, timings: ClusterTimings) -> None:
+        self.store = store
+        self.timings = timings
+        #: How often the leader checks its followers and followers check their leader.
+        self.tick = max(0.01, min(timings.replica_max_lag_time, timings.replica_max_leader_timeout) / 4)
+        #: How long a caught-up follower waits before checking in with the leader.
+        self.idle_wait = max(0.01, timings.replica_max_lag_time / 3)
+        self._task: asyncio.Task[None] | None = None
+        self._commit_kicks: dict[Replication, None] = {}
+        self._kick_handle: asyncio.Handle | None = None
+        #: Monotonic time of the last full-cluster restart (the restart window runs from it).
+        self.restarted_at: float | None = None
+        self._resumed: dict[int, asyncio.Event] = {}
+
+    async def until_running(self, broker: BrokerSlot) -> None:
+        """Return once ``broker`` is not stalled (at once when it is not)."""
+        while broker.stalled:
+            event = self._resumed.get(broker.index)
+            if event is None:
+                event = self._resumed[broker.index] = asyncio.Event()
+            await event.wait()
+
+    # -- restart window ---------------------------------------------------------
+    def _since_restart(self) -> float | None:
+        if self.restarted_at is None:
+            return None
+        elapsed = time.monotonic() - self.restarted_at
+        if elapsed >= self.timings.restart_hw_unknown:
+            self.restarted_at = None
+            return None
+        return elapsed
+
+    @property
+    def no_streams(self) -> bool:
+        """FetchMetadata lists no streams; partition lookups answer NOT_FOUND."""
+        e = self._since_restart()
+        return e is not None and e < self.timings.restart_no_streams
+
+    @property
+    def no_leaders(self) -> bool:
+        """Partitions have no leader yet; Publish answers "no such stream"."""
+        e = self._since_restart()
+        return e is not None and e < self.timings.restart_no_leaders
+
+    @property
+    def hw_unknown(self) -> bool:
+        """High watermarks read -1 and nothing commits."""
+        return self._since_restart() is not None
+
+    def begin_restart_window(self) -> None:
+        self.restarted_at = time.monotonic()
+
+    # -- running ----------------------------------------------------------------
+    def attach(self, part: Partition, logs: dict[str, PartitionLog], saved: Mapping[str, Any]) -> None:
+        """Give ``part`` its replicas (one open log per replica broker) and the epochs ``saved`` holds."""
+        part.replication = Replication(
+            part,
+            self,
+            logs,
+            epoch=int(saved.get("epoch", 0)),
+            epoch_starts=[(int(e), int(o)) for e, o in saved.get("epoch_starts", [])] or None,
+            replica_epochs={str(b): int(e) for b, e in saved.get("replica_epochs", {}).items()},
+        )
+
+    def start(self) -> None:
+        """Start the followers' fetch loops and the periodic checks (on the running loop)."""
+        for part in self.partitions():
+            if not part.paused:
+                part.replication.start_followers()  # type: ignore[union-attr]
+        self._task = asyncio.get_running_loop().create_task(self._monitor(), name="cluster monitor")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._kick_handle is not None:
+            self._kick_handle.cancel()
+            self._kick_handle = None
+        for part in self.partitions():
+            part.replication.stop_followers()  # type: ignore[union-attr]
+
+    def partitions(self) -> list[Partition]:
+        return [p for s in self.store.streams.values() for p in s.partitions if p.replication is not None]
+
+    def kick_commit(self, repl: Replication) -> None:
+        """Re-check ``repl``'s high watermark at the end of this loop turn."""
+        self._commit_kicks[repl] = None
+        if self._kick_handle is None:
+            self._kick_handle = asyncio.get_running_loop().call_soon(self._run_kicks)
+
+    def _run_kicks(self) -> None:
+        self._kick_handle = None
+        kicks, self._commit_kicks = self._commit_kicks, {}
+        for repl in kicks:
+            repl.update_hw()
+
+    async def _monitor(self) -> None:
+        was_unknown = self.hw_unknown
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                self.check()
+                if was_unknown and not self.hw_unknown:
+                    for part in self.partitions():
+                        part.replication.update_hw()  # type: ignore[union-attr]
+                was_unknown = self.hw_unknown
+            except Exception:
+                log.exception("cluster check failed")
+
+    def check(self) -> None:
+        """Shrink the ISR of followers that fell behind; replace leaders that are gone too long."""
+        now = time.monotonic()
+        lag = self.timings.replica_max_lag_time
+        changed = False
+        for part in self.partitions():
+            repl = part.replication
+            assert repl is not None
+            leader = repl.leader
+            if leader is None or not leader.serving:
+                if repl.leader_down_since is None:
+                    repl.leader_down_since = now
+                elif now - repl.leader_down_since >= self.timings.replica_max_leader_timeout:
+                    changed |= self._elect(part, repl)
+                continue
+            repl.leader_down_since = None
+            for bid in list(part.isr):
+                rep = repl.replicas.get(bid)
+                if rep is None or rep is leader:
+                    continue
+                if now - rep.last_seen > lag or now - rep.last_caught_up > lag:
+                    log.warning("replica %s of %s/%d fell behind; removed from the ISR", bid, part.stream.name, part.id)
+                    part.isr.remove(bid)
+                    changed = True
+                    repl.update_hw()  # fewer members may commit more
+        if changed:
+            self.store.save()
+
+    def _elect(self, part: Partition, repl: Replication) -> bool:
+        candidates = [
+            repl.replicas[b]
+            for b in sorted(part.isr, key=lambda b: repl.replicas[b].broker.index if b in repl.replicas else 1 << 30)
+            if b in repl.replicas and b != part.leader and repl.replicas[b].serving
+        ]
+        if not candidates:
+            return False  # no live ISR member: the partition stays without a usable leader
+        old = part.leader
+        new = candidates[0]
+        if old in part.isr:
+            part.isr.remove(old)
+        log.warning("leader %s of %s/%d is gone; %s leads now", old, part.stream.name, part.id, new.id)
+        repl.become_leader(new)
+        self.store.leadership_moved(part)
+        return True
+
+    def expand_isr(self, repl: Replication, rep: Replica) -> None:
+        part = repl.part
+        part.isr.append(rep.id)
+        part.isr.sort(key=lambda b: part.replicas.index(b) if b in part.replicas else len(part.replicas))
+        self.store.save()
+        part.notify()
+
+    # -- broker faults ----------------------------------------------------------
+    def broker_stopped(self, broker: BrokerSlot, *, controlled: bool) -> None:
+        """``broker`` stopped serving. A controlled stop hands its leaderships over at once (after
+        the new leader caught up) and leaves the ISRs; a kill leaves everything to the time-outs."""
+        if not controlled:
+            for part in self.partitions():
+                repl = part.replication
+                assert repl is not None
+                if part.leader == broker.id and repl.leader_down_since is None:
+                    repl.leader_down_since = time.monotonic()
+            return
+        changed = False
+        for part in self.partitions():
+            repl = part.replication
+            assert repl is not None
+            if broker.id in part.isr and part.leader != broker.id:
+                part.isr.remove(broker.id)
+                changed = True
+                repl.update_hw()
+            if part.leader == broker.id:
+                candidates = [
+                    r for r in repl.replicas.values() if r.id in part.isr and r is not repl.leader and r.serving
+                ]
+                if not candidates:
+                    continue
+                new = min(candidates, key=lambda r: r.broker.index)
+                # A controlled shutdown lets the successor catch up before it takes over.
+                while repl.fetch(new, max_batches=64):
+                    pass
+                part.isr.remove(broker.id)
+                repl.become_leader(new)
+                self.store.leadership_moved(part)
+                changed = True
+        if changed:
+            self.store.save()
+
+    def broker_started(self, broker: BrokerSlot) -> None:
+        """``broker`` serves again: its replicas catch up (cut back first if leadership moved) and rejoin."""
+        for part in self.partitions():
+            repl = part.replication
+            assert repl is not None
+            rep = repl.replicas.get(broker.id)
+            if rep is None:
+                continue
+            if part.leader == broker.id:
+                repl.leader_down_since = None
+                repl.start_followers()
+                continue
+            rep.last_seen = rep.last_caught_up = time.monotonic()
+            if repl.leader_serving:
+                while repl.fetch(rep, max_batches=64):
+                    pass
+            repl.start_followers()
+
+    def broker_stalled(self, broker: BrokerSlot) -> None:
+        """``broker`` freezes (like SIGSTOP): it stops fetching, serving fetches and answering calls."""
+        broker.stalled = True
+        now = time.monotonic()
+        for part in self.partitions():
+            repl = part.replication
+            assert repl is not None
+            if part.leader == broker.id and repl.leader_down_since is None:
+                repl.leader_down_since = now
+
+    def broker_resumed(self, broker: BrokerSlot) -> None:
+        """A stalled broker runs again: parked work of partitions it still leads goes through."""
+        broker.stalled = False
+        event = self._resumed.pop(broker.index, None)
+        if event is not None:
+            event.set()
+        for part in self.partitions():
+            repl = part.replication
+            assert repl is not None
+            if part.leader == broker.id:
+                repl.leader_down_since = None
+                parked, repl.parked = repl.parked, []
+                for work in parked:
+                    work()
+            rep = repl.replicas.get(broker.id)
+            if rep is not None and rep.wakeup is not None:
+                rep.wakeup.set()
+            part.notify()
