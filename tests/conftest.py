@@ -25,6 +25,10 @@ import pytest  # noqa: E402
 
 from airflow_provider_liftbridge.devserver import DevServer  # noqa: E402
 
+# The Spark cluster, Spark Connect server and SparkSession: session fixtures shared by tests/spark
+# and tests/dags (one SparkContext per process), defined once.
+pytest_plugins = ["tests.spark_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def devserver() -> Iterator[DevServer]:

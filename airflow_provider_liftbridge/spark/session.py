@@ -24,15 +24,47 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
 
 
-def prepare_environment(master: str | None) -> None:
-    """Point executors at this interpreter and, for local masters, bind Spark to loopback.
+def prepare_environment(master: str | None, config: Mapping[str, str] | None = None) -> None:
+    """Point executors at the right interpreter and, for local masters, bind Spark to loopback.
 
-    Only fills in variables that are not set: an explicit ``PYSPARK_PYTHON`` or
-    ``SPARK_LOCAL_IP`` always wins.
+    ``spark.pyspark.python`` in ``config`` wins (PySpark reads only the ``PYSPARK_PYTHON``
+    variable when it starts the JVM itself, so it is copied there); otherwise only unset
+    variables are filled in: an explicit ``PYSPARK_PYTHON`` or ``SPARK_LOCAL_IP`` always wins.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    python = (config or {}).get("spark.pyspark.python")
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master is None or is_local_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@contextmanager
+def _jvm_working_directory(config: Mapping[str, str]) -> Iterator[None]:
+    """Start the driver JVM where a relative ``spark.pyspark.python`` from ``spark.archives`` resolves.
+
+    In client mode the driver JVM starts Python data source planning workers with the same
+    interpreter path as the executors (``./<alias>/bin/python``), relative to its own working
+    directory, where Spark does not unpack archives. The archive is unpacked once for the driver
+    (:func:`executor_env.driver_directory`) and the JVM is started there; this process's working
+    directory is restored right after. Nothing changes when the JVM already runs or when the
+    interpreter path is absolute.
+    """
+    from pyspark import SparkContext
+
+    from .executor_env import archive_for_python, driver_directory
+
+    found = archive_for_python(config.get("spark.pyspark.python", ""), config.get("spark.archives", ""))
+    if found is None or SparkContext._gateway is not None:
+        yield
+        return
+    previous = os.getcwd()
+    os.chdir(driver_directory(*found))
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def build_spark_session(
@@ -53,7 +85,7 @@ def build_spark_session(
 
     from .datasource import register
 
-    prepare_environment(master)
+    prepare_environment(master, config)
     builder = SparkSession.builder.appName(app_name)
     if master and master.startswith("sc://"):
         builder = builder.remote(master)
@@ -63,7 +95,11 @@ def build_spark_session(
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if master and master.startswith("sc://"):
+        spark = builder.getOrCreate()
+    else:
+        with _jvm_working_directory(config or {}):
+            spark = builder.getOrCreate()
     register(spark)
     return spark
 

@@ -92,8 +92,14 @@ def test_publish_files_end_to_end(dagbag: Any, stream_name: str, liftbridge_clie
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient) -> None:
-    """Transform with Spark, publish from the executors, wait with deferred offset sensors, read back."""
+def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient, spark_session: Any) -> None:
+    """Transform with Spark, publish from the executors, wait with deferred offset sensors, read back.
+
+    The process's one SparkContext is the standalone test cluster's (``spark_session``): the
+    publish operator and ``@task.pyspark`` reuse the active session, so the executors that publish
+    and read run the Airflow-free executor archive.
+    """
+    assert spark_session.sparkContext.master.startswith("spark://")
     dag_run, states, xcoms = run(dagbag, "liftbridge_spark_pipeline")
     assert dag_run.state == "success", states
     published = xcoms["transform_and_publish"]

@@ -1,11 +1,12 @@
-"""One SparkSession for the whole Spark suite (start-up costs ~6 s), plus stream helpers.
+"""The Spark suite runs on one standalone cluster and one SparkSession (tests/spark_fixtures.py),
+plus stream helpers.
 
 Airflow is configured first (temporary home, env connections) for the operator tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,32 +18,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-@pytest.fixture(scope="session")
-def _spark_session() -> Iterator[SparkSession]:
-    from airflow_provider_liftbridge.spark import build_spark_session
-
-    session = build_spark_session(
-        "local[2]",
-        app_name="liftbridge-tests",
-        config={
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "4",
-            # Small Arrow batches so a test's few thousand rows cross several publish_many calls.
-            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 @pytest.fixture
-def spark(_spark_session: SparkSession) -> SparkSession:
-    """The suite's session, re-activated for this thread (see ``register``'s docstring)."""
+def spark(spark_session: SparkSession) -> SparkSession:
+    """The suite's session (a driver on the standalone test cluster, ``tests/spark_fixtures.py``),
+    re-activated for this thread (see ``register``'s docstring)."""
     from airflow_provider_liftbridge.spark import register
 
-    register(_spark_session)
-    return _spark_session
+    register(spark_session)
+    return spark_session
 
 
 @pytest.fixture

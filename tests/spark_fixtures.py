@@ -1,0 +1,107 @@
+"""Session fixtures of the Spark tiers (registered by the root conftest as a plugin, so the Spark
+tests and the example-DAG tests share one cluster and one SparkContext per process):
+
+- ``executor_archive``: the executors' environment, built once per session with this project's
+  own command (``spark.executor_env``): a venv with grpcio, protobuf, nats-py, google-crc32c,
+  pyarrow and the package's Airflow-free code; no Airflow.
+- ``spark_cluster``: a standalone master and two workers (separate JVMs, 127.0.0.1).
+- ``spark_session``: the classic driver on that cluster; executors' Python comes from the archive.
+- ``spark_connect``: a Spark Connect server (``local[2]``) whose Python is the same archive.
+
+JVM start-ups dominate the Spark tiers' time, hence one of each per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.spark_cluster import StandaloneCluster
+
+ALIAS = "lbenv"
+
+
+@pytest.fixture(scope="session")
+def executor_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The executor environment archive (about 5 s from a warm pip cache)."""
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env
+
+    return build_executor_env(tmp_path_factory.mktemp("executor-env") / "liftbridge-executor.tar.gz", compresslevel=1)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone Spark cluster: one master, two one-core workers."""
+    from tests.spark_cluster import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g").start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def cluster_config(executor_archive: Path) -> dict[str, str]:
+    """Settings of a driver on the test cluster whose executors run the archive's Python."""
+    from airflow_provider_liftbridge.spark.executor_env import spark_config
+
+    return {
+        **spark_config(executor_archive, ALIAS),
+        "spark.executor.memory": "768m",
+        "spark.executor.cores": "1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        # Small Arrow batches so a test's few thousand rows cross several publish calls.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
+    }
+
+
+@pytest.fixture(scope="session")
+def spark_session(spark_cluster: StandaloneCluster, executor_archive: Path) -> Iterator[SparkSession]:
+    """The one classic SparkSession of the test process, a driver on ``spark_cluster``."""
+    from airflow_provider_liftbridge.spark import build_spark_session
+
+    saved = os.environ.get("PYSPARK_PYTHON")
+    session = build_spark_session(
+        spark_cluster.master_url, app_name="liftbridge-tests", config=cluster_config(executor_archive)
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        if saved is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = saved
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(tmp_path_factory: pytest.TempPathFactory, executor_archive: Path) -> Iterator[str]:
+    """A Spark Connect server (``local[2]``) whose Python workers run the executor archive; its URL."""
+    from airflow_provider_liftbridge.spark.executor_env import driver_directory
+    from tests.spark_cluster import ConnectServer
+
+    # The server is the driver: its working directory holds the unpacked archive, so the
+    # relative interpreter path resolves for its planning workers and its local executors alike.
+    workdir = driver_directory(executor_archive, ALIAS)
+    server = ConnectServer(
+        Path(tmp_path_factory.mktemp("spark-connect")),
+        "local[2]",
+        conf={"spark.pyspark.python": f"./{ALIAS}/bin/python", "spark.sql.shuffle.partitions": "4"},
+        env={"PYSPARK_PYTHON": f"./{ALIAS}/bin/python"},
+        cwd=workdir,
+    ).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
