@@ -7,7 +7,8 @@ this module packs a virtualenv holding only:
 
 - the executor dependencies: grpcio, protobuf, nats-py, google-crc32c, pyarrow (pinned by default
   to the versions of the building environment, so the generated gRPC stubs match their runtime);
-- this package's Airflow-free code: ``codec``, ``client``, ``spark``, ``_proto``.
+- this package's Airflow-free code: ``codec``, ``client``, ``spark``, ``_proto`` and the neutral
+  modules they import (everything but the Airflow layer and the dev server).
 
 Ship it with ``spark.archives`` (``--archives``) and point executors' Python into it::
 
@@ -41,8 +42,12 @@ from .errors import SparkOptionError
 
 #: Distributions the executor code imports (and nothing else: no Airflow, no PySpark).
 EXECUTOR_DISTRIBUTIONS = ("grpcio", "protobuf", "nats-py", "google-crc32c", "pyarrow")
-#: Sub-packages of ``airflow_provider_liftbridge`` copied into the archive: the Airflow-free ones.
-EXECUTOR_SUBPACKAGES = ("_proto", "codec", "client", "spark")
+#: Parts of ``airflow_provider_liftbridge`` left out of the archive: the Airflow layer, and the
+#: dev server (executors never run it). Everything else (``codec``, ``client``, ``spark``,
+#: ``_proto`` and the neutral top-level modules they import) is copied, so a new neutral module
+#: cannot be forgotten; ``tests/spark/test_cluster.py`` checks the Airflow layer stays out.
+AIRFLOW_LAYER = ("hooks", "operators", "sensors", "triggers", "queues", "lineage.py", "get_provider_info.py")
+LEFT_OUT = (*AIRFLOW_LAYER, "devserver")
 #: Written at the archive root: what was packed (read by :func:`describe`).
 MANIFEST = "liftbridge-executor-env.json"
 #: The alias the archive is unpacked under on executors, by default.
@@ -78,15 +83,12 @@ def _site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def _copy_package(site_packages: Path) -> None:
-    """Copy this package's Airflow-free code (no ``__pycache__``) into ``site_packages``."""
+def _copy_package(site_packages: Path) -> list[str]:
+    """Copy this package's Airflow-free code (no ``__pycache__``) into ``site_packages``; the names copied."""
     source = _package_root()
     target = site_packages / source.name
-    target.mkdir()
-    shutil.copy2(source / "__init__.py", target / "__init__.py")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for sub in EXECUTOR_SUBPACKAGES:
-        shutil.copytree(source / sub, target / sub, ignore=ignore)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *LEFT_OUT))
+    return sorted(entry.name for entry in target.iterdir())
 
 
 def build_executor_env(
@@ -123,8 +125,7 @@ def build_executor_env(
         subprocess.run([base, "-m", "venv", "--copies", "--without-pip", str(venv)], check=True)
         pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet"]
         subprocess.run([*pip, *pip_args, *reqs], check=True)
-        site_packages = _site_packages(venv)
-        _copy_package(site_packages)
+        copied = _copy_package(_site_packages(venv))
         manifest = {
             "requirements": reqs,
             "python": subprocess.run(
@@ -134,7 +135,7 @@ def build_executor_env(
                 text=True,
             ).stdout.strip(),
             "base_interpreter": os.path.realpath(venv / "bin" / "python"),
-            "subpackages": list(EXECUTOR_SUBPACKAGES),
+            "package": copied,
         }
         (venv / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         target.parent.mkdir(parents=True, exist_ok=True)

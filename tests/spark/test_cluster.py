@@ -3,6 +3,7 @@ which Airflow cannot be imported, and the package's executor code comes from the
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_liftbridge.spark import SparkOptionError
 from airflow_provider_liftbridge.spark.executor_env import (
+    AIRFLOW_LAYER,
     EXECUTOR_DISTRIBUTIONS,
     archive_for_python,
     build_executor_env,
@@ -63,15 +65,20 @@ def test_archive_holds_only_the_executor_code_and_its_dependencies(executor_arch
     with tarfile.open(executor_archive) as packed:
         names = packed.getnames()
         links = [m for m in packed.getmembers() if m.issym() and m.linkname.startswith("/")]
+        airflow_imports = [
+            m.name
+            for m in packed.getmembers()
+            if "/airflow_provider_liftbridge/" in m.name
+            and m.name.endswith(".py")
+            and re.search(rb"^\s*(from|import) airflow\b", packed.extractfile(m).read(), re.M)  # type: ignore[union-attr]
+        ]
+    assert airflow_imports == []
     assert links == []  # Spark refuses to unpack links that leave the archive
     package = [n for n in names if "/site-packages/airflow_provider_liftbridge/" in n]
-    assert {n.split("/airflow_provider_liftbridge/")[1].split("/")[0] for n in package} == {
-        "__init__.py",
-        "_proto",
-        "codec",
-        "client",
-        "spark",
-    }
+    top = {n.split("/airflow_provider_liftbridge/")[1].split("/")[0] for n in package}
+    assert {"__init__.py", "_proto", "codec", "client", "spark"} <= top
+    assert not top & {*AIRFLOW_LAYER, "devserver"}
+    assert describe(executor_archive)["package"] == sorted(top)
     assert not [n for n in names if "/site-packages/airflow/" in n or "/site-packages/pyspark/" in n]
     manifest = describe(executor_archive)
     assert [r.split("==")[0] for r in manifest["requirements"]] == list(EXECUTOR_DISTRIBUTIONS)  # type: ignore[union-attr]
