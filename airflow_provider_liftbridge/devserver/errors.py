@@ -1,6 +1,10 @@
-"""Errors raised by the dev server: one base class, one subclass per way starting or running it can fail."""
+"""Errors of the dev server: :class:`DevServerError` and one subclass per way starting or running it
+can fail (what users of ``DevServer`` catch), and the API's refusals (:class:`ApiError`,
+:class:`IncorrectOffsetError`), which the service turns into gRPC statuses."""
 
 from __future__ import annotations
+
+import grpc
 
 
 class DevServerError(RuntimeError):
@@ -29,3 +33,22 @@ class TlsConfigError(DevServerError):
 
 class ServerStateError(DevServerError):
     """The server was used in a state that does not allow the call (not started, already stopped, ...)."""
+
+
+class ApiError(Exception):
+    """A refusal the API turns into a gRPC status (and, on PublishAsync, into an async error).
+
+    :param code: the gRPC status code.
+    :param message: the status message, worded as the real server words it.
+    :param async_code: the ``PublishAsyncError.Code`` for the same refusal on PublishAsync.
+    """
+
+    def __init__(self, code: grpc.StatusCode, message: str, async_code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.async_code = async_code
+
+
+class IncorrectOffsetError(Exception):
+    """An expected offset did not match on a stream with optimistic concurrency control."""

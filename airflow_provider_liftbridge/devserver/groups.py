@@ -35,6 +35,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .errors import ApiError
 from .state import BrokerSlot, Store
 
 log = logging.getLogger(__name__)
@@ -47,17 +48,8 @@ _NS = 1_000_000_000
 Assignments = dict[str, list[int]]
 
 
-class GroupError(Exception):
-    """A refusal of a group call, with the gRPC status and the message upstream uses."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _precondition(message: str) -> GroupError:
-    return GroupError(grpc.StatusCode.FAILED_PRECONDITION, message)
+def _precondition(message: str) -> ApiError:
+    return ApiError(grpc.StatusCode.FAILED_PRECONDITION, message)
 
 
 @dataclass
@@ -121,7 +113,7 @@ class ConsumerGroups:
     def join(self, group_id: str, consumer_id: str, streams: Iterable[str]) -> tuple[str, int]:
         """Add a member (creating the group); returns ``(coordinator, epoch)``.
 
-        :raises GroupError: FAILED_PRECONDITION for a stream that does not exist or a consumer that
+        :raises ApiError: FAILED_PRECONDITION for a stream that does not exist or a consumer that
             is already a member, or when no broker is live.
         """
         wanted = tuple(dict.fromkeys(streams))
@@ -144,11 +136,11 @@ class ConsumerGroups:
     def leave(self, group_id: str, consumer_id: str, *, expired: bool = False) -> None:
         """Remove a member; the last one to leave deletes the group.
 
-        :raises GroupError: NOT_FOUND for an unknown group, FAILED_PRECONDITION for a non-member.
+        :raises ApiError: NOT_FOUND for an unknown group, FAILED_PRECONDITION for a non-member.
         """
         group = self.groups.get(group_id)
         if group is None:
-            raise GroupError(grpc.StatusCode.NOT_FOUND, "consumer group does not exist")
+            raise ApiError(grpc.StatusCode.NOT_FOUND, "consumer group does not exist")
         if group.members.pop(consumer_id, None) is None:
             raise _precondition("consumer is not a member of the consumer group")
         group.witnesses.discard(consumer_id)
@@ -161,12 +153,12 @@ class ConsumerGroups:
     def assignments(self, broker_id: str, group_id: str, consumer_id: str, epoch: int) -> tuple[Assignments, int]:
         """The member's assignments and the group epoch; counts as the member's heartbeat.
 
-        :raises GroupError: NOT_FOUND for an unknown group; FAILED_PRECONDITION when ``broker_id``
+        :raises ApiError: NOT_FOUND for an unknown group; FAILED_PRECONDITION when ``broker_id``
             is not the coordinator, the epoch is newer than the group's, or the consumer is no member.
         """
         group = self.groups.get(group_id)
         if group is None:
-            raise GroupError(grpc.StatusCode.NOT_FOUND, "consumer group does not exist")
+            raise ApiError(grpc.StatusCode.NOT_FOUND, "consumer group does not exist")
         if group.coordinator != broker_id:
             raise _precondition("broker is not the consumer group coordinator")
         self._refresh(group)
@@ -181,7 +173,7 @@ class ConsumerGroups:
     def report_coordinator(self, group_id: str, consumer_id: str, coordinator: str, epoch: int) -> None:
         """Record a member's report that the coordinator is unresponsive; fail over on a majority.
 
-        :raises GroupError: FAILED_PRECONDITION for an unknown group, a stale coordinator or epoch,
+        :raises ApiError: FAILED_PRECONDITION for an unknown group, a stale coordinator or epoch,
             a non-member, or when no other live broker can take over.
         """
         group = self.groups.get(group_id)
@@ -278,7 +270,7 @@ class ConsumerGroups:
             self._ensure_sweeper()
 
 
-async def _abort(context: Any, err: GroupError) -> NoReturn:
+async def _abort(context: Any, err: ApiError) -> NoReturn:
     await context.abort(err.code, err.message)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
@@ -307,7 +299,7 @@ class GroupsApi:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No streams provided")
         try:
             coordinator, epoch = self.groups.join(req.groupId, req.consumerId, req.streams)
-        except GroupError as err:
+        except ApiError as err:
             await _abort(context, err)
         return api_pb2.JoinConsumerGroupResponse(
             coordinator=coordinator,
@@ -320,7 +312,7 @@ class GroupsApi:
         await _require(context, groupId=req.groupId, consumerId=req.consumerId)
         try:
             self.groups.leave(req.groupId, req.consumerId)
-        except GroupError as err:
+        except ApiError as err:
             await _abort(context, err)
         return api_pb2.LeaveConsumerGroupResponse()
 
@@ -330,7 +322,7 @@ class GroupsApi:
         await _require(context, groupId=req.groupId, consumerId=req.consumerId)
         try:
             assigned, epoch = self.groups.assignments(self.broker.id, req.groupId, req.consumerId, req.epoch)
-        except GroupError as err:
+        except ApiError as err:
             await _abort(context, err)
         resp = api_pb2.FetchConsumerGroupAssignmentsResponse(epoch=epoch)
         for stream, partitions in sorted(assigned.items()):
@@ -343,6 +335,6 @@ class GroupsApi:
         await _require(context, groupId=req.groupId, consumerId=req.consumerId, coordinator=req.coordinator)
         try:
             self.groups.report_coordinator(req.groupId, req.consumerId, req.coordinator, req.epoch)
-        except GroupError as err:
+        except ApiError as err:
             await _abort(context, err)
         return api_pb2.ReportConsumerGroupCoordinatorResponse()

@@ -43,7 +43,8 @@ from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
 from airflow_provider_liftbridge.nats_adapter import FastNats, Route, internals_usable
 
-from .state import REFUSED, NewMessage, Partition, is_valid_subject, length_delimited, varint
+from .state import REFUSED, NewMessage, Partition, is_valid_subject
+from .wire import ack_body, ack_commit_field, ack_inbox_field, ack_prefix, ack_times
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,6 @@ _BAD_PAYLOAD = (EnvelopeError, DecodeError, RuntimeError, ValueError)
 _ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
 #: The 8-byte envelope header of every ack (type Ack, no CRC), taken from the codec once.
 _ACK_HEADER = encode(b"", MsgType.ACK, crc=False)
-_SMALL = [bytes((i,)) for i in range(128)]
 # Messages waiting for nats-py's subscription callback (the fallback path, and with the fast path
 # only those arriving before the route is in place): generous limits, since dropping a message as
 # a "slow consumer" would lose an unacked publish.
@@ -290,34 +290,21 @@ class NatsIngest:
         self, part: Partition, pending: list[tuple[str, int, str, str, int, int, int]], commit_ts: int
     ) -> None:
         """Build the acks of ``pending`` messages of ``part`` and queue them for publishing together."""
-        # The Ack protobuf is written by hand, fields in number order and zero values left out, so
-        # the bytes are what ``Ack.SerializeToString()`` gives (tests/devserver/test_nats_acks.py).
-        # Fields 1-3 come from a per-subject template and field 5 from a per-inbox one; fields 8-9
-        # are shared by the messages of one read.
+        # The Ack protobuf is written by hand (wire.ack_body; tests/devserver/test_nats_acks.py holds
+        # it equal to ``Ack.SerializeToString()``). Fields 1-3 come from a per-subject template and
+        # field 5 from a per-inbox one; fields 8-9 are shared by the messages of one read.
         prefixes = self._ack_prefixes.get(part)
         if prefixes is None:
             prefixes = self._ack_prefixes[part] = {}
-        commit_field = b"\x48" + varint(commit_ts)
+        commit_field = ack_commit_field(commit_ts)
         received_at, times = -1, b""
-        inbox_fields, out, waiters = self._inbox_fields, self._out, self._ack_waiters
-        small = _SMALL
+        inbox_fields, out, waiters, body = self._inbox_fields, self._out, self._ack_waiters, ack_body
         for subject, offset, inbox, cid, policy, received, error in pending:
             prefix = prefixes.get(subject) or self._ack_prefix(part, subject)
             inbox_field = inbox_fields.get(inbox) or self._inbox_field(inbox)
             if received != received_at:
-                received_at, times = received, b"\x40" + varint(received) + commit_field
-            c = cid.encode()
-            ack = b"".join(
-                (
-                    prefix,
-                    b"\x20" + varint(offset) if offset else b"",
-                    inbox_field,
-                    (b"\x32" + (small[len(c)] if len(c) < 128 else varint(len(c))) + c) if c else b"",
-                    b"\x38" + small[policy] if policy else b"",
-                    times,
-                    b"\x50" + small[error] if error else b"",
-                )
-            )
+                received_at, times = received, ack_times(received, commit_field)
+            ack = body(prefix, offset, inbox_field, cid, policy, times, error)
             if inbox in inbox_fields:
                 out.append((inbox, _ACK_HEADER + ack))
             if waiters and inbox in waiters:
@@ -327,12 +314,7 @@ class NatsIngest:
 
     def _ack_prefix(self, part: Partition, subject: str) -> bytes:
         """Fields 1-3 of the acks of ``part`` for messages that came on ``subject`` (remembered)."""
-        stream = part.stream
-        prefix = (
-            length_delimited(b"\x0a", stream.name.encode())
-            + length_delimited(b"\x12", stream.subject.encode())
-            + length_delimited(b"\x1a", subject.encode())
-        )
+        prefix = ack_prefix(part.stream.name, part.stream.subject, subject)
         prefixes = self._ack_prefixes.setdefault(part, {})
         if len(prefixes) > _INBOX_CACHE_MAX:  # a wildcard subject with ever new tokens
             prefixes.clear()
@@ -341,7 +323,7 @@ class NatsIngest:
 
     def _inbox_field(self, inbox: str) -> bytes:
         """``Ack.ackInbox`` encoded; remembered (which marks the inbox publishable) when it is a valid subject."""
-        field = length_delimited(b"\x2a", inbox.encode())
+        field = ack_inbox_field(inbox)
         if not is_valid_subject(inbox):
             # Publishing to it would break the NATS connection for every other ack.
             if inbox not in self._bad_inboxes:

@@ -21,15 +21,14 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
+from .errors import ApiError, IncorrectOffsetError
 from .groups import ConsumerGroups, GroupsApi
 from .state import (
     ASYNC_BAD_REQUEST,
     ASYNC_INCORRECT_OFFSET,
     ASYNC_NOT_FOUND,
     ASYNC_READONLY,
-    ApiError,
     BrokerSlot,
-    IncorrectOffsetError,
     Partition,
     Store,
     is_valid_subject,

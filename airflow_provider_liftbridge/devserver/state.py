@@ -30,8 +30,9 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from .errors import DataDirError
+from .errors import ApiError, DataDirError, IncorrectOffsetError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
+from .wire import TimestampField, header_entry, length_delimited, message_body, varint
 
 if TYPE_CHECKING:
     from .replication import ClusterTimings, Replication
@@ -51,88 +52,12 @@ ASYNC_INCORRECT_OFFSET = api_pb2.PublishAsyncError.INCORRECT_OFFSET
 ASYNC_INTERNAL = api_pb2.PublishAsyncError.INTERNAL
 
 
-class ApiError(Exception):
-    """A refusal the API turns into a gRPC status (and, on PublishAsync, into an async error).
-
-    :param code: the gRPC status code.
-    :param message: the status message, worded as the real server words it.
-    :param async_code: the ``PublishAsyncError.Code`` for the same refusal on PublishAsync.
-    """
-
-    def __init__(self, code: grpc.StatusCode, message: str, async_code: int = 0) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.async_code = async_code
-
-
-class IncorrectOffsetError(Exception):
-    """An expected offset did not match on a stream with optimistic concurrency control."""
-
-
 _SUBJECT_BAD_CHARS = re.compile(r"[\s]")
 
 
 def is_valid_subject(subject: str) -> bool:
     """A NATS subject: no whitespace, no empty token (the real server's check)."""
     return bool(subject) and not _SUBJECT_BAD_CHARS.search(subject) and all(subject.split("."))
-
-
-_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
-# The low 14 bits of a longer varint: two bytes, both with the continuation bit (offsets, lengths and
-# timestamps are encoded on every append, and table lookups beat a byte-by-byte loop in Python).
-_LOW14 = [bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14)]
-_LOW7 = [bytes((i | 0x80,)) for i in range(128)]
-_MASK64 = (1 << 64) - 1
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint of an integer (a negative one as 64-bit two's complement, as int64 is sent)."""
-    if 0 <= n < 128:
-        return _SMALL_VARINTS[n]
-    if 0 < n < 16_384:
-        return _LOW7[n & 0x7F] + _SMALL_VARINTS[n >> 7]
-    if 0 < n < 2_097_152:
-        return _LOW14[n & 0x3FFF] + _SMALL_VARINTS[n >> 14]
-    n &= _MASK64
-    parts = []
-    while n >= 16_384:
-        parts.append(_LOW14[n & 0x3FFF])
-        n >>= 14
-    parts.append(_SMALL_VARINTS[n] if n < 128 else _LOW7[n & 0x7F] + _SMALL_VARINTS[n >> 7])
-    return b"".join(parts)
-
-
-def length_delimited(tag: bytes, data: bytes) -> bytes:
-    """A length-delimited protobuf field: ``tag``, the length of ``data``, ``data``."""
-    return tag + varint(len(data)) + data
-
-
-def header_entry(key: str, value: bytes) -> bytes:
-    """One encoded entry of ``Message.headers`` (field 9, a map<string, bytes>)."""
-    k = key.encode()
-    entry = b"\x0a" + varint(len(k)) + k + b"\x12" + varint(len(value)) + value
-    return b"\x4a" + varint(len(entry)) + entry
-
-
-class _TimestampField:
-    """Field 4 (``timestamp``) of a stored ``Message``, remembered for the last timestamp seen.
-
-    Messages that arrive together share their reception time, and a nanosecond timestamp is
-    a nine-byte varint that costs a loop to encode: once per batch instead of once per message.
-    """
-
-    __slots__ = ("encoded", "value")
-
-    def __init__(self) -> None:
-        self.value = -1
-        self.encoded = b""
-
-    def __call__(self, ts: int) -> bytes:
-        if ts != self.value:
-            self.encoded = b"\x20" + varint(ts) if ts else b""  # proto3 leaves a zero out
-            self.value = ts
-        return self.encoded
 
 
 def partition_subject(subject: str, partition: int) -> str:
@@ -231,7 +156,7 @@ class Partition:
         # without a reply (the usual case).
         self._stream_fields = length_delimited(b"\x2a", stream.name.encode()) + (b"\x30" + varint(pid) if pid else b"")
         self._own_tail = self._tail(None, self.subject, "")
-        self._ts_field = _TimestampField()
+        self._ts_field = TimestampField()
         self._occ = stream.occ  # settings do not change after creation; read on every append
         #: Whether the store's next flush includes this partition (see :meth:`Store.mark_dirty`).
         self._flush_scheduled = False
@@ -269,29 +194,26 @@ class Partition:
         if timestamp < self._last_ts:
             timestamp = self._last_ts
         self._last_ts = timestamp
-        # The Message protobuf is written by hand, fields in number order and zero values left out:
-        # the bytes are what ``Message(...).SerializeToString()`` gives, at a fraction of the cost
+        # The Message protobuf is written by hand (wire.message_body): the bytes are what
+        # ``Message(...).SerializeToString()`` gives, at a fraction of the cost
         # (tests/devserver/test_state_body.py holds the two equal).
         ts_field = self._ts_field(timestamp)
-        occ, own_subject, own_tail, small = self._occ, self.subject, self._own_tail, _SMALL_VARINTS
+        occ, own_subject, own_tail, body = self._occ, self.subject, self._own_tail, message_body
         bodies: list[bytes] = []
         offsets: list[int] = []
         for key, value, headers, subject, reply, expected in messages:
             if occ and expected != -1 and expected != offset:
                 offsets.append(REFUSED)
                 continue
-            n = len(value)
             bodies.append(
-                b"".join(
-                    (
-                        (b"\x08" + varint(offset)) if offset else b"",
-                        (b"\x12" + varint(len(key)) + key) if key else b"",
-                        (b"\x1a" + (small[n] if n < 128 else varint(n)) + value) if n else b"",
-                        ts_field,
-                        own_tail
-                        if subject == own_subject and not reply and not headers
-                        else self._tail(headers, subject, reply),
-                    )
+                body(
+                    offset,
+                    key,
+                    value,
+                    ts_field,
+                    own_tail
+                    if subject == own_subject and not reply and not headers
+                    else self._tail(headers, subject, reply),
                 )
             )
             offsets.append(offset)

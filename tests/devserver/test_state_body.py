@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.devserver.state import BrokerSlot, Partition, Store, header_entry, varint
+from airflow_provider_liftbridge.devserver.state import BrokerSlot, Partition, Store
+from airflow_provider_liftbridge.devserver.wire import header_entry, varint
 
 _SUBJECT = st.text(
     st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="."), min_size=1, max_size=12
