@@ -678,7 +678,7 @@ class Store:
             )
         if req.name in self.streams:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
-        live = self.live_brokers() or list(self.brokers)
+        live = [b for b in self.live_brokers() if not b.stalled] or list(self.brokers)
         created = time.time_ns()
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", req.name)[:64]
         placements: list[Mapping[str, Any]] = []

@@ -3,8 +3,9 @@ leader election with truncation, the full-restart window, and the fault hooks th
 
 Every test runs a fresh 3-broker server with short time-outs (``ClusterTimings.fast()``: lag time
 and leader timeout 0.5 s, the restart window a tenth of the real one) and talks to it over raw
-generated stubs and a plain nats-py connection. Waits poll for an observable state; none asserts
-how fast something happened.
+generated stubs and a plain nats-py connection. Where a stalled follower must stay in the ISR
+while the test looks, the lag time is long (``HOLD_ISR``), so a loaded machine cannot shrink it
+early. Waits poll for an observable state; none asserts how fast something happened.
 """
 
 from __future__ import annotations
@@ -28,11 +29,19 @@ from .helpers import TIMEOUT, create, publish, rpc_error, subscribe
 
 Stub = api_pb2_grpc.APIStub
 FAST = ClusterTimings.fast()
+#: Followers stay in the ISR for the whole test; leaders are still replaced after 0.5 s.
+HOLD_ISR = ClusterTimings.fast(replica_max_lag_time=60.0)
 
 
 @pytest.fixture
 def fast_cluster() -> Iterator[DevServer]:
     with DevServer(brokers=3, timings=FAST) as server:
+        yield server
+
+
+@pytest.fixture
+def holding_cluster() -> Iterator[DevServer]:
+    with DevServer(brokers=3, timings=HOLD_ISR) as server:
         yield server
 
 
@@ -65,14 +74,14 @@ def _all(stub: Stub, stream: str, stop: int) -> list[bytes]:
     return [m.value for m in subscribe(stub, req).data]
 
 
-def test_a_stalled_follower_holds_the_high_watermark_and_all_acks(fast_cluster: DevServer, stream_name: str) -> None:
-    # No ISR shrink during the test: the stalled follower stays in the ISR, as in the first seconds on Liftbridge.
-    stubs = _stubs(fast_cluster.addresses)
+def test_a_stalled_follower_holds_the_high_watermark_and_all_acks(holding_cluster: DevServer, stream_name: str) -> None:
+    # The stalled follower stays in the ISR, as in the first 15 s on Liftbridge.
+    stubs = _stubs(holding_cluster.addresses)
     create(stubs[0], stream_name, replicationFactor=3)
-    leader, (f1, _) = _roles(fast_cluster, stubs[0], stream_name)
+    leader, (f1, _) = _roles(holding_cluster, stubs[0], stream_name)
     lead = stubs[leader]
     assert publish(lead, stream_name, b"r0", ackPolicy=pb.ALL).ack.offset == 0
-    fast_cluster.stall_broker(f1)
+    holding_cluster.stall_broker(f1)
     # LEADER acks come as soon as the leader wrote it; the leader's log runs ahead of the HW.
     assert publish(lead, stream_name, b"r1", ackPolicy=pb.LEADER).ack.offset == 1
     meta = lead.FetchPartitionMetadata(pb.FetchPartitionMetadataRequest(stream=stream_name), timeout=TIMEOUT).metadata
@@ -86,57 +95,62 @@ def test_a_stalled_follower_holds_the_high_watermark_and_all_acks(fast_cluster: 
     reader.start()
     reader.join(0.3)
     assert got == []  # r1 is above the high watermark
-    fast_cluster.resume_broker(f1)
+    holding_cluster.resume_broker(f1)
     reader.join(TIMEOUT)
     assert got == [b"r1"]
     live.cancel()
     _wait_for("the high watermark to reach 1", lambda: _meta(lead, stream_name).highWatermark == 1)
 
 
-def test_all_acks_wait_for_the_isr_and_leader_acks_do_not(fast_cluster: DevServer, stream_name: str) -> None:
-    stubs = _stubs(fast_cluster.addresses)
-    create(stubs[0], stream_name, replicationFactor=3)
-    leader, (f1, _) = _roles(fast_cluster, stubs[0], stream_name)
-    fast_cluster.stall_broker(f1)
-    # With the follower stalled the ALL ack waits until it leaves the ISR (lag time 0.5 s).
-    err = rpc_error(
-        stubs[leader].Publish, pb.PublishRequest(stream=stream_name, value=b"all", ackPolicy=pb.ALL), timeout=0.2
-    )
-    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert publish(stubs[leader], stream_name, b"leader", ackPolicy=pb.LEADER).ack.offset == 1
-    # After the lag time the follower is out of the ISR and ALL acks go through again.
-    _wait_for(
-        "the stalled follower to leave the ISR",
-        lambda: f"broker-{f1}" not in _meta(stubs[leader], stream_name).isr,
-    )
-    meta = _meta(stubs[leader], stream_name)
-    assert meta.highWatermark == meta.newestOffset == 1
-    assert publish(stubs[leader], stream_name, b"all-2", ackPolicy=pb.ALL).ack.offset == 2
-    fast_cluster.resume_broker(f1)
-    _wait_for("the follower to rejoin the ISR", lambda: f"broker-{f1}" in _meta(stubs[leader], stream_name).isr)
-    # Its replica serves what the leader has (readISRReplica reads the follower's own copy).
-    req = pb.SubscribeRequest(
-        stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_OFFSET, stopOffset=2, readISRReplica=True
-    )
-    assert [m.value for m in subscribe(stubs[f1], req).data] == [b"all", b"leader", b"all-2"]
+def test_all_acks_wait_for_the_isr_and_leader_acks_do_not(stream_name: str) -> None:
+    with DevServer(brokers=3, timings=ClusterTimings.fast(replica_max_lag_time=2.0)) as server:
+        stubs = _stubs(server.addresses)
+        create(stubs[0], stream_name, replicationFactor=3)
+        leader, (f1, _) = _roles(server, stubs[0], stream_name)
+        server.stall_broker(f1)
+        # With the follower stalled the ALL ack waits until it leaves the ISR (lag time 2 s).
+        err = rpc_error(
+            stubs[leader].Publish, pb.PublishRequest(stream=stream_name, value=b"all", ackPolicy=pb.ALL), timeout=0.3
+        )
+        assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert publish(stubs[leader], stream_name, b"leader", ackPolicy=pb.LEADER).ack.offset == 1
+        # After the lag time the follower is out of the ISR and ALL acks go through again.
+        _wait_for(
+            "the stalled follower to leave the ISR",
+            lambda: f"broker-{f1}" not in _meta(stubs[leader], stream_name).isr,
+        )
+        meta = _meta(stubs[leader], stream_name)
+        assert meta.highWatermark == meta.newestOffset == 1
+        assert publish(stubs[leader], stream_name, b"all-2", ackPolicy=pb.ALL).ack.offset == 2
+        server.resume_broker(f1)
+        _wait_for("the follower to rejoin the ISR", lambda: f"broker-{f1}" in _meta(stubs[leader], stream_name).isr)
+        # Its replica serves what the leader has (readISRReplica reads the follower's own copy).
+        req = pb.SubscribeRequest(
+            stream=stream_name,
+            startPosition=pb.EARLIEST,
+            stopPosition=pb.STOP_OFFSET,
+            stopOffset=2,
+            readISRReplica=True,
+        )
+        assert [m.value for m in subscribe(stubs[f1], req).data] == [b"all", b"leader", b"all-2"]
 
 
-async def test_nats_acks_follow_the_ack_policy(fast_cluster: DevServer, stream_name: str) -> None:
-    stubs = _stubs(fast_cluster.addresses)
+async def test_nats_acks_follow_the_ack_policy(holding_cluster: DevServer, stream_name: str) -> None:
+    stubs = _stubs(holding_cluster.addresses)
     create(stubs[0], stream_name, replicationFactor=3)
-    leader, (f1, _) = _roles(fast_cluster, stubs[0], stream_name)
-    nc = await nats.connect(fast_cluster.nats_url)
+    leader, (f1, _) = _roles(holding_cluster, stubs[0], stream_name)
+    nc = await nats.connect(holding_cluster.nats_url)
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        await asyncio.to_thread(fast_cluster.stall_broker, f1)
+        await asyncio.to_thread(holding_cluster.stall_broker, f1)
         await nc.publish(stream_name, new_message(b"all", ack_inbox=inbox, correlation_id="a", ack_policy=pb.ALL))
         await nc.publish(stream_name, new_message(b"ldr", ack_inbox=inbox, correlation_id="l", ack_policy=pb.LEADER))
         first = unmarshal_ack((await sub.next_msg(timeout=TIMEOUT)).data)
         assert (first.correlationId, first.offset) == ("l", 1)  # the LEADER ack overtakes the ALL ack
         with pytest.raises(nats.errors.TimeoutError):
             await sub.next_msg(timeout=0.2)
-        await asyncio.to_thread(fast_cluster.resume_broker, f1)
+        await asyncio.to_thread(holding_cluster.resume_broker, f1)
         second = unmarshal_ack((await sub.next_msg(timeout=TIMEOUT)).data)
         assert (second.correlationId, second.offset, second.ackPolicy) == ("a", 0, pb.ALL)
     finally:
@@ -163,24 +177,23 @@ def test_min_isr_stops_commits_below_it(fast_cluster: DevServer, stream_name: st
 
 
 def test_a_killed_leader_is_replaced_and_its_uncommitted_tail_is_lost(
-    fast_cluster: DevServer, stream_name: str
+    holding_cluster: DevServer, stream_name: str
 ) -> None:
-    stubs = _stubs(fast_cluster.addresses)
+    stubs = _stubs(holding_cluster.addresses)
     create(stubs[0], stream_name, replicationFactor=3)
-    leader, followers = _roles(fast_cluster, stubs[0], stream_name)
+    leader, followers = _roles(holding_cluster, stubs[0], stream_name)
     lead = stubs[leader]
     assert publish(lead, stream_name, b"committed", ackPolicy=pb.ALL).ack.offset == 0
     for f in followers:
-        fast_cluster.stall_broker(f)
+        holding_cluster.stall_broker(f)
     assert publish(lead, stream_name, b"tail-1", ackPolicy=pb.LEADER).ack.offset == 1
     assert publish(lead, stream_name, b"tail-2", ackPolicy=pb.LEADER).ack.offset == 2
     assert (_meta(lead, stream_name).highWatermark, _meta(lead, stream_name).newestOffset) == (0, 2)
-    fast_cluster.kill_broker(leader)
+    holding_cluster.kill_broker(leader)
     for f in followers:
-        fast_cluster.resume_broker(f)
+        holding_cluster.resume_broker(f)
     other = stubs[followers[0]]
-    # Within the leader timeout nothing moves; then an ISR member leads, without the tail.
-    assert _meta(other, stream_name).leader == f"broker-{leader}"
+    # After the leader timeout an ISR member leads, without the tail.
     _wait_for("a new leader", lambda: _meta(other, stream_name).leader != f"broker-{leader}")
     meta = _meta(other, stream_name)
     assert meta.leader in {f"broker-{f}" for f in followers}
@@ -189,7 +202,7 @@ def test_a_killed_leader_is_replaced_and_its_uncommitted_tail_is_lost(
     new_lead = stubs[int(meta.leader.rsplit("-", 1)[1])]
     assert publish(new_lead, stream_name, b"after", ackPolicy=pb.ALL).ack.offset == 1
     # The old leader comes back as a follower: it drops its tail and copies the new leader's log.
-    fast_cluster.start_broker(leader)
+    holding_cluster.start_broker(leader)
     assert f"broker-{leader}" in _meta(new_lead, stream_name).isr
     req = pb.SubscribeRequest(
         stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_OFFSET, stopOffset=1, readISRReplica=True
@@ -287,7 +300,8 @@ def test_fault_hooks_need_a_cluster(devserver: DevServer) -> None:
 
 
 def test_fault_hooks_of_the_server_process() -> None:
-    with tempfile.TemporaryDirectory() as data, DevServerProcess(data, brokers=3, timings=FAST) as proc:
+    timings = ClusterTimings.fast(replica_max_lag_time=2.0)
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data, brokers=3, timings=timings) as proc:
         stubs = _stubs(proc.addresses)
         create(stubs[0], "proc", replicationFactor=3)
         leader, (f1, f2) = _roles(proc, stubs[0], "proc")
