@@ -10,6 +10,7 @@ from .consumer import AsyncGroupConsumer, ConsumerGroupError, GroupConsumer
 from .errors import (
     AckTimeoutError,
     ClientClosedError,
+    CursorsDisabledError,
     EncryptionError,
     IncorrectOffsetError,
     InvalidArgumentError,
@@ -63,6 +64,7 @@ __all__ = [
     "BrokerInfo",
     "ClientClosedError",
     "ConnectionSettings",
+    "CursorsDisabledError",
     "EncryptionError",
     "IncorrectOffsetError",
     "InvalidArgumentError",

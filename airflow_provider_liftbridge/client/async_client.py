@@ -492,7 +492,7 @@ class AsyncLiftbridgeClient(ClientBase):
         self._transport = AsyncTransport(
             factory,
             subscription_channels,
-            NatsLink(self.nats_servers, self._core.timeout),
+            NatsLink(self.nats_servers, self._core.timeout, self.nats_security),
             self.subscription_reader,
         )
 

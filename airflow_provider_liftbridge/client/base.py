@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
+
 from .channels import ChannelFactory
 from .errors import InvalidArgumentError
 from .routing import ClientCore
@@ -22,6 +24,9 @@ class ClientBase:
     :param tls: TLS settings (``None``: plaintext).
     :param nats_servers: NATS URLs: ``publish_many`` then publishes straight to NATS (the bulk
         path, see :mod:`.publishing.batch`).
+        ``None`` or empty: no NATS.
+    :param nats_security: TLS and authentication of every NATS connection the client opens
+        (``None``: plain and anonymous, or whatever the URLs carry).
     :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack).
     :param max_retries: retries after a lost connection, cycling through the known brokers with
         exponential backoff and jitter.
@@ -46,7 +51,8 @@ class ClientBase:
         brokers: str | Sequence[str],
         *,
         tls: TlsConfig | None = None,
-        nats_servers: Sequence[str] = (),
+        nats_servers: Sequence[str] | None = (),
+        nats_security: NatsSecurity | None = None,
         timeout: float = 10.0,
         max_retries: int = 5,
         ack_policy: AckPolicy = AckPolicy.LEADER,
@@ -59,7 +65,7 @@ class ClientBase:
         if subscription_reader not in ("thread", "aio"):
             raise InvalidArgumentError(f"subscription_reader must be 'thread' or 'aio', got {subscription_reader!r}")
         self.subscription_reader: SubscriptionReader = subscription_reader
-        nats = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers)
+        nats = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers or ())
         self._core = ClientCore(
             brokers,
             nats_servers=nats,
@@ -72,6 +78,7 @@ class ClientBase:
         )
         self.tls = tls
         self.nats_servers: tuple[str, ...] = nats
+        self.nats_security = nats_security
         self._open(ChannelFactory(tls), subscription_channels)
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
@@ -84,4 +91,5 @@ class ClientBase:
         return self._core.known_addresses()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(brokers={self._core.seeds!r}, tls={self.tls is not None})"
+        nats = f", nats_servers=[{redact_urls(self.nats_servers)}]" if self.nats_servers else ""
+        return f"{type(self).__name__}(brokers={self._core.seeds!r}, tls={self.tls is not None}{nats})"

@@ -9,6 +9,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from . import diagnostics
 from .effects import RpcFailure
 from .errors import (
     AckTimeoutError,
@@ -27,7 +28,6 @@ from .errors import (
     RequestTimeoutError,
     ServerError,
     StreamExistsError,
-    UnavailableError,
 )
 from .types import Ack, AckError
 
@@ -108,11 +108,9 @@ def map_rpc_error(
             " publish over NATS with a larger max_payload."
         )
     if code == C.UNAVAILABLE:
-        brokers = ", ".join(tried) if tried else "the known brokers"
-        return UnavailableError(
-            f"{method} failed: no broker reachable after {attempts} attempt(s) ({brokers}); check that the"
-            " brokers are running and the addresses are right, or raise max_retries."
-        )
+        return diagnostics.unavailable_error(method, said, attempts=attempts, tried=tried)
+    if code == C.INTERNAL and diagnostics.is_cursors_disabled(said):
+        return diagnostics.cursors_disabled_error(method, said)
     if code == C.INVALID_ARGUMENT:
         return InvalidArgumentError(f"{method} on {what} refused an argument as invalid{server}; fix the argument.")
     if code in (C.PERMISSION_DENIED, C.UNAUTHENTICATED):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AckTimeoutError",
     "ClientClosedError",
+    "CursorsDisabledError",
     "EncryptionError",
     "IncorrectOffsetError",
     "InvalidArgumentError",
@@ -86,7 +87,21 @@ class AckTimeoutError(RequestTimeoutError):
 
 
 class UnavailableError(LiftbridgeError):
-    """No broker could be reached, after every retry."""
+    """No broker could be reached, after every retry.
+
+    :ivar cause: the transport's own account of the last failure (gRPC's status text, e.g. "...
+        Connection refused", or nats-py's error), or "".
+    """
+
+    def __init__(self, message: str, *, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause: str = cause
+
+
+class CursorsDisabledError(LiftbridgeError):
+    """The cluster has cursors switched off (Liftbridge's default): SetCursor and FetchCursor cannot
+    work until the server is configured with ``cursors.stream.partitions`` above 0 (and, on a
+    cluster, ``cursors.stream.replication.factor``). Never retried: retrying cannot change it."""
 
 
 class InvalidArgumentError(LiftbridgeError, ValueError):

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from airflow_provider_liftbridge.nats_security import NatsSecurity
+
 from .errors import (
     AckTimeoutError,
     IncorrectOffsetError,
@@ -364,14 +366,23 @@ class NatsSender:
     :param ack_policy: ``LEADER`` or ``ALL``.
     :param window: records in flight at a time.
     :param timeout: how long to wait for each ack, seconds.
+    :param security: TLS and authentication of the NATS connection.
     """
 
     def __init__(
-        self, servers: Sequence[str], *, subject: str, ack_policy: AckPolicy, window: int, timeout: float
+        self,
+        servers: Sequence[str],
+        *,
+        subject: str,
+        ack_policy: AckPolicy,
+        window: int,
+        timeout: float,
+        security: NatsSecurity | None = None,
     ) -> None:
         if not servers:
             raise InvalidArgumentError("nats_servers is empty; give at least one 'nats://host:port' URL")
         self._servers = list(servers)
+        self._security = security
         self._subject = subject
         self._ack_policy = ack_policy
         self._window = window
@@ -380,22 +391,10 @@ class NatsSender:
         self._publisher: Any = None
 
     async def _connect(self) -> Any:
-        import nats
-
+        from .publishing.nats_engine import connect_nats
         from .publishing.nats_publisher import NatsPublisher
 
-        try:
-            # nats-py retries the first connection max_reconnect_attempts times even without
-            # reconnects (60 x 2 s by default): a refused connection must fail in seconds.
-            nc = await nats.connect(
-                servers=self._servers,
-                allow_reconnect=False,
-                connect_timeout=max(1, int(self._timeout)),
-                max_reconnect_attempts=1,
-                reconnect_time_wait=0.5,
-            )
-        except Exception as exc:  # nats-py raises several unrelated types for "cannot connect"
-            raise UnavailableError(f"cannot connect to NATS at {self._servers}: {exc}; check nats_servers") from exc
+        nc = await connect_nats(self._servers, connect_timeout=self._timeout, security=self._security, reconnect=False)
         return NatsPublisher(nc)
 
     def send(self, records: list[Record]) -> Sequence[Ack]:
@@ -769,6 +768,7 @@ class ExactlyOncePublisher:
                     ack_policy=self.ack_policy,
                     window=self.window,
                     timeout=self.timeout,
+                    security=self.client.nats_security,
                 )
             else:
                 self._sender = GrpcSender(

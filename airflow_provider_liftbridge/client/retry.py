@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from .diagnostics import is_cursors_disabled
 from .effects import RpcFailure
 
 #: Calls whose repetition cannot change the outcome: retried on UNAVAILABLE without a second thought.
@@ -46,6 +47,8 @@ def is_transient(failure: RpcFailure) -> bool:
     Core", RST_STREAM) or UNKNOWN ("Stream removed"), depending on the moment and the transport.
     """
     C = grpc.StatusCode
+    if failure.code == C.INTERNAL and is_cursors_disabled(failure.details):
+        return False  # a setting of the cluster, not a broker going away
     if failure.code in (C.UNAVAILABLE, C.CANCELLED, C.INTERNAL):
         return True
     low = failure.details.lower()

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
+
 from .errors import InvalidArgumentError
 from .routing import parse_brokers
 from .types import AckPolicy, TlsConfig
@@ -39,6 +41,7 @@ class ConnectionSettings:
     :param tls: TLS settings of the gRPC channels, or ``None`` for plaintext.
     :param nats_servers: NATS URLs (``nats://host:port``), possibly empty; with them, batch
         publishing goes straight to NATS with acks on an ack inbox.
+    :param nats_security: TLS and authentication of every NATS connection, or ``None``.
     :param ack_policy: the default ack policy of publishes.
     :param timeout: per-call deadline in seconds.
     :param max_retries: retries of a call on an unavailable broker, cycling brokers.
@@ -51,6 +54,7 @@ class ConnectionSettings:
     brokers: tuple[str, ...]
     tls: TlsConfig | None = None
     nats_servers: tuple[str, ...] = ()
+    nats_security: NatsSecurity | None = None
     ack_policy: AckPolicy = AckPolicy.LEADER
     timeout: float = 10.0
     max_retries: int = 5
@@ -69,11 +73,21 @@ class ConnectionSettings:
         if not self.resubscribe_wait >= 0:
             raise InvalidArgumentError(f"resubscribe_wait must be 0 or more seconds, got {self.resubscribe_wait!r}")
 
+    def __repr__(self) -> str:
+        # NATS URLs may carry user:password@; NatsSecurity's own repr hides its secrets.
+        return (
+            f"ConnectionSettings(brokers={self.brokers!r}, tls={self.tls!r},"
+            f" nats_servers=[{redact_urls(self.nats_servers)}], nats_security={self.nats_security!r},"
+            f" ack_policy={self.ack_policy.name}, timeout={self.timeout:g}, max_retries={self.max_retries},"
+            f" resubscribe_wait={self.resubscribe_wait:g}, conn_id={self.conn_id!r})"
+        )
+
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``LiftbridgeClient`` / ``AsyncLiftbridgeClient`` (brokers excluded)."""
         return {
             "tls": self.tls,
             "nats_servers": self.nats_servers,
+            "nats_security": self.nats_security,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
             "ack_policy": self.ack_policy,

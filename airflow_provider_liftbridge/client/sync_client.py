@@ -215,7 +215,7 @@ class LiftbridgeClient(ClientBase):
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._pool = SyncChannelPool(factory, subscription_channels)
-        self._transport = SyncTransport(self._pool, NatsLink(self.nats_servers, self._core.timeout))
+        self._transport = SyncTransport(self._pool, NatsLink(self.nats_servers, self._core.timeout, self.nats_security))
 
     def create_stream(
         self,

@@ -16,6 +16,7 @@ from .errors import (
     ServerStateError,
     TlsConfigError,
 )
+from .natsproc import NatsServerSecurity
 from .replication import ClusterTimings
 from .server import DevServer, DevServerProcess
 
@@ -26,6 +27,7 @@ __all__ = [
     "DevServerError",
     "DevServerProcess",
     "NatsServerNotFoundError",
+    "NatsServerSecurity",
     "NatsServerStartError",
     "PortInUseError",
     "ServerStateError",

@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds within which group members' coordinator reports count together (default: %(default)s)",
     )
     p.add_argument(
+        "--no-cursors",
+        dest="cursors",
+        action="store_false",
+        help="answer SetCursor/FetchCursor as a stock Liftbridge with cursors off (cursors.stream.partitions: 0)",
+    )
+    p.add_argument(
         "--log-level", default="WARNING", help="Python log level for the server's own logs (default: %(default)s)"
     )
     return p
@@ -221,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups_consumer_timeout=args.groups_consumer_timeout,
             groups_coordinator_timeout=args.groups_coordinator_timeout,
             timings=_timings(args),
+            cursors=args.cursors,
         )
         asyncio.run(_serve(config, temporary, args.control))
     except DevServerError as exc:

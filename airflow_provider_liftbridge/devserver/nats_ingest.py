@@ -42,6 +42,7 @@ from nats.aio.subscription import Subscription
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
 from airflow_provider_liftbridge.nats_adapter import FastNats, Route, internals_usable
+from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .state import REFUSED, NewMessage, Partition, is_valid_subject
 from .wire import ack_body, ack_commit_field, ack_inbox_field, ack_prefix, ack_times
@@ -78,8 +79,10 @@ class NatsIngest:
         docstring); ``False`` uses nats-py's public API only.
     """
 
-    def __init__(self, url: str, *, fast: bool = True) -> None:
+    def __init__(self, url: str, *, fast: bool = True, security: NatsSecurity | None = None) -> None:
         self.url = url
+        #: TLS and credentials of the connection to NATS.
+        self.security = security
         #: Whether messages bypass nats-py's per-message machinery (see the module docstring).
         self.fast = fast and internals_usable()
         self.nc: NatsClient | None = None
@@ -119,6 +122,7 @@ class NatsIngest:
             error_cb=_log_error,
             disconnected_cb=self._disconnected,
             reconnected_cb=self._reconnected,
+            **(self.security.connect_options([self.url]) if self.security is not None else {}),
         )
         self.nc = nc
         self._nats = FastNats(nc, internals=self.fast)

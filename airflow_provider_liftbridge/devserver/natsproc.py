@@ -11,11 +11,16 @@ Ctrl-C in a terminal reaches only the dev server, which then stops the child in 
 a new one on the same port when it dies (crash, OOM kill, SIGKILL): the dev server's NATS
 connection and the publishers' reconnect to it by themselves. Restarts happen on the
 loop's thread, because the parent-death signal is tied to the thread that started the child.
+
+:class:`NatsServerSecurity` starts the child with TLS (optionally requiring client certificates)
+and with one form of authentication (user/password, token or NKEY), through a nats-server
+configuration file, so the provider's NATS security is tested against a real server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -25,7 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .errors import DevServerError, NatsServerNotFoundError, NatsServerStartError, PortInUseError, ServerStateError
 
@@ -69,6 +77,72 @@ def check_port_free(host: str, port: int, what: str) -> None:
             ) from exc
 
 
+@dataclass(frozen=True)
+class NatsServerSecurity:
+    """What the nats-server child demands of its clients (nothing set: plain and anonymous).
+
+    :param tls_cert_file: PEM certificate of the server: serve TLS only (needs ``tls_key_file``).
+    :param tls_key_file: its private key.
+    :param tls_client_ca_file: require client certificates signed by this CA (mutual TLS).
+    :param user: the one user allowed in (with ``password``).
+    :param password: its password.
+    :param token: the token clients must present.
+    :param nkey_seed_file: a user NKEY seed file: the server admits the matching public key (read
+        with the ``nkeys`` package).
+    :param client: how the dev server itself connects to the child (its credentials, the CA that
+        signed ``tls_cert_file``); also what tests hand to clients.
+    :raises DevServerError: (on construction) a certificate without its key, a password without a
+        user, or more than one form of authentication.
+    """
+
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    nkey_seed_file: str | None = None
+    client: NatsSecurity | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise DevServerError("NATS TLS needs both a certificate file and its key file; give both or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise DevServerError("a NATS client CA (mutual TLS) needs the server's certificate and key files too")
+        if bool(self.user) != bool(self.password):
+            raise DevServerError("NATS user and password go together; give both or neither")
+        if sum(map(bool, (self.user, self.token, self.nkey_seed_file))) > 1:
+            raise DevServerError("nats-server takes one form of authentication here: user/password, token or NKEY")
+
+    def config_text(self, host: str, port: int) -> str:
+        """The nats-server configuration file (JSON is valid nats-server configuration syntax)."""
+        conf: dict[str, object] = {"host": host, "port": port if port else -1}
+        if self.tls_cert_file:
+            tls: dict[str, object] = {"cert_file": self.tls_cert_file, "key_file": self.tls_key_file}
+            if self.tls_client_ca_file:
+                tls |= {"ca_file": self.tls_client_ca_file, "verify": True}
+            conf["tls"] = tls
+        if self.user:
+            conf["authorization"] = {"user": self.user, "password": self.password}
+        elif self.token:
+            conf["authorization"] = {"token": self.token}
+        elif self.nkey_seed_file:
+            conf["authorization"] = {"users": [{"nkey": _nkey_public_key(self.nkey_seed_file)}]}
+        return json.dumps(conf, indent=2)
+
+
+def _nkey_public_key(seed_file: str) -> str:
+    try:
+        import nkeys  # type: ignore[import-untyped]
+    except ImportError:
+        raise DevServerError("an NKEY-protected nats-server needs the nkeys package: pip install nkeys") from None
+    try:
+        seed = Path(seed_file).read_bytes().strip()
+        return str(nkeys.from_seed(seed).public_key.decode())
+    except Exception as exc:  # nkeys raises its own types for a malformed seed
+        raise DevServerError(f"cannot read the NKEY seed in {seed_file!r}: {exc}") from exc
+
+
 def _parent_death_wrapper() -> list[str]:
     """``setpriv --pdeathsig KILL`` when available, else nothing (the child then relies on a clean stop)."""
     if not sys.platform.startswith("linux"):
@@ -83,12 +157,22 @@ class NatsServerProcess:
     :param host: address to listen on.
     :param port: client port; 0 lets nats-server choose (read back from its log).
     :param binary: path of the binary (found with :func:`find_nats_server` when omitted).
+    :param security: TLS and authentication the child demands (``None``: plain, anonymous).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        binary: str | None = None,
+        security: NatsServerSecurity | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.binary = binary
+        self.security = security
+        self._conf_path: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -97,7 +181,9 @@ class NatsServerProcess:
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        """The client URL (``tls://`` when the child serves TLS)."""
+        scheme = "tls" if self.security is not None and self.security.tls_cert_file else "nats"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -136,7 +222,14 @@ class NatsServerProcess:
         check_port_free(self.host, self.port, "NATS")
         fd, name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".log")
         self._log_path = Path(name)
-        args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1)]
+        if self.security is None:
+            args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1)]
+        else:
+            conf_fd, conf_name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".conf")
+            with os.fdopen(conf_fd, "w") as conf:
+                conf.write(self.security.config_text(self.host, self.port))
+            self._conf_path = Path(conf_name)
+            args = [*_parent_death_wrapper(), binary, "-c", conf_name]
         with os.fdopen(fd, "wb") as log_file:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True
@@ -248,3 +341,6 @@ class NatsServerProcess:
         if self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
             self._log_path = None
+        if self._conf_path is not None:
+            self._conf_path.unlink(missing_ok=True)
+            self._conf_path = None

@@ -37,7 +37,7 @@ from .errors import DevServerError, NatsServerStartError, PortInUseError, Server
 from .groups import DEFAULT_GROUP_TIMEOUT, ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table, server_ssl_context
 from .nats_ingest import NatsIngest
-from .natsproc import NatsServerProcess, check_port_free
+from .natsproc import NatsServerProcess, NatsServerSecurity, check_port_free
 from .replication import Cluster, ClusterTimings
 from .service import SERVICE, ApiService
 from .state import BrokerSlot, Store
@@ -86,6 +86,10 @@ class ServerConfig:
         its coordinator for a failover (Liftbridge's ``groups.coordinator.timeout``).
     :param timings: cluster-mode time-outs, minimum ISR and restart window (more than one broker);
         ``None`` means Liftbridge's defaults (:class:`~.replication.ClusterTimings`).
+    :param cursors: serve SetCursor/FetchCursor; ``False`` answers them as a stock Liftbridge with
+        ``cursors.stream.partitions: 0`` does (INTERNAL "Cursors stream does not exist").
+    :param nats_security: TLS and authentication of the NATS child, and (its ``client``) how the
+        dev server connects to NATS (also to an external ``nats_url``).
     :raises ValueError: an unknown transport.
     :raises TlsConfigError: a certificate without a key (or the reverse), or a client CA without them.
     """
@@ -103,6 +107,8 @@ class ServerConfig:
     groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT
     groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT
     timings: ClusterTimings | None = None
+    cursors: bool = True
+    nats_security: NatsServerSecurity | None = None
 
     def __post_init__(self) -> None:
         if self.grpc_transport is None:
@@ -233,10 +239,10 @@ class ServerCore:
             for b in self.brokers:
                 check_port_free(cfg.host, b.port, f"gRPC (broker {b.index})")
             if not cfg.nats_url:
-                self._nats_proc = NatsServerProcess(cfg.host, cfg.nats_port)
+                self._nats_proc = NatsServerProcess(cfg.host, cfg.nats_port, security=cfg.nats_security)
                 self.nats_url = self._nats_proc.start()
                 self._nats_proc.supervise()  # a dead child is restarted on the same port
-            self._ingest = NatsIngest(self.nats_url)
+            self._ingest = NatsIngest(self.nats_url, security=cfg.nats_security.client if cfg.nats_security else None)
             try:
                 await self._ingest.connect()
             except Exception as exc:
@@ -275,7 +281,9 @@ class ServerCore:
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        handlers = ApiService(self._store, self._ingest, broker, self._groups).method_handlers()
+        handlers = ApiService(
+            self._store, self._ingest, broker, self._groups, cursors=self.config.cursors
+        ).method_handlers()
         front: _GrpcFront
         if self.config.grpc_transport == "h2":
             front = _H2Front(handlers, self._ssl)
@@ -438,6 +446,8 @@ class DevServer:
     :param groups_coordinator_timeout: consumer-group coordinator-report window in seconds (default 15).
     :param timings: cluster mode's time-outs, minimum ISR and restart window
         (:class:`ClusterTimings`; default: Liftbridge's, 15 s; ``ClusterTimings.fast()`` for tests).
+    :param cursors: ``False`` runs with cursors off, as a stock Liftbridge does by default.
+    :param nats_security: TLS and authentication of the NATS child (see :class:`NatsServerSecurity`).
     :raises ValueError: bad broker count, ports or transport.
     :raises TlsConfigError: incomplete TLS settings.
 
@@ -470,6 +480,8 @@ class DevServer:
         groups_consumer_timeout: float = DEFAULT_GROUP_TIMEOUT,
         groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT,
         timings: ClusterTimings | None = None,
+        cursors: bool = True,
+        nats_security: NatsServerSecurity | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, got {brokers}")
@@ -489,6 +501,8 @@ class DevServer:
             groups_consumer_timeout=groups_consumer_timeout,
             groups_coordinator_timeout=groups_coordinator_timeout,
             timings=timings,
+            cursors=cursors,
+            nats_security=nats_security,
         )
         self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")
         self.data_dir = config.data_dir = Path(data_dir if data_dir is not None else self._tmp_dir)  # type: ignore[arg-type]

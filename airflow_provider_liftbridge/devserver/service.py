@@ -123,11 +123,19 @@ class ApiService:
     :param ingest: the NATS side (acks to inboxes, PublishToSubject).
     :param broker: which broker this service answers for (leadership checks).
     :param groups: the consumer groups shared by all brokers (default: a new set, for a lone broker).
+    :param cursors: ``False``: cursor calls fail as on a stock Liftbridge with cursors off.
     """
 
     def __init__(
-        self, store: Store, ingest: NatsIngest, broker: BrokerSlot, groups: ConsumerGroups | None = None
+        self,
+        store: Store,
+        ingest: NatsIngest,
+        broker: BrokerSlot,
+        groups: ConsumerGroups | None = None,
+        *,
+        cursors: bool = True,
     ) -> None:
+        self.cursors = cursors
         self.store = store
         self.ingest = ingest
         self.broker = broker
@@ -530,20 +538,26 @@ class ApiService:
 
     # -- cursors --------------------------------------------------------------
     async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await _check_cursor_request(req, context)
+        await _check_cursor_request(req, context, self.cursors)
         self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await _check_cursor_request(req, context)
+        await _check_cursor_request(req, context, self.cursors)
         return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
 
 
 async def _check_cursor_request(
-    req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]
+    req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any], cursors: bool
 ) -> None:
-    """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers)."""
+    """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers).
+
+    With cursors off, Liftbridge answers INTERNAL "Cursors stream does not exist" (its default
+    ``cursors.stream.partitions: 0``); it checks the request's fields first.
+    """
     if not req.stream:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
     if not req.cursorId:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+    if not cursors:
+        await context.abort(grpc.StatusCode.INTERNAL, "Cursors stream does not exist")

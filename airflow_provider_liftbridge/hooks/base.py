@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_liftbridge.client import ConnectionSettings, LiftbridgeClient, LiftbridgeError
+from airflow_provider_liftbridge.client import (
+    ConnectionSettings,
+    CursorsDisabledError,
+    LiftbridgeClient,
+    LiftbridgeError,
+    UnavailableError,
+)
+from airflow_provider_liftbridge.client.diagnostics import explain_unreachable, sniff_protocol
+from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.nats_security import redact_url
 
 from .connection import settings_from_connection
 from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
+from .exceptions import LiftbridgeConnectionConfigError
 
 __all__ = ["LiftbridgeHook"]
 
@@ -74,34 +86,121 @@ class LiftbridgeHook(BaseHook):
             client.close()
 
     def test_connection(self) -> tuple[bool, str]:
-        """Ask every configured broker for the cluster metadata (the UI's Test button).
+        """Check the connection as the UI's Test button does; never raises.
 
-        :return: ``(True, message)`` when at least one broker answered, with how many did and the
-            cluster size they report; ``(False, message)`` otherwise. Never raises.
+        Asks every broker for the cluster metadata (naming, per broker that failed, gRPC's cause
+        and what to check), says whether cursors are enabled, and connects to every NATS server.
+
+        :return: ``(True, message)`` when at least one broker answered and every NATS server
+            accepted the connection; ``(False, message)`` otherwise.
         """
         try:
             settings = self.settings
-        except Exception as exc:  # the form's fields are at fault: say which
+        except LiftbridgeConnectionConfigError as exc:  # the form's fields are at fault: say which
+            return False, exc.form_message()
+        except Exception as exc:
             return False, str(exc)
-        answered: list[str] = []
-        failed: list[str] = []
-        cluster: set[str] = set()
-        kwargs = settings.client_kwargs() | {"timeout": min(settings.timeout, _PROBE_TIMEOUT), "max_retries": 0}
-        for broker in settings.brokers:
-            try:
-                with LiftbridgeClient(broker, **kwargs) as probe:
-                    metadata = probe.fetch_metadata()
-            except (LiftbridgeError, OSError) as exc:
-                failed.append(f"{broker} ({exc})")
-                continue
-            answered.append(broker)
-            cluster.update(b.id for b in metadata.brokers)
-        total = len(settings.brokers)
-        if not answered:
-            return False, f"none of the {total} configured broker(s) answered: {'; '.join(failed)}"
-        message = (
+        return connection_report(settings)
+
+
+def connection_report(settings: ConnectionSettings) -> tuple[bool, str]:
+    """What :meth:`LiftbridgeHook.test_connection` reports for validated settings (see there)."""
+    answered: list[str] = []
+    failed: list[str] = []
+    cluster: set[str] = set()
+    cursors = ""
+    kwargs = settings.client_kwargs() | {"timeout": min(settings.timeout, _PROBE_TIMEOUT), "max_retries": 0}
+    kwargs["nats_servers"] = ()
+    for broker in settings.brokers:
+        try:
+            with LiftbridgeClient(broker, **kwargs) as probe:
+                metadata = probe.fetch_metadata()
+                if not cursors:
+                    cursors = _cursors_state(probe)
+        except UnavailableError as exc:
+            failed.append(f"{broker}: {_unreachable(broker, exc)}")
+            continue
+        except (LiftbridgeError, OSError) as exc:
+            failed.append(f"{broker}: {exc}")
+            continue
+        answered.append(broker)
+        cluster.update(b.id for b in metadata.brokers)
+    total = len(settings.brokers)
+    if answered:
+        parts = [
             f"{len(answered)} of {total} configured broker(s) answered; the cluster reports {len(cluster)} broker(s)"
-        )
+        ]
         if failed:
-            message += f"; no answer from {'; '.join(failed)}"
-        return True, message
+            parts.append(f"no answer from {'; '.join(failed)}")
+        parts.append(cursors)
+    else:
+        parts = [f"none of the {total} configured broker(s) answered: {'; '.join(failed)}"]
+    nats_ok, nats_report = _nats_report(settings)
+    parts.append(nats_report)
+    return bool(answered) and nats_ok, ". ".join(p for p in parts if p) + "."
+
+
+def _unreachable(broker: str, exc: UnavailableError) -> str:
+    """Why a broker did not answer, in words: gRPC's cause, made exact by looking at what the
+    port says when gRPC only saw 'not HTTP/2' (a NATS port and a web server look alike to it)."""
+    found = explain_unreachable(exc.cause)
+    if found is None:
+        return exc.cause or str(exc)
+    if "does not speak the liftbridge api" in found.cause.lower() or "http/1" in found.cause.lower():
+        host, _, port = broker.rpartition(":")
+        kind = sniff_protocol(host.strip("[]"), int(port))
+        if kind == "nats":
+            return "this is a NATS server, not a Liftbridge broker; put it in 'NATS servers' and give the broker's port"
+        if kind == "http":
+            return "an HTTP server answered, not a Liftbridge broker; give the broker's client port (default 9292)"
+    return str(found)
+
+
+def _cursors_state(client: LiftbridgeClient) -> str:
+    """Whether the cluster has cursors enabled (exactly-once, the event trigger and cursor_id
+    sensors need them): FetchCursor of a cursor nobody sets answers -1 when they are."""
+    try:
+        client.fetch_cursor("airflow-connection-test", "airflow-connection-test", 0)
+    except CursorsDisabledError:
+        return (
+            "Cursors: disabled on this cluster; exactly-once publishing, the event trigger (AssetWatcher) and"
+            " LiftbridgeMessageSensor(cursor_id=...) will fail until the brokers run with"
+            " cursors.stream.partitions >= 1 (and cursors.stream.replication.factor on a cluster)"
+        )
+    except LiftbridgeError as exc:
+        return f"Cursors: could not be checked ({exc})"
+    return "Cursors: enabled"
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run ``coro`` to completion from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _nats_report(settings: ConnectionSettings) -> tuple[bool, str]:
+    """Connect to each NATS server of the connection, with its TLS and credentials."""
+    if not settings.nats_servers:
+        return True, "NATS: none configured (bulk publishing uses gRPC; ack inboxes and NATS exactly-once are off)"
+
+    async def probe(url: str) -> str:
+        publisher = await NatsPublisher.connect(
+            [url], connect_timeout=min(settings.timeout, _PROBE_TIMEOUT), security=settings.nats_security
+        )
+        await publisher.close()
+        return "connected"
+
+    results: list[str] = []
+    ok = True
+    for url in settings.nats_servers:
+        try:
+            _run_coroutine(probe(url))
+            results.append(f"{redact_url(url)} connected")
+        except LiftbridgeError as exc:
+            ok = False
+            results.append(str(exc))
+    return ok, "NATS: " + "; ".join(results)

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
+from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_url
 
-from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT
+from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
 from .exceptions import LiftbridgeConnectionConfigError
 
 __all__ = ["ConnectionLike", "parse_ack_policy", "settings_from_connection"]
@@ -30,6 +31,8 @@ class ConnectionLike(Protocol):
     conn_id: str
     host: str | None
     port: int | None
+    login: str | None
+    password: str | None
     extra: str | None
 
     @property
@@ -77,6 +80,7 @@ def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
 
     tls = _parse_tls(extras, fail)
     nats_servers = _parse_nats_servers(extras.get("nats_servers"), fail)
+    nats_security = _parse_nats_security(conn, extras, fail)
     try:
         ack_policy = parse_ack_policy(_blank_to_none(extras.get("ack_policy")) or AckPolicy.LEADER)
     except ValueError as exc:
@@ -89,6 +93,7 @@ def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
         brokers=brokers,
         tls=tls,
         nats_servers=nats_servers,
+        nats_security=nats_security,
         ack_policy=ack_policy,
         timeout=timeout,
         max_retries=max_retries,
@@ -205,27 +210,91 @@ def _check_readable(path: str, field_name: str, fail: Any) -> str:
     return expanded
 
 
-def _parse_tls(extras: Mapping[str, Any], fail: Any) -> TlsConfig | None:
-    enabled = _parse_bool(extras.get("tls_enabled"), "tls_enabled", fail)
-    files = {name: _blank_to_none(extras.get(name)) for name in ("tls_ca_file", "tls_cert_file", "tls_key_file")}
-    server_name = _blank_to_none(extras.get("tls_server_name"))
+def _tls_files(extras: Mapping[str, Any], prefix: str, fail: Any) -> tuple[bool, dict[str, str], str | None]:
+    """The TLS fields ``<prefix>tls_*``: (whether TLS is on, readable file paths by field, server name).
+
+    TLS is on when ``<prefix>tls_enabled`` is true, or unset while a file or the server name is
+    set; a file set while TLS is switched off, or a certificate without its key, names the field.
+    """
+    switch = f"{prefix}tls_enabled"
+    enabled = _parse_bool(extras.get(switch), switch, fail)
+    names = [f"{prefix}tls_ca_file", f"{prefix}tls_cert_file", f"{prefix}tls_key_file"]
+    files = {name: _blank_to_none(extras.get(name)) for name in names}
+    server_name = _blank_to_none(extras.get(f"{prefix}tls_server_name"))
     configured = [name for name, value in files.items() if value is not None]
     if enabled is False:
         if configured or server_name:
-            first = configured[0] if configured else "tls_server_name"
-            raise fail(f"extra.{first}", "is set while tls_enabled is false; remove it or enable TLS")
-        return None
+            first = configured[0] if configured else f"{prefix}tls_server_name"
+            switch_label = field_label(switch)
+            raise fail(
+                f"extra.{first}", f"is set while {switch_label!r} is off; clear it or switch {switch_label!r} on"
+            )
+        return False, {}, None
     if enabled is None and not configured and not server_name:
-        return None
-    if (files["tls_cert_file"] is None) != (files["tls_key_file"] is None):
-        missing = "tls_key_file" if files["tls_key_file"] is None else "tls_cert_file"
+        return False, {}, None
+    cert, key = names[1], names[2]
+    if (files[cert] is None) != (files[key] is None):
+        missing = key if files[key] is None else cert
         raise fail(f"extra.{missing}", "mutual TLS needs both the client certificate and its key")
     paths = {name: _check_readable(str(value), name, fail) for name, value in files.items() if value is not None}
+    return True, paths, str(server_name) if server_name else None
+
+
+def _parse_tls(extras: Mapping[str, Any], fail: Any) -> TlsConfig | None:
+    enabled, paths, server_name = _tls_files(extras, "", fail)
+    if not enabled:
+        return None
     return TlsConfig(
         ca_file=paths.get("tls_ca_file"),
         cert_file=paths.get("tls_cert_file"),
         key_file=paths.get("tls_key_file"),
-        server_name=str(server_name) if server_name else None,
+        server_name=server_name,
+    )
+
+
+def _parse_nats_security(conn: ConnectionLike, extras: Mapping[str, Any], fail: Any) -> NatsSecurity | None:
+    """NATS TLS (the ``nats_tls_*`` extras) and authentication (login/password, or one of the
+    ``nats_token``, ``nats_nkey_seed_file``, ``nats_credentials_file`` extras)."""
+    tls, paths, server_name = _tls_files(extras, "nats_", fail)
+    user = _blank_to_none(getattr(conn, "login", None))
+    password = _blank_to_none(getattr(conn, "password", None))
+    if (user is None) != (password is None):
+        raise fail("password" if password is None else "login", "NATS user and NATS password go together; set both")
+    token = _blank_to_none(extras.get("nats_token"))
+    files = {
+        name: _check_readable(str(value), name, fail)
+        for name in ("nats_nkey_seed_file", "nats_credentials_file")
+        if (value := _blank_to_none(extras.get(name))) is not None
+    }
+    forms = [name for name, value in (("login", user), ("nats_token", token)) if value is not None] + list(files)
+    if len(forms) > 1:
+        labels = " and ".join(repr(field_label(f)) for f in forms)
+        raise fail(
+            forms[1] if forms[1] == "login" else f"extra.{forms[1]}",
+            f"NATS takes one form of authentication but {labels} are set; keep one",
+        )
+    if files:
+        try:
+            import nkeys  # noqa: F401
+        except ImportError:
+            raise fail(
+                f"extra.{next(iter(files))}",
+                "needs the nkeys package on every worker and triggerer: pip install"
+                " 'airflow-provider-liftbridge[nats-nkeys]'",
+            ) from None
+    if not tls and not forms:
+        return None
+    return NatsSecurity(
+        tls=tls,
+        tls_ca_file=paths.get("nats_tls_ca_file"),
+        tls_cert_file=paths.get("nats_tls_cert_file"),
+        tls_key_file=paths.get("nats_tls_key_file"),
+        tls_server_name=server_name,
+        user=str(user) if user is not None else None,
+        password=str(password) if password is not None else None,
+        token=str(token) if token is not None else None,
+        nkey_seed_file=files.get("nats_nkey_seed_file"),
+        credentials_file=files.get("nats_credentials_file"),
     )
 
 
@@ -238,16 +307,16 @@ def _parse_nats_servers(value: Any, fail: Any) -> tuple[str, ...]:
     elif isinstance(value, Sequence):
         entries = [str(part).strip() for part in value if str(part).strip()]
     else:
-        raise fail("extra.nats_servers", f"{value!r} is neither a comma-separated string nor a list")
+        raise fail("extra.nats_servers", f"{type(value).__name__} is neither a comma-separated string nor a list")
     servers: list[str] = []
     for entry in entries:
         url = entry if "://" in entry else f"nats://{entry}"
         scheme, _, rest = url.partition("://")
         if scheme not in {"nats", "tls", "ws", "wss"}:
-            raise fail("extra.nats_servers", f"{entry!r} has scheme {scheme!r}; use nats://host:port")
+            raise fail("extra.nats_servers", f"{redact_url(entry)!r} has scheme {scheme!r}; use nats://host:port")
         host, port_text = _split_host_port(rest.rsplit("@", 1)[-1].rstrip("/"))
         if not host or (port_text is not None and (not port_text.isdigit() or not 0 < int(port_text) < 65536)):
-            raise fail("extra.nats_servers", f"{entry!r} is not host:port; use nats://host:port")
+            raise fail("extra.nats_servers", f"{redact_url(entry)!r} is not host:port; use nats://host:port")
         servers.append(url)
     return tuple(servers)
 

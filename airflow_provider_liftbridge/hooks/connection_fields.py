@@ -17,6 +17,16 @@ DEFAULT_CONN_ID = "liftbridge_default"
 DEFAULT_PORT = 9292
 HOOK_CLASS_NAME = "airflow_provider_liftbridge.hooks.base.LiftbridgeHook"
 
+
+def field_label(name: str) -> str:
+    """The form's label of a connection field (``host``, ``port``, ``login``, ``password``,
+    ``extra`` or an extra field's key), for messages."""
+    if name in STANDARD_LABELS:
+        return STANDARD_LABELS[name]
+    entry = CONN_FIELDS.get(name)
+    return str(entry["label"]) if entry else name
+
+
 #: Extra fields of the connection form (stored in the connection's ``extra`` JSON).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "tls_enabled": {
@@ -27,27 +37,71 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "tls_ca_file": {
         "label": "TLS CA file",
         "schema": {"type": ["string", "null"]},
-        "description": "PEM file of the CA that signed the broker certificates; empty: system roots.",
+        "description": "PEM file of the CA that signed the broker certificates, e.g. /etc/liftbridge/ca.pem;"
+        " empty: system roots.",
     },
     "tls_cert_file": {
         "label": "TLS client certificate file",
         "schema": {"type": ["string", "null"]},
-        "description": "PEM client certificate for mutual TLS (needs the key file).",
+        "description": "PEM client certificate for mutual TLS (needs the key file), e.g. /etc/liftbridge/client.pem.",
     },
     "tls_key_file": {
         "label": "TLS client key file",
         "schema": {"type": ["string", "null"]},
-        "description": "PEM private key of the client certificate.",
+        "description": "PEM private key of the client certificate, e.g. /etc/liftbridge/client-key.pem.",
     },
     "tls_server_name": {
         "label": "TLS server name",
         "schema": {"type": ["string", "null"]},
-        "description": "Name to check the broker certificate against, when it differs from the host.",
+        "description": "Name to check the broker certificate against, when it differs from the host,"
+        " e.g. liftbridge.internal.",
     },
     "nats_servers": {
         "label": "NATS servers",
         "schema": {"type": ["string", "null"]},
-        "description": "Comma-separated nats://host:port list, for ack inboxes and NATS-direct bulk publishing.",
+        "description": "Comma-separated NATS URLs, e.g. nats://127.0.0.1:4222 or nats://n1:4222,nats://n2:4222"
+        " (tls://host:4222 for TLS); for ack inboxes, exactly-once and fast bulk publishing.",
+    },
+    "nats_tls_enabled": {
+        "label": "Use TLS for NATS",
+        "schema": {"type": ["boolean", "null"], "default": False},
+        "description": "Connect to NATS over TLS (on by itself when a NATS TLS file is set or a URL is tls://).",
+    },
+    "nats_tls_ca_file": {
+        "label": "NATS TLS CA file",
+        "schema": {"type": ["string", "null"]},
+        "description": "PEM file of the CA that signed the NATS server certificate, e.g. /etc/nats/ca.pem;"
+        " empty: system roots.",
+    },
+    "nats_tls_cert_file": {
+        "label": "NATS TLS client certificate file",
+        "schema": {"type": ["string", "null"]},
+        "description": "PEM client certificate for NATS mutual TLS (needs the key file), e.g. /etc/nats/client.pem.",
+    },
+    "nats_tls_key_file": {
+        "label": "NATS TLS client key file",
+        "schema": {"type": ["string", "null"]},
+        "description": "PEM private key of the NATS client certificate, e.g. /etc/nats/client-key.pem.",
+    },
+    "nats_tls_server_name": {
+        "label": "NATS TLS server name",
+        "schema": {"type": ["string", "null"]},
+        "description": "Name to check the NATS certificate against, when it differs from the host, e.g. nats.internal.",
+    },
+    "nats_token": {
+        "label": "NATS token",
+        "schema": {"type": ["string", "null"], "format": "password"},
+        "description": "Token authentication to NATS (instead of NATS user/password, NKEY or credentials file).",
+    },
+    "nats_nkey_seed_file": {
+        "label": "NATS NKEY seed file",
+        "schema": {"type": ["string", "null"]},
+        "description": "File holding an NKEY user seed (SU...), e.g. /etc/nats/user.nk; needs the nkeys package.",
+    },
+    "nats_credentials_file": {
+        "label": "NATS credentials file",
+        "schema": {"type": ["string", "null"]},
+        "description": "A NATS .creds file (user JWT and seed), e.g. /etc/nats/airflow.creds; needs the nkeys package.",
     },
     "ack_policy": {
         "label": "Default ack policy",
@@ -57,27 +111,39 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "timeout": {
         "label": "Call timeout (seconds)",
         "schema": {"type": ["number", "null"], "default": 10},
-        "description": "Deadline of each call to a broker.",
+        "description": "Deadline of each call to a broker, in seconds, e.g. 10.",
     },
     "max_retries": {
         "label": "Retries on unavailable brokers",
         "schema": {"type": ["integer", "null"], "default": 5},
-        "description": "How many times a call is retried, cycling through the brokers, when one is unavailable.",
+        "description": "How many times a call is retried, cycling through the brokers, when one is unavailable,"
+        " e.g. 5.",
     },
     "resubscribe_wait": {
         "label": "Resubscribe wait (seconds)",
         "schema": {"type": ["number", "null"], "default": 30},
-        "description": "How long a subscription keeps trying to resubscribe after a transient failure.",
+        "description": "How long a subscription keeps trying to resubscribe after a transient failure, e.g. 30.",
     },
 }
 
-#: How the standard connection fields are shown (Liftbridge has no login/password/schema).
+#: The form's name of each standard field (Liftbridge has no schema; login/password are NATS's).
+STANDARD_LABELS: dict[str, str] = {
+    "host": "Brokers",
+    "port": "Default broker port",
+    "login": "NATS user",
+    "password": "NATS password",
+    "extra": "Extra",
+}
+
+#: How the standard connection fields are shown. Placeholders of the standard fields are shown;
+#: Airflow 3.3 shows none for extra fields, so their examples are in their descriptions.
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["schema", "login", "password"],
-    "relabeling": {"host": "Brokers"},
+    "hidden-fields": ["schema"],
+    "relabeling": {name: STANDARD_LABELS[name] for name in ("host", "port", "login", "password")},
     "placeholders": {
         "host": "127.0.0.1:9292 or broker1:9292,broker2:9292",
-        "port": str(DEFAULT_PORT),
+        "port": f"{DEFAULT_PORT} (used for brokers given without a port)",
+        "login": "NATS user (with NATS password), if NATS requires one",
         "nats_servers": "nats://127.0.0.1:4222",
         "tls_ca_file": "/etc/liftbridge/ca.pem",
     },

@@ -26,17 +26,27 @@ class LiftbridgeAirflowError(AirflowException):
 class LiftbridgeConnectionConfigError(LiftbridgeAirflowError, ValueError):
     """An Airflow connection of type ``liftbridge`` has a missing or invalid field.
 
+    The message names the field by its label in the connection form ("Call timeout (seconds)").
+
     :param conn_id: the connection id.
-    :param field: the field at fault, as the connection form names it (``host``, ``port``,
-        ``extra.tls_ca_file``, ...).
+    :param field: the field at fault, as stored (``host``, ``port``, ``extra.tls_ca_file``, ...).
     :param problem: what is wrong and what to do about it.
+    :ivar label: the field's label in the connection form.
     """
 
     def __init__(self, conn_id: str, field: str, problem: str) -> None:
+        from .connection_fields import field_label
+
         self.conn_id = conn_id
         self.field = field
         self.problem = problem
-        super().__init__(f"Liftbridge connection {conn_id!r}, field {field!r}: {problem}")
+        self.label = field_label(field.removeprefix("extra."))
+        super().__init__(f"Liftbridge connection {conn_id!r}, field {self.label!r}: {problem}")
+
+    def form_message(self) -> str:
+        """The message without the connection id (the connection Test runs under a temporary id
+        that means nothing to the user)."""
+        return f"field {self.label!r}: {self.problem}"
 
 
 class LiftbridgeArgumentError(LiftbridgeAirflowError, ValueError):

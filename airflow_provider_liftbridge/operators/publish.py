@@ -18,6 +18,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
 from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
+from airflow_provider_liftbridge.nats_security import redact_urls
 
 from .base import LiftbridgeBaseOperator, producer_id_of
 from .publishing import (
@@ -122,7 +123,7 @@ class LiftbridgePublishingMixin:
         self.log.info(  # type: ignore[attr-defined]
             "Publishing to stream %r over %s (ack policy %s)",
             self.stream,
-            f"NATS ({', '.join(settings.nats_servers)})" if sender.path == "nats" else "gRPC PublishAsync",
+            f"NATS ({redact_urls(settings.nats_servers)})" if sender.path == "nats" else "gRPC PublishAsync",
             sender.ack_policy.name,
         )
         if sender.fallback_reason:

@@ -358,7 +358,7 @@ class NatsBatchSender(BatchSender):
         self._loop = asyncio.new_event_loop()
         try:
             self._publisher = self._loop.run_until_complete(
-                NatsPublisher.connect(nats_servers, connect_timeout=self.ack_timeout)
+                NatsPublisher.connect(nats_servers, connect_timeout=self.ack_timeout, security=client.nats_security)
             )
         except BaseException:
             self._loop.close()
@@ -411,7 +411,7 @@ def open_sender(
     if path not in PUBLISH_PATHS:
         raise LiftbridgeArgumentError(f"publish_path {path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}")
     if path == "nats" and not nats_servers:
-        raise LiftbridgeArgumentError("publish_path 'nats' needs NATS servers in the connection (extra.nats_servers)")
+        raise LiftbridgeArgumentError("publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'")
     options: dict[str, Any] = {
         "ack_policy": ack_policy,
         "window": window,

@@ -183,7 +183,9 @@ class _NatsPublisher:
         self._timeout = plan.timeout or settings.timeout
         self._loop = asyncio.new_event_loop()
         try:
-            self._pub = self._loop.run_until_complete(NatsPublisher.connect(list(settings.nats_servers)))
+            self._pub = self._loop.run_until_complete(
+                NatsPublisher.connect(list(settings.nats_servers), security=settings.nats_security)
+            )
         except BaseException:
             self._loop.close()
             raise

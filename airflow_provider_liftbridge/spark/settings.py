@@ -8,10 +8,12 @@ settings type: plain and picklable). This module turns it into string options an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, InvalidArgumentError, TlsConfig
+from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 from .errors import SparkOptionError
 
@@ -30,6 +32,11 @@ OPT_TIMEOUT = "timeout"
 OPT_MAX_RETRIES = "maxRetries"
 OPT_ACK_POLICY = "ackPolicy"
 OPT_RESUBSCRIBE_WAIT = "resubscribeWait"
+#: NATS TLS and authentication: ``nats`` + the NatsSecurity field in camel case (``natsTlsCaFile``,
+#: ``natsUser``, ``natsPassword``, ...). Spark redacts options named like password/token in plans.
+NATS_SECURITY_OPTIONS = {
+    "nats" + "".join(part.capitalize() for part in f.name.split("_")): f.name for f in fields(NatsSecurity)
+}
 
 CONNECTION_OPTIONS = (
     OPT_BROKERS,
@@ -42,6 +49,7 @@ CONNECTION_OPTIONS = (
     OPT_MAX_RETRIES,
     OPT_ACK_POLICY,
     OPT_RESUBSCRIBE_WAIT,
+    *NATS_SECURITY_OPTIONS,
 )
 
 
@@ -60,6 +68,10 @@ def to_options(settings: ConnectionSettings) -> dict[str, str]:
         OPT_MAX_RETRIES: str(settings.max_retries),
         OPT_RESUBSCRIBE_WAIT: repr(settings.resubscribe_wait),
     }
+    if settings.nats_security is not None:
+        for option, name in NATS_SECURITY_OPTIONS.items():
+            value = getattr(settings.nats_security, name)
+            options[option] = "true" if value is True else (value or None)
     return {key: value for key, value in options.items() if value}
 
 
@@ -91,9 +103,18 @@ def from_options(options: Mapping[str, str]) -> ConnectionSettings:
             timeout=_parse_number(OPT_TIMEOUT, get(OPT_TIMEOUT), float, 10.0),
             max_retries=_parse_number(OPT_MAX_RETRIES, get(OPT_MAX_RETRIES), int, 5),
             resubscribe_wait=_parse_number(OPT_RESUBSCRIBE_WAIT, get(OPT_RESUBSCRIBE_WAIT), float, 30.0),
+            nats_security=_nats_security(get),
         )
-    except InvalidArgumentError as exc:
+    except (InvalidArgumentError, NatsSecurityError) as exc:
         raise SparkOptionError(f"bad connection option: {exc}") from None
+
+
+def _nats_security(get: Callable[[str], str | None]) -> NatsSecurity | None:
+    values: dict[str, Any] = {name: get(option) for option, name in NATS_SECURITY_OPTIONS.items()}
+    if not any(values.values()):
+        return None
+    values["tls"] = str(values["tls"] or "").lower() in ("true", "1", "yes")
+    return NatsSecurity(**values)
 
 
 def _parse_number(name: str, raw: str | None, kind: type[_N], default: _N) -> _N:

@@ -141,11 +141,13 @@ async def collect_inbox_acks(
     """
     if not settings.nats_servers:
         raise LiftbridgeAirflowError(
-            f"connection {settings.conn_id!r} has no NATS servers (extra.nats_servers); the ack-inbox form needs them"
+            f"connection {settings.conn_id!r} has no 'NATS servers'; the ack-inbox form needs them: fill in that field"
         )
     pending = set(correlation_ids)
     acks: list[dict[str, Any]] = []
-    async with await NatsPublisher.connect(settings.nats_servers, connect_timeout=settings.timeout) as nats:
+    async with await NatsPublisher.connect(
+        settings.nats_servers, connect_timeout=settings.timeout, security=settings.nats_security
+    ) as nats:
         log.info("Waiting on ack inbox %r for %d ack(s)", ack_inbox, len(pending))
         async with closing_subscription(nats.acks(ack_inbox)) as inbox:
             async for ack in inbox:

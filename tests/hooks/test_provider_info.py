@@ -62,7 +62,16 @@ def test_providers_manager_reads_the_connection_form() -> None:
     assert ack["schema"]["enum"] == ["leader", "all", "none"] and ack["value"] == "leader"
     behaviour = manager.field_behaviours["liftbridge"]
     assert behaviour["hidden_fields"] == UI_FIELD_BEHAVIOUR["hidden-fields"]
-    assert behaviour["relabeling"] == {"host": "Brokers"}
+    assert behaviour["relabeling"] == {
+        "host": "Brokers",
+        "port": "Default broker port",
+        "login": "NATS user",
+        "password": "NATS password",
+    }
+    assert "used for brokers given without a port" in behaviour["placeholders"]["port"]
+    # Airflow 3.3 shows no placeholder for extra fields: the example is in the help text.
+    assert "e.g. nats://127.0.0.1:4222" in widgets["extra__liftbridge__nats_servers"].field["description"]
+    assert widgets["extra__liftbridge__nats_token"].is_sensitive
     assert behaviour["placeholders"]["extra__liftbridge__nats_servers"] == "nats://127.0.0.1:4222"
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
+from airflow_provider_liftbridge.nats_security import redact_urls
 
 from ..effects import NatsCall, Op
 from ..errors import (
@@ -99,7 +100,7 @@ def _log_path(core: ClientCore, stream: str, path: str, why: str = "") -> None:
         log.info("publish_many to stream %r over %s: %s", stream, path, why)
     elif path not in seen:
         seen.add(path)
-        where = f"NATS-direct ({', '.join(core.nats_servers)})" if path == "nats" else "gRPC PublishAsync"
+        where = f"NATS-direct ({redact_urls(core.nats_servers)})" if path == "nats" else "gRPC PublishAsync"
         log.info("publish_many to stream %r over %s", stream, where)
 
 

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
 
+from airflow_provider_liftbridge.nats_security import NatsSecurity
+
 from ..errors import UnavailableError
 from .nats_engine import connect_nats
 
@@ -29,14 +31,16 @@ class NatsLink:
 
     :param servers: NATS URLs.
     :param connect_timeout: seconds to wait for a connection.
+    :param security: TLS and authentication of the connection.
     """
 
     #: After a failed connect, fail at once for this many seconds (``auto`` then falls back to
     #: gRPC without waiting for NATS on every call).
     retry_after = 30.0
 
-    def __init__(self, servers: Sequence[str], connect_timeout: float) -> None:
+    def __init__(self, servers: Sequence[str], connect_timeout: float, security: NatsSecurity | None = None) -> None:
         self.servers = tuple(servers)
+        self.security = security
         self.connect_timeout = connect_timeout
         self._nc: NatsClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -58,7 +62,9 @@ class NatsLink:
                 if self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
                     raise self._failed[1]
                 try:
-                    self._nc = await connect_nats(self.servers, connect_timeout=self.connect_timeout)
+                    self._nc = await connect_nats(
+                        self.servers, connect_timeout=self.connect_timeout, security=self.security
+                    )
                 except UnavailableError as exc:
                     self._failed = (time.monotonic(), exc)
                     raise

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from nats.aio.client import Client as NatsClient
 
 from airflow_provider_liftbridge.codec import EnvelopeError, new_message, unmarshal_ack
+from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from ..conversion import ack_from_pb
 from ..errors import InvalidArgumentError
@@ -32,13 +33,15 @@ class NatsPublisher:
         self._nc = nc
 
     @classmethod
-    async def connect(cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0) -> NatsPublisher:
-        """Connect to NATS.
+    async def connect(
+        cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0, security: NatsSecurity | None = None
+    ) -> NatsPublisher:
+        """Connect to NATS (see :func:`~.nats_engine.connect_nats`).
 
-        :raises InvalidArgumentError: no server given.
-        :raises UnavailableError: no NATS server could be reached.
+        :raises InvalidArgumentError: no server given, or unusable TLS / NKEY files.
+        :raises UnavailableError: no NATS server could be reached, or it refused the credentials.
         """
-        return cls(await connect_nats(servers, connect_timeout=connect_timeout))
+        return cls(await connect_nats(servers, connect_timeout=connect_timeout, security=security))
 
     async def close(self) -> None:
         """Flush and close the NATS connection; idempotent."""
