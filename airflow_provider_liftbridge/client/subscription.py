@@ -117,6 +117,25 @@ class SubscriptionState:
         return message
 
 
+def _creation_timestamp(core: ClientCore, stream: str) -> int | None:
+    info = core.cache.stream(stream)
+    return info.creation_timestamp if info is not None and info.creation_timestamp else None
+
+
+def _check_same_stream(core: ClientCore, stream: str, incarnation: int | None) -> None:
+    """A resubscription continues the same stream only: one deleted and re-created under the
+    same name (another creation timestamp) has offsets of its own.
+
+    :raises NoSuchStreamError: the stream now in metadata is another incarnation.
+    """
+    now = _creation_timestamp(core, stream)
+    if incarnation is not None and now is not None and now != incarnation:
+        raise NoSuchStreamError(
+            f"stream {stream!r} was deleted and re-created while subscribed (creation timestamp {incarnation} -> "
+            f"{now}); the subscription ends instead of continuing in the new stream: subscribe to it again"
+        )
+
+
 def subscribe(
     core: ClientCore,
     stream: str,
@@ -132,6 +151,7 @@ def subscribe(
     give_up_at: float | None = None  # set at the first failure after a working subscription
     attempt = 0
     connected = False  # has any (re)subscription got its handshake?
+    incarnation: int | None = None  # the stream's creation timestamp when the subscription first worked
     refresh = False
     while True:
         try:
@@ -147,6 +167,8 @@ def subscribe(
             if pb is END:
                 return
             connected, give_up_at, attempt = True, None, 0
+            if incarnation is None:
+                incarnation = _creation_timestamp(core, stream)
             message = state.on_message(pb, first=True)
             if message is not None:
                 yield Emit(message)
@@ -189,6 +211,7 @@ def subscribe(
                     raise
             except UnavailableError:
                 pass  # no broker answered metadata yet: keep trying within the wait
+            _check_same_stream(core, stream, incarnation)
             part = core.partition_info(stream, partition)
             if isinstance(mapped, NotLeaderError) and part is not None and part.paused and not resume:
                 raise PartitionPausedError(

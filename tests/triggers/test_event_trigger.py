@@ -537,6 +537,23 @@ async def test_unconfirmed_events_hold_the_watcher_and_the_cursor(
     assert [e["message"]["offset"] for e in runner.events] == list(range(50))
 
 
+async def test_a_stream_recreated_at_once_is_read_from_its_start(
+    liftbridge_client: LiftbridgeClient, stream_name: str
+) -> None:
+    """Deleted and re-created with no pause in between (what the system tier does): the
+    subscription must not carry over to the new stream at the old stream's next offset."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    make_stream(liftbridge_client, stream_name, [str(n).encode() for n in range(20)])
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest", poll_interval=0.2)
+    async with Runner(SharedStreamManager(ack_timeout=60), trigger).running() as runner:
+        await runner.wait_for(20)
+        liftbridge_client.delete_stream(stream_name)
+        make_stream(liftbridge_client, stream_name, [b"new-0", b"new-1"])
+        await runner.wait_for(22, timeout=20)
+    assert [e["message"]["value_text"] for e in runner.events[20:]] == ["new-0", "new-1"]
+
+
 # -- in a DAG --------------------------------------------------------------------------------
 
 
