@@ -6,8 +6,12 @@ load generator in this one. Values are 100 bytes. Each gRPC transport of the dev
 this client process and of the server process (psutil; its nats-server child not included).
 A markdown table goes to stdout.
 
+``--brokers 3`` measures cluster mode instead: every stream has one replica per broker, the load
+goes to each partition's leader, and ``--ack-policy all`` makes every ack wait for the whole ISR
+(the followers' replication runs in the same server process, so its CPU is in the server column).
+
     .venv/bin/python bench/devserver_bench.py [--messages 50000] [--publish-messages 3000]
-        [--grpc-transport h2,aio] [--rounds 1]
+        [--grpc-transport h2,aio] [--rounds 1] [--brokers 1] [--ack-policy leader|all]
 """
 
 from __future__ import annotations
@@ -36,21 +40,24 @@ def _identity(b: bytes) -> bytes:
     return b
 
 
-def bench_publish(stub: api_pb2_grpc.APIStub, stream: str, n: int) -> float:
-    """Sequential Publish calls, each waiting for its LEADER ack."""
-    req = pb.PublishRequest(stream=stream, value=VALUE)
+def bench_publish(stub: api_pb2_grpc.APIStub, stream: str, n: int, policy: int = pb.LEADER) -> float:
+    """Sequential Publish calls, each waiting for its ack."""
+    req = pb.PublishRequest(stream=stream, value=VALUE, ackPolicy=policy)  # type: ignore[arg-type]
     start = time.perf_counter()
     for _ in range(n):
         stub.Publish(req, timeout=10)
     return time.perf_counter() - start
 
 
-def bench_publish_async(channel: grpc.Channel, stream: str, n: int) -> float:
+def bench_publish_async(channel: grpc.Channel, stream: str, n: int, policy: int = pb.LEADER) -> float:
     """One PublishAsync stream; requests pre-serialized so the client spends little per message."""
     call = channel.stream_stream(
         "/proto.API/PublishAsync", request_serializer=_identity, response_deserializer=_identity
     )
-    reqs = [pb.PublishRequest(stream=stream, value=VALUE, correlationId=str(i)).SerializeToString() for i in range(n)]
+    reqs = [
+        pb.PublishRequest(stream=stream, value=VALUE, correlationId=str(i), ackPolicy=policy).SerializeToString()  # type: ignore[arg-type]
+        for i in range(n)
+    ]
 
     def gen() -> Iterator[bytes]:
         yield from reqs
@@ -81,7 +88,7 @@ def bench_subscribe(channel: grpc.Channel, stream: str, n: int) -> float:
     return elapsed
 
 
-async def bench_nats(nats_url: str, subject: str, n: int) -> float:
+async def bench_nats(nats_url: str, subject: str, n: int, policy: int = pb.LEADER) -> float:
     """Enveloped publishes straight to the stream's NATS subject; time until every ack is back."""
     nc = await nats.connect(nats_url, pending_size=64 * 1024 * 1024)
     inbox = nc.new_inbox()
@@ -95,7 +102,7 @@ async def bench_nats(nats_url: str, subject: str, n: int) -> float:
             done.set()
 
     await nc.subscribe(inbox, cb=on_ack, pending_msgs_limit=n + 10)
-    payloads = [new_message(VALUE, ack_inbox=inbox, correlation_id=str(i)) for i in range(n)]
+    payloads = [new_message(VALUE, ack_inbox=inbox, correlation_id=str(i), ack_policy=policy) for i in range(n)]
     window = 5000
     start = time.perf_counter()
     for i, payload in enumerate(payloads):
@@ -124,26 +131,41 @@ def _measured(server_pid: int, fn: Callable[[], float]) -> tuple[float, float, f
 def run_transport(transport: str, args: argparse.Namespace, tag: str) -> list[Row]:
     """Every path against a fresh server on ``transport``."""
     rows: list[Row] = []
-    n, p = args.messages, args.publish_messages
-    with tempfile.TemporaryDirectory() as data, DevServerProcess(data, grpc_transport=transport) as server:
+    n, p, brokers = args.messages, args.publish_messages, args.brokers
+    policy, label = (pb.ALL, "ALL") if args.ack_policy == "all" else (pb.LEADER, "LEADER")
+    with (
+        tempfile.TemporaryDirectory() as data,
+        DevServerProcess(data, grpc_transport=transport, brokers=brokers) as server,
+    ):
         assert server.pid is not None
-        channel = grpc.insecure_channel(server.address)
-        stub = api_pb2_grpc.APIStub(channel)
+        admin = grpc.insecure_channel(server.address)
         for name in ("pub", "async", "nats"):
-            stub.CreateStream(pb.CreateStreamRequest(subject=f"bench.{name}.{tag}", name=name), timeout=10)
+            req = pb.CreateStreamRequest(subject=f"bench.{name}.{tag}", name=name, replicationFactor=brokers)
+            api_pb2_grpc.APIStub(admin).CreateStream(req, timeout=10)
+        # Each stream's load goes to its partition's leader (broker 0 when there is one broker).
+        meta = api_pb2_grpc.APIStub(admin).FetchMetadata(pb.FetchMetadataRequest(), timeout=10)
+        hosts = {b.id: f"{b.host}:{b.port}" for b in meta.brokers}
+        leaders = {sm.name: hosts[sm.partitions[0].leader] for sm in meta.streamMetadata}
+        channels = {name: grpc.insecure_channel(address) for name, address in leaders.items()}
+        pub_stub = api_pb2_grpc.APIStub(channels["pub"])
         cases: list[tuple[str, int, Callable[[], float]]] = [
-            ("Publish (sequential, LEADER ack)", p, lambda: bench_publish(stub, "pub", p)),
-            ("PublishAsync (one stream, LEADER acks)", n, lambda: bench_publish_async(channel, "async", n)),
-            ("Subscribe (EARLIEST, stored messages)", n, lambda: bench_subscribe(channel, "async", n)),
+            (f"Publish (sequential, {label} ack)", p, lambda: bench_publish(pub_stub, "pub", p, policy)),
             (
-                "NATS enveloped publish + acks on inbox",
+                f"PublishAsync (one stream, {label} acks)",
                 n,
-                lambda: asyncio.run(bench_nats(server.nats_url, f"bench.nats.{tag}", n)),
+                lambda: bench_publish_async(channels["async"], "async", n, policy),
+            ),
+            ("Subscribe (EARLIEST, stored messages)", n, lambda: bench_subscribe(channels["async"], "async", n)),
+            (
+                f"NATS enveloped publish + {label} acks on inbox",
+                n,
+                lambda: asyncio.run(bench_nats(server.nats_url, f"bench.nats.{tag}", n, policy)),
             ),
         ]
         for name, count, fn in cases:
             rows.append((name, transport, count, *_measured(server.pid, fn)))
-        channel.close()
+        for channel in (admin, *channels.values()):
+            channel.close()
     return rows
 
 
@@ -157,6 +179,15 @@ def main() -> None:
         help="comma-separated dev-server transports to compare, run interleaved (default: %(default)s)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="runs per transport; the lowest server CPU is kept")
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="brokers of the server (> 1: cluster mode, RF = brokers)"
+    )
+    parser.add_argument(
+        "--ack-policy",
+        choices=("leader", "all"),
+        default="leader",
+        help="ack policy of every publish (default: leader)",
+    )
     args = parser.parse_args()
     transports = args.grpc_transport.split(",")
     best: dict[tuple[str, str], Row] = {}
@@ -171,7 +202,8 @@ def main() -> None:
                 if key not in best or row[5] / row[2] < best[key][5] / best[key][2]:
                     best[key] = row
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"Dev server throughput, 100-byte values, best of {args.rounds} run(s) by server CPU per message.")
+    cluster = f", {args.brokers} brokers (replication factor {args.brokers})" if args.brokers > 1 else ""
+    print(f"Dev server throughput, 100-byte values{cluster}, best of {args.rounds} run(s) by server CPU per message.")
     print(f"Machine: {machine()}; load average {load}.\n")
     print("| path | transport | messages | seconds | msgs/s | client CPU µs/msg | server CPU µs/msg |")
     print("|---|---|---:|---:|---:|---:|---:|")

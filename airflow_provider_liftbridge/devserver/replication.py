@@ -340,7 +340,8 @@ class Replication:
         """Cut ``rep``'s log back to where its last epoch ended in the leader's history (what the
         current leader has of that epoch), then make it a follower of the current epoch."""
         end = self.epoch_end(rep.epoch)
-        if end is not None and rep.log.newest_offset >= end:
+        if end is not None and rep.log.next_offset > end:
+            rep.log.flush()  # a former leader's last appends, if any are still buffered, go with the tail
             cut = rep.log.truncate(end)
             if cut:
                 log.warning(
@@ -417,6 +418,7 @@ class Cluster:
         #: How long a caught-up follower waits before checking in with the leader.
         self.idle_wait = max(0.01, timings.replica_max_lag_time / 3)
         self._task: asyncio.Task[None] | None = None
+        self._window_end: asyncio.TimerHandle | None = None
         self._commit_kicks: dict[Replication, None] = {}
         self._kick_handle: asyncio.Handle | None = None
         #: Monotonic time of the last full-cluster restart (the restart window runs from it).
@@ -478,12 +480,27 @@ class Cluster:
         for part in self.partitions():
             if not part.paused:
                 part.replication.start_followers()  # type: ignore[union-attr]
-        self._task = asyncio.get_running_loop().create_task(self._monitor(), name="cluster monitor")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._monitor(), name="cluster monitor")
+        if self.restarted_at is not None:
+            remaining = self.restarted_at + self.timings.restart_hw_unknown - time.monotonic()
+            self._window_end = loop.call_later(max(0.0, remaining), self._restart_settled)
+
+    def _restart_settled(self) -> None:
+        """The restart window is over: commit what the ISRs have and wake who waits for it."""
+        self._window_end = None
+        self.restarted_at = None
+        for part in self.partitions():
+            part.replication.update_hw()  # type: ignore[union-attr]
+            part.notify()  # subscribers that waited with a high watermark of -1
 
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._window_end is not None:
+            self._window_end.cancel()
+            self._window_end = None
         if self._kick_handle is not None:
             self._kick_handle.cancel()
             self._kick_handle = None
@@ -506,15 +523,10 @@ class Cluster:
             repl.update_hw()
 
     async def _monitor(self) -> None:
-        was_unknown = self.hw_unknown
         while True:
             await asyncio.sleep(self.tick)
             try:
                 self.check()
-                if was_unknown and not self.hw_unknown:
-                    for part in self.partitions():
-                        part.replication.update_hw()  # type: ignore[union-attr]
-                was_unknown = self.hw_unknown
             except Exception:
                 log.exception("cluster check failed")
 

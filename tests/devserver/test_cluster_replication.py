@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import nats
@@ -50,8 +51,11 @@ def _stubs(addresses: list[str]) -> list[Stub]:
 
 
 def _meta(stub: Stub, stream: str, partition: int = 0) -> pb.PartitionMetadata:
+    """The partition as FetchMetadata lists it (offsets -1 and no leader while the stream is not listed)."""
     resp = stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream]), timeout=TIMEOUT)
-    return resp.streamMetadata[0].partitions[partition]
+    listed = resp.streamMetadata[0].partitions
+    # A protobuf map answers a missing key with a default value (offsets 0): say "unknown" instead.
+    return listed[partition] if partition in listed else pb.PartitionMetadata(highWatermark=-1, newestOffset=-1)
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -300,7 +304,8 @@ def test_fault_hooks_need_a_cluster(devserver: DevServer) -> None:
 
 
 def test_fault_hooks_of_the_server_process() -> None:
-    timings = ClusterTimings.fast(replica_max_lag_time=2.0)
+    # Publish is refused for 2 s after a restart: long enough to be seen from a loaded machine.
+    timings = ClusterTimings.fast(replica_max_lag_time=2.0, restart_no_leaders=2.0, restart_hw_unknown=2.5)
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data, brokers=3, timings=timings) as proc:
         stubs = _stubs(proc.addresses)
         create(stubs[0], "proc", replicationFactor=3)
@@ -321,3 +326,78 @@ def test_fault_hooks_of_the_server_process() -> None:
         _wait_for("the restart window to end", lambda: _meta(stubs[0], "proc").highWatermark == 0)
         with pytest.raises(Exception, match="no broker 9"):
             proc.stall_broker(9)
+
+
+def test_publish_async_acks_follow_the_ack_policy(holding_cluster: DevServer, stream_name: str) -> None:
+    stubs = _stubs(holding_cluster.addresses)
+    create(stubs[0], stream_name, replicationFactor=3)
+    leader, (f1, _) = _roles(holding_cluster, stubs[0], stream_name)
+    holding_cluster.stall_broker(f1)
+    requests = [
+        pb.PublishRequest(stream=stream_name, value=b"all", correlationId="all", ackPolicy=pb.ALL),
+        pb.PublishRequest(stream=stream_name, value=b"leader", correlationId="leader", ackPolicy=pb.LEADER),
+    ]
+    release = threading.Event()
+
+    def gen() -> Iterator[pb.PublishRequest]:
+        yield from requests
+        release.wait(TIMEOUT)  # keep the stream open while the ALL ack is pending
+
+    call = stubs[leader].PublishAsync(gen(), timeout=TIMEOUT)
+    first = next(call)
+    assert (first.correlationId, first.ack.offset) == ("leader", 1)  # the LEADER ack comes first
+    holding_cluster.resume_broker(f1)
+    second = next(call)
+    assert (second.correlationId, second.ack.offset, second.ack.ackPolicy) == ("all", 0, pb.ALL)
+    release.set()
+    call.cancel()
+
+
+def test_a_stalled_leader_is_replaced_and_follows_when_it_resumes(holding_cluster: DevServer, stream_name: str) -> None:
+    stubs = _stubs(holding_cluster.addresses)
+    create(stubs[0], stream_name, replicationFactor=3)
+    leader, (f1, _) = _roles(holding_cluster, stubs[0], stream_name)
+    publish(stubs[leader], stream_name, b"a", ackPolicy=pb.ALL)
+    holding_cluster.stall_broker(leader)
+    # Calls to the frozen broker wait (here past their deadline), as with a SIGSTOPped process.
+    err = rpc_error(stubs[leader].FetchMetadata, pb.FetchMetadataRequest(), timeout=0.3)
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    _wait_for("a new leader", lambda: _meta(stubs[f1], stream_name).leader != f"broker-{leader}")
+    new_lead = stubs[int(_meta(stubs[f1], stream_name).leader.rsplit("-", 1)[1])]
+    assert publish(new_lead, stream_name, b"b", ackPolicy=pb.LEADER).ack.offset == 1
+    holding_cluster.resume_broker(leader)
+    # The former leader answers again, as a follower: it does not serve the partition's reads.
+    sub = subscribe(stubs[leader], pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
+    assert (sub.code, sub.details) == (grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+    _wait_for("the former leader to rejoin the ISR", lambda: f"broker-{leader}" in _meta(new_lead, stream_name).isr)
+    assert _all(new_lead, stream_name, 1) == [b"a", b"b"]
+
+
+def test_a_killed_and_restarted_cluster_process_goes_through_the_restart_window(tmp_path: Path) -> None:
+    timings = ClusterTimings.fast(restart_no_streams=0.5, restart_no_leaders=2.0, restart_hw_unknown=2.5)
+    with DevServerProcess(tmp_path, brokers=3, timings=timings) as proc:
+        stubs = _stubs(proc.addresses)
+        create(stubs[0], "restarted", replicationFactor=3)
+        publish(stubs[0], "restarted", b"kept", ackPolicy=pb.ALL)
+        proc.kill()
+        proc.start()  # SIGKILL of the whole process, then a start on the same data: a full-cluster restart
+        stubs = _stubs(proc.addresses)
+        err = rpc_error(stubs[1].Publish, pb.PublishRequest(stream="restarted", value=b"x"), timeout=TIMEOUT)
+        assert (err.code(), err.details()) == (grpc.StatusCode.NOT_FOUND, "no such stream: restarted")
+        _wait_for("the restart window to end", lambda: _meta(stubs[0], "restarted").highWatermark == 0, timeout=20)
+        leader, _ = _roles(proc, stubs[0], "restarted")
+        assert _all(stubs[leader], "restarted", 0) == [b"kept"]
+
+
+def test_a_subscriber_waiting_out_the_restart_window_gets_the_committed_messages(stream_name: str) -> None:
+    timings = ClusterTimings.fast(restart_no_streams=0.05, restart_no_leaders=0.1, restart_hw_unknown=1.5)
+    with DevServer(brokers=3, timings=timings) as server:
+        stubs = _stubs(server.addresses)
+        create(stubs[0], stream_name, replicationFactor=3)
+        publish(stubs[0], stream_name, b"kept", ackPolicy=pb.ALL)
+        server.restart_cluster()
+        _wait_for("partition leaders", lambda: _meta(stubs[0], stream_name).leader != "")
+        leader, _ = _roles(server, stubs[0], stream_name)
+        assert _meta(stubs[0], stream_name).highWatermark == -1  # committed, but not known yet
+        req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST)
+        assert subscribe(stubs[leader], req, count=1).offsets == [0]  # delivered once the window ends
