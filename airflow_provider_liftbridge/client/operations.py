@@ -10,6 +10,8 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
+import grpc
+
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .conversion import metadata_from_pb, partition_from_pb
@@ -84,6 +86,15 @@ def unary(
                 attempt += 1
                 yield Sleep(core.backoff(attempt))
                 continue
+            if (
+                _stalled(failure, method)
+                and attempt < core.retry.max_retries
+                and not set(core.known_addresses()) <= set(tried)
+            ):
+                # A broker that does not answer a read in time may be stopped (SIGSTOP) while the
+                # others serve: ask one not asked yet in this call, without waiting.
+                attempt += 1
+                continue
             error = map_rpc_error(
                 method,
                 failure,
@@ -99,6 +110,10 @@ def unary(
             raise error from failure.__cause__
         core.mark_good(address)
         return response
+
+
+def _stalled(failure: RpcFailure, method: str) -> bool:
+    return failure.code == grpc.StatusCode.DEADLINE_EXCEEDED and method in IDEMPOTENT
 
 
 def refresh_metadata(core: ClientCore, streams: Sequence[str] | None) -> Op[Metadata]:
