@@ -12,7 +12,14 @@ import grpc
 import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.client import AckPolicy, NotLeaderError, StartPosition, UnavailableError, operations
+from airflow_provider_liftbridge.client import (
+    AckPolicy,
+    NotLeaderError,
+    RequestTimeoutError,
+    StartPosition,
+    UnavailableError,
+    operations,
+)
 from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, Read, RpcFailure, Sleep, Unary, Write
 from airflow_provider_liftbridge.client.publishing import grpc_batch
 from airflow_provider_liftbridge.client.routing import ClientCore
@@ -287,3 +294,25 @@ def test_without_a_cursors_stream_cursor_calls_go_to_any_broker_and_metadata_is_
     c.cursors_absent_since -= 31  # later on, the client looks again (a cursors stream may exist now)
     drive(operations.fetch_cursor(c, "id", "s", 0), answer)
     assert methods[3:] == ["FetchMetadata", "FetchCursor"]
+
+
+def test_a_read_that_a_stalled_broker_does_not_answer_in_time_is_asked_of_the_next_one() -> None:
+    c = without_cursors_stream(core())
+    stalled = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            if e.address == "a:1":
+                raise stalled  # stopped (SIGSTOP): the call waits until its deadline
+            return api_pb2.FetchCursorResponse(offset=4)
+        return None
+
+    run = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
+    assert run.result == 4
+    assert [e.address for e in run.effects if isinstance(e, Unary)] == ["a:1", "b:2"]
+    assert not any(isinstance(e, Sleep) for e in run.effects)  # no backoff: the deadline was the wait
+
+    lone = without_cursors_stream(ClientCore(["a:1"], timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER,
+                                             resubscribe_wait=30.0))  # fmt: skip
+    with pytest.raises(RequestTimeoutError):
+        drive(operations.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once

@@ -23,6 +23,9 @@ def _rows() -> list[tuple[str, Callable[[], object]]]:
     def task_kill(fault: str) -> Callable[[], object]:
         return lambda: scenarios.task_kill(server.address, fault)
 
+    def _restart(kind: str) -> Callable[[], object]:
+        return lambda: scenarios.full_restart(kind)
+
     return [
         ("server_kill_eo", lambda: scenarios.server_kill(exactly_once=True)),
         ("server_kill_alo", lambda: scenarios.server_kill(exactly_once=False)),
@@ -31,6 +34,10 @@ def _rows() -> list[tuple[str, Callable[[], object]]]:
         ("task_kill_raise", task_kill("raise")),
         ("cluster_failover", scenarios.cluster_failover),
         ("nats_restart", scenarios.nats_restart),
+        ("cluster_stalled_follower", lambda: scenarios.stalled_follower(occ=False)),
+        ("cluster_stalled_follower_occ", lambda: scenarios.stalled_follower(occ=True)),
+        ("cluster_leader_killed_tail", scenarios.leader_killed_with_tail),
+        *((f"cluster_restart_{kind.replace(' ', '_')}", _restart(kind)) for kind in scenarios.WAITERS),
     ]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_liftbridge.client import (
+    AckPolicy,
     LiftbridgeClient,
     PublishError,
     Record,
@@ -30,7 +31,7 @@ from airflow_provider_liftbridge.client import (
     StopPosition,
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
-from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -372,3 +373,243 @@ def nats_restart(n: int = 200) -> Figures:
         time.monotonic() - started,
         f"second half: written {second.written}, resumes {second.resumes}",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster mode as Liftbridge replicates (issue 13): an uncommitted tail, a full-cluster restart
+# ---------------------------------------------------------------------------------------------
+
+
+def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any], list[BaseException]]:
+    """Run ``work`` on a thread; its result or exception lands in the returned lists."""
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # reported by the caller
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result, failure
+
+
+def _joined(thread: threading.Thread, result: list[Any], failure: list[BaseException], timeout: float) -> Any:
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"the publisher or waiter did not finish within {timeout:g} s")
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _partition(client: LiftbridgeClient, stream: str) -> Any:
+    return client.fetch_metadata([stream]).streams[stream].partitions[0]
+
+
+def _tail(client: LiftbridgeClient, stream: str) -> int:
+    """Records above the high watermark of partition 0 (0 when the leader cannot be asked)."""
+    try:
+        info = client.fetch_partition_metadata(stream, 0)
+    except Exception:  # the leader is stalled or gone
+        return 0
+    return info.newest_offset - info.high_watermark
+
+
+def stalled_follower(occ: bool, n: int = 600, stall: float = 3.0) -> Figures:
+    """The issue's reproduction on the dev server's cluster: a follower stops (SIGSTOP-like) for
+    ``stall`` seconds while an exactly-once publish with ack policy ALL runs; the leader keeps
+    appending but cannot commit, acks time out after 1 s, and the follower stays in the ISR
+    (``replica_max_lag_time`` 6 s) until it resumes."""
+    started = time.monotonic()
+    timings = ClusterTimings.fast(replica_max_lag_time=6.0, replica_max_leader_timeout=6.0)
+    with DevServer(brokers=3, timings=timings) as cluster:
+        stream = f"stall-f-{uuid.uuid4().hex[:8]}"
+        client = LiftbridgeClient(cluster.addresses, timeout=5.0, max_retries=6)
+        client.create_stream(stream, stream, replication_factor=3, optimistic_concurrency_control=occ)
+        part = _partition(client, stream)
+        follower = next(r for r in part.replicas if r != part.leader)
+        records = values(n)
+        publisher = ExactlyOncePublisher(
+            client, stream, "stalled", ack_policy=AckPolicy.ALL, batch=50, window=16, timeout=1.0, max_resumes=12
+        )
+        thread, result, failure = _in_thread(lambda: publisher.publish(records))
+        _wait_until(lambda: _hw(client, stream) >= n // 4, 60, "a quarter of the records")
+        index = cluster.broker_ids.index(follower)
+        cluster.stall_broker(index)
+        _wait_until(lambda: _tail(client, stream) > 0, 10, "an uncommitted tail")
+        time.sleep(stall)
+        cluster.resume_broker(index)
+        done = _joined(thread, result, failure, 120)
+        in_stream, lost, dup = count(records, read_stream(client, stream))
+        client.close()
+    return Figures(
+        f"cluster: follower stalled mid-publish (exactly-once, {'OCC' if occ else 'no OCC'})",
+        f"1 follower (of 3) stalled {stall:g} s, ack ALL, ack timeout 1 s",
+        n,
+        in_stream,
+        lost,
+        dup,
+        time.monotonic() - started,
+        f"written {done.written}, resumes {done.resumes}, duplicates seen {publisher.duplicates_seen}",
+    )
+
+
+def leader_killed_with_tail(n: int = 600) -> Figures:
+    """A follower stalls, so the leader holds an uncommitted tail (acks ALL time out); then the
+    leader is killed. The other follower takes over after the leader timeout (1 s) with what it
+    had fetched, the stalled one leaves the ISR after the lag time (3 s), and the tail commits."""
+    started = time.monotonic()
+    timings = ClusterTimings.fast(replica_max_lag_time=3.0, replica_max_leader_timeout=1.0)
+    with DevServer(brokers=3, timings=timings) as cluster:
+        stream = f"kill-l-{uuid.uuid4().hex[:8]}"
+        client = LiftbridgeClient(cluster.addresses, timeout=5.0, max_retries=8)
+        client.create_stream(stream, stream, replication_factor=3)
+        part = _partition(client, stream)
+        stalled = next(r for r in part.replicas if r != part.leader)
+        records = values(n)
+        publisher = ExactlyOncePublisher(
+            client, stream, "killed", ack_policy=AckPolicy.ALL, batch=50, window=16, timeout=1.0, max_resumes=16
+        )
+        thread, result, failure = _in_thread(lambda: publisher.publish(records))
+        _wait_until(lambda: _hw(client, stream) >= n // 4, 60, "a quarter of the records")
+        cluster.stall_broker(cluster.broker_ids.index(stalled))
+        _wait_until(lambda: _tail(client, stream) > 0, 10, "an uncommitted tail")
+        tail = _tail(client, stream)
+        cluster.kill_broker(cluster.broker_ids.index(part.leader))
+        done = _joined(thread, result, failure, 120)
+        new_leader = _partition(client, stream).leader
+        in_stream, lost, dup = count(records, read_stream(client, stream))
+        cluster.resume_broker(cluster.broker_ids.index(stalled))
+        cluster.start_broker(cluster.broker_ids.index(part.leader))
+        client.close()
+    return Figures(
+        "cluster: leader killed with an uncommitted tail (exactly-once)",
+        "1 follower stalled, then the leader killed (of 3), ack ALL",
+        n,
+        in_stream,
+        lost,
+        dup,
+        time.monotonic() - started,
+        f"tail {tail} when killed; leader {part.leader} -> {new_leader}; written {done.written}, "
+        f"resumes {done.resumes}",
+    )
+
+
+#: What waits across a full-cluster restart, for :func:`full_restart`.
+WAITERS = ("subscription", "offset trigger", "message sensor", "event trigger")
+
+
+async def _first_event(trigger: Any) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise AssertionError("the trigger ended without an event")
+
+
+def _waiter(kind: str, addresses: list[str], stream: str, target: bytes) -> Callable[[], Any]:
+    """A callable that waits for record 3 (``target``) of ``stream`` and returns what it got."""
+    import asyncio
+
+    from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
+    from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger
+    from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
+
+    match = {
+        "apply_function": "tests.reliability.dag_support.note_and_match",
+        "apply_function_kwargs": {"target": target.decode()},
+    }
+    if kind == "subscription":
+
+        def subscribe() -> list[int]:
+            with LiftbridgeClient(addresses, resubscribe_wait=60.0) as reader:
+                return [m.offset for m in reader.subscribe(stream, start_at=StartPosition.EARLIEST, stop_at=3)]
+
+        return subscribe
+    if kind == "offset trigger":
+        return lambda: asyncio.run(_first_event(LiftbridgeOffsetTrigger(stream=stream, target_offset=3)))
+    if kind == "message sensor":
+        sensor = LiftbridgeMessageSensor(task_id="wait", stream=stream, start_at="earliest", deferrable=True, **match)
+        sensor.prepare({})  # type: ignore[arg-type]
+        return lambda: asyncio.run(_first_event(sensor.make_trigger({})))  # type: ignore[arg-type]
+    if kind == "event trigger":
+        trigger = LiftbridgeEventTrigger(stream=stream, start_at="earliest", poll_interval=0.5, **match)
+        return lambda: asyncio.run(_first_event(trigger))
+    raise ValueError(f"unknown waiter {kind!r}; one of {WAITERS}")
+
+
+def full_restart(kind: str, down: float = 2.0) -> Figures:
+    """Every broker of a three-broker cluster stops for ``down`` seconds and starts again through
+    the restart window of a real cluster (metadata without streams, then no leaders and "no such
+    stream" on publish, then high watermarks -1) while ``kind`` waits for record 3; the record is
+    published once the cluster is back. The waiter must finish successfully.
+
+    The window's first phase is stretched from the real 0.3 s to 2.5 s (no leaders until 3 s,
+    high watermarks -1 until 4 s): a waiter retries at most 2 s apart, so every waiter meets it,
+    where on the real cluster it is met by chance (2 of 2 subscriptions, 4 of 6 offset triggers).
+    """
+    from tests.airflow_support import conn_env_name, liftbridge_conn_json
+
+    started = time.monotonic()
+    timings = ClusterTimings.fast(restart_no_streams=2.5, restart_no_leaders=3.0, restart_hw_unknown=4.0)
+    with DevServer(brokers=3, timings=timings) as cluster:
+        env = conn_env_name("liftbridge_default")
+        saved = os.environ.get(env)
+        os.environ[env] = liftbridge_conn_json(",".join(cluster.addresses), resubscribe_wait=60)
+        stream = f"restart-{uuid.uuid4().hex[:8]}"
+        records = values(4)
+        try:
+            client = LiftbridgeClient(cluster.addresses, timeout=10.0, max_retries=8)
+            client.create_stream(stream, stream, replication_factor=3)
+            client.publish_many(stream, records[:3], ack_policy=AckPolicy.ALL)
+            thread, result, failure = _in_thread(_waiter(kind, cluster.addresses, stream, records[3]))
+            time.sleep(1.0)  # the waiter is subscribed and waiting for offset 3
+            if not thread.is_alive():
+                _joined(thread, result, failure, 0)
+                raise AssertionError(f"the {kind} finished before the restart")
+            cluster.restart_cluster(down=down)
+            _publish_when_back(client, stream, records[3])
+            got = _joined(thread, result, failure, 60)
+            in_stream, lost, dup = count(records, read_stream(client, stream))
+            client.close()
+        finally:
+            if saved is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = saved
+    ok = got == [0, 1, 2, 3] if kind == "subscription" else got.get("status") == "success"
+    return Figures(
+        f"cluster: full restart under a waiting {kind}",
+        f"3 brokers (of 3) down {down:g} s, then the restart window (no streams 2.5 s)",
+        len(records),
+        in_stream,
+        lost,
+        dup,
+        time.monotonic() - started,
+        f"{'finished' if ok else 'FAILED'}: {got if kind == 'subscription' else _brief(got)}",
+    )
+
+
+def _brief(event: dict[str, Any]) -> dict[str, Any]:
+    """The event without the message's bytes: its status, error, and the offset it fired on."""
+    brief = {k: event[k] for k in ("status", "error_type", "offset") if k in event}
+    message = event.get("message")
+    brief.update(
+        {"offset": message["offset"]} if isinstance(message, dict) else {"message": message} if message else {}
+    )
+    return brief
+
+
+def _publish_when_back(client: LiftbridgeClient, stream: str, value: bytes, within: float = 30.0) -> None:
+    """Publish ``value`` as a task would right after the restart: the client retries "no such
+    stream" for a stream it has seen; beyond its budget this loop keeps trying, for ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            client.publish(stream, value, ack_policy=AckPolicy.ALL)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
