@@ -4,6 +4,9 @@
 - ``lb_address`` / ``nats_url``: its gRPC address (``host:port``) and NATS URL.
 - ``stream_name``: a fresh, unique stream name per test (use it as the subject too).
 - ``cluster``: a 3-broker :class:`DevServer` per test, torn down afterwards.
+- ``fast_cluster``: the same with test time-outs (``ClusterTimings.fast()``: a follower leaves the
+  ISR and a dead leader is replaced after 0.5 s, the restart window is a tenth of the real one),
+  for the fault hooks (``stall_broker``, ``kill_broker``, ``restart_cluster``, ...).
 
 Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
 ``atexit`` stop, and the nats-server child is started with a parent-death signal
@@ -23,7 +26,7 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from airflow_provider_liftbridge.devserver import DevServer  # noqa: E402
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer  # noqa: E402
 
 # The Spark cluster, Spark Connect server and SparkSession: session fixtures shared by tests/spark
 # and tests/dags (one SparkContext per process), defined once.
@@ -63,6 +66,17 @@ def stream_name() -> str:
 def cluster() -> Iterator[DevServer]:
     """A fresh 3-broker dev server for one test."""
     server = DevServer(brokers=3)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fast_cluster() -> Iterator[DevServer]:
+    """A fresh 3-broker dev server with test time-outs (``ClusterTimings.fast()``) for one test."""
+    server = DevServer(brokers=3, timings=ClusterTimings.fast())
     server.start()
     try:
         yield server

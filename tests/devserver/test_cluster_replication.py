@@ -29,15 +29,8 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, Dev
 from .helpers import TIMEOUT, create, publish, rpc_error, subscribe
 
 Stub = api_pb2_grpc.APIStub
-FAST = ClusterTimings.fast()
 #: Followers stay in the ISR for the whole test; leaders are still replaced after 0.5 s.
 HOLD_ISR = ClusterTimings.fast(replica_max_lag_time=60.0)
-
-
-@pytest.fixture
-def fast_cluster() -> Iterator[DevServer]:
-    with DevServer(brokers=3, timings=FAST) as server:
-        yield server
 
 
 @pytest.fixture
