@@ -10,18 +10,26 @@ A markdown table goes to stdout.
 goes to each partition's leader, and ``--ack-policy all`` makes every ack wait for the whole ISR
 (the followers' replication runs in the same server process, so its CPU is in the server column).
 
+``--base REV`` runs every case a second time against the dev server code of git revision REV
+(its ``airflow_provider_liftbridge`` tree, exported to a temporary directory and put first on the
+server child's ``PYTHONPATH``), interleaved with this tree's, and adds the ratio: the "nothing got
+slower" check of a server change, before and after under the same load in one run.
+
     .venv/bin/python bench/devserver_bench.py [--messages 50000] [--publish-messages 3000]
-        [--grpc-transport h2,aio] [--rounds 1] [--brokers 1] [--ack-policy leader|all]
+        [--grpc-transport h2,aio] [--rounds 1] [--brokers 1] [--ack-policy leader|all] [--base REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import nats
@@ -188,31 +196,87 @@ def main() -> None:
         default="leader",
         help="ack policy of every publish (default: leader)",
     )
+    parser.add_argument(
+        "--base",
+        metavar="REV",
+        help="also run every case against the dev server of this git revision, interleaved, with ratios",
+    )
     args = parser.parse_args()
-    transports = args.grpc_transport.split(",")
+    with tempfile.TemporaryDirectory() as base_dir:
+        variants = [(t, t, None) for t in args.grpc_transport.split(",")]
+        if args.base:
+            _export(args.base, Path(base_dir))
+            variants += [(f"{t} @ {args.base}", t, base_dir) for t in args.grpc_transport.split(",")]
+        best, order = _run_rounds(args, variants)
+    _print_table(args, [label for label, _, _ in variants], best, order)
+
+
+def _export(rev: str, into: Path) -> None:
+    """Write the ``airflow_provider_liftbridge`` tree of git revision ``rev`` into ``into``."""
+    top = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(top), "archive", rev, "airflow_provider_liftbridge"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+@contextlib.contextmanager
+def _server_code(path: str | None) -> Iterator[None]:
+    """Put ``path`` first on the server child's import path (the child inherits this environment)."""
+    if path is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def _run_rounds(
+    args: argparse.Namespace, variants: list[tuple[str, str, str | None]]
+) -> tuple[dict[tuple[str, str], Row], list[tuple[str, str]]]:
+    """Every variant (label, transport, server code path) ``args.rounds`` times; the best row of each case."""
     best: dict[tuple[str, str], Row] = {}
     order: list[tuple[str, str]] = []
     for rnd in range(args.rounds):
         # Interleaved, and reversed every other round, so a busy moment on a shared machine hits both.
-        for transport in transports if rnd % 2 == 0 else transports[::-1]:
-            for row in run_transport(transport, args, f"{rnd}"):
-                key = (row[0], row[1])
+        for label, transport, code in variants if rnd % 2 == 0 else variants[::-1]:
+            with _server_code(code):
+                rows = run_transport(transport, args, f"{rnd}{len(order)}")
+            for row in rows:
+                key = (row[0], label)
                 if key not in best:
                     order.append(key)
                 if key not in best or row[5] / row[2] < best[key][5] / best[key][2]:
-                    best[key] = row
+                    best[key] = (row[0], label, *row[2:])
+    return best, order
+
+
+def _print_table(
+    args: argparse.Namespace, labels: list[str], best: dict[tuple[str, str], Row], order: list[tuple[str, str]]
+) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     cluster = f", {args.brokers} brokers (replication factor {args.brokers})" if args.brokers > 1 else ""
     print(f"Dev server throughput, 100-byte values{cluster}, best of {args.rounds} run(s) by server CPU per message.")
     print(f"Machine: {machine()}; load average {load}.\n")
-    print("| path | transport | messages | seconds | msgs/s | client CPU µs/msg | server CPU µs/msg |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for path in dict.fromkeys(name for name, _ in order):  # each path's transports side by side
-        for transport in transports:
-            name, _, count, secs, client, srv = best[(path, transport)]
+    ratio = " | server CPU this / base |" if args.base else " |"
+    print(f"| path | server | messages | seconds | msgs/s | client CPU µs/msg | server CPU µs/msg{ratio}")
+    print("|---|---|---:|---:|---:|---:|---:|" + ("---:|" if args.base else ""))
+    for path in dict.fromkeys(name for name, _ in order):  # each path's variants side by side
+        for label in labels:
+            name, _, count, secs, client, srv = best[(path, label)]
+            extra = ""
+            if args.base:
+                base = best.get((path, f"{label} @ {args.base}"))
+                extra = f" {srv / count / (base[5] / base[2]):.2f} |" if base and base[5] else " |"
             print(
-                f"| {name} | {transport} | {count:,} | {secs:.2f} | {count / secs:,.0f} "
-                f"| {client / count * 1e6:.1f} | {srv / count * 1e6:.1f} |"
+                f"| {name} | {label} | {count:,} | {secs:.2f} | {count / secs:,.0f} "
+                f"| {client / count * 1e6:.1f} | {srv / count * 1e6:.1f} |{extra}"
             )
 
 

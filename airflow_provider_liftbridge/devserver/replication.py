@@ -318,6 +318,10 @@ class Replication:
             start = rep.log.next_offset
             if start > leader.log.newest_offset:
                 break
+            if start < leader.log.oldest_offset:
+                # Retention removed what this replica still needs: it cannot catch up (a simplification;
+                # Liftbridge would truncate it and fetch from the leader's oldest offset) and leaves the ISR.
+                break
             bodies, stamps = leader.log.read_copies(start, _FETCH_BATCH)
             if not bodies:
                 break
