@@ -377,7 +377,9 @@ class LiftbridgeClient(ClientBase):
         flight when the connection was lost (gRPC), is sent again while ``resend`` allows (default:
         up to two re-sends, see :class:`~.publishing.resend.ResendUnacked`): publishing is at-least-once
         and a re-sent record may land after later ones. Pass :data:`~.publishing.resend.NO_RESEND` to fail
-        instead of re-sending.
+        instead of re-sending. Over gRPC, records refused with "no such stream" for a stream this
+        client has seen in metadata (a cluster restarting says that for a second or two) are sent
+        again after a backoff, up to ``max_retries`` times, until metadata confirms the stream is gone.
 
         :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
             received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the

@@ -11,7 +11,8 @@ import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import NoSuchStreamError, operations
-from airflow_provider_liftbridge.client.effects import OpenStream, Read, RpcFailure, Unary
+from airflow_provider_liftbridge.client.effects import OpenStream, Read, RpcFailure, Unary, Write
+from airflow_provider_liftbridge.client.publishing import grpc_batch
 from airflow_provider_liftbridge.client.publishing.single import publish
 from airflow_provider_liftbridge.client.subscription import subscribe
 
@@ -130,3 +131,32 @@ def test_a_publish_to_a_stream_never_seen_or_confirmed_missing_fails_at_once() -
     with pytest.raises(NoSuchStreamError):
         drive(publish(c, "s", b"x"), answer)
     assert calls == ["FetchMetadata", "Publish", "FetchMetadata"]
+
+
+def test_publish_many_sends_again_records_refused_with_no_such_stream_right_after_a_restart() -> None:
+    c = core()
+    answers = [metadata(), NO_STREAMS, metadata()]
+    written: list[str] = []
+    refusing = {"left": 2}
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(e, OpenStream):
+            return "h"
+        if isinstance(e, Write):
+            written.append(e.request.correlationId)
+            return None
+        if isinstance(e, Read):
+            cid = written[len(written) - 1]
+            if refusing["left"]:
+                refusing["left"] -= 1
+                error = api_pb2.PublishAsyncError(code=api_pb2.PublishAsyncError.NOT_FOUND, message="no such stream: s")
+                return api_pb2.PublishResponse(correlationId=cid, asyncError=error)
+            return api_pb2.PublishResponse(correlationId=cid, ack=api_pb2.Ack(stream="s", correlationId=cid, offset=5))
+        return None
+
+    drive(operations.fetch_metadata(c, ["s"]), answer)  # the client has seen the stream
+    run = drive(grpc_batch.publish_many(c, "s", [b"x"], window=1), answer)
+    assert [a.offset for a in run.result] == [5]
+    assert len(written) == 3  # refused twice (not stored), sent a third time

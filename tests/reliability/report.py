@@ -44,14 +44,14 @@ def _rows() -> list[tuple[str, Callable[[], object]]]:
 def main() -> int:
     configure_airflow()
     init_db()
-    header = ("scenario", "faults injected", "sent", "in stream", "lost", "duplicated", "s")
+    header = ("scenario", "faults injected", "sent", "in stream", "lost", "duplicated", "s", "notes")
     lines = []
     for name, run in _rows():
         started = time.monotonic()
         try:
             f = run()
             lines.append(
-                (f.scenario, f.faults, f.sent, f.in_stream, f.lost, f.duplicated, f"{f.seconds:.1f}")  # type: ignore[attr-defined]
+                (f.scenario, f.faults, f.sent, f.in_stream, f.lost, f.duplicated, f"{f.seconds:.1f}", f.notes[:100])  # type: ignore[attr-defined]
             )
             print(f"{name}: {f}", file=sys.stderr)
         except Exception as exc:  # a failed scenario is a row too
@@ -64,6 +64,7 @@ def main() -> int:
                     "",
                     "",
                     f"{time.monotonic() - started:.1f}",
+                    "",
                 )
             )
     print("| " + " | ".join(header) + " |")

@@ -15,8 +15,8 @@ from airflow_provider_liftbridge._proto import api_pb2
 from ..conversion import ack_from_pb
 from ..effects import END, Cancel, CloseWrite, Op, OpenStream, Read, ReadTimeout, RpcFailure, Sleep, Write
 from ..error_mapping import check_ack, map_async_error, map_rpc_error, publish_error
-from ..errors import AckTimeoutError, InvalidArgumentError, LiftbridgeError
-from ..operations import choose_partition
+from ..errors import AckTimeoutError, InvalidArgumentError, LiftbridgeError, NoSuchPartitionError, NoSuchStreamError
+from ..operations import choose_partition, missing_confirmed_op
 from ..partitioners import PartitionerFunc
 from ..requests import build_publish
 from ..retry import is_transient
@@ -46,7 +46,9 @@ def publish_many(
     A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``. If
     the connection is lost (UNAVAILABLE) the unacknowledged records are sent again on another
     broker, up to ``max_retries`` times, while ``resend`` allows it (default: always):
-    at-least-once. ``timeout`` bounds the wait for each ack.
+    at-least-once. Records refused with "no such stream" for a stream this client has seen in
+    metadata are sent again after a backoff, up to ``max_retries`` times, unless the metadata of
+    all streams confirms it is gone (see :mod:`..presence`). ``timeout`` bounds the wait for each ack.
 
     :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
         received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
@@ -134,6 +136,7 @@ def _pipeline(
     pending: deque[int] = deque(range(len(requests)))
     inflight: set[int] = set()
     attempt = 0
+    refusals = 0
     while pending or inflight:
         handle = yield OpenStream(core.address_for_attempt(attempt), "PublishAsync")
         try:
@@ -162,6 +165,23 @@ def _pipeline(
             # Done when the last ack is in: cancel rather than wait for the server to close the
             # stream (a real server takes seconds to).
             yield Cancel(handle)
+            missing = sorted(i for i, e in errors.items() if isinstance(e, NoSuchStreamError | NoSuchPartitionError))
+            if (
+                missing
+                and len(missing) == len(errors)
+                and stream in core.seen_streams
+                and refusals < core.retry.max_retries
+            ):
+                # "No such stream" about a stream seen before: a restarting cluster says that for a
+                # second or two (presence.py). Refused records were not stored: sending them again
+                # after a backoff cannot duplicate them, unless metadata confirms the stream is gone.
+                refusals += 1
+                yield Sleep(core.backoff(refusals))
+                if not (yield from missing_confirmed_op(core, stream, requests[missing[0]].partition)):
+                    for i in missing:
+                        del errors[i]
+                    pending = deque(sorted(set(missing) | set(pending)))
+                    continue
             break
         except RpcFailure as failure:
             yield Cancel(handle)
