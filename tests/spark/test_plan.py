@@ -179,3 +179,17 @@ def test_times_parse_as_epoch_nanoseconds() -> None:
     assert parse_time_ns("t", "1000") == 1_000_000_000
     assert parse_time_ns("t", "1970-01-01T00:00:01.5Z") == 1_500_000_000
     assert parse_time_ns("t", "1970-01-01T00:00:01") == 1_000_000_000
+
+
+def test_nats_security_travels_to_executors_as_options_and_pickled() -> None:
+    from airflow_provider_liftbridge.client import ConnectionSettings
+    from airflow_provider_liftbridge.nats_security import NatsSecurity
+    from airflow_provider_liftbridge.spark.settings import from_options, to_options
+
+    security = NatsSecurity(tls=True, tls_ca_file="/ca.pem", user="u", password="pw-never-shown")
+    settings = ConnectionSettings(brokers=("h:1",), nats_servers=("nats://h:4222",), nats_security=security)
+    options = to_options(settings)
+    assert options["natsPassword"] == "pw-never-shown" and options["natsTls"] == "true"  # Spark redacts *password*
+    assert from_options(options).nats_security == security
+    assert pickle.loads(pickle.dumps(settings)).nats_security == security
+    assert "pw-never-shown" not in repr(settings)
