@@ -1,8 +1,11 @@
 """One command, one table: every publish/subscribe/codec/trigger/Spark case beside its baseline.
 
     .venv/bin/python bench/run.py [--skip-spark] [--rounds 2] [--messages 30000] [--out FILE]
+    .venv/bin/python bench/run.py --brokers host:port[,host:port] --nats nats://host:4222 [--server-pid PID]
 
-The server is a ``DevServerProcess`` (its own process, so it never shares a GIL with the load).
+The server is a ``DevServerProcess`` (its own process, so it never shares a GIL with the load),
+or, with ``--brokers`` and ``--nats``, an external Liftbridge the bench does not start (its CPU
+is measured when ``--server-pid`` names its process; its NATS server is not measured).
 Each case runs its variants interleaved (ours, baseline, ours, baseline, ...) ``--rounds`` times
 and keeps each variant's best run. For every run the table gives the client's CPU (this
 process's ``process_time`` over wall time, all threads) and the server's (the dev server process
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -53,6 +57,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
 )
 from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
+from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
 
 VALUE = b"x" * 100
 BULK_WINDOW = NATS_WINDOW  # the NATS path's default window
@@ -89,6 +94,25 @@ class Run:
         shares = {"client": self.pct(self.client_cpu), "server": self.pct(self.server_cpu)}
         sides = [name for name, pct in shares.items() if pct >= 85]
         return "+".join(sides) if sides else "none"
+
+
+@dataclass(frozen=True)
+class ExternalServer:
+    """A Liftbridge the bench did not start (``--brokers``, ``--nats``, ``--server-pid``): the
+    same ``address`` / ``nats_url`` / ``pid`` the cases read from a ``DevServerProcess``."""
+
+    brokers: str
+    nats_url: str
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        """The first broker (the gufo peer takes one address; our client learns the others)."""
+        return self.brokers.split(",")[0].strip()
+
+
+#: What the cases run against: the dev server the bench starts, or an external Liftbridge.
+Server = DevServerProcess | ExternalServer
 
 
 class Meter:
@@ -217,7 +241,7 @@ def in_child(mode: str, address: str, stream: str, n: int, server_pid: int | Non
     return Run(**json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def publishing_cases(srv: DevServerProcess, meter: Meter, args: argparse.Namespace) -> tuple[list[Row], str]:
+def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tuple[list[Row], str]:
     rows: list[Row] = []
     address, url = srv.address, srv.nats_url
     with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
@@ -315,7 +339,7 @@ async def ours_subscribe_async(address: str, stream: str, n: int) -> int:
         return len([m async for m in ac.subscribe(stream, stop_at=n - 1)])
 
 
-def subscribing_cases(srv: DevServerProcess, meter: Meter, args: argparse.Namespace, stream: str) -> list[Row]:
+def subscribing_cases(srv: Server, meter: Meter, args: argparse.Namespace, stream: str) -> list[Row]:
     address = srv.address
     n = args.subscribe_messages
     rows: list[Row] = []
@@ -489,7 +513,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def trigger_cases(srv: DevServerProcess, args: argparse.Namespace) -> list[Row]:
+def trigger_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
     print("triggers (child process)", file=sys.stderr)
     cmd = [sys.executable, __file__, "--trigger-worker", srv.address, str(args.wake_samples), str(args.waiters)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
@@ -530,7 +554,7 @@ def trigger_cases(srv: DevServerProcess, args: argparse.Namespace) -> list[Row]:
 # ---------------------------------------------------------------------------------------------
 
 
-def spark_cases(srv: DevServerProcess, args: argparse.Namespace) -> list[Row]:
+def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
     print("spark", file=sys.stderr)
     import spark_bench  # noqa: E402  (its measure(): wall time and the driver's peak RSS)
 
@@ -606,12 +630,19 @@ class Report:
 
     def markdown(self, args: argparse.Namespace) -> str:
         met = {True: "yes", False: "**no**", None: ""}
+        server = (
+            f"Server: an external Liftbridge at {args.brokers} (NATS {redact_url(args.nats)}"
+            + (f", server CPU of pid {args.server_pid}" if args.server_pid else ", server CPU not measured")
+            + "); the server columns cover only that process."
+            if args.brokers
+            else "Server: the project's dev server in its own process (`DevServerProcess`, one broker, nats-server "
+            "child); figures against a real Liftbridge server would differ."
+        )
         lines = [
             f"Run {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, {self.seconds:.0f} s. Machine: {machine()}.",
             f"Load average (1/5/15 min) at start {'/'.join(f'{x:.1f}' for x in self.load_start)}, "
             f"at end {'/'.join(f'{x:.1f}' for x in self.load_end)} (the machine is shared).",
-            "Server: the project's dev server in its own process (`DevServerProcess`, one broker, nats-server "
-            "child); figures against a real Liftbridge server would differ.",
+            server,
             f"100-byte values; {args.rounds} interleaved round(s) per case, best run kept; ratio > 1 means ours "
             "is faster. CPU columns: client/server/nats-server CPU time in % of one core over the run's wall time "
             "(client = the publishing or reading process, all threads; server = the dev server process; nats = "
@@ -646,8 +677,21 @@ def main() -> None:
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--skip-triggers", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument(
+        "--brokers",
+        help="run every case against this external Liftbridge (host:port[,host:port...]) instead of starting a"
+        " dev server; needs --nats",
+    )
+    parser.add_argument("--nats", help="NATS URL of the external Liftbridge (nats://host:port)")
+    parser.add_argument(
+        "--server-pid", type=int, help="pid of the external broker process, to measure its CPU (optional)"
+    )
     parser.add_argument("--trigger-worker", nargs=3, metavar=("ADDRESS", "SAMPLES", "WAITERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if bool(args.brokers) != bool(args.nats):
+        parser.error("--brokers and --nats go together: the bulk cases publish over NATS")
+    if args.server_pid and not args.brokers:
+        parser.error("--server-pid measures an external server: give --brokers and --nats too")
     if args.trigger_worker:
         address, samples, waiters = args.trigger_worker
         print(json.dumps(trigger_worker(address, int(samples), int(waiters))))
@@ -655,7 +699,12 @@ def main() -> None:
 
     report = Report(load_start=os.getloadavg())
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as data, DevServerProcess(data_dir=data) as srv:
+    with contextlib.ExitStack() as stack:
+        srv: Server
+        if args.brokers:
+            srv = ExternalServer(args.brokers, args.nats, args.server_pid)
+        else:
+            srv = stack.enter_context(DevServerProcess(data_dir=stack.enter_context(tempfile.TemporaryDirectory())))
         meter = Meter(srv.pid)
         rows, bulk_stream = publishing_cases(srv, meter, args)
         report.rows += rows

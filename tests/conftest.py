@@ -8,6 +8,14 @@
   ISR and a dead leader is replaced after 0.5 s, the restart window is a tenth of the real one),
   for the fault hooks (``stall_broker``, ``kill_broker``, ``restart_cluster``, ...).
 
+**An external cluster.** With ``LIFTBRIDGE_TEST_BROKERS=host:port[,host:port...]`` (and
+``LIFTBRIDGE_TEST_NATS=nats://host:port`` for the NATS paths) ``lb_address`` and ``nats_url``
+point at that cluster and no dev server is started. Tests that need to start, stop, kill or
+configure a server of their own are skipped with a reason: those asking for ``devserver`` or
+``cluster``, those marked ``own_server``, the dev server's own tests and the fault-injection tier
+(``tests/devserver``, ``tests/reliability``), and modules that start a ``DevServer`` or
+``DevServerProcess`` themselves.
+
 Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
 ``atexit`` stop, and the nats-server child is started with a parent-death signal
 (``setpriv --pdeathsig``), so it goes away even when the test process is killed.
@@ -21,8 +29,10 @@ from tests.airflow_support import configure_airflow
 # at a throw-away home before anything imports Airflow.
 configure_airflow()
 
+import os  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -33,9 +43,46 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer  # n
 pytest_plugins = ["tests.spark_fixtures"]
 
 
+#: An external cluster to test against instead of the dev server (see the module docstring).
+EXTERNAL_BROKERS = os.environ.get("LIFTBRIDGE_TEST_BROKERS", "").strip()
+EXTERNAL_NATS = os.environ.get("LIFTBRIDGE_TEST_NATS", "").strip()
+_OWN_SERVER = (
+    "starts, stops, kills or configures a server of its own: skipped while LIFTBRIDGE_TEST_BROKERS points the"
+    " tests at an external cluster"
+)
+_OWN_SERVER_FOLDERS = ("devserver", "reliability")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"own_server: the test {_OWN_SERVER}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against an external cluster, skip what needs a server of its own (the reason says so)."""
+    if not EXTERNAL_BROKERS:
+        return
+    skip = pytest.mark.skip(reason=f"this test {_OWN_SERVER}")
+    starts_own: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in starts_own:
+            text = path.read_text(errors="replace") if path.suffix == ".py" else ""
+            starts_own[path] = "DevServer(" in text or "DevServerProcess(" in text
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (
+            item.get_closest_marker("own_server")
+            or starts_own[path]
+            or {"devserver", "cluster"} & fixtures
+            or any(part in _OWN_SERVER_FOLDERS for part in path.parent.relative_to(Path(__file__).parent).parts)
+        ):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def devserver() -> Iterator[DevServer]:
     """A single-broker dev server shared by the whole test session."""
+    if EXTERNAL_BROKERS:
+        pytest.skip(f"needs the in-process dev server; this test {_OWN_SERVER}")
     server = DevServer(brokers=1)
     server.start()
     try:
@@ -45,15 +92,22 @@ def devserver() -> Iterator[DevServer]:
 
 
 @pytest.fixture(scope="session")
-def lb_address(devserver: DevServer) -> str:
-    """``host:port`` of the session dev server's broker."""
-    return devserver.address
+def lb_address(request: pytest.FixtureRequest) -> str:
+    """``host:port`` of the broker the tests talk to: the session dev server's, or the first of
+    ``LIFTBRIDGE_TEST_BROKERS`` (the client learns the others from metadata)."""
+    if EXTERNAL_BROKERS:
+        return EXTERNAL_BROKERS.split(",")[0].strip()
+    return str(request.getfixturevalue("devserver").address)
 
 
 @pytest.fixture(scope="session")
-def nats_url(devserver: DevServer) -> str:
-    """NATS URL of the session dev server."""
-    return devserver.nats_url
+def nats_url(request: pytest.FixtureRequest) -> str:
+    """NATS URL of the session dev server, or ``LIFTBRIDGE_TEST_NATS`` against an external cluster."""
+    if EXTERNAL_BROKERS:
+        if not EXTERNAL_NATS:
+            pytest.skip("uses NATS: set LIFTBRIDGE_TEST_NATS=nats://host:port beside LIFTBRIDGE_TEST_BROKERS")
+        return EXTERNAL_NATS
+    return str(request.getfixturevalue("devserver").nats_url)
 
 
 @pytest.fixture
@@ -65,6 +119,8 @@ def stream_name() -> str:
 @pytest.fixture
 def cluster() -> Iterator[DevServer]:
     """A fresh 3-broker dev server for one test."""
+    if EXTERNAL_BROKERS:
+        pytest.skip(f"needs a 3-broker dev server of its own; this test {_OWN_SERVER}")
     server = DevServer(brokers=3)
     server.start()
     try:
