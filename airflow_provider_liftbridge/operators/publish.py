@@ -230,7 +230,8 @@ class LiftbridgePublishOperator(LiftbridgeLineageMixin, LiftbridgePublishingMixi
     :param publish_timeout: how long to wait for each ack, seconds (default: the connection's timeout).
     :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
         ``"grpc"`` or ``"nats"``.
-    :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md):
+    :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md;
+        needs cursors enabled on the cluster, else ``CursorsDisabledError`` at once):
         every record carries the producer id and its position in ``records``, and a retry skips
         what an earlier try already put in the stream. The records must be the same, in the same
         order, on every try.

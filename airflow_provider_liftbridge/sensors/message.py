@@ -46,7 +46,8 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     :param apply_function: dotted path of the function. (templated)
     :param partition: the partition. (templated)
     :param start_at: where to start without a cursor. (templated)
-    :param cursor_id: a Liftbridge cursor to start after and to move on success. (templated)
+    :param cursor_id: a Liftbridge cursor to start after and to move on success (the cluster must
+        have cursors enabled, else ``CursorsDisabledError``). (templated)
     :param commit_cursor: move the cursor to the matched message (default true).
     :param apply_function_args: / :param apply_function_kwargs: extra arguments. (templated)
     :param liftbridge_conn_id: the connection to use. (templated)

@@ -379,7 +379,8 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
     """Watch a stream partition and fire one event per message that ``apply_function`` accepts
     (every message when there is none), in offset order, for as long as it runs. Made for
     ``AssetWatcher``: each event is an asset event, so a DAG scheduled on the asset runs once per
-    matching message.
+    matching message. Needs cursors enabled on the cluster (a stock Liftbridge has them off): the
+    watcher otherwise stops at once with ``CursorsDisabledError`` naming the server setting.
 
     Event payload: ``{"status": "success", "message": {...}, "match": ..., "cursor_id": ...}``;
     ``message`` is JSON-safe (bytes as base64, ``value_text`` when UTF-8), ``match`` is what the
