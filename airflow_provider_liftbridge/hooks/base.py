@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +26,9 @@ from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
 from .exceptions import LiftbridgeConnectionConfigError
 
 __all__ = ["LiftbridgeHook"]
+
+#: gRPC's "ipv4:10.0.0.1:9292: " in front of a connection error.
+_ADDRESS_PREFIX = re.compile(r"\b(?:ipv4|ipv6|unix):\S*?: ")
 
 #: Per-broker probe of ``test_connection``: short, and no retries, so one dead broker shows as dead.
 _PROBE_TIMEOUT = 5.0
@@ -144,8 +148,9 @@ def _unreachable(broker: str, exc: UnavailableError) -> str:
     """Why a broker did not answer, in words: gRPC's cause, made exact by looking at what the
     port says when gRPC only saw 'not HTTP/2' (a NATS port and a web server look alike to it)."""
     found = explain_unreachable(exc.cause)
-    if found is None:
-        return exc.cause or str(exc)
+    if found is None:  # an unknown cause: gRPC's last error, without the address named already
+        said = _ADDRESS_PREFIX.sub("", exc.cause.rsplit("last error: ", 1)[-1]).strip()
+        return f"no answer ({said}); check that a broker runs there" if said else str(exc)
     if "does not speak the liftbridge api" in found.cause.lower() or "http/1" in found.cause.lower():
         host, _, port = broker.rpartition(":")
         kind = sniff_protocol(host.strip("[]"), int(port))

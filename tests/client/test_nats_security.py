@@ -155,3 +155,8 @@ def test_credentials_file_reaches_nats_py(tmp_path: Path) -> None:
     creds = tmp_path / "u.creds"
     creds.write_text("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n")
     assert NatsSecurity(credentials_file=str(creds)).connect_options() == {"user_credentials": str(creds)}
+
+
+def test_nats_servers_none_means_none() -> None:
+    with LiftbridgeClient("127.0.0.1:1", nats_servers=None) as client:
+        assert client.nats_servers == ()

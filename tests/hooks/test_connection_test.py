@@ -84,6 +84,16 @@ def test_a_bad_nats_server_fails_the_test(monkeypatch: pytest.MonkeyPatch, lb_ad
     assert f"cannot connect to NATS at {dead}: connection refused" in message
 
 
+def test_a_nats_url_without_scheme_is_connected_to_as_nats(
+    monkeypatch: pytest.MonkeyPatch, lb_address: str, nats_url: str
+) -> None:
+    ok, message = _test(monkeypatch, lb_address, nats_servers=nats_url.removeprefix("nats://"))
+    assert ok and f"NATS: {nats_url} connected" in message, message
+    dead = f"127.0.0.1:{free_port()}"
+    ok, message = _test(monkeypatch, lb_address, nats_servers=dead)
+    assert not ok and f"cannot connect to NATS at nats://{dead}: connection refused" in message
+
+
 def test_a_broker_port_given_as_nats_fails_the_test(monkeypatch: pytest.MonkeyPatch, lb_address: str) -> None:
     ok, message = _test(monkeypatch, lb_address, nats_servers=lb_address, timeout=2)
     assert not ok
