@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (
             item.get_closest_marker("own_server")
             or starts_own[path]
-            or {"devserver", "cluster"} & fixtures
+            or {"devserver", "cluster", "fast_cluster"} & fixtures
             or any(part in _OWN_SERVER_FOLDERS for part in path.parent.relative_to(Path(__file__).parent).parts)
         ):
             item.add_marker(skip)
@@ -132,6 +132,8 @@ def cluster() -> Iterator[DevServer]:
 @pytest.fixture
 def fast_cluster() -> Iterator[DevServer]:
     """A fresh 3-broker dev server with test time-outs (``ClusterTimings.fast()``) for one test."""
+    if EXTERNAL_BROKERS:
+        pytest.skip(f"needs a 3-broker dev server of its own; this test {_OWN_SERVER}")
     server = DevServer(brokers=3, timings=ClusterTimings.fast())
     server.start()
     try:
