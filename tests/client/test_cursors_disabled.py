@@ -16,16 +16,13 @@ from airflow_provider_liftbridge.client.effects import RpcFailure
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
 from airflow_provider_liftbridge.client.retry import is_transient
 from airflow_provider_liftbridge.devserver import DevServer
+from tests.server_support import running_devserver
 
 
 @pytest.fixture(scope="module")
 def no_cursors() -> Iterator[DevServer]:
-    server = DevServer(brokers=1, cursors=False)
-    server.start()
-    try:
+    with running_devserver(brokers=1, cursors=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_the_dev_server_answers_like_stock_liftbridge(no_cursors: DevServer) -> None:

@@ -15,6 +15,7 @@ from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError, redact_url
+from tests.server_support import running_devserver
 from tests.tls_certs import SERVER_NAME, make_certs
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,12 +77,8 @@ def secured(
     request: pytest.FixtureRequest, certs: dict[str, str], nkey_seed: str
 ) -> Iterator[tuple[DevServer, NatsSecurity, str]]:
     server_side, client_side, refusal = _modes(certs, nkey_seed)[request.param]
-    server = DevServer(nats_security=server_side)
-    server.start()
-    try:
+    with running_devserver(nats_security=server_side) as server:
         yield server, client_side, refusal
-    finally:
-        server.stop()
 
 
 def test_bulk_and_exactly_once_publish_over_secured_nats(

@@ -19,6 +19,7 @@ from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 from tests.hooks.test_hook import free_port
+from tests.server_support import running_devserver
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "s3cret-Pa55"
@@ -101,12 +102,8 @@ def test_a_broker_port_given_as_nats_fails_the_test(monkeypatch: pytest.MonkeyPa
 
 
 def test_cursors_disabled_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = DevServer(cursors=False)
-    server.start()
-    try:
+    with running_devserver(cursors=False) as server:
         ok, message = _test(monkeypatch, server.address)
-    finally:
-        server.stop()
     assert ok, message  # the connection works; what needs cursors will not
     assert "Cursors: disabled on this cluster" in message and "cursors.stream.partitions" in message
 
@@ -134,16 +131,9 @@ def test_bad_fields_are_named_by_their_label(
 
 @pytest.fixture(scope="module")
 def nats_with_password() -> Iterator[DevServer]:
-    server = DevServer(
-        nats_security=NatsServerSecurity(
-            user="airflow", password=SECRET, client=NatsSecurity(user="airflow", password=SECRET)
-        )
-    )
-    server.start()
-    try:
+    creds = NatsSecurity(user="airflow", password=SECRET)
+    with running_devserver(nats_security=NatsServerSecurity(user="airflow", password=SECRET, client=creds)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _conn_with_login(monkeypatch: pytest.MonkeyPatch, server: DevServer, password: str) -> str:

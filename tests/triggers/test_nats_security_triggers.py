@@ -17,6 +17,7 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger
 from tests.airflow_support import conn_env_name
+from tests.server_support import running_devserver
 from tests.triggers.test_triggers import first_event
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,12 +26,8 @@ TOKEN = "tok-3b7c0e"
 
 @pytest.fixture(scope="module")
 def token_nats() -> Iterator[DevServer]:
-    server = DevServer(nats_security=NatsServerSecurity(token=TOKEN, client=NatsSecurity(token=TOKEN)))
-    server.start()
-    try:
+    with running_devserver(nats_security=NatsServerSecurity(token=TOKEN, client=NatsSecurity(token=TOKEN))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
