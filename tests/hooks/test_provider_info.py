@@ -105,3 +105,16 @@ def test_airflow_cli_lists_the_provider() -> None:
         timeout=110,
     )
     assert "airflow-provider-liftbridge" in listing.stdout
+
+
+def test_package_metadata_has_urls_license_and_notice() -> None:
+    # Admin > Providers links to the "Documentation" project URL (read from the installed metadata).
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert {"Documentation", "Source", "Changelog"} <= set(project["urls"])
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE", "NOTICE"]
+    assert "Apache License" in (root / "LICENSE").read_text()
+    assert "api.proto" in (root / "NOTICE").read_text()

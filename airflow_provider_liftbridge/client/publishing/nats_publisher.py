@@ -174,16 +174,17 @@ def publish_many_direct(
     window: int = 1024,
     timeout: float = 10.0,
     resend: ResendPolicy = NO_RESEND,
+    security: NatsSecurity | None = None,
 ) -> list[Ack]:
-    """Blocking convenience for code without an event loop: connect,
-    :meth:`NatsPublisher.publish_many`, close.
+    """Blocking convenience for code without an event loop: connect (with ``security``: TLS and
+    credentials), :meth:`NatsPublisher.publish_many`, close.
 
     :raises PublishError: see :meth:`NatsPublisher.publish_many`.
     :raises UnavailableError: NATS could not be reached.
     """
 
     async def run() -> list[Ack]:
-        async with await NatsPublisher.connect(servers) as pub:
+        async with await NatsPublisher.connect(servers, security=security) as pub:
             return await pub.publish_many(
                 subject, records, ack_policy=ack_policy, window=window, timeout=timeout, resend=resend
             )
