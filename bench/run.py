@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
 import json
 import os
 import statistics
@@ -55,6 +56,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
     AsyncLiftbridgeClient,
     LiftbridgeClient,
 )
+from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher  # noqa: E402
 from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
@@ -292,6 +294,7 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
             args.rounds,
         )
         case = f"bulk publish_many over NATS (window {BULK_WINDOW})"
+        at_least_once = best["ours"]
         rows.append(rate_row(case, best["ours"], "raw nats-py envelopes + ack inbox", best["raw"], 0.9))
         rows.append(rate_row(case, best["ours"], "gufo-liftbridge publish_bulk", best["gufo"], 10.0))
         ingest = best["raw"]
@@ -310,7 +313,36 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
                 f"per message, ≈ {ingest.count / ingest.server_cpu:,.0f} msgs/s if it had a core to itself",
             )
         )
+
+        print("exactly-once publish", file=sys.stderr)
+        s_eo, s_alo = fresh(c, "eo"), fresh(c, "eo-alo")
+        producers = itertools.count()
+        best = interleaved(
+            {
+                "exactly-once": lambda: exactly_once_publish(c, s_eo, f"bench-{next(producers)}", n),
+                "at-least-once": lambda: len(c.publish_many(s_alo, [VALUE] * n, path="nats")),
+            },
+            meter,
+            args.rounds,
+        )
+        rows.append(
+            rate_row(
+                "exactly-once publish over NATS (fresh producer: cursor, then the records)",
+                best["exactly-once"],
+                "at-least-once publish_many over NATS, same client and path",
+                best["at-least-once"],
+                0.8,
+                f"bulk row above: {at_least_once.rate:,.0f} msgs/s",
+            )
+        )
     return rows, s_ours
+
+
+def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str, n: int) -> int:
+    """Publish ``n`` values exactly once as a new producer, over the client's NATS path."""
+    result = ExactlyOncePublisher(client, stream, producer_id).publish([VALUE] * n)
+    assert result.written == n, result
+    return result.written
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,6 +707,7 @@ def main() -> None:
     parser.add_argument("--spark-rows", type=int, default=200_000, help="rows per Spark run over NATS")
     parser.add_argument("--spark-grpc-rows", type=int, default=20_000, help="rows per Spark run over gRPC")
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--publishing-only", action="store_true", help="only the rows that publish (and Spark)")
     parser.add_argument("--skip-triggers", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument(
@@ -708,9 +741,10 @@ def main() -> None:
         meter = Meter(srv.pid)
         rows, bulk_stream = publishing_cases(srv, meter, args)
         report.rows += rows
-        report.rows += subscribing_cases(srv, meter, args, bulk_stream)
-        report.rows += codec_cases()
-        if not args.skip_triggers:
+        if not args.publishing_only:
+            report.rows += subscribing_cases(srv, meter, args, bulk_stream)
+            report.rows += codec_cases()
+        if not args.skip_triggers and not args.publishing_only:
             report.rows += trigger_cases(srv, args)
         if not args.skip_spark:
             report.rows += spark_cases(srv, args)

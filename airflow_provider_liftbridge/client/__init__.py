@@ -29,7 +29,9 @@ from .errors import (
     UnavailableError,
 )
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
+from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
+from .publishing.summary import PublishSummary
 from .settings import ConnectionSettings
 from .sync_client import LiftbridgeClient
 from .types import (
@@ -56,6 +58,7 @@ __all__ = [
     "AckError",
     "AsyncGroupConsumer",
     "AsyncLiftbridgeClient",
+    "BatchPublisher",
     "ConsumerGroupError",
     "GroupConsumer",
     "LiftbridgeClient",
@@ -82,6 +85,7 @@ __all__ = [
     "PartitionerFunc",
     "PermissionDeniedError",
     "PublishError",
+    "PublishSummary",
     "ReadonlyPartitionError",
     "Record",
     "RequestTimeoutError",

@@ -129,6 +129,9 @@ class PublishError(LiftbridgeError):
     :ivar index: the index of the first record that failed, or ``None`` when the failure did not
         belong to one record (e.g. the connection was lost).
     :ivar errors: the typed error of each failed record, by record index.
+    :ivar start: the position of ``acks[0]`` in the caller's whole input: 0 for ``publish_many``;
+        ``BatchPublisher.publish`` sends its input batch by batch, and ``acks``, ``index`` and
+        ``errors`` are those of the batch that failed.
     """
 
     def __init__(
@@ -138,8 +141,10 @@ class PublishError(LiftbridgeError):
         acks: Sequence[Ack | None],
         index: int | None,
         errors: dict[int, LiftbridgeError] | None = None,
+        start: int = 0,
     ) -> None:
         super().__init__(message)
+        self.start = start
         self.acks: tuple[Ack | None, ...] = tuple(acks)
         self.acked: int = sum(1 for a in self.acks if a is not None)
         self.index: int | None = index

@@ -24,26 +24,24 @@ How it works, in order:
    written first, so no other writer (not even a zombie attempt of the same producer) can
    interleave with it unnoticed; on other streams the server ignores the expected offset.
 
-The default sender publishes over gRPC PublishAsync with a client that does not retry on its own
-(a client retry would re-send records whose ack was lost); ``nats_servers`` selects the
-NATS-direct bulk path, on a connection that does not reconnect (a reconnecting NATS client would
-flush buffered messages after the publisher has moved on).
+Records are sent by the client's batch publisher (``LiftbridgeClient.batch_publisher``: the
+client's path, NATS-direct when it knows NATS servers, else gRPC PublishAsync) with
+``resend=NO_RESEND``: a record whose ack is missing is never sent again blindly, and after a
+failed batch the publisher drops the client's NATS connection before it scans, so nothing
+buffered there reaches the server after the scan.
 
 No Airflow, no PySpark. See ``docs/exactly-once.md`` for the guarantee and its limits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .errors import (
     AckTimeoutError,
@@ -60,8 +58,11 @@ from .errors import (
 )
 from .partitioners import PartitionerFunc
 from .presence import missing_confirmed
+from .publishing.batch import PublishPath
+from .publishing.publisher import DEFAULT_BATCH
+from .publishing.resend import NO_RESEND
 from .sync_client import LiftbridgeClient
-from .types import Ack, AckPolicy, PartitionInfo, Record
+from .types import Ack, AckPolicy, PartitionInfo, Record, StreamInfo
 
 __all__ = [
     "CURSOR_PREFIX",
@@ -71,8 +72,6 @@ __all__ = [
     "ExactlyOncePublishError",
     "ExactlyOncePublisher",
     "ExactlyOnceResult",
-    "GrpcSender",
-    "NatsSender",
     "OffsetRange",
     "SeqSet",
     "Sender",
@@ -305,135 +304,6 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
-class GrpcSender:
-    """Sends over gRPC PublishAsync with a client of its own that never retries (``max_retries=0``);
-    after a failure the next client starts with the next broker.
-
-    :param brokers: broker addresses (``client.brokers``).
-    :param tls: TLS settings of the brokers.
-    :param stream: the stream.
-    :param ack_policy: ``LEADER`` or ``ALL``.
-    :param window: records in flight at a time.
-    :param timeout: how long to wait for each ack, seconds.
-    """
-
-    def __init__(
-        self,
-        brokers: Sequence[str],
-        *,
-        tls: Any,
-        stream: str,
-        ack_policy: AckPolicy,
-        window: int,
-        timeout: float,
-    ) -> None:
-        if not brokers:
-            raise InvalidArgumentError("brokers is empty; give at least one 'host:port'")
-        self._brokers = list(brokers)
-        self._tls = tls
-        self._stream = stream
-        self._ack_policy = ack_policy
-        self._window = window
-        self._timeout = timeout
-        self._client: LiftbridgeClient | None = None
-
-    def send(self, records: list[Record]) -> Sequence[Ack]:
-        if self._client is None:
-            self._client = LiftbridgeClient(
-                self._brokers, tls=self._tls, timeout=self._timeout, max_retries=0, ack_policy=self._ack_policy
-            )
-        return self._client.publish_many(
-            self._stream, records, ack_policy=self._ack_policy, window=self._window, timeout=self._timeout
-        )
-
-    def reset(self) -> None:
-        self.close()
-        self._brokers = self._brokers[1:] + self._brokers[:1]
-
-    def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
-
-
-class NatsSender:
-    """Sends enveloped messages straight to the partitions' NATS subjects (the bulk path), on a NATS
-    connection that does not reconnect: a reconnecting client would deliver messages it buffered
-    while disconnected after the publisher had already re-scanned and moved on.
-
-    :param servers: NATS URLs.
-    :param subject: the stream's subject.
-    :param ack_policy: ``LEADER`` or ``ALL``.
-    :param window: records in flight at a time.
-    :param timeout: how long to wait for each ack, seconds.
-    :param security: TLS and authentication of the NATS connection.
-    """
-
-    def __init__(
-        self,
-        servers: Sequence[str],
-        *,
-        subject: str,
-        ack_policy: AckPolicy,
-        window: int,
-        timeout: float,
-        security: NatsSecurity | None = None,
-    ) -> None:
-        if not servers:
-            raise InvalidArgumentError("nats_servers is empty; give at least one 'nats://host:port' URL")
-        self._servers = list(servers)
-        self._security = security
-        self._subject = subject
-        self._ack_policy = ack_policy
-        self._window = window
-        self._timeout = timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._publisher: Any = None
-
-    async def _connect(self) -> Any:
-        from .publishing.nats_engine import connect_nats
-        from .publishing.nats_publisher import NatsPublisher
-
-        nc = await connect_nats(self._servers, connect_timeout=self._timeout, security=self._security, reconnect=False)
-        return NatsPublisher(nc)
-
-    def send(self, records: list[Record]) -> Sequence[Ack]:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        if self._publisher is None:
-            self._publisher = self._loop.run_until_complete(self._connect())
-        try:
-            return self._loop.run_until_complete(
-                self._publisher.publish_many(
-                    self._subject, records, ack_policy=self._ack_policy, window=self._window, timeout=self._timeout
-                )
-            )
-        except PublishError:
-            raise
-        except Exception as exc:  # the connection broke mid-batch: no record's fate is known
-            raise PublishError(
-                f"publishing over NATS failed: {type(exc).__name__}: {exc}",
-                acks=[None] * len(records),
-                index=None,
-                errors={},
-            ) from UnavailableError(f"NATS connection lost: {exc}")
-
-    def reset(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None and self._loop is not None:
-            try:
-                # Close without flushing: what is still buffered must not go out.
-                self._loop.run_until_complete(publisher._nc.close())
-            except Exception:  # already broken; nothing more to release
-                log.debug("closing a broken NATS connection failed", exc_info=True)
-
-    def close(self) -> None:
-        self.reset()
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-
-
 def _seq_of(headers: Mapping[str, bytes], producer: bytes) -> int | None:
     """The sequence number of a message if ``producer`` wrote it, else ``None``."""
     if headers.get(PRODUCER_HEADER) != producer:
@@ -495,10 +365,12 @@ class ExactlyOncePublisher:
     :param ack_policy: ``LEADER`` (default) or ``ALL`` (use ``ALL`` on a replicated cluster: a
         record acknowledged by the leader alone can be lost when the leader fails).
     :param batch: records per send; acks are checked before the next batch.
-    :param window: records in flight at a time within a batch.
+    :param window: records in flight at a time within a batch (default: the client's for the path).
     :param timeout: how long to wait for each ack, seconds.
-    :param nats_servers: publish over NATS-direct to these servers instead of gRPC.
-    :param sender: a custom :class:`Sender` (wins over ``nats_servers``); it must not re-send.
+    :param path: the client's publish path (``"auto"``: NATS-direct when the client knows NATS
+        servers, else gRPC; ``"nats"``; ``"grpc"``), see ``LiftbridgeClient.publish_many``.
+    :param sender: a custom :class:`Sender` instead of the client's batch publisher (tests inject
+        faults with it); it must not re-send.
     :param max_resumes: how many times in a row a batch may fail and be resumed before giving up.
     :param backoff: first wait after a failed send, seconds (doubled per failure, at most 5 s).
     :param settle: how long a partition's newest offset must stay unchanged after a failed send
@@ -522,10 +394,10 @@ class ExactlyOncePublisher:
         partition: int | None = None,
         partitioner: PartitionerFunc | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        batch: int = 1000,
-        window: int = 256,
+        batch: int = DEFAULT_BATCH,
+        window: int | None = None,
         timeout: float = 10.0,
-        nats_servers: Sequence[str] = (),
+        path: PublishPath = "auto",
         sender: Sender | None = None,
         max_resumes: int = 8,
         backoff: float = 0.2,
@@ -539,7 +411,7 @@ class ExactlyOncePublisher:
             raise InvalidArgumentError(
                 "exactly-once publishing needs acknowledgements; use ack policy LEADER or ALL, not NONE"
             )
-        for name, value in (("batch", batch), ("window", window), ("timeout", timeout), ("tail_wait", tail_wait)):
+        for name, value in (("batch", batch), ("window", window or 1), ("timeout", timeout), ("tail_wait", tail_wait)):
             if value <= 0:
                 raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
         if max_resumes < 0:
@@ -552,7 +424,7 @@ class ExactlyOncePublisher:
         self.batch = batch
         self.window = window
         self.timeout = float(timeout)
-        self.nats_servers = tuple(nats_servers)
+        self.path: PublishPath = path
         self.max_resumes = max_resumes
         self.backoff = backoff
         self.settle = settle
@@ -571,6 +443,10 @@ class ExactlyOncePublisher:
         self._parts: dict[int, _PartitionState] = {}
         self._partition_count = 0
         self._subject = ""
+        self._info: StreamInfo | None = None  # the stream's metadata as the last resume read it
+        # Partitions the last resume found without a cursor: the first send there stores the scan
+        # start without asking again (cleared after each publish call, so the answer is fresh).
+        self._no_cursor: set[int] = set()
         self._next_seq = 0
         self._resumed = False
         #: Offsets of this producer's records found in the stream by scans (earlier attempts), by partition.
@@ -611,6 +487,8 @@ class ExactlyOncePublisher:
             if batch:
                 self._publish_batch(batch, result)
         finally:
+            self._no_cursor.clear()
+            self._info = None
             self._accumulate(result)
             if self._own_sender:
                 self.close()
@@ -637,11 +515,13 @@ class ExactlyOncePublisher:
         if info is None:
             raise NoSuchStreamError(f"stream {self.stream!r} does not exist; create it first or check the name.")
         self._subject = info.subject
+        self._info = info
         self._partition_count = max(1, len(info.partitions))
         for p in sorted(info.partitions) or [0]:
             if p not in self._parts:  # a resume cut short by a failure keeps what it learned
                 start = self.client.fetch_cursor(self._cursor_id, self.stream, p)
                 if start < 0:
+                    self._no_cursor.add(p)
                     continue
                 self._parts[p] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
         settled = self._settle(sorted(self._parts))
@@ -724,7 +604,11 @@ class ExactlyOncePublisher:
         state = self._parts.get(partition)
         if state is not None:
             return state
-        start = self.client.fetch_cursor(self._cursor_id, self.stream, partition)
+        if partition in self._no_cursor:  # this call's resume just found none
+            self._no_cursor.discard(partition)
+            start = -1
+        else:
+            start = self.client.fetch_cursor(self._cursor_id, self.stream, partition)
         if start >= 0:  # another attempt (or a call racing this one) stored it: read from there
             self._parts[partition] = _PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start)
             self._scan(partition, {}, self._settle([partition])[partition])
@@ -740,45 +624,41 @@ class ExactlyOncePublisher:
 
     # -- publishing -------------------------------------------------------------------------
     def _prepare(self, item: Record | bytes, seq: int) -> Record:
-        record = Record(bytes(item)) if isinstance(item, bytes | bytearray | memoryview) else item
-        if not isinstance(record, Record):
+        # Every record passes through here: one Record is built, once (its headers are copied
+        # into a read-only mapping then, and shared by the copies _with_offsets makes).
+        key: bytes | None
+        own: Mapping[str, bytes] | None
+        if isinstance(item, bytes | bytearray | memoryview):
+            value, key, own, partition = bytes(item), None, None, self.partition
+        elif isinstance(item, Record):
+            value, key, own = item.value, item.key, item.headers
+            partition = item.partition if item.partition is not None else self.partition
+        else:
             raise InvalidArgumentError(f"record {seq} is a {type(item).__name__}; pass Record objects or bytes")
-        partition = record.partition if record.partition is not None else self.partition
         if partition is None:
             if self.partitioner is None:
                 partition = 0
             else:
-                partition = self.partitioner(self.stream, record.key, record.value, self._partition_count)
+                partition = self.partitioner(self.stream, key, value, self._partition_count)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self._partition_count:
             raise InvalidArgumentError(
                 f"record {seq} goes to partition {partition!r}, but stream {self.stream!r} has "
                 f"{self._partition_count} partition(s)"
             )
-        headers = dict(record.headers or {})
-        headers[PRODUCER_HEADER] = self._producer
-        headers[SEQ_HEADER] = str(seq).encode()
-        return replace(record, partition=partition, headers=headers, expected_offset=None, correlation_id=None)
+        headers = {PRODUCER_HEADER: self._producer, SEQ_HEADER: b"%d" % seq}
+        return Record(value, key, {**own, **headers} if own else headers, partition)
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
-            if self.nats_servers:
-                self._sender = NatsSender(
-                    self.nats_servers,
-                    subject=self._subject,
-                    ack_policy=self.ack_policy,
-                    window=self.window,
-                    timeout=self.timeout,
-                    security=self.client.nats_security,
-                )
-            else:
-                self._sender = GrpcSender(
-                    self.client.brokers,
-                    tls=self.client.tls,
-                    stream=self.stream,
-                    ack_policy=self.ack_policy,
-                    window=self.window,
-                    timeout=self.timeout,
-                )
+            self._sender = self.client.batch_publisher(
+                self.stream,
+                path=self.path,
+                ack_policy=self.ack_policy,
+                window=self.window,
+                timeout=self.timeout,
+                resend=NO_RESEND,
+                stream_info=self._info,
+            )
         return self._sender
 
     def _publish_batch(self, batch: list[_Pending], result: ExactlyOnceResult) -> None:
@@ -819,11 +699,12 @@ class ExactlyOncePublisher:
     def _with_offsets(self, pending: list[_Pending]) -> list[Record]:
         """Give each record the offset it must get (checked on streams with OCC)."""
         out: list[Record] = []
+        append, parts = out.append, self._parts
         for item in pending:
-            partition = item.record.partition
-            assert partition is not None
-            state = self._parts[partition]
-            out.append(replace(item.record, expected_offset=state.next_offset))
+            record = item.record
+            assert record.partition is not None
+            state = parts[record.partition]
+            append(record.with_expected_offset(state.next_offset))
             state.next_offset += 1
         return out
 

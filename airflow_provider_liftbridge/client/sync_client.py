@@ -35,11 +35,12 @@ from .effects import (
 )
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
-from .publishing.batch import PublishPath
+from .publishing.batch import PublishPath, batch_options
 from .publishing.nats_link import LoopThread, NatsLink
+from .publishing.publisher import BatchPublisher
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
-from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition
+from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition, StreamInfo
 
 __all__ = ["LiftbridgeClient"]
 
@@ -404,6 +405,43 @@ class LiftbridgeClient(ClientBase):
                 resend=resend,
             )
         )
+
+    def batch_publisher(
+        self,
+        stream: str,
+        *,
+        path: PublishPath = "auto",
+        partition: int | None = None,
+        partitioner: PartitionerFunc | None = None,
+        ack_policy: AckPolicy | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        resend: ResendPolicy | None = None,
+        stream_info: StreamInfo | None = None,
+    ) -> BatchPublisher:
+        """A publisher of batches to ``stream`` with these options, on this client's connections:
+        what ``publish_many`` does for one batch, for callers that send many batches (the
+        publishing operators, Spark executors, exactly-once publishing) or an input of any length
+        (:meth:`BatchPublisher.publish`, in bounded memory). The path is chosen once, when the
+        first batch is sent, as ``publish_many`` chooses it; a fallback to gRPC holds for the
+        later batches. The options are ``publish_many``'s, and ``stream_info``: the stream's
+        metadata if the caller has just fetched it (the NATS path then does not read it again).
+
+        :raises InvalidArgumentError: an empty stream, an unknown path, ``"nats"`` without NATS
+            servers, a window below 1, a non-positive timeout.
+        """
+        options = batch_options(
+            self._core,
+            stream,
+            path=path,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            window=window,
+            timeout=timeout,
+            resend=resend,
+        )
+        return BatchPublisher(self._transport.run, self._core, options, stream_info)
 
     def publish_to_subject(
         self,

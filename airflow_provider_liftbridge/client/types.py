@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 __all__ = [
@@ -116,6 +116,23 @@ class Record:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", _frozen_map(self.headers) if self.headers else None)
+
+    def with_expected_offset(self, expected_offset: int | None) -> Record:
+        """This record with another ``expected_offset``; the headers are shared, not copied (an
+        exactly-once publisher gives every record its offset at each send)."""
+        value, key, headers, partition, offset, correlation_id = _RECORD_SETTERS
+        copy: Record = object.__new__(Record)
+        value(copy, self.value)
+        key(copy, self.key)
+        headers(copy, self.headers)
+        partition(copy, self.partition)
+        offset(copy, expected_offset)
+        correlation_id(copy, self.correlation_id)
+        return copy
+
+
+# Slot setters of Record (its frozen __setattr__ refuses plain assignment), for with_expected_offset.
+_RECORD_SETTERS = tuple(getattr(Record, f.name).__set__ for f in fields(Record))
 
 
 @dataclass(frozen=True, slots=True)

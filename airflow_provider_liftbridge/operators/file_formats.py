@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
-from .publishing import to_bytes
+from .records import to_bytes
 
 __all__ = ["FORMATS", "ReadOptions", "detect_format", "read_rows"]
 

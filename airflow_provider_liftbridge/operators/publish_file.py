@@ -8,14 +8,13 @@ from typing import Any
 
 from airflow.sdk import Context, ObjectStoragePath
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, Record
+from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, PublishSummary, Record
 from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
-from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
+from airflow_provider_liftbridge.lineage import Datasets, file_dataset
 
-from .base import LiftbridgeBaseOperator
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
-from .publish import LiftbridgePublishingMixin
-from .publishing import BatchSender, PublishSummary, build_record
+from .publishing import LiftbridgePublishingOperator
+from .records import build_record
 
 __all__ = ["LiftbridgePublishFileOperator"]
 
@@ -62,7 +61,7 @@ def expand_paths(paths: str | Sequence[str], conn_id: str | None) -> list[Object
     return files
 
 
-class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishingMixin, LiftbridgeBaseOperator):
+class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
     """Publish files row by row (or whole), in bounded memory, and fail unless every row is
     acknowledged.
 
@@ -85,20 +84,16 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
     :param path: a file, a list of files, or glob patterns. (templated)
     :param format: one of ``auto``, ``lines``, ``jsonl``, ``csv``, ``parquet``, ``whole``. (templated)
     :param storage_conn_id: Airflow connection of the object store, if it needs one. (templated)
-    :param key: the key of every message. (templated)
     :param key_field: the field (JSON/CSV/Parquet) whose value is a row's key. (templated)
-    :param headers: extra headers of every message. (templated)
-    :param partition: / :param partitioner: / :param ack_policy: / :param publish_timeout: /
-        :param publish_path: as in :class:`LiftbridgePublishOperator` (``"auto"`` takes the NATS
-        bulk path when the connection lists NATS servers).
-    :param exactly_once: / :param producer_id: as in :class:`LiftbridgePublishOperator`; rows are
-        numbered across all files in path order, so the files and their order must not change
-        between tries.
-    :param window: rows published and acknowledged per batch; bounds memory.
+    :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
+        :param window: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
+        :param producer_id: / :param liftbridge_conn_id: the publishing options of
+        :class:`~airflow_provider_liftbridge.operators.publishing.LiftbridgePublishingOperator`
+        (``window`` also bounds the rows read ahead); with ``exactly_once`` rows are numbered
+        across all files in path order, so the files and their order must not change between tries.
     :param progress_every: log progress every this many rows.
     :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
         :param max_whole_file_bytes: reading options (see ``ReadOptions``).
-    :param liftbridge_conn_id: the connection to use. (templated)
     :return: the publish summary of all files plus ``"files"``: one entry per file with
         ``path``, ``format``, ``count`` and ``partitions`` (same shape as the summary's).
     :raises LiftbridgeFileError: a file is missing or malformed (the message names file and row).
@@ -144,7 +139,20 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
         producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(stream=stream, **kwargs)
+        super().__init__(
+            stream=stream,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            window=window,
+            publish_timeout=publish_timeout,
+            publish_path=publish_path,
+            exactly_once=exactly_once,
+            producer_id=producer_id,
+            **kwargs,
+        )
         if format != "auto" and "{{" not in format and format not in FORMATS:
             raise LiftbridgeArgumentError(f"format {format!r} is unknown; use auto or one of {', '.join(FORMATS)}")
         if progress_every < 1:
@@ -161,18 +169,6 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
             skip_empty_lines=skip_empty_lines,
             batch_rows=max(1, window),
             max_whole_file_bytes=max_whole_file_bytes,
-        )
-        self._init_publishing(
-            key=key,
-            headers=headers,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=window,
-            publish_timeout=publish_timeout,
-            publish_path=publish_path,
-            exactly_once=exactly_once,
-            producer_id=producer_id,
         )
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
@@ -191,7 +187,7 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
             )
 
     def _publish_file(
-        self, sender: BatchSender, path: ObjectStoragePath, done_before: int
+        self, publisher: BatchPublisher, path: ObjectStoragePath, done_before: int
     ) -> tuple[str, PublishSummary]:
         fmt = detect_format(path.name, self.format)
         self.log.info("Publishing %s as %s to stream %r", path, fmt, self.stream)
@@ -212,7 +208,7 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
 
         try:
             with path.open("rb") as handle:
-                summary = self.publish(sender, self._records(path, fmt, handle), on_window=progress)
+                summary = self.publish(publisher, self._records(path, fmt, handle), on_progress=progress)
         except (OSError, UnicodeDecodeError) as exc:
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)
@@ -226,13 +222,12 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         files = expand_paths(self.path, self.storage_conn_id)
         self.log.info("%d file(s) to publish to stream %r", len(files), self.stream)
-        settings = self.hook.settings
         total: PublishSummary | None = None
         per_file: list[dict[str, Any]] = []
-        with self.open_publisher(client, settings) as sender:
+        with self.open_publisher(client) as publisher:
             for path in files:
-                fmt, summary = self._publish_file(sender, path, total.count if total else 0)
-                entry = summary.to_xcom()
+                fmt, summary = self._publish_file(publisher, path, total.count if total else 0)
+                entry = summary.to_dict()
                 per_file.append(
                     {"path": str(path), "format": fmt, "count": entry["count"], "partitions": entry["partitions"]}
                 )
@@ -240,4 +235,4 @@ class LiftbridgePublishFileOperator(LiftbridgeLineageMixin, LiftbridgePublishing
                     total = PublishSummary(self.stream, summary.ack_policy)
                 total.merge(summary)
         assert total is not None  # expand_paths never returns an empty list
-        return total.to_xcom() | {"files": per_file}
+        return total.to_dict() | {"files": per_file}

@@ -1,477 +1,254 @@
-"""What every publishing operator shares: turning user values into records, publishing them in
-bounded windows, checking every ack, and summarising acks into a small JSON-safe XCom value.
+"""``LiftbridgePublishingOperator``: the base of the operators that publish records.
 
-The summary shape (also read by ``LiftbridgeAckSensor`` and ``LiftbridgeOffsetSensor``)::
-
-    {"stream": "orders", "count": 3, "acknowledged": 3, "ack_policy": "LEADER",
-     "partitions": {"0": {"first_offset": 10, "last_offset": 12, "count": 3}}}
-
-Partition numbers are strings because XCom values travel as JSON.
+It holds the options they share (key, headers, partitioning, acks, path, window, exactly-once),
+validates them, opens the client's batch publisher and publishes through it, so each operator
+only says where its records come from (:meth:`LiftbridgePublishingOperator.source_records`) and,
+when it publishes in parts (files), how it reports them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import dataclasses
-import datetime as dt
-import decimal
-import itertools
-import json
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from airflow.sdk import Context, get_current_context
+
 from airflow_provider_liftbridge.client import (
-    Ack,
-    AckError,
     AckPolicy,
-    KeyPartitioner,
+    BatchPublisher,
     LiftbridgeClient,
-    NoSuchStreamError,
-    Partitioner,
     PublishError,
+    PublishSummary,
     Record,
-    RoundRobinPartitioner,
-    StreamInfo,
 )
-from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
-from airflow_provider_liftbridge.hooks.exceptions import (
-    LiftbridgeArgumentError,
-    LiftbridgePublishNotAcknowledgedError,
+from airflow_provider_liftbridge.client.exactly_once import (
+    ExactlyOncePublisher,
+    ExactlyOncePublishError,
+    ExactlyOnceResult,
 )
+from airflow_provider_liftbridge.client.publishing.batch import PUBLISH_PATHS
+from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
+from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
+from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
+from airflow_provider_liftbridge.nats_security import redact_urls
 
-__all__ = [
-    "PARTITIONERS",
-    "PUBLISH_PATHS",
-    "BatchSender",
-    "NatsBatchSender",
-    "PartitionRange",
-    "PublishSummary",
-    "build_record",
-    "json_default",
-    "make_partitioner",
-    "open_sender",
-    "publish_in_windows",
-    "to_bytes",
-]
+from .base import LiftbridgeBaseOperator, producer_id_of
+from .records import make_partitioner
 
-#: Names accepted by the ``partitioner`` argument of the publishing operators.
-PARTITIONERS: dict[str, Callable[[], Partitioner]] = {"key": KeyPartitioner, "round_robin": RoundRobinPartitioner}
+__all__ = ["MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
+
+#: Cap of unacknowledged records in flight, whatever the window.
+MAX_IN_FLIGHT = 1024
 
 
-def make_partitioner(name: str | None) -> Partitioner | None:
-    """Build the partitioner named ``"key"`` or ``"round_robin"`` (``None``: the client's default).
+class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
+    """Publish records to a stream and fail unless every one is acknowledged; subclasses say
+    where the records come from.
 
-    :raises LiftbridgeArgumentError: unknown name.
+    :param stream: the stream to publish to. (templated)
+    :param key: the key of every record. (templated)
+    :param headers: headers of every record (str or bytes values). (templated)
+    :param partition: publish every record to this partition. (templated)
+    :param partitioner: ``"key"`` (CRC-32 of the key, like the Go client) or ``"round_robin"``;
+        unset: partition 0 unless ``partition`` is set.
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
+        ``"none"`` nothing is acknowledged and the summary has no offsets.
+    :param window: records published (and acknowledged) per batch; bounds memory.
+    :param publish_timeout: how long to wait for each ack, seconds (default: the connection's timeout).
+    :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
+        ``"grpc"`` or ``"nats"``.
+    :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md;
+        needs cursors enabled on the cluster, else ``CursorsDisabledError`` at once):
+        every record carries the producer id and its position in the input, and a retry skips
+        what an earlier try already put in the stream. The input must be the same, in the same
+        order, on every try.
+    :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :raises LiftbridgeArgumentError: an unknown ``publish_path`` or ``partitioner`` (when the DAG is parsed).
     """
-    if name is None or name == "":
-        return None
-    try:
-        return PARTITIONERS[name]()
-    except KeyError:
-        raise LiftbridgeArgumentError(
-            f"partitioner {name!r} is unknown; use one of {', '.join(PARTITIONERS)} (or leave it unset)"
-        ) from None
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps`` fallback for the values tables and Python code commonly hold: datetimes and
-    dates as ISO 8601, decimals and UUIDs as strings, bytes as base64, sets as lists."""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=str)
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    raise TypeError(f"a value of type {type(value).__name__} cannot be published as JSON")
-
-
-def to_bytes(value: Any, *, what: str = "value") -> bytes:
-    """Encode a value to publish: bytes as they are, ``str`` as UTF-8, anything else as compact JSON.
-
-    :raises LiftbridgeArgumentError: the value cannot be encoded as JSON.
-    """
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=json_default).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise LiftbridgeArgumentError(f"cannot encode {what}: {exc}") from None
-
-
-def _key_bytes(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    return str(value).encode("utf-8")
-
-
-def build_record(
-    item: Any,
-    *,
-    key: Any = None,
-    key_field: str | None = None,
-    headers: Mapping[str, Any] | None = None,
-    extra_headers: Mapping[str, Any] | None = None,
-) -> Record:
-    """Turn one user value into a :class:`Record`.
-
-    A :class:`Record` is taken as it is, with ``headers``/``extra_headers`` added to its own.
-    Anything else becomes the value (see :func:`to_bytes`); the key is ``key`` or, for mappings,
-    the value of ``key_field``.
-
-    :param item: the value, or a ready :class:`Record`.
-    :param key: a key for every record (str or bytes).
-    :param key_field: the field of a mapping value to use as its key (wins over ``key``).
-    :param headers: headers for every record (values str or bytes).
-    :param extra_headers: per-record headers (file name, record number, ...).
-    :raises LiftbridgeArgumentError: ``key_field`` is set but the value is not a mapping or lacks it.
-    """
-    merged: dict[str, bytes] = {}
-    for source in (headers, extra_headers):
-        if source:
-            merged.update({str(k): _key_bytes(v) or b"" for k, v in source.items()})
-    if isinstance(item, Record):
-        if not merged:
-            return item
-        own = dict(item.headers or {})
-        return Record(
-            value=item.value,
-            key=item.key,
-            headers=merged | own,
-            partition=item.partition,
-            expected_offset=item.expected_offset,
-            correlation_id=item.correlation_id,
-        )
-    record_key = _key_bytes(key)
-    if key_field:
-        if not isinstance(item, Mapping):
-            raise LiftbridgeArgumentError(
-                f"key_field {key_field!r} needs records that are mappings, got a {type(item).__name__}"
-            )
-        if key_field not in item:
-            raise LiftbridgeArgumentError(f"key_field {key_field!r} is missing from record with fields {list(item)}")
-        record_key = _key_bytes(item[key_field])
-    return Record(value=to_bytes(item), key=record_key, headers=merged or None)
-
-
-@dataclass
-class PartitionRange:
-    """First and last acknowledged offsets of one partition, and how many acks it got."""
-
-    first_offset: int
-    last_offset: int
-    count: int = 1
-
-    def add(self, offset: int) -> None:
-        self.first_offset = min(self.first_offset, offset)
-        self.last_offset = max(self.last_offset, offset)
-        self.count += 1
-
-    def merge(self, other: PartitionRange) -> None:
-        self.first_offset = min(self.first_offset, other.first_offset)
-        self.last_offset = max(self.last_offset, other.last_offset)
-        self.count += other.count
-
-
-@dataclass
-class PublishSummary:
-    """Running totals of one publish (kept small: never the acks themselves).
-
-    :param stream: the stream published to.
-    :param ack_policy: the policy used; with ``NONE`` nothing is acknowledged and offsets are unknown.
-    :param producer_id: set by exactly-once publishing; ``written`` / ``skipped`` then count the
-        records this try put into the stream / found there already (``count`` is their sum).
-    """
-
-    stream: str
-    ack_policy: AckPolicy
-    count: int = 0
-    acknowledged: int = 0
-    partitions: dict[int, PartitionRange] = field(default_factory=dict)
-    producer_id: str | None = None
-    written: int = 0
-    skipped: int = 0
-
-    def add_acks(self, acks: Sequence[Ack | None], sent: int) -> None:
-        """Account for one window of ``sent`` records and the acks that came back for it.
-
-        :raises LiftbridgePublishNotAcknowledgedError: a record has no ack (unless the policy is
-            ``NONE``) or its ack reports an error.
-        """
-        if self.ack_policy is not AckPolicy.NONE:
-            if len(acks) != sent:
-                raise LiftbridgePublishNotAcknowledgedError(
-                    self.stream, self.acknowledged, f"{sent} record(s) sent but {len(acks)} ack(s) came back"
-                )
-            for index, ack in enumerate(acks):
-                if ack is None:
-                    raise LiftbridgePublishNotAcknowledgedError(
-                        self.stream, self.acknowledged, f"record #{self.count + index} was not acknowledged"
-                    )
-                if ack.ack_error != AckError.OK:
-                    raise LiftbridgePublishNotAcknowledgedError(
-                        self.stream,
-                        self.acknowledged,
-                        f"record #{self.count + index} was refused by partition {ack.partition}: "
-                        f"{AckError(ack.ack_error).name}",
-                    )
-                self._note(ack)
-        self.count += sent
-
-    def _note(self, ack: Ack) -> None:
-        self.acknowledged += 1
-        current = self.partitions.get(ack.partition)
-        if current is None:
-            self.partitions[ack.partition] = PartitionRange(ack.offset, ack.offset)
-        else:
-            current.add(ack.offset)
-
-    def merge(self, other: PublishSummary) -> None:
-        """Add another summary of the same stream (e.g. one file's) to this one."""
-        self.count += other.count
-        self.acknowledged += other.acknowledged
-        self.producer_id = self.producer_id or other.producer_id
-        self.written += other.written
-        self.skipped += other.skipped
-        for partition, span in other.partitions.items():
-            if partition in self.partitions:
-                self.partitions[partition].merge(span)
-            else:
-                self.partitions[partition] = PartitionRange(span.first_offset, span.last_offset, span.count)
-
-    def to_xcom(self) -> dict[str, Any]:
-        """The JSON-safe summary (shape in the module docstring; exactly-once publishing adds
-        ``producer_id``, ``written`` and ``skipped``)."""
-        extra = (
-            {"producer_id": self.producer_id, "written": self.written, "skipped": self.skipped}
-            if self.producer_id is not None
-            else {}
-        )
-        return extra | {
-            "stream": self.stream,
-            "count": self.count,
-            "acknowledged": self.acknowledged,
-            "ack_policy": self.ack_policy.name,
-            "partitions": {
-                str(p): {"first_offset": r.first_offset, "last_offset": r.last_offset, "count": r.count}
-                for p, r in sorted(self.partitions.items())
-            },
-        }
-
-
-def _windows(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
-    iterator = iter(records)
-    while window := list(itertools.islice(iterator, size)):
-        yield window
-
-
-#: Ack wait of the NATS path when neither the operator nor the connection gives one, seconds.
-DEFAULT_ACK_TIMEOUT = 10.0
-#: Values of the operators' ``publish_path`` argument.
-PUBLISH_PATHS = ("auto", "grpc", "nats")
-
-
-class BatchSender:
-    """Sends one window of records and returns their acks in input order (``[]`` with ack policy
-    ``NONE``); raises ``PublishError`` like ``LiftbridgeClient.publish_many``. A context manager.
-
-    :ivar path: ``"grpc"`` or ``"nats"``, for the log.
-    """
-
-    path = "grpc"
-    #: Why the gRPC path was taken although NATS servers are known (``None``: it was not).
-    fallback_reason: str | None = None
 
     def __init__(
         self,
-        client: LiftbridgeClient,
-        stream: str,
         *,
-        ack_policy: AckPolicy,
-        window: int,
-        partition: int | None,
-        partitioner: Partitioner | None,
-        timeout: float | None,
+        stream: str,
+        key: str | bytes | None = None,
+        headers: Mapping[str, Any] | None = None,
+        partition: int | None = None,
+        partitioner: str | None = None,
+        ack_policy: str | int | AckPolicy | None = None,
+        window: int = 1000,
+        publish_timeout: float | None = None,
+        publish_path: str = "auto",
+        exactly_once: bool = False,
+        producer_id: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        self.client = client
-        self.stream = stream
-        self.ack_policy = ack_policy
-        self.window = window
+        super().__init__(stream=stream, **kwargs)
+        if publish_path not in PUBLISH_PATHS:
+            raise LiftbridgeArgumentError(
+                f"publish_path {publish_path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}"
+            )
+        self.publish_path = publish_path
+        self.key = key
+        self.headers = headers
         self.partition = partition
         self.partitioner = partitioner
-        self.timeout = timeout
+        self.ack_policy = ack_policy
+        self.window = window
+        self.publish_timeout = publish_timeout
+        self.exactly_once = bool(exactly_once)
+        self.producer_id = producer_id
+        self._exactly_once: tuple[BatchPublisher, ExactlyOncePublisher] | None = None
+        make_partitioner(partitioner)  # fail at DAG parse time on a bad name
 
-    def send(self, batch: list[Record]) -> list[Ack]:
-        # path="grpc": this is the gRPC sender; without it a client that knows NATS servers would
-        # take the NATS path while the task log says gRPC.
-        return self.client.publish_many(
+    # -- what subclasses say ------------------------------------------------------------------
+    def source_records(self, context: Context) -> Iterable[Record]:
+        """The records to publish, read lazily where the input is large."""
+        raise NotImplementedError
+
+    # -- publishing ---------------------------------------------------------------------------
+    def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
+        """Publish :meth:`source_records` and return the summary as XCom."""
+        with self.open_publisher(client) as publisher:
+            summary = self.publish(publisher, self.source_records(context))
+        self.log.info(
+            "Published %d record(s) to stream %r (%d acknowledged, ack policy %s)",
+            summary.count,
             self.stream,
-            batch,
-            path="grpc",
-            partition=self.partition,
-            partitioner=self.partitioner,
-            ack_policy=self.ack_policy,
-            window=self.window,
-            timeout=self.timeout,
+            summary.acknowledged,
+            summary.ack_policy.name,
         )
+        if summary.count == 0:
+            self.log.warning("There were no records to publish")
+        return summary.to_dict()
 
-    def close(self) -> None:
-        """Release what the sender holds (nothing for gRPC: the client is the hook's)."""
+    def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
+        """The ack policy to publish with: the operator's, else the connection's default.
 
-    def __enter__(self) -> BatchSender:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class NatsBatchSender(BatchSender):
-    """Sends windows as enveloped messages straight to the stream's NATS subjects, acks on an ack
-    inbox (the bulk path of ADR 1). Partitions are chosen here, as ``publish_many`` would: a
-    record's own partition, else ``partition``, else the partitioner, else 0.
-
-    :param info: the stream's metadata (subject and partitions).
-    :raises UnavailableError: NATS cannot be reached.
-    """
-
-    path = "nats"
-
-    def __init__(
-        self, client: LiftbridgeClient, stream: str, *, info: StreamInfo, nats_servers: Sequence[str], **options: Any
-    ) -> None:
-        super().__init__(client, stream, **options)
-        self.subject = info.subject
-        self.partition_count = max(len(info.partitions), 1)
-        self.ack_timeout = float(self.timeout if self.timeout is not None else DEFAULT_ACK_TIMEOUT)
-        self._loop = asyncio.new_event_loop()
+        :raises LiftbridgeArgumentError: the operator's value names no ack policy.
+        """
+        if self.ack_policy is None or self.ack_policy == "":
+            return default
         try:
-            self._publisher = self._loop.run_until_complete(
-                NatsPublisher.connect(nats_servers, connect_timeout=self.ack_timeout, security=client.nats_security)
-            )
-        except BaseException:
-            self._loop.close()
-            raise
+            return parse_ack_policy(self.ack_policy)
+        except ValueError as exc:
+            raise LiftbridgeArgumentError(str(exc)) from None
 
-    def _route(self, record: Record) -> Record:
-        if record.partition is not None:
-            return record
-        chosen = self.partition
-        if chosen is None:
-            chosen = (
-                self.partitioner(self.stream, record.key, record.value, self.partition_count) if self.partitioner else 0
-            )
-        return dataclasses.replace(record, partition=chosen)
+    def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
+        """The client's batch publisher for this operator's options; the path it takes is logged.
 
-    def send(self, batch: list[Record]) -> list[Ack]:
-        routed = [self._route(record) for record in batch]
-        return self._loop.run_until_complete(
-            self._publisher.publish_many(
-                self.subject, routed, ack_policy=self.ack_policy, window=self.window, timeout=self.ack_timeout
+        :raises LiftbridgeArgumentError: ``publish_path="nats"`` while the connection lists no
+            NATS servers, or a bad ack policy or partition.
+        :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
+        """
+        settings = self.hook.settings
+        # A templated partition renders to a string; an empty one means "not set".
+        raw: Any = self.partition
+        try:
+            partition = None if raw is None or raw == "" else int(raw)
+        except ValueError:
+            raise LiftbridgeArgumentError(f"partition must be a whole number, got {raw!r}") from None
+        if self.publish_path == "nats" and not settings.nats_servers:
+            raise LiftbridgeArgumentError(
+                "publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'"
             )
+        publisher = client.batch_publisher(
+            self.stream,
+            path=self.publish_path,  # type: ignore[arg-type]  # checked in __init__
+            partition=partition,
+            partitioner=make_partitioner(self.partitioner),
+            ack_policy=self.resolved_ack_policy(settings.ack_policy),
+            window=min(int(self.window), MAX_IN_FLIGHT),
+            timeout=self.publish_timeout if self.publish_timeout is not None else settings.timeout,
         )
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            self._loop.run_until_complete(self._publisher.close())
-        finally:
-            self._loop.close()
-
-
-def open_sender(
-    client: LiftbridgeClient,
-    stream: str,
-    *,
-    path: str,
-    nats_servers: Sequence[str],
-    ack_policy: AckPolicy,
-    window: int,
-    partition: int | None = None,
-    partitioner: Partitioner | None = None,
-    timeout: float | None = None,
-) -> BatchSender:
-    """Open the sender of ``path``: ``"grpc"`` (PublishAsync), ``"nats"`` (NATS-direct), or
-    ``"auto"`` (NATS when ``nats_servers`` is not empty, else gRPC).
-
-    :raises LiftbridgeArgumentError: unknown path, or ``"nats"`` without NATS servers.
-    """
-    if path not in PUBLISH_PATHS:
-        raise LiftbridgeArgumentError(f"publish_path {path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}")
-    if path == "nats" and not nats_servers:
-        raise LiftbridgeArgumentError("publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'")
-    options: dict[str, Any] = {
-        "ack_policy": ack_policy,
-        "window": window,
-        "partition": partition,
-        "partitioner": partitioner,
-        "timeout": timeout,
-    }
-    if path == "nats" or (path == "auto" and nats_servers):
-        # NATS alone cannot tell a missing stream, a paused or a read-only partition from a slow
-        # one (the broker drops such messages without an ack), so look first.
-        info = client.fetch_metadata([stream]).streams.get(stream)
-        if info is None:
-            raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first")
-        blocked = sorted(p for p, part in info.partitions.items() if part.paused or part.readonly)
-        if not blocked:
-            return NatsBatchSender(client, stream, info=info, nats_servers=nats_servers, **options)
-        reason = (
-            f"partition(s) {blocked} of stream {stream!r} are paused or read-only; the broker drops NATS-direct "
-            "publishes to them without an ack"
+        path = publisher.path
+        self.log.info(
+            "Publishing to stream %r over %s (ack policy %s)",
+            self.stream,
+            f"NATS ({redact_urls(settings.nats_servers)})" if path == "nats" else "gRPC PublishAsync",
+            publisher.options.ack_policy.name,
         )
-        if path == "nats":
-            raise LiftbridgeArgumentError(f"{reason}: use publish_path 'grpc' (it resumes paused partitions)")
-        sender = BatchSender(client, stream, **options)
-        sender.fallback_reason = f"{reason}, so gRPC is used"
-        return sender
-    return BatchSender(client, stream, **options)
+        if publisher.fallback_reason:
+            self.log.warning("gRPC is used: %s", publisher.fallback_reason)
+        return publisher
 
+    def publish(
+        self,
+        publisher: BatchPublisher,
+        records: Iterable[Record],
+        *,
+        on_progress: Callable[[PublishSummary], None] | None = None,
+    ) -> PublishSummary:
+        """Publish ``records`` through ``publisher`` ``window`` at a time; return the summary.
 
-def publish_in_windows(
-    sender: BatchSender,
-    records: Iterable[Record],
-    *,
-    window: int = 1000,
-    summary: PublishSummary | None = None,
-    on_window: Callable[[PublishSummary], None] | None = None,
-) -> PublishSummary:
-    """Publish records ``window`` at a time through ``sender``, checking every ack before the next
-    window.
+        With ``exactly_once`` the records go through one
+        :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` per
+        publisher (so sequence numbers run on across calls, e.g. across files), on the
+        publisher's path.
 
-    At most ``window`` records are held in memory at once (plus the sender's in-flight window), so
-    a lazy ``records`` iterable of any length publishes in bounded memory.
-
-    :param on_window: called with the running summary after each window (progress logging).
-    :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged, or refused.
-    :raises LiftbridgeArgumentError: ``window`` is not positive.
-    """
-    if window < 1:
-        raise LiftbridgeArgumentError(f"window must be at least 1, got {window}")
-    stream = sender.stream
-    summary = summary or PublishSummary(stream, sender.ack_policy)
-    for batch in _windows(records, window):
+        :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused.
+        """
+        if self.exactly_once:
+            return self._publish_exactly_once(publisher, records, on_progress)
+        summary = PublishSummary(self.stream, publisher.options.ack_policy)
         try:
-            acks = sender.send(batch)
+            return publisher.publish(records, batch=int(self.window), summary=summary, on_progress=on_progress)
         except PublishError as exc:
-            before = summary.count
-            received = [a for a in exc.acks if a is not None]
-            summary.add_acks(received, len(received))
-            failed = f"record #{before + exc.index}" if exc.index is not None else "a record"
-            raise LiftbridgePublishNotAcknowledgedError(stream, summary.acknowledged, f"{failed}: {exc}") from exc
-        summary.add_acks(acks, len(batch))
-        if on_window is not None:
-            on_window(summary)
+            raise LiftbridgePublishNotAcknowledgedError(self.stream, summary.acknowledged, str(exc)) from exc
+
+    def _publish_exactly_once(
+        self,
+        publisher: BatchPublisher,
+        records: Iterable[Record],
+        on_progress: Callable[[PublishSummary], None] | None,
+    ) -> PublishSummary:
+        if self._exactly_once is None or self._exactly_once[0] is not publisher:
+            producer_id = self.producer_id or producer_id_of(get_current_context())
+            self.log.info("Exactly-once publishing to stream %r as producer %r", self.stream, producer_id)
+            options = publisher.options
+            eo = ExactlyOncePublisher(
+                self.hook.client,
+                self.stream,
+                producer_id,
+                partition=options.partition,
+                partitioner=options.partitioner,
+                ack_policy=options.ack_policy,
+                batch=int(self.window),
+                window=options.window,
+                timeout=options.wait,
+                path=publisher.path,  # type: ignore[arg-type]  # "nats" or "grpc"
+            )
+            self._exactly_once = (publisher, eo)
+        eo = self._exactly_once[1]
+        first_call = eo.total.count == 0
+        try:
+            result = eo.publish(records)
+        except ExactlyOncePublishError as exc:
+            raise LiftbridgePublishNotAcknowledgedError(self.stream, exc.result.count, str(exc)) from exc
+        summary = _summary_of(result, publisher.options.ack_policy, eo.found if first_call else {})
+        if on_progress is not None:
+            on_progress(summary)
+        return summary
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: writes the stream."""
+        return [], [self.lineage_stream(self.stream)]
+
+
+def _summary_of(result: ExactlyOnceResult, ack_policy: AckPolicy, found: Mapping[int, Any]) -> PublishSummary:
+    """The summary of an exactly-once publish: every record is in the stream (written now or
+    skipped as written before); offsets of earlier tries' records come from the resume scan."""
+    summary = PublishSummary(
+        result.stream,
+        ack_policy,
+        count=result.count,
+        acknowledged=result.count,
+        producer_id=result.producer_id,
+        written=result.written,
+        skipped=result.skipped,
+    )
+    for partition, span in [*result.partitions.items(), *found.items()]:
+        if span.count:
+            summary.add_range(partition, PartitionRange(span.first_offset, span.last_offset, span.count))
     return summary

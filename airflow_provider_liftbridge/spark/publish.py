@@ -1,8 +1,9 @@
 """Publish a Spark DataFrame to a Liftbridge stream from the executors.
 
-Each Spark partition opens its own connection, turns its Arrow batches into records and publishes
-them pipelined: enveloped straight to the partitions' NATS subjects with acks on an inbox when the
-settings list NATS servers (the fast path), else over gRPC ``PublishAsync``. Each returns one small
+Each Spark partition opens its own client, turns its Arrow batches into records and publishes
+them with the client's batch publisher (``LiftbridgeClient.batch_publisher``): enveloped straight
+to the partitions' NATS subjects with acks on an inbox when the settings list NATS servers (the
+fast path), else over gRPC ``PublishAsync``. Each returns one small
 JSON summary; the driver collects only those summaries, never the rows, so driver memory does not
 depend on the row count.
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import Ack, LiftbridgeClient, Record, StreamInfo
+    from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, Record, StreamInfo
 
 SUMMARY_SCHEMA = "summary string"
 
@@ -144,77 +145,21 @@ def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan
         ) from exc
 
 
-class _GrpcPublisher:
-    """Pipelined gRPC ``PublishAsync`` (used when the settings list no NATS servers)."""
+def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> tuple[LiftbridgeClient, BatchPublisher]:
+    """This Spark partition's client and its batch publisher: the client's path (NATS-direct when
+    the settings list NATS servers, else gRPC PublishAsync), records already partitioned by the
+    plan, never re-sent blindly (a lost ack is reported rather than risking a duplicate)."""
+    from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy
 
-    def __init__(self, settings: ConnectionSettings, plan: PublishPlan) -> None:
-        from airflow_provider_liftbridge.client import AckPolicy
-
-        self._client = settings.client()
-        self._plan = plan
-        self._policy = AckPolicy[plan.ack_policy.upper()]
-
-    def publish(self, records: list[Record]) -> list[Ack | None]:
-        plan = self._plan
-        acks = self._client.publish_many(
-            plan.stream, records, ack_policy=self._policy, window=plan.window, timeout=plan.timeout
-        )
-        return list(acks)
-
-    def close(self) -> None:
-        self._client.close()
-
-
-class _NatsPublisher:
-    """Enveloped messages straight to the partitions' NATS subjects, acks on an inbox.
-
-    Records are never re-sent on a missing ack: a lost ack is reported as a failure rather
-    than risking a duplicate.
-    """
-
-    def __init__(self, settings: ConnectionSettings, plan: PublishPlan) -> None:
-        import asyncio
-
-        from airflow_provider_liftbridge.client import AckPolicy
-        from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
-
-        self._plan = plan
-        self._policy = AckPolicy[plan.ack_policy.upper()]
-        self._timeout = plan.timeout or settings.timeout
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._pub = self._loop.run_until_complete(
-                NatsPublisher.connect(list(settings.nats_servers), security=settings.nats_security)
-            )
-        except BaseException:
-            self._loop.close()
-            raise
-
-    def publish(self, records: list[Record]) -> list[Ack | None]:
-        from airflow_provider_liftbridge.client import NO_RESEND
-
-        plan = self._plan
-        acks = self._loop.run_until_complete(
-            self._pub.publish_many(
-                plan.subject or plan.stream,
-                records,
-                ack_policy=self._policy,
-                window=plan.window,
-                timeout=self._timeout,
-                resend=NO_RESEND,
-            )
-        )
-        return list(acks)
-
-    def close(self) -> None:
-        try:
-            self._loop.run_until_complete(self._pub.close())
-        finally:
-            self._loop.close()
-
-
-def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> _GrpcPublisher | _NatsPublisher:
-    return _NatsPublisher(settings, plan) if settings.nats_servers else _GrpcPublisher(settings, plan)
+    client = settings.client()
+    publisher = client.batch_publisher(
+        plan.stream,
+        ack_policy=AckPolicy[plan.ack_policy.upper()],
+        window=plan.window,
+        timeout=plan.timeout or settings.timeout,
+        resend=NO_RESEND,
+    )
+    return client, publisher
 
 
 def _partition_state(settings: ConnectionSettings, stream: str, partition: int) -> str:
@@ -249,7 +194,6 @@ class _ExactlyOncePublisher:
             batch=1 << 30,  # each Arrow batch is one call already
             window=plan.window,
             timeout=plan.timeout or settings.timeout,
-            nats_servers=settings.nats_servers,
         )
 
     def publish(self, records: list[Record]) -> Any:
@@ -285,7 +229,7 @@ def publish_partition(
     size = 0
     error: str | None = None
     builder = RecordBuilder(plan, seed=spark_partition)
-    publisher: _GrpcPublisher | _NatsPublisher | None = None
+    opened: tuple[LiftbridgeClient, BatchPublisher] | None = None
     exactly_once: _ExactlyOncePublisher | None = None
     skipped = 0
     try:
@@ -303,10 +247,10 @@ def publish_partition(
                 skipped += result.skipped
                 size += batch_bytes
                 continue
-            if publisher is None:
-                publisher = _open_publisher(settings, plan)
+            if opened is None:
+                opened = _open_publisher(settings, plan)
             try:
-                acks = publisher.publish(records)
+                acks = opened[1].send(records)
             except Exception as exc:
                 # PublishError carries one Ack-or-None per record: keep the exact offsets of those that made it.
                 acks_so_far = [a for a in getattr(exc, "acks", ()) if a is not None]
@@ -331,8 +275,8 @@ def publish_partition(
         # Bad data in a row (explicit partition out of range, unencodable value) or a client that cannot connect.
         error = f"Spark partition {spark_partition}: {type(exc).__name__}: {exc} ({rows} row(s) acknowledged before)"
     finally:
-        if publisher is not None:
-            publisher.close()
+        if opened is not None:
+            opened[0].close()
         if exactly_once is not None:
             exactly_once.close()
     return {

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from airflow_provider_liftbridge.client import (
+    NO_RESEND,
     Ack,
     AckPolicy,
     AckTimeoutError,
+    BatchPublisher,
     InvalidArgumentError,
     KeyPartitioner,
     LiftbridgeClient,
@@ -28,12 +31,12 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     StopPosition,
 )
+from airflow_provider_liftbridge.client.effects import NatsCall, OpenStream, Unary
 from airflow_provider_liftbridge.client.exactly_once import (
     PRODUCER_HEADER,
     SEQ_HEADER,
     ExactlyOncePublisher,
     ExactlyOncePublishError,
-    GrpcSender,
     SeqSet,
     producer_cursor_id,
     producer_id_for,
@@ -69,7 +72,7 @@ def _values(n: int) -> list[bytes]:
 class _CrashAfter:
     """Publishes the first ``k`` records of the stream of batches for real, then 'dies'."""
 
-    def __init__(self, inner: GrpcSender, k: int) -> None:
+    def __init__(self, inner: BatchPublisher, k: int) -> None:
         self.inner, self.left = inner, k
 
     def send(self, records: list[Record]) -> Sequence[Ack]:
@@ -89,7 +92,7 @@ class _CrashAfter:
 class _LoseAcksOnce:
     """Publishes for real but reports every ack of the first batch as missing (a lost connection)."""
 
-    def __init__(self, inner: GrpcSender) -> None:
+    def __init__(self, inner: BatchPublisher) -> None:
         self.inner, self.calls = inner, 0
 
     def send(self, records: list[Record]) -> Sequence[Ack]:
@@ -109,7 +112,7 @@ class _LoseAcksOnce:
 class _Intruder:
     """Writes a record of another producer right before each of the first ``times`` sends."""
 
-    def __init__(self, inner: GrpcSender, client: LiftbridgeClient, stream: str, times: int) -> None:
+    def __init__(self, inner: BatchPublisher, client: LiftbridgeClient, stream: str, times: int) -> None:
         self.inner, self.client, self.stream, self.times = inner, client, stream, times
 
     def send(self, records: list[Record]) -> Sequence[Ack]:
@@ -125,8 +128,10 @@ class _Intruder:
         self.inner.close()
 
 
-def _grpc(client: LiftbridgeClient, stream: str) -> GrpcSender:
-    return GrpcSender(client.brokers, tls=None, stream=stream, ack_policy=AckPolicy.LEADER, window=64, timeout=5.0)
+def _grpc(client: LiftbridgeClient, stream: str) -> BatchPublisher:
+    return client.batch_publisher(
+        stream, path="grpc", ack_policy=AckPolicy.LEADER, window=64, timeout=5.0, resend=NO_RESEND
+    )
 
 
 def test_first_publish_writes_every_record_with_producer_headers(client: LiftbridgeClient, stream_name: str) -> None:
@@ -283,12 +288,14 @@ def test_round_robin_that_differs_between_attempts_still_skips(client: Liftbridg
     assert Counter(_seqs(everything, "rr")) == Counter(range(20))
 
 
-def test_nats_direct_path(client: LiftbridgeClient, stream_name: str, nats_url: str) -> None:
+def test_nats_direct_path(client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=2)
     records = [Record(f"v{i}".encode(), partition=i % 2) for i in range(40)]
-    first = ExactlyOncePublisher(client, stream_name, "nats", nats_servers=[nats_url]).publish(records[:25])
-    assert first.written == 25
-    retry = ExactlyOncePublisher(client, stream_name, "nats", nats_servers=[nats_url]).publish(records)
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as over_nats:
+        publisher = ExactlyOncePublisher(over_nats, stream_name, "nats", path="nats")
+        first = publisher.publish(records[:25])
+        assert first.written == 25
+        retry = ExactlyOncePublisher(over_nats, stream_name, "nats").publish(records)
     assert (retry.written, retry.skipped) == (15, 25)
     everything = [m for p in range(2) for m in _read(client, stream_name, p)]
     assert sorted(_seqs(everything, "nats")) == list(range(40))
@@ -347,3 +354,40 @@ def test_seq_set_merges_runs() -> None:
     assert not s.add(6)
     assert s.add(4) and s.runs() == [(1, 7)]
     assert len(s) == 7 and 4 in s and 0 not in s and 8 not in s and "x" not in s
+
+
+@pytest.mark.parametrize("path", ["grpc", "nats"])
+def test_a_fresh_producer_makes_only_the_round_trips_its_scan_start_needs(
+    path: str, lb_address: str, nats_url: str, stream_name: str
+) -> None:
+    """No faults, a new producer: besides sending the records, exactly-once publishing only reads
+    the stream's metadata, asks each partition for a cursor, and stores the scan start of each
+    partition it writes to. Counted on the client's own transport (a spy: every call is real)."""
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as c:
+        c.create_stream(stream_name, stream_name, partitions=2)
+        c.fetch_cursor("warm-up", stream_name, 0)  # the cursor routing's own lookup, made once per client
+        calls: list[str] = []
+        execute = c._transport.execute
+
+        def spy(effect: Any) -> Any:
+            if isinstance(effect, Unary | OpenStream):
+                calls.append(effect.method)
+            elif isinstance(effect, NatsCall):
+                calls.append("NATS batch")
+            return execute(effect)
+
+        c._transport.execute = spy  # type: ignore[method-assign]
+        records = [Record(f"v{i}".encode(), partition=i % 2) for i in range(100)]
+        result = ExactlyOncePublisher(c, stream_name, "lean", path=path).publish(records)
+    assert result.written == 100
+    send = ["NATS batch"] if path == "nats" else ["PublishAsync"]
+    assert calls == [
+        "FetchMetadata",  # partitions and subject
+        "FetchCursor",  # partition 0: resuming? no
+        "FetchCursor",  # partition 1: no
+        "FetchPartitionMetadata",  # partition 0: its high watermark...
+        "SetCursor",  # ...stored as the scan start
+        "FetchPartitionMetadata",
+        "SetCursor",
+        *send,  # every record, one batch
+    ]

@@ -89,7 +89,7 @@ def test_bulk_and_exactly_once_publish_over_secured_nats(
         client.create_stream(stream_name, stream_name)
         acks = client.publish_many(stream_name, [b"a", b"b", b"c"], path="nats")
         assert [a.offset for a in acks] == [0, 1, 2]
-        result = ExactlyOncePublisher(client, stream_name, "p", nats_servers=[server.nats_url]).publish([b"d", b"e"])
+        result = ExactlyOncePublisher(client, stream_name, "p", path="nats").publish([b"d", b"e"])
         assert result.written == 2
         assert client.fetch_partition_metadata(stream_name, 0).newest_offset == 4
 

@@ -164,8 +164,8 @@ class ReadTrackingOperator(LiftbridgePublishFileOperator):
         self.handle = handle
         return super()._records(path, fmt, handle)
 
-    def open_publisher(self, client, settings):  # type: ignore[no-untyped-def]
-        sender = super().open_publisher(client, settings)
+    def open_publisher(self, client):  # type: ignore[no-untyped-def]
+        sender = super().open_publisher(client)
         original = sender.send
         self.read_at_send: list[int] = []
 

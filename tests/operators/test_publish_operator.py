@@ -6,14 +6,20 @@ import json
 
 import pytest
 
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, NoSuchStreamError, Record, partition_for_key
-from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.client import (
+    Ack,
+    BatchPublisher,
+    LiftbridgeClient,
+    NoSuchStreamError,
+    Record,
+    partition_for_key,
+)
 from airflow_provider_liftbridge.hooks.exceptions import (
     LiftbridgeArgumentError,
     LiftbridgePublishNotAcknowledgedError,
 )
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
-from airflow_provider_liftbridge.operators.publishing import BatchSender, build_record, publish_in_windows, to_bytes
+from airflow_provider_liftbridge.operators.records import build_record, to_bytes
 from tests.operators import helpers
 from tests.operators.helpers import read_all
 
@@ -133,8 +139,15 @@ def test_readonly_stream_fails_the_task(path: str, stream_name: str, liftbridge_
 def test_nats_path_refuses_paused_partitions_up_front(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
     liftbridge_client.pause_stream(stream_name, partitions=[1])
-    with pytest.raises(LiftbridgeArgumentError, match=r"partition\(s\) \[1\].*use publish_path 'grpc'"):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path="nats").execute({})
+    with pytest.raises(LiftbridgePublishNotAcknowledgedError, match=r"partition 1 is paused.*path='grpc'"):
+        LiftbridgePublishOperator(
+            task_id="p", stream=stream_name, records=["x"], partition=1, publish_path="nats"
+        ).execute({})
+    # A partition that is not paused takes NATS as asked.
+    summary = LiftbridgePublishOperator(
+        task_id="p", stream=stream_name, records=["y"], partition=0, publish_path="nats"
+    ).execute({})
+    assert summary["partitions"] == {"0": {"first_offset": 0, "last_offset": 0, "count": 1}}
     # "auto" falls back to gRPC, which resumes the paused partition.
     summary = LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], partition=1).execute({})
     assert summary["partitions"] == {"1": {"first_offset": 0, "last_offset": 0, "count": 1}}
@@ -176,33 +189,35 @@ def test_bad_records_fail_the_task(stream_name: str, kwargs: dict[str, object], 
         LiftbridgePublishOperator(task_id="p", stream=stream_name, publish_path="grpc", **kwargs).execute({})  # type: ignore[arg-type]
 
 
-class CountingSender(BatchSender):
-    """The real gRPC sender, noting each window's size and how far the source had been read."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.windows: list[tuple[int, int]] = []
-
-    def send(self, batch: list[Record]):  # type: ignore[no-untyped-def]
-        self.windows.append((len(batch), helpers.PULLED["count"]))
-        return super().send(batch)
-
-
-def test_windows_bound_what_is_read_ahead(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+def test_windows_bound_what_is_read_ahead(
+    stream_name: str, liftbridge_client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator publishes through the client's batch publisher, ``window`` records at a time,
+    reading its source no further ahead than the batch being sent."""
     liftbridge_client.create_stream(stream_name, stream_name)
     helpers.PULLED["count"] = 0
-    hook = LiftbridgeHook()
-    sender = CountingSender(
-        hook.client, stream_name, ack_policy=AckPolicy.LEADER, window=256, partition=None, partitioner=None, timeout=10
+    batches: list[tuple[int, int]] = []
+    send = BatchPublisher.send
+
+    def counting_send(self: BatchPublisher, records: list[Record]) -> list[Ack]:
+        batches.append((len(records), helpers.PULLED["count"]))
+        return send(self, records)
+
+    monkeypatch.setattr(BatchPublisher, "send", counting_send)  # spy only: the real send runs
+    op = LiftbridgePublishOperator(
+        task_id="w",
+        stream=stream_name,
+        records_callable="tests.operators.helpers.counted_records",
+        records_callable_args=[2500],
+        window=1000,
+        publish_path="grpc",
     )
-    records = (build_record(v) for v in helpers.counted_records(2500))
-    summary = publish_in_windows(sender, records, window=1000)
-    hook.close()
-    assert summary.count == summary.acknowledged == 2500
-    assert [size for size, _ in sender.windows] == [1000, 1000, 500]
+    summary = op.execute({})
+    assert summary["count"] == summary["acknowledged"] == 2500
+    assert [size for size, _ in batches] == [1000, 1000, 500]
     # The source is never more than one window ahead of what was published.
-    assert [pulled for _, pulled in sender.windows] == [1000, 2000, 2500]
-    assert summary.to_xcom()["partitions"] == {"0": {"first_offset": 0, "last_offset": 2499, "count": 2500}}
+    assert [pulled for _, pulled in batches] == [1000, 2000, 2500]
+    assert summary["partitions"] == {"0": {"first_offset": 0, "last_offset": 2499, "count": 2500}}
 
 
 def test_to_bytes_and_build_record() -> None:

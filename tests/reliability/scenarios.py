@@ -350,10 +350,10 @@ def nats_restart(n: int = 200) -> Figures:
     try:
         with DevServer(nats_url=url) as server:
             stream = f"nats-{uuid.uuid4().hex[:8]}"
-            client = LiftbridgeClient(server.address, timeout=3.0)
+            client = LiftbridgeClient(server.address, nats_servers=[url], timeout=3.0)
             client.create_stream(stream, stream)
             records = values(n)
-            pub = ExactlyOncePublisher(client, stream, "nats-restart", nats_servers=[url], timeout=1.0, backoff=0.2)
+            pub = ExactlyOncePublisher(client, stream, "nats-restart", path="nats", timeout=1.0, backoff=0.2)
             pub.publish(records[: n // 2])
             nats_proc.stop()
             nats_proc = NatsServerProcess(port=port)

@@ -61,11 +61,11 @@ async def test_message_trigger_keeps_waiting_across_a_nats_server_restart(
         monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(server.address))
         stream = f"trig-{uuid.uuid4().hex[:8]}"
         records = values(10)
-        with LiftbridgeClient(server.address) as client:
+        with LiftbridgeClient(server.address, nats_servers=[external_nats.url]) as client:
             client.create_stream(stream, stream)
             dag_support.SEEN.clear()
             waiting = asyncio.ensure_future(_trigger(stream, records[-1].decode()).run().__anext__())
-            pub = ExactlyOncePublisher(client, stream, "trig", nats_servers=[external_nats.url], timeout=1.0)
+            pub = ExactlyOncePublisher(client, stream, "trig", path="nats", timeout=1.0)
             await asyncio.to_thread(pub.publish, records[:5])
             await _wait_seen(5)
             external_nats.stop()

@@ -19,6 +19,7 @@ import functools
 import logging
 import weakref
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
@@ -54,6 +55,12 @@ from .nats_link import NatsLink
 from .resend import ResendPolicy
 
 __all__ = [
+    "BatchOptions",
+    "Route",
+    "batch_options",
+    "discard_nats",
+    "open_route",
+    "send_batch",
     "GRPC_WINDOW",
     "NATS_WINDOW",
     "PUBLISH_PATHS",
@@ -104,6 +111,168 @@ def _log_path(core: ClientCore, stream: str, path: str, why: str = "") -> None:
         log.info("publish_many to stream %r over %s", stream, where)
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """What a batch publisher was asked for, validated (see ``LiftbridgeClient.batch_publisher``)."""
+
+    stream: str
+    path: PublishPath
+    partition: int | None
+    partitioner: PartitionerFunc | None
+    ack_policy: AckPolicy
+    window: int | None
+    wait: float
+    resend: ResendPolicy | None
+
+
+def batch_options(
+    core: ClientCore,
+    stream: str,
+    *,
+    path: PublishPath = "auto",
+    partition: int | None = None,
+    partitioner: PartitionerFunc | None = None,
+    ack_policy: AckPolicy | None = None,
+    window: int | None = None,
+    timeout: float | None = None,
+    resend: ResendPolicy | None = None,
+) -> BatchOptions:
+    """Validate a batch publisher's options, with the client's defaults filled in.
+
+    :raises InvalidArgumentError: an empty stream name, an unknown path, ``"nats"`` without NATS
+        servers, a window below 1, a non-positive timeout.
+    """
+    if not isinstance(stream, str) or not stream:
+        raise InvalidArgumentError(f"stream must be a non-empty stream name, got {stream!r}")
+    resolve_path(core, path)
+    if window is not None and window < 1:
+        raise InvalidArgumentError(f"window must be at least 1, got {window}")
+    return BatchOptions(
+        stream,
+        path,
+        partition,
+        partitioner,
+        core.resolve_ack_policy(ack_policy),
+        window,
+        core.call_timeout(timeout),
+        resend,
+    )
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a batch publisher sends: decided by :func:`open_route`, changed only by a fallback
+    to gRPC (which is then kept for the publisher's later batches).
+
+    :ivar path: ``"nats"`` or ``"grpc"``.
+    :ivar info: the stream's metadata when it was opened (NATS path).
+    :ivar fit: partitions already found fit for NATS publishes (neither paused nor read-only).
+    :ivar why: why gRPC is used although the client knows NATS servers ("" if it is not).
+    """
+
+    path: Literal["nats", "grpc"]
+    info: StreamInfo | None = None
+    fit: set[int] = field(default_factory=set)
+    why: str = ""
+
+
+def open_route(core: ClientCore, options: BatchOptions, info: StreamInfo | None = None) -> Op[Route]:
+    """Choose the path (NATS when asked, or for ``"auto"`` when the client knows NATS servers)
+    and, for NATS, read the stream's metadata once (unless the caller has just read it: ``info``).
+
+    :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
+    """
+    if resolve_path(core, options.path) == "grpc":
+        return Route("grpc")
+    return Route("nats", info if info is not None else (yield from _stream_info(core, options.stream)))
+
+
+def send_batch(
+    core: ClientCore, options: BatchOptions, route: Route, records: Iterable[Record | bytes]
+) -> Op[list[Ack]]:
+    """Publish one batch on ``route``; return the acks in input order. The batch is held in
+    memory (callers with unbounded input send it batch by batch, see ``BatchPublisher.publish``).
+
+    :raises PublishError: / :raises InvalidArgumentError: see ``LiftbridgeClient.publish_many``.
+    """
+    stream, path = options.stream, options.path
+    # Plain bytes stay bytes: building a Record per value would cost more than publishing it.
+    items: list[Record | bytes] = list(records)
+    if not items:
+        return []
+    # All bytes (the bulk case) is checked at C speed; anything else item by item.
+    all_bytes = set(map(type, items)) == {bytes}
+    if not all_bytes:
+        items = [item if type(item) is bytes else grpc_batch.as_record(i, item) for i, item in enumerate(items)]
+
+    def grpc(why: str = "") -> Op[list[Ack]]:
+        if why:
+            route.path, route.why = "grpc", why  # the publisher's later batches go this way too
+        _log_path(core, stream, "grpc", why)
+        return grpc_batch.publish_many(
+            core,
+            stream,
+            items,
+            partition=options.partition,
+            partitioner=options.partitioner,
+            ack_policy=options.ack_policy,
+            window=GRPC_WINDOW if options.window is None else options.window,
+            timeout=options.wait,
+            resend=options.resend,
+        )
+
+    if route.path == "grpc":
+        return (yield from grpc())
+    info = route.info
+    assert info is not None
+    if all_bytes and options.partitioner is None:
+        parts = [options.partition or 0] * len(items)
+    else:
+        parts = yield from _partitions(core, stream, items, options.partition, options.partitioner)
+    targets = set(parts)
+    blocked = yield from _blocked_partitions(core, info, sorted(targets - route.fit))
+    if blocked:
+        p, error = blocked
+        if path == "auto" and not isinstance(error, NoSuchPartitionError):
+            return (yield from grpc(f"partition {p} is {_state(error)}, which NATS publishes cannot handle"))
+        first = parts.index(p)
+        raise _not_sent(items, first, error)
+    route.fit |= targets
+    ids = CorrelationIds(len(items), {}) if all_bytes else correlation_ids(items)
+    if len(targets) == 1:
+        subjects = [partition_subject(info.subject, parts[0])] * len(parts)
+    else:
+        subject_of = {p: partition_subject(info.subject, p) for p in targets}
+        subjects = [subject_of[p] for p in parts]
+    _log_path(core, stream, "nats")
+    run = functools.partial(
+        _run_nats,
+        subjects,
+        items,
+        ids,
+        ack_policy=options.ack_policy,
+        window=NATS_WINDOW if options.window is None else options.window,
+        ack_timeout=options.wait,
+        resend=options.resend,
+    )
+    outcome: BulkOutcome = yield NatsCall(run)
+    if outcome.failure is not None and outcome.sent == 0 and path == "auto":
+        return (yield from grpc(f"NATS is unavailable ({outcome.failure})"))
+    if outcome.timed_out:
+        yield from _explain_timeouts(core, stream, outcome, parts, options.wait)
+    return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+
+
+def discard_nats() -> Op[None]:
+    """Close the client's NATS connection without flushing what it still buffers (it reconnects
+    on next use): after a failed batch, nothing queued may reach the server later."""
+    yield NatsCall(_discard)
+
+
+async def _discard(link: NatsLink) -> None:
+    await link.discard()
+
+
 def publish_many(
     core: ClientCore,
     stream: str,
@@ -117,73 +286,24 @@ def publish_many(
     path: PublishPath = "auto",
     resend: ResendPolicy | None = None,
 ) -> Op[list[Ack]]:
-    """The operation of ``LiftbridgeClient.publish_many`` (documented there)."""
-    chosen = resolve_path(core, path)
-    if window is not None and window < 1:
-        raise InvalidArgumentError(f"window must be at least 1, got {window}")
-    # Plain bytes stay bytes: building a Record per value would cost more than publishing it.
-    items: list[Record | bytes] = list(records)
-    if not items:
-        return []
-    # All bytes (the bulk case) is checked at C speed; anything else item by item.
-    all_bytes = set(map(type, items)) == {bytes}
-    if not all_bytes:
-        items = [item if type(item) is bytes else grpc_batch.as_record(i, item) for i, item in enumerate(items)]
-
-    def grpc(why: str = "") -> Op[list[Ack]]:
-        _log_path(core, stream, "grpc", why)
-        return grpc_batch.publish_many(
-            core,
-            stream,
-            items,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=GRPC_WINDOW if window is None else window,
-            timeout=timeout,
-            resend=resend,
-        )
-
-    if chosen == "grpc":
-        return (yield from grpc())
-    policy = core.resolve_ack_policy(ack_policy)
-    wait = core.call_timeout(timeout)
-    info = yield from _stream_info(core, stream)
-    if all_bytes and partitioner is None:
-        parts = [partition or 0] * len(items)
-    else:
-        parts = yield from _partitions(core, stream, items, partition, partitioner)
-    targets = set(parts)
-    blocked = yield from _blocked_partitions(core, info, sorted(targets))
-    if blocked:
-        p, error = blocked
-        if path == "auto" and not isinstance(error, NoSuchPartitionError):
-            return (yield from grpc(f"partition {p} is {_state(error)}, which NATS publishes cannot handle"))
-        first = parts.index(p)
-        raise _not_sent(items, first, error)
-    ids = CorrelationIds(len(items), {}) if all_bytes else correlation_ids(items)
-    if len(targets) == 1:
-        subjects = [partition_subject(info.subject, parts[0])] * len(parts)
-    else:
-        subject_of = {p: partition_subject(info.subject, p) for p in targets}
-        subjects = [subject_of[p] for p in parts]
-    _log_path(core, stream, "nats")
-    run = functools.partial(
-        _run_nats,
-        subjects,
-        items,
-        ids,
-        ack_policy=policy,
-        window=NATS_WINDOW if window is None else window,
-        ack_timeout=wait,
+    """The operation of ``LiftbridgeClient.publish_many`` (documented there): a batch publisher
+    opened for one batch."""
+    options = batch_options(
+        core,
+        stream,
+        path=path,
+        partition=partition,
+        partitioner=partitioner,
+        ack_policy=ack_policy,
+        window=window,
+        timeout=timeout,
         resend=resend,
     )
-    outcome: BulkOutcome = yield NatsCall(run)
-    if outcome.failure is not None and outcome.sent == 0 and path == "auto":
-        return (yield from grpc(f"NATS is unavailable ({outcome.failure})"))
-    if outcome.timed_out:
-        yield from _explain_timeouts(core, stream, outcome, parts, wait)
-    return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {wait:g} s)")
+    items = records if isinstance(records, list) else list(records)
+    if not items:
+        return []
+    route = yield from open_route(core, options)
+    return (yield from send_batch(core, options, route, items))
 
 
 def _partitions(

@@ -71,6 +71,11 @@ class NatsLink:
                 self._failed = None
             return self._nc
 
+    async def discard(self) -> None:
+        """Drop the connection after a failed batch: close it now (what it buffers goes out at
+        once or never, not after a later reconnect); the next :meth:`get` opens a new one."""
+        await self.close()
+
     async def close(self) -> None:
         """Close the connection if it is open on the running loop; idempotent."""
         nc, self._nc = self._nc, None

@@ -1,0 +1,143 @@
+"""``BatchPublisher``: the client's batch publisher for one stream (blocking client).
+
+Everything that publishes batches goes through it — ``LiftbridgeClient.publish_many`` (one
+batch), the publishing operators, Spark executors and exactly-once publishing: it chooses the
+path once (:func:`.batch.open_route`), assigns partitions, uses the client's NATS connection and
+event loop, windows, re-sends or not (``resend``), and reports the acks. Callers pass options;
+none of them holds a sender of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..effects import Op
+from ..errors import InvalidArgumentError, PublishError
+from ..routing import ClientCore
+from ..types import Ack, Record, StreamInfo
+from .batch import BatchOptions, Route, discard_nats, open_route, send_batch
+from .summary import PublishSummary
+
+__all__ = ["DEFAULT_BATCH", "BatchPublisher"]
+
+#: Records per batch of :meth:`BatchPublisher.publish` when the caller does not say: held in
+#: memory at once, and the pipeline drains at each batch's end.
+DEFAULT_BATCH = 16_384
+
+
+class BatchPublisher:
+    """Publishes batches of records to one stream with fixed options; made by
+    ``LiftbridgeClient.batch_publisher`` (whose docstring describes the options). The NATS
+    connection and its event loop are the client's: closing the publisher releases nothing, and
+    closing the client ends it. Not thread-safe: one publisher per thread.
+
+    :param run: executes an operation on the client's transport.
+    :param core: the client's shared state.
+    :param options: validated options (see :func:`.batch.batch_options`).
+    :param info: the stream's metadata if the caller has just read it (saves reading it again).
+    """
+
+    def __init__(
+        self, run: Callable[[Op[Any]], Any], core: ClientCore, options: BatchOptions, info: StreamInfo | None = None
+    ) -> None:
+        self._run = run
+        self._core = core
+        self.options = options
+        self._info = info
+        self._route: Route | None = None
+
+    @property
+    def stream(self) -> str:
+        """The stream published to."""
+        return self.options.stream
+
+    def _open(self) -> Route:
+        if self._route is None:
+            self._route = self._run(open_route(self._core, self.options, self._info))
+        return self._route
+
+    @property
+    def path(self) -> str:
+        """``"nats"`` or ``"grpc"``: the path the next batch takes (opens the publisher).
+
+        :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
+        """
+        return self._open().path
+
+    @property
+    def fallback_reason(self) -> str:
+        """Why gRPC is used although the client knows NATS servers ("" when it is not)."""
+        return self._open().why
+
+    def send(self, records: Iterable[Record | bytes]) -> list[Ack]:
+        """Publish one batch (held in memory) and return its acks in input order (``[]`` with
+        ack policy ``NONE``).
+
+        :raises PublishError: / :raises InvalidArgumentError: / :raises NoSuchStreamError: as
+            ``LiftbridgeClient.publish_many``.
+        """
+        items = records if isinstance(records, list) else list(records)
+        if not items:
+            return []
+        acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items))
+        return acks
+
+    def publish(
+        self,
+        records: Iterable[Record | bytes],
+        *,
+        batch: int = DEFAULT_BATCH,
+        summary: PublishSummary | None = None,
+        on_progress: Callable[[PublishSummary], None] | None = None,
+    ) -> PublishSummary:
+        """Publish an iterable of any length ``batch`` records at a time (read lazily: at most
+        ``batch`` records are held, plus nothing of earlier batches but the summary); every ack
+        of a batch is in before the next batch is read.
+
+        :param batch: records per batch.
+        :param summary: the running summary to add to (a new one by default).
+        :param on_progress: called with the running summary after each batch (progress logging).
+        :returns: the summary.
+        :raises PublishError: a record of some batch failed; the summary already counts what was
+            acknowledged, including the failed batch's acknowledged records; ``.start`` is the
+            position of the failed batch in the input.
+        :raises InvalidArgumentError: ``batch`` below 1, or a bad record.
+        """
+        if batch < 1:
+            raise InvalidArgumentError(f"batch must be at least 1, got {batch}")
+        summary = summary if summary is not None else PublishSummary(self.stream, self.options.ack_policy)
+        iterator = iter(records)
+        start = 0
+        while chunk := list(itertools.islice(iterator, batch)):
+            try:
+                acks = self.send(chunk)
+            except PublishError as exc:
+                received = [a for a in exc.acks if a is not None]
+                summary.add_acks(received, len(received))
+                where = f"record #{start + exc.index}" if exc.index is not None else f"batch from record #{start}"
+                raise PublishError(
+                    f"{where} of the input: {exc}", acks=exc.acks, index=exc.index, errors=exc.errors, start=start
+                ) from exc.__cause__
+            summary.add_acks(acks, len(chunk))
+            start += len(chunk)
+            if on_progress is not None:
+                on_progress(summary)
+        return summary
+
+    def reset(self) -> None:
+        """After a failed batch: drop the client's NATS connection so nothing it still buffers
+        reaches the server later (exactly-once publishing re-reads the partitions next). The
+        gRPC path holds nothing between batches."""
+        if self._route is not None and self._route.path == "nats":
+            self._run(discard_nats())
+
+    def close(self) -> None:
+        """Nothing to release (the connection is the client's); for use as a context manager."""
+
+    def __enter__(self) -> BatchPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
