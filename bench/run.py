@@ -616,7 +616,9 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
                 df.cache().count()
 
                 def run(df: Any = df, stream: str = stream, settings: Any = settings) -> int:
-                    return publish_dataframe(df, stream, settings=settings, key_col="customer", window=BULK_WINDOW).rows
+                    return publish_dataframe(
+                        df, stream, settings=settings, key_col="customer", window=BULK_WINDOW
+                    ).count
 
                 runs[label] = spark_bench.measure(f"publish over {label}", cores, run)
             ours, base = runs["nats"], runs["grpc"]

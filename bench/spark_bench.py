@@ -128,7 +128,7 @@ def main() -> None:
 
             def run() -> int:
                 summary = publish_dataframe(df, stream, settings=settings, key_col="customer", window=args.window)
-                return summary.rows
+                return summary.count
 
             return stream, run
 

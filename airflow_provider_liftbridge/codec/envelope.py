@@ -44,8 +44,9 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024 - HEADER_LEN_WITH_CRC
 
 _HEAD = struct.Struct(">4sBBBB")
 _HEAD_CRC = struct.Struct(">4sBBBBI")
-_CRC = struct.Struct(">I")
-_crc32c = google_crc32c.value
+#: The CRC-32C field of an envelope (big-endian uint32), and the checksum itself.
+CRC_FIELD = struct.Struct(">I")
+crc32c = google_crc32c.value
 
 
 class MsgType(enum.IntEnum):
@@ -109,7 +110,7 @@ def encode(
     if not 0 <= msg_type <= _MAX_TYPE:
         raise UnexpectedMessageTypeError(f"message type {msg_type} is not an envelope type (0..{_MAX_TYPE})")
     if crc:
-        return _HEAD_CRC.pack(MAGIC, VERSION, HEADER_LEN_WITH_CRC, FLAG_CRC32C, msg_type, _crc32c(payload)) + payload
+        return _HEAD_CRC.pack(MAGIC, VERSION, HEADER_LEN_WITH_CRC, FLAG_CRC32C, msg_type, crc32c(payload)) + payload
     return _HEAD.pack(MAGIC, VERSION, HEADER_LEN, 0, msg_type) + payload
 
 
@@ -139,7 +140,7 @@ def framer(
         ``max_payload``.
     """
     head = header_of(msg_type, crc=crc)
-    pack_crc, crc32c = _CRC.pack, _crc32c
+    pack_crc = CRC_FIELD.pack
 
     def too_large(payload: bytes) -> bytes:
         return encode(payload, msg_type, crc=crc, max_payload=max_payload)  # raises, with the one message
@@ -201,8 +202,8 @@ def decode(
     if type(body) is not bytes:
         body = bytes(body)
     _check_size(len(body), max_payload)
-    (stored,) = _CRC.unpack_from(data, HEADER_LEN)
-    actual = _crc32c(body)
+    (stored,) = CRC_FIELD.unpack_from(data, HEADER_LEN)
+    actual = crc32c(body)
     if actual != stored:
         raise CrcMismatchError(
             f"CRC-32C mismatch: header says 0x{stored:08x}, payload hashes to 0x{actual:08x} "

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from .envelope import _CRC, DEFAULT_MAX_PAYLOAD, MsgType, _crc32c, decode, encode, framer, header_of
+from .envelope import CRC_FIELD, DEFAULT_MAX_PAYLOAD, MsgType, crc32c, decode, encode, framer, header_of
 from .errors import UndecodablePayloadError
 
 _T = TypeVar("_T", api_pb2.Message, api_pb2.Ack)
@@ -149,7 +149,7 @@ class PublishEncoder:
         value_heads, id_heads = self._value_heads, self._id_heads
         no_offset, inbox, policy, frame = self._no_offset, self._inbox, self._policy, self._frame
         value_head, id_head = self._value_head, self._id_head
-        head, pack_crc, crc32c, join = header_of(MsgType.PUBLISH, crc=crc), _CRC.pack, _crc32c, b"".join
+        head, pack_crc, join = header_of(MsgType.PUBLISH, crc=crc), CRC_FIELD.pack, b"".join
 
         def encode_value(value: bytes, correlation_id: bytes) -> bytes:
             vh = value_heads.get(len(value))

@@ -19,11 +19,11 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.diagnostics import explain_unreachable, sniff_protocol
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.nats_security import redact_url
 
 from .connection import settings_from_connection
 from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
-from .exceptions import LiftbridgeConnectionConfigError
 
 __all__ = ["LiftbridgeHook"]
 

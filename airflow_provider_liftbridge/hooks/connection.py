@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
+from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_url
 
 from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
-from .exceptions import LiftbridgeConnectionConfigError
 
 __all__ = ["ConnectionLike", "parse_ack_policy", "settings_from_connection"]
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
 from .records import to_bytes
 

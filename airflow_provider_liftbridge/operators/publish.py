@@ -10,7 +10,7 @@ from airflow.sdk import Context
 from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import Record
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 
 from .publishing import LiftbridgePublishingOperator
 from .records import build_record

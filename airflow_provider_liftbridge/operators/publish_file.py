@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Context, ObjectStoragePath
 
 from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, PublishSummary, Record
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
 
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows

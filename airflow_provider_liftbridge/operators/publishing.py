@@ -28,8 +28,8 @@ from airflow_provider_liftbridge.client.exactly_once import (
 )
 from airflow_provider_liftbridge.client.publishing.batch import PUBLISH_PATHS
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.nats_security import redact_urls
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_liftbridge.client import KeyPartitioner, Partitioner, Record, RoundRobinPartitioner
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 
 __all__ = ["PARTITIONERS", "build_record", "json_default", "make_partitioner", "to_bytes"]
 

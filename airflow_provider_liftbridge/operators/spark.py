@@ -215,12 +215,12 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
             )
         self.log.info(
             "Published %d row(s) (%d bytes) to stream %s over %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",
-            summary.rows,
+            summary.count - summary.skipped,
             summary.bytes,
             summary.stream,
             "NATS-direct envelopes" if settings.nats_servers else "gRPC PublishAsync",
-            summary.spark_partitions,
+            summary.extra["spark_partitions"],
             summary.seconds,
-            summary.rows_per_second,
+            summary.rate,
         )
         return summary.to_dict()

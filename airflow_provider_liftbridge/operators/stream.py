@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, NoSuchStreamError, StreamExistsError
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
 from .base import LiftbridgeBaseOperator
 

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger, collect_inbox_acks
 
 from .base import LiftbridgeBaseSensor

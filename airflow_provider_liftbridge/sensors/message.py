@@ -9,9 +9,8 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 
 from airflow_provider_liftbridge.client import GroupConsumer, StartPosition
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
-from airflow_provider_liftbridge.triggers.base import check_partition, parse_start_at
 from airflow_provider_liftbridge.triggers.message import (
     LiftbridgeMessageTrigger,
     apply_to_message,
@@ -19,6 +18,7 @@ from airflow_provider_liftbridge.triggers.message import (
     match_event,
     resolve_apply_function,
 )
+from airflow_provider_liftbridge.validation import check_partition, parse_start_at
 
 from .base import LiftbridgeBaseSensor
 

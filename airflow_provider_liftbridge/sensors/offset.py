@@ -7,10 +7,10 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
-from airflow_provider_liftbridge.triggers.base import check_partition
 from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
+from airflow_provider_liftbridge.validation import check_partition
 
 from .base import LiftbridgeBaseSensor
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_liftbridge.client import PublishSummary
+from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
+
 from .errors import (
     LiftbridgeSparkError,
     SparkOptionError,
@@ -22,7 +25,7 @@ from .errors import (
     SparkStreamError,
 )
 from .plan import PublishPlan
-from .publish import PartitionRange, PublishSummary, publish_dataframe
+from .publish import publish_dataframe
 from .session import build_spark_session
 from .settings import ConnectionSettings, from_options, to_options
 

@@ -46,7 +46,17 @@ EXECUTOR_DISTRIBUTIONS = ("grpcio", "protobuf", "nats-py", "google-crc32c", "pya
 #: dev server (executors never run it). Everything else (``codec``, ``client``, ``spark``,
 #: ``_proto`` and the neutral top-level modules they import) is copied, so a new neutral module
 #: cannot be forgotten; ``tests/spark/test_cluster.py`` checks the Airflow layer stays out.
-AIRFLOW_LAYER = ("hooks", "operators", "sensors", "triggers", "queues", "lineage.py", "get_provider_info.py")
+AIRFLOW_LAYER = (
+    "hooks",
+    "operators",
+    "sensors",
+    "triggers",
+    "queues",
+    "exceptions.py",
+    "validation.py",
+    "lineage.py",
+    "get_provider_info.py",
+)
 LEFT_OUT = (*AIRFLOW_LAYER, "devserver")
 #: Written at the archive root: what was packed (read by :func:`describe`).
 MANIFEST = "liftbridge-executor-env.json"

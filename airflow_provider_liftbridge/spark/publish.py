@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_liftbridge.client import AckPolicy, PublishSummary
+from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 
 from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
 from .plan import PublishPlan, RecordBuilder, ValueFormat
@@ -31,78 +34,6 @@ if TYPE_CHECKING:
     from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, Record, StreamInfo
 
 SUMMARY_SCHEMA = "summary string"
-
-
-@dataclass(frozen=True)
-class PartitionRange:
-    """What one stream partition received.
-
-    :param partition: stream partition id.
-    :param rows: rows published to it.
-    :param first_offset: smallest acknowledged offset (``None`` with ack policy ``none``).
-    :param last_offset: largest acknowledged offset (``None`` with ack policy ``none``).
-    """
-
-    partition: int
-    rows: int
-    first_offset: int | None
-    last_offset: int | None
-
-
-@dataclass(frozen=True)
-class PublishSummary:
-    """Driver-side totals of one DataFrame publish.
-
-    :param stream: the stream published to.
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``.
-    :param rows: rows published.
-    :param acknowledged: rows acknowledged (equal to ``rows`` unless ``ack_policy`` was ``none``).
-    :param bytes: payload bytes published (key + value + header values).
-    :param seconds: wall time of the Spark job, seconds.
-    :param spark_partitions: Spark partitions (tasks) that ran.
-    :param partitions: per stream partition counts and first/last offsets, by partition id.
-    :param skipped: with exactly-once publishing, rows an earlier try had published (not in ``rows``).
-    """
-
-    stream: str
-    ack_policy: str
-    rows: int
-    acknowledged: int
-    bytes: int
-    seconds: float
-    spark_partitions: int
-    partitions: tuple[PartitionRange, ...]
-    skipped: int = 0
-
-    @property
-    def rows_per_second(self) -> float:
-        """Throughput of the job (0 when nothing ran)."""
-        return self.rows / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def last_offsets(self) -> dict[int, int]:
-        """Last acknowledged offset per stream partition that received rows (for offset sensors)."""
-        return {p.partition: p.last_offset for p in self.partitions if p.last_offset is not None}
-
-    def to_dict(self) -> dict[str, Any]:
-        """A small JSON-safe dict for XCom, in the shape every publishing operator of this provider returns
-        (``count``, ``acknowledged``, ``ack_policy``, ``partitions`` keyed by partition number as a string)
-        plus ``bytes``, ``seconds`` and ``spark_partitions``.
-        """
-        return {
-            "stream": self.stream,
-            "count": self.rows,
-            "acknowledged": self.acknowledged,
-            "ack_policy": self.ack_policy.upper(),
-            "partitions": {
-                str(p.partition): {"first_offset": p.first_offset, "last_offset": p.last_offset, "count": p.rows}
-                for p in self.partitions
-            },
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "spark_partitions": self.spark_partitions,
-            "skipped": self.skipped,
-        }
 
 
 def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
@@ -347,9 +278,15 @@ def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
 
 
 def merge_summaries(
-    stream: str, ack_policy: str, summaries: Iterable[dict[str, Any]], seconds: float
+    stream: str,
+    ack_policy: str,
+    summaries: Iterable[dict[str, Any]],
+    seconds: float,
+    producer_id: str | None = None,
 ) -> PublishSummary:
-    """Add up executor summaries; raise if any partition failed.
+    """Add up executor summaries into the provider's one summary type (``count``: rows handled;
+    with ``producer_id``, ``written`` + ``skipped``); ``bytes``, ``seconds`` and
+    ``extra["spark_partitions"]`` say what the job did. Raise if any partition failed.
 
     :raises SparkPublishError: naming each failed Spark partition and what happened.
     """
@@ -371,17 +308,24 @@ def merge_summaries(
             entry[2] += n
     if failures:
         raise SparkPublishError(stream, sorted(failures), rows)
-    return PublishSummary(
-        stream=stream,
-        ack_policy=ack_policy,
-        rows=rows,
-        acknowledged=0 if ack_policy == "none" else rows,
+    policy = AckPolicy[ack_policy.upper()]
+    total = rows + skipped
+    summary = PublishSummary(
+        stream,
+        policy,
+        count=total,
+        acknowledged=0 if policy is AckPolicy.NONE else total,
+        producer_id=producer_id,
+        written=rows if producer_id else 0,
+        skipped=skipped,
         bytes=size,
         seconds=seconds,
-        spark_partitions=count,
-        partitions=tuple(PartitionRange(p, n, first, last) for p, (first, last, n) in sorted(merged.items())),
-        skipped=skipped,
+        extra={"spark_partitions": count},
     )
+    for p, (first, last, n) in sorted(merged.items()):
+        if first is not None:  # no offsets with ack policy NONE
+            summary.add_range(p, PartitionRange(first, last, n))
+    return summary
 
 
 def _publish_udf(
@@ -468,13 +412,13 @@ def publish_dataframe(
 
     summaries = projected.mapInArrow(publish_batches, SUMMARY_SCHEMA).collect()
     seconds = time.monotonic() - started
-    return merge_summaries(stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds)
+    return merge_summaries(
+        stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds, producer
+    )
 
 
 __all__ = [
     "LiftbridgeSparkError",
-    "PartitionRange",
-    "PublishSummary",
     "merge_summaries",
     "publish_dataframe",
     "publish_partition",

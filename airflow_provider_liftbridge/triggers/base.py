@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
@@ -17,79 +16,19 @@ from typing import Any, TypeVar
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeError, Message, StartPosition
+from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeError, Message
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 
 __all__ = [
     "LiftbridgeBaseTrigger",
-    "check_partition",
-    "check_stream",
     "closing_subscription",
     "jsonable",
     "message_to_json",
-    "parse_start_at",
     "wait_for_offset",
 ]
 
 _T = TypeVar("_T")
-
-START_NAMES = {p.value: p for p in StartPosition}
-
-
-def check_stream(value: Any) -> str:
-    """A stream name: a non-empty string.
-
-    :raises LiftbridgeArgumentError: not a string, or empty.
-    """
-    if not isinstance(value, str) or not value:
-        raise LiftbridgeArgumentError(f"stream must be a stream name, got {value!r}")
-    return value
-
-
-def check_partition(value: Any, what: str = "partition") -> int:
-    """A partition number (``int`` or digit string).
-
-    :raises LiftbridgeArgumentError: not a non-negative whole number.
-    """
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(value)
-    except (TypeError, ValueError):
-        raise LiftbridgeArgumentError(f"{what} must be a partition number, got {value!r}") from None
-    if number < 0:
-        raise LiftbridgeArgumentError(f"{what} must not be negative, got {value!r}")
-    return number
-
-
-def parse_start_at(value: Any) -> StartPosition | int | dt.datetime:
-    """Read a start position: an offset (``int`` or digits), ``"earliest"``, ``"latest"``,
-    ``"new_only"``, a :class:`StartPosition`, or an ISO 8601 timestamp (naive means UTC).
-
-    :raises LiftbridgeArgumentError: none of those.
-    """
-    if isinstance(value, StartPosition):
-        return value
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise LiftbridgeArgumentError(f"start offset must not be negative, got {value}")
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isdigit():
-            return int(text)
-        if text.lower() in START_NAMES:
-            return START_NAMES[text.lower()]
-        try:
-            return parse_start_at(dt.datetime.fromisoformat(text))
-        except ValueError:
-            pass
-    raise LiftbridgeArgumentError(
-        f"start_at {value!r} is not an offset, 'earliest', 'latest', 'new_only' or an ISO 8601 timestamp"
-    )
 
 
 def _b64(data: bytes) -> str:

@@ -43,11 +43,12 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import TRIGGERER_CLIENT_OPTIONS, LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
 
-from .base import LiftbridgeBaseTrigger, check_partition, check_stream, closing_subscription, parse_start_at
+from .base import LiftbridgeBaseTrigger, closing_subscription
 from .message import apply_to_message, group_auto_offset, match_event, resolve_apply_function
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)

@@ -10,8 +10,8 @@ import pytest
 from airflow.sdk import Connection
 
 from airflow_provider_liftbridge.client import AckPolicy, TlsConfig
+from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import parse_ack_policy, settings_from_connection
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeConnectionConfigError
 
 
 def conn(host: str | None = "127.0.0.1", port: Any = None, **extra: Any) -> Connection:

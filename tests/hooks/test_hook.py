@@ -9,9 +9,9 @@ import pytest
 
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient
 from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY
+from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeConnectionConfigError
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 
 

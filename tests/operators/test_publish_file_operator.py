@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.operators.file_formats import detect_format
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from tests.operators.helpers import read_all

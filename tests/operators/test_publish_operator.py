@@ -14,7 +14,7 @@ from airflow_provider_liftbridge.client import (
     Record,
     partition_for_key,
 )
-from airflow_provider_liftbridge.hooks.exceptions import (
+from airflow_provider_liftbridge.exceptions import (
     LiftbridgeArgumentError,
     LiftbridgePublishNotAcknowledgedError,
 )

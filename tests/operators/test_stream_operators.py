@@ -12,7 +12,7 @@ from airflow_provider_liftbridge.client import (
     ReadonlyPartitionError,
     StreamExistsError,
 )
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
     LiftbridgeDeleteStreamOperator,

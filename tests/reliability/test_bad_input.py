@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, MessageTooLargeError, Record
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgePublishNotAcknowledgedError
+from airflow_provider_liftbridge.exceptions import LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
 from tests.airflow_support import conn_env_name
@@ -24,8 +24,8 @@ BIG_NATS = 2 * 1024 * 1024  # over nats-server's default 1 MiB max_payload
 
 
 def test_extra_that_is_not_json_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
     from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-    from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeConnectionConfigError
 
     conn = {"conn_type": "liftbridge", "host": "127.0.0.1", "extra": '{"nats_servers": "nats://x:4222",'}
     monkeypatch.setenv(conn_env_name("bad_extra"), json.dumps(conn))

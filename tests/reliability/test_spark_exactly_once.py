@@ -33,8 +33,8 @@ def test_spark_partition_resumes_after_a_dead_try(
     assert (first["rows"], first["skipped"], first["error"]) == (400, 0, None)
     retry = publish_partition(batches, plan, settings, spark_partition=3, producer_id="dag/t/run")
     assert (retry["rows"], retry["skipped"], retry["error"]) == (500, 400, None)
-    totals = merge_summaries(stream_name, "leader", [retry], 1.0)
-    assert (totals.rows, totals.skipped) == (500, 400)
+    totals = merge_summaries(stream_name, "leader", [retry], 1.0, producer_id="dag/t/run")
+    assert (totals.count, totals.written, totals.skipped) == (900, 500, 400)
     in_stream, lost, dup = count(rows, read_stream(liftbridge_client, stream_name, (0, 1)))
     assert (in_stream, lost, dup) == (900, 0, 0)
 

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_provider_liftbridge.client import LiftbridgeClient, Record
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
 from tests.airflow_support import conn_env_name, liftbridge_conn_json

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher, publish_many_direct
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError, LiftbridgeTriggerEventError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeTriggerEventError
 from airflow_provider_liftbridge.sensors.ack import LiftbridgeAckSensor
 from airflow_provider_liftbridge.sensors.base import LiftbridgeBaseSensor
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor

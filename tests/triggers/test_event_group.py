@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, Record
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger
 from tests.triggers.test_event_trigger import Runner
 

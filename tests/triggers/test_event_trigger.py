@@ -14,7 +14,7 @@ import pytest
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
-from airflow_provider_liftbridge.hooks.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.event import (
     LiftbridgeEventTrigger,
     LiftbridgeWatcherError,

@@ -53,8 +53,10 @@ class PublishSummary:
     :param partitions: acknowledged offsets per partition.
     :param producer_id: set by exactly-once publishing; ``written`` / ``skipped`` then count the
         records this try put into the stream / found there already (``count`` is their sum).
-    :param extra: further JSON-safe facts a caller reports (Spark: ``bytes``, ``seconds``,
-        ``spark_partitions``), added to :meth:`to_dict`.
+    :param bytes: payload bytes published (key + value + header values), when the caller counts them.
+    :param seconds: wall time of the publish, when the caller measures it.
+    :param extra: further JSON-safe facts a caller reports (Spark: ``spark_partitions``), added
+        to :meth:`to_dict`.
     """
 
     stream: str
@@ -65,7 +67,14 @@ class PublishSummary:
     producer_id: str | None = None
     written: int = 0
     skipped: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Records per second over :attr:`seconds` (0 when not measured)."""
+        return self.count / self.seconds if self.seconds > 0 else 0.0
 
     def add_acks(self, acks: Iterable[Ack], sent: int) -> None:
         """Account for ``sent`` records and the acks that came back for them (none with ack
@@ -108,12 +117,14 @@ class PublishSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe summary (shape in the module docstring; exactly-once publishing adds
-        ``producer_id``, ``written`` and ``skipped``; then :attr:`extra`)."""
+        ``producer_id``, ``written`` and ``skipped``; a measured publish ``bytes`` and ``seconds``;
+        then :attr:`extra`)."""
         eo = (
             {"producer_id": self.producer_id, "written": self.written, "skipped": self.skipped}
             if self.producer_id is not None
             else {}
         )
+        measured = {"bytes": self.bytes, "seconds": round(self.seconds, 3)} if self.seconds > 0 else {}
         return (
             eo
             | {
@@ -126,5 +137,6 @@ class PublishSummary:
                     for p, r in sorted(self.partitions.items())
                 },
             }
+            | measured
             | self.extra
         )

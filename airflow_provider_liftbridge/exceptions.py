@@ -1,0 +1,79 @@
+"""Errors of the Airflow layer (hooks, operators, sensors, triggers, queues): one neutral module
+that every Airflow room imports, instead of each reaching into the hooks.
+
+They share one base, :class:`LiftbridgeAirflowError`, which is an ``AirflowException`` so Airflow
+fails the task with the message. Errors of the client (``LiftbridgeError`` and its subclasses)
+pass through unchanged: they already say what the server refused.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException
+
+__all__ = [
+    "LiftbridgeAirflowError",
+    "LiftbridgeConnectionConfigError",
+    "LiftbridgeArgumentError",
+    "LiftbridgePublishNotAcknowledgedError",
+    "LiftbridgeFileError",
+    "LiftbridgeTriggerEventError",
+]
+
+
+class LiftbridgeAirflowError(AirflowException):
+    """Base class of every error raised by the provider's hooks, operators, sensors and triggers."""
+
+
+class LiftbridgeConnectionConfigError(LiftbridgeAirflowError, ValueError):
+    """An Airflow connection of type ``liftbridge`` has a missing or invalid field.
+
+    The message names the field by its label in the connection form ("Call timeout (seconds)").
+
+    :param conn_id: the connection id.
+    :param field: the field at fault, as stored (``host``, ``port``, ``extra.tls_ca_file``, ...).
+    :param problem: what is wrong and what to do about it.
+    :ivar label: the field's label in the connection form.
+    """
+
+    def __init__(self, conn_id: str, field: str, problem: str) -> None:
+        from airflow_provider_liftbridge.hooks.connection_fields import field_label
+
+        self.conn_id = conn_id
+        self.field = field
+        self.problem = problem
+        self.label = field_label(field.removeprefix("extra."))
+        super().__init__(f"Liftbridge connection {conn_id!r}, field {self.label!r}: {problem}")
+
+    def form_message(self) -> str:
+        """The message without the connection id (the connection Test runs under a temporary id
+        that means nothing to the user)."""
+        return f"field {self.label!r}: {self.problem}"
+
+
+class LiftbridgeArgumentError(LiftbridgeAirflowError, ValueError):
+    """An operator, sensor or trigger was given an invalid argument (the message names it)."""
+
+
+class LiftbridgePublishNotAcknowledgedError(LiftbridgeAirflowError):
+    """The server did not acknowledge every record a task published.
+
+    :param stream: the stream published to.
+    :param acknowledged: how many records were acknowledged before the failure.
+    :param detail: which record failed and why.
+    """
+
+    def __init__(self, stream: str, acknowledged: int, detail: str) -> None:
+        self.stream = stream
+        self.acknowledged = acknowledged
+        super().__init__(
+            f"publishing to stream {stream!r} failed after {acknowledged} acknowledged record(s): {detail}"
+        )
+
+
+class LiftbridgeFileError(LiftbridgeAirflowError):
+    """A file to publish could not be found or read, or a record in it is malformed (the message
+    names the file and the record number)."""
+
+
+class LiftbridgeTriggerEventError(LiftbridgeAirflowError):
+    """A trigger reported ``{"status": "error"}``; the message is the trigger's."""
