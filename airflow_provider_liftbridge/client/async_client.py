@@ -60,8 +60,8 @@ BUFFER_LOW = BUFFER_HIGH // 2
 #: When the consumer had to wait less than BUSY_WAIT seconds for a response and then finds
 #: fewer than LINGER_BELOW buffered, it lets the reader thread fill the buffer for LINGER seconds
 #: before going on. Without this, a consumer faster than the stream takes one message per
-#: thread wake-up (about 60 µs of CPU per message instead of 15); with it, a busy stream is
-#: delivered in bursts of a hundred or so. A quiet stream (waits longer than BUSY_WAIT) is
+#: thread wake-up (several times the CPU per message; docs/client.md has the figures); with it,
+#: a busy stream is delivered in bursts of a hundred or so. A quiet stream (waits longer than BUSY_WAIT) is
 #: delivered at once, so a lone message is never delayed.
 LINGER_BELOW = 32
 LINGER = 0.0005
