@@ -72,33 +72,10 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         records_callable: str | None = None,
         records_callable_args: Sequence[Any] | None = None,
         records_callable_kwargs: Mapping[str, Any] | None = None,
-        key: str | bytes | None = None,
         key_field: str | None = None,
-        headers: Mapping[str, Any] | None = None,
-        partition: int | None = None,
-        partitioner: str | None = None,
-        ack_policy: str | None = None,
-        window: int = 1000,
-        publish_timeout: float | None = None,
-        publish_path: str = "auto",
-        exactly_once: bool = False,
-        producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            stream=stream,
-            key=key,
-            headers=headers,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=window,
-            publish_timeout=publish_timeout,
-            publish_path=publish_path,
-            exactly_once=exactly_once,
-            producer_id=producer_id,
-            **kwargs,
-        )
+        super().__init__(stream=stream, **kwargs)  # the publishing options: see the base class
         if (records is None) == (records_callable is None):
             raise LiftbridgeArgumentError("give exactly one of records and records_callable")
         if records_callable is not None and not isinstance(records_callable, str):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from airflow.sdk import Context, ObjectStoragePath
@@ -120,39 +120,16 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         path: str | Sequence[str],
         format: str = "auto",
         storage_conn_id: str | None = None,
-        key: str | bytes | None = None,
         key_field: str | None = None,
-        headers: Mapping[str, Any] | None = None,
-        partition: int | None = None,
-        partitioner: str | None = None,
-        ack_policy: str | None = None,
-        window: int = 1000,
-        publish_timeout: float | None = None,
-        publish_path: str = "auto",
         progress_every: int = 10_000,
         encoding: str = "utf-8",
         csv_delimiter: str = ",",
         csv_header: bool = True,
         skip_empty_lines: bool = True,
         max_whole_file_bytes: int = 1024 * 1024,
-        exactly_once: bool = False,
-        producer_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            stream=stream,
-            key=key,
-            headers=headers,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=window,
-            publish_timeout=publish_timeout,
-            publish_path=publish_path,
-            exactly_once=exactly_once,
-            producer_id=producer_id,
-            **kwargs,
-        )
+        super().__init__(stream=stream, **kwargs)  # the publishing options: see the base class
         if format != "auto" and "{{" not in format and format not in FORMATS:
             raise LiftbridgeArgumentError(f"format {format!r} is unknown; use auto or one of {', '.join(FORMATS)}")
         if progress_every < 1:
@@ -167,7 +144,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
             csv_delimiter=csv_delimiter,
             csv_header=csv_header,
             skip_empty_lines=skip_empty_lines,
-            batch_rows=max(1, window),
+            batch_rows=max(1, self.window),
             max_whole_file_bytes=max_whole_file_bytes,
         )
 

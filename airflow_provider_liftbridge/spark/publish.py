@@ -93,11 +93,10 @@ def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> tuple[Li
     return client, publisher
 
 
-def _partition_state(settings: ConnectionSettings, stream: str, partition: int) -> str:
+def _partition_state(client: LiftbridgeClient, stream: str, partition: int) -> str:
     """Why a partition may refuse messages (read-only, paused), asked over gRPC; empty if neither or unknown."""
     try:
-        with settings.client() as client:
-            info = client.fetch_partition_metadata(stream, partition)
+        info = client.fetch_partition_metadata(stream, partition)
     except Exception as exc:
         return f"partition {partition} cannot be inspected ({type(exc).__name__})"
     if info.readonly:
@@ -188,7 +187,7 @@ def publish_partition(
                 _count(ranges, acks_so_far, acks_so_far)
                 rows += len(acks_so_far)
                 failed = _failed_partition(exc, records)
-                state = _partition_state(settings, plan.stream, failed) if failed is not None else ""
+                state = _partition_state(opened[0], plan.stream, failed) if failed is not None else ""
                 error = (
                     f"Spark partition {spark_partition}: {_describe_failure(exc, records)}"
                     f"{'; ' + state if state else ''} "
@@ -293,14 +292,14 @@ def merge_summaries(
     rows = size = count = skipped = 0
     failures: list[str] = []
     merged: dict[int, list[Any]] = {}
-    for summary in summaries:
+    for part in summaries:
         count += 1
-        rows += summary["rows"]
-        skipped += summary.get("skipped", 0)
-        size += summary["bytes"]
-        if summary.get("error"):
-            failures.append(summary["error"])
-        for key, (first, last, n) in summary["partitions"].items():
+        rows += part["rows"]
+        skipped += part.get("skipped", 0)
+        size += part["bytes"]
+        if part.get("error"):
+            failures.append(part["error"])
+        for key, (first, last, n) in part["partitions"].items():
             entry = merged.setdefault(int(key), [None, None, 0])
             if first is not None:
                 entry[0] = first if entry[0] is None else min(entry[0], first)
@@ -310,7 +309,7 @@ def merge_summaries(
         raise SparkPublishError(stream, sorted(failures), rows)
     policy = AckPolicy[ack_policy.upper()]
     total = rows + skipped
-    summary = PublishSummary(
+    totals = PublishSummary(
         stream,
         policy,
         count=total,
@@ -324,8 +323,8 @@ def merge_summaries(
     )
     for p, (first, last, n) in sorted(merged.items()):
         if first is not None:  # no offsets with ack policy NONE
-            summary.add_range(p, PartitionRange(first, last, n))
-    return summary
+            totals.add_range(p, PartitionRange(first, last, n))
+    return totals
 
 
 def _publish_udf(

@@ -250,3 +250,36 @@ async def test_unreachable_nats_auto_falls_back(lb_address: str, stream_name: st
             await client.publish_many(stream_name, [b"c"], path="nats")
     assert caught.value.index is None and "NATS" in str(caught.value)
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("path", ["nats", "grpc"])
+def test_batch_publisher_streams_an_input_of_any_length_in_bounded_batches(
+    bulk_client: LiftbridgeClient, stream_name: str, path: str
+) -> None:
+    """BatchPublisher.publish reads a generator one batch at a time (never further ahead), reports
+    progress after each batch and sums the acks up; a refused record names its place in the input."""
+    bulk_client.create_stream(stream_name, stream_name, partitions=2)
+    pulled = [0]
+
+    def source(n: int) -> Iterator[Record]:
+        for i in range(n):
+            pulled[0] += 1
+            yield Record(b"v%d" % i, partition=i % 2)
+
+    progress: list[tuple[int, int]] = []
+    publisher = bulk_client.batch_publisher(stream_name, path=path)  # type: ignore[arg-type]
+    summary = publisher.publish(source(2500), batch=1000, on_progress=lambda s: progress.append((s.count, pulled[0])))
+    assert publisher.path == path
+    # After each batch the source had been read exactly as far as that batch.
+    assert progress == [(1000, 1000), (2000, 2000), (2500, 2500)]
+    assert (summary.count, summary.acknowledged) == (2500, 2500)
+    assert {p: (r.first_offset, r.last_offset, r.count) for p, r in summary.partitions.items()} == {
+        0: (0, 1249, 1250),
+        1: (0, 1249, 1250),
+    }
+    # A record refused in the second batch: the error says where it is in the whole input.
+    bad = [Record(b"ok") for _ in range(3)] + [Record(b"late", partition=7)]
+    with pytest.raises(PublishError) as info:
+        publisher.publish(iter(bad), batch=3)
+    assert (info.value.start, info.value.index) == (3, 0)
+    assert "record #3 of the input" in str(info.value)
