@@ -52,13 +52,17 @@ from .base import LiftbridgeBaseTrigger, closing_subscription
 from .message import apply_to_message, group_auto_offset, match_event, resolve_apply_function
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
-    from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+    from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer, reject_shared_stream_event
 
     HAS_ACK_MODE = True
 except ImportError:  # pragma: no cover - older Airflow 3: run() is the only path
     HAS_ACK_MODE = False
     SharedStreamProducer = object  # type: ignore[assignment,misc]
     AdvanceItem = Any  # type: ignore[assignment,misc]
+
+    def reject_shared_stream_event() -> None:
+        pass
+
 
 __all__ = [
     "Delivery",
@@ -265,6 +269,41 @@ def make_reader(trigger: LiftbridgeEventTrigger) -> _PartitionReader:
 
         return GroupReader(trigger)  # type: ignore[return-value]  # the same interface
     return _PartitionReader(trigger)
+
+
+def _open_window() -> Any:
+    """The binding window Airflow has open for the message the filter is on (``None`` when it
+    cannot be seen: no ack mode, or another Airflow version)."""
+    try:
+        from airflow.triggers.shared_stream import _reject_context
+    except ImportError:  # pragma: no cover - older Airflow
+        return None
+    return _reject_context.get()
+
+
+def _event_was_gated(window: Any) -> bool:
+    """Whether the event the filter just yielded is tracked until it is stored.
+
+    The trigger runner binds each event to the message's window right after taking it; the
+    message then counts as done only once the event is confirmed stored. Airflow 3.3.2's
+    ``SharedStreamManager.stop_all`` (a triggerer's graceful stop) forgets the groups *before*
+    stopping them, and the watcher's task goes on taking queued messages meanwhile: binding then
+    finds no group and gates nothing, the window closes, Airflow counts the message acked, and its
+    event, still in the exiting runner's outbox, is never stored. Then the binding holds no
+    sequence number to wait for and its group is no longer the manager's: that is what this
+    detects (the runner binds with no ``await`` between binding and asking for the next message,
+    so the manager's state then is the state the binding saw). Reads Airflow internals; when they
+    are not as expected it trusts Airflow (returns ``True``)."""
+    try:
+        group = window.group
+        entry = group._outstanding.get(window.event_id)
+        binding = None if entry is None else entry.bindings.get(window.trigger_id)
+        if binding is None or binding.unconfirmed_seqs:
+            return True
+        manager = getattr(group._on_poll_terminate, "__self__", None)
+        return manager is None or manager._groups.get(group.key) is group
+    except AttributeError:  # pragma: no cover - another Airflow
+        return True
 
 
 class _CursorCommitter:
@@ -575,8 +614,22 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         return _CursorProducer(trigger, window)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
-        """Turn the shared stream of deliveries into this watcher's events."""
+        """Turn the shared stream of deliveries into this watcher's events.
+
+        An event Airflow took but could not gate on its storing is rejected, so the cursor stays
+        before its message (see :func:`_event_was_gated`)."""
         async for delivery in shared_stream:
             payload = await self.event_payload(delivery)
-            if payload is not None:
-                yield TriggerEvent(payload)
+            if payload is None:
+                continue
+            window = _open_window()
+            yield TriggerEvent(payload)
+            if window is not None and not _event_was_gated(window):
+                log.warning(
+                    "watcher of %s/%d: the triggerer is stopping and did not track the event of offset %d; "
+                    "the cursor stays before it, so it is read again on the next start",
+                    self.stream,
+                    self.partition,
+                    delivery.message.offset,
+                )
+                reject_shared_stream_event()

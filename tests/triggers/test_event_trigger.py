@@ -401,8 +401,9 @@ async def wait_for_cursor(client: LiftbridgeClient, trigger: LiftbridgeEventTrig
 
 
 class Runner:
-    """Plays the triggerer around Airflow's own SharedStreamManager: takes each event and binds it
-    right away (as ``TriggerRunner.run_trigger`` does), and confirms the bound events stored in
+    """Plays the triggerer around Airflow's own SharedStreamManager: takes each event, logs it and
+    binds it, then asks for the next one with no await in between (as
+    ``TriggerRunner.run_trigger`` does), and confirms the bound events stored in
     rounds, as the supervisor's state sync does. Counts the events handed over and not confirmed."""
 
     def __init__(self, manager: Any, trigger: LiftbridgeEventTrigger, round_seconds: float = 0.05) -> None:
@@ -414,24 +415,32 @@ class Runner:
         self.unconfirmed: list[int] = []
         self.most_unconfirmed = 0
         self.confirming = True
+        self.offset_of: dict[int, int] = {}  # seq -> offset
+        self.confirmed: set[int] = set()  # offsets whose events were confirmed stored
+        self.unbound: list[int] = []  # offsets of events Airflow could not gate (nothing to confirm)
+        self.expect_failure = False  # the watcher may stop with an error (it is then not raised)
 
     async def consume(self) -> None:
         stream = self.trigger.filter_shared_stream(
             self.manager.subscribe(trigger_id=1, trigger=self.trigger, key=self.key)
         )
         async for event in stream:
+            await asyncio.sleep(0.001)  # the real runner logs every event it takes (an await, ~1 ms)
             seq = self.manager.bind_pending_event(trigger_id=1, key=self.key)
-            assert seq is not None
             self.events.append(dict(event.payload))
+            if seq is None:  # the manager no longer knows the group (it is stopping)
+                self.unbound.append(event.payload["message"]["offset"])
+                continue
+            self.offset_of[seq] = event.payload["message"]["offset"]
             self.unconfirmed.append(seq)
             self.most_unconfirmed = max(self.most_unconfirmed, len(self.unconfirmed))
-            await asyncio.sleep(0.001)  # the real runner logs every event it takes (an await, ~1 ms)
 
     async def supervise(self) -> None:
         while True:
             await asyncio.sleep(self.round_seconds)
             if self.confirming:
                 seqs, self.unconfirmed = self.unconfirmed, []
+                self.confirmed.update(self.offset_of[seq] for seq in seqs)
                 self.manager.confirm_persisted(seqs)
 
     @contextlib.asynccontextmanager
@@ -442,10 +451,11 @@ class Runner:
         finally:
             for task in tasks:
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
             await self.manager.stop_all()
+        error = outcomes[0]
+        if isinstance(error, Exception) and not self.expect_failure:
+            raise error
 
     async def wait_for(self, count: int, timeout: float = 60) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -552,6 +562,39 @@ async def test_a_stream_recreated_at_once_is_read_from_its_start(
         make_stream(liftbridge_client, stream_name, [b"new-0", b"new-1"])
         await runner.wait_for(22, timeout=20)
     assert [e["message"]["value_text"] for e in runner.events[20:]] == ["new-0", "new-1"]
+
+
+async def test_stopping_the_triggerer_mid_burst_never_moves_the_cursor_past_an_unstored_event(
+    liftbridge_client: LiftbridgeClient, stream_name: str
+) -> None:
+    """Airflow 3.3.2's SharedStreamManager.stop_all (the triggerer's graceful stop) forgets the
+    groups before stopping them, and meanwhile the watcher's task still takes messages from its
+    queue: their events cannot be bound (nothing gates them, and the runner that is exiting never
+    sends them), yet Airflow counts them acked. Found by the system tier (SIGTERM mid-burst lost
+    two messages); the watcher must reject such an event so its cursor stays before it."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    make_stream(liftbridge_client, stream_name)
+    liftbridge_client.publish_many(stream_name, [str(n).encode() for n in range(200)])
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest", max_in_flight=20, commit_every=1)
+    manager = SharedStreamManager(ack_timeout=60)
+    runner = Runner(manager, trigger)
+    runner.confirming = False
+    runner.expect_failure = True  # it stops on the rejected event, which is the point
+    async with runner.running():
+        await runner.wait_for(20)  # the window is full, nothing confirmed yet
+        await asyncio.sleep(0.3)
+        # The triggerer's last state sync confirms everything it stored, then it stops.
+        seqs, runner.unconfirmed = runner.unconfirmed, []
+        runner.confirmed.update(runner.offset_of[seq] for seq in seqs)
+        manager.confirm_persisted(seqs)
+        await manager.stop_all()  # meanwhile the watcher's task goes on taking messages
+        await asyncio.sleep(0.5)
+    cursor = cursor_of(liftbridge_client, trigger)
+    assert runner.unbound, "the race did not happen: nothing was taken during stop_all"
+    assert all(offset in runner.confirmed for offset in range(cursor + 1)), (
+        f"cursor {cursor} passed unstored events {sorted(set(range(cursor + 1)) - runner.confirmed)[:5]}"
+    )
 
 
 # -- in a DAG --------------------------------------------------------------------------------
