@@ -20,7 +20,7 @@ import logging
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.nats_security import redact_urls
@@ -36,7 +36,6 @@ from ..errors import (
     PartitionPausedError,
     PublishError,
     ReadonlyPartitionError,
-    UnavailableError,
 )
 from ..operations import choose_partition, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
@@ -49,7 +48,7 @@ from .nats_engine import (
     correlation_ids,
     outcome_acks,
     partition_subject,
-    publish_enveloped,
+    publish_on_link,
 )
 from .nats_link import NatsLink
 from .resend import ResendPolicy
@@ -246,7 +245,7 @@ def send_batch(
         subjects = [subject_of[p] for p in parts]
     _log_path(core, stream, "nats")
     run = functools.partial(
-        _run_nats,
+        publish_on_link,
         subjects,
         items,
         ids,
@@ -329,27 +328,6 @@ def _partitions(
         )
         parts.append(chosen)
     return parts
-
-
-async def _run_nats(
-    subjects: Sequence[str],
-    records: Sequence[Record | bytes],
-    ids: Sequence[str],
-    link: NatsLink,
-    *,
-    ack_policy: AckPolicy,
-    window: int,
-    ack_timeout: float,
-    resend: ResendPolicy | None,
-) -> BulkOutcome:
-    try:
-        nc = await link.get()
-    except UnavailableError as exc:
-        return BulkOutcome([None] * len(records), failure=exc)
-    kwargs: dict[str, Any] = {} if resend is None else {"resend": resend}
-    return await publish_enveloped(
-        nc, subjects, records, ids, ack_policy=ack_policy, window=window, ack_timeout=ack_timeout, **kwargs
-    )
 
 
 def _stream_info(core: ClientCore, stream: str) -> Op[StreamInfo]:

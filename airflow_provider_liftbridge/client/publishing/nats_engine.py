@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 import nats.errors
@@ -51,7 +51,11 @@ __all__ = [
     "outcome_acks",
     "partition_subject",
     "publish_enveloped",
+    "publish_on_link",
 ]
+
+if TYPE_CHECKING:
+    from .nats_link import NatsLink
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +161,30 @@ async def publish_enveloped(
             "check that NATS is up and reachable"
         )
         return out
+
+
+async def publish_on_link(
+    subjects: Sequence[str],
+    records: Sequence[Record | bytes],
+    ids: Sequence[str],
+    link: NatsLink,
+    *,
+    ack_policy: AckPolicy,
+    window: int,
+    ack_timeout: float,
+    resend: ResendPolicy | None,
+) -> BulkOutcome:
+    """:func:`publish_enveloped` on the client's NATS connection (``link``, opened if needed);
+    what a client's batch publisher runs on its event loop. A connection that cannot be opened is
+    the outcome's ``failure``, with nothing sent."""
+    try:
+        nc = await link.get()
+    except UnavailableError as exc:
+        return BulkOutcome([None] * len(records), failure=exc)
+    kwargs: dict[str, Any] = {} if resend is None else {"resend": resend}
+    return await publish_enveloped(
+        nc, subjects, records, ids, ack_policy=ack_policy, window=window, ack_timeout=ack_timeout, **kwargs
+    )
 
 
 def _check_subject(subject: str) -> None:
