@@ -91,15 +91,15 @@ def spark_connect_url(tmp_path_factory: pytest.TempPathFactory, executor_archive
     from airflow_provider_liftbridge.spark.executor_env import driver_directory
     from tests.spark_cluster import ConnectServer
 
-    # The server is the driver: its working directory holds the unpacked archive, so the
-    # relative interpreter path resolves for its planning workers and its local executors alike.
-    workdir = driver_directory(executor_archive, ALIAS)
+    # The server is the driver and, on local[2], its own executor. Spark Connect runs each
+    # session's Python workers in that session's artifact directory, so the interpreter path is
+    # absolute: the archive unpacked once next to the server.
+    python = str(driver_directory(executor_archive, ALIAS) / ALIAS / "bin" / "python")
     server = ConnectServer(
         Path(tmp_path_factory.mktemp("spark-connect")),
         "local[2]",
-        conf={"spark.pyspark.python": f"./{ALIAS}/bin/python", "spark.sql.shuffle.partitions": "4"},
-        env={"PYSPARK_PYTHON": f"./{ALIAS}/bin/python"},
-        cwd=workdir,
+        conf={"spark.pyspark.python": python, "spark.sql.shuffle.partitions": "4"},
+        env={"PYSPARK_PYTHON": python},
     ).start()
     try:
         yield server.url

@@ -1,4 +1,5 @@
-"""The ``liftbridge`` PySpark data source: batch write and batch read of a stream.
+"""The ``liftbridge`` PySpark data source: batch write and batch read of a stream, and (through
+:mod:`.streaming`) Structured Streaming reads and writes.
 
 Register it once per session with :func:`register` (or ``spark.dataSource.register(
 LiftbridgeDataSource)``), then::
@@ -25,6 +26,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -79,6 +82,20 @@ class LiftbridgeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> LiftbridgeReader:
         return LiftbridgeReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .streaming import LiftbridgeStreamReader
+
+        return LiftbridgeStreamReader(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .streaming import LiftbridgeStreamWriter
+
+        if overwrite:
+            raise SparkOptionError(
+                "a Liftbridge stream is an append-only log: use outputMode('append'), not 'complete'"
+            )
+        return LiftbridgeStreamWriter(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> LiftbridgeWriter:
         if overwrite:

@@ -1,0 +1,412 @@
+"""Structured Streaming in and out of Liftbridge: ``readStream.format("liftbridge")`` and
+``writeStream.format("liftbridge")`` (PySpark 4.2 Python streaming data source API).
+
+Source
+    The source offset is, per stream partition, the **next offset to read** (``{"0": 120, "1": 98}``,
+    partition ids as strings). The latest offset is each partition's high watermark + 1, so a
+    micro-batch reads only committed messages. A micro-batch ``(start, end)`` reads, per
+    partition, offsets ``start[p] .. end[p] - 1`` with one Spark partition per stream partition:
+    the same offsets on every run, which is what makes a restart from the checkpoint exact (Spark
+    re-plans a logged batch with the logged offsets: no gap, no duplicate). ``maxMessagesPerPartition``
+    caps what one trigger takes from each partition (``Trigger.AvailableNow`` honours it too,
+    in several batches). Start positions: ``earliest``, ``latest`` (default, as Kafka), per
+    partition offsets (JSON), or a time (``startingTimestamp``).
+
+Sink
+    Each micro-batch partition publishes with its own client, exactly as ``publish_dataframe``.
+    With ``deliveryGuarantee=exactlyOnce`` (the default) it publishes as the exactly-once producer
+    ``<producerIdPrefix>/<query id>/<batch id>/spark-<partition>`` (ADR 2): the query id survives
+    restarts from the checkpoint and Spark replays an unfinished batch with the same id and the
+    same input, so a replayed batch skips the rows that are already in the stream.
+    ``atLeastOnce`` publishes plainly: a replayed batch publishes its rows again.
+
+No Airflow is imported: this runs on executors and in the driver's Python planning workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from .errors import SparkOptionError, SparkReadError, SparkStreamError
+from .plan import plan_from_options
+from .publish import merge_summaries, publish_partition, resolve_plan
+from .settings import from_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from airflow_provider_liftbridge.client import LiftbridgeClient
+
+log = logging.getLogger(__name__)
+
+EXACTLY_ONCE = "exactlyonce"
+AT_LEAST_ONCE = "atleastonce"
+DEFAULT_PRODUCER_PREFIX = "spark-stream"
+# TaskContext local properties Spark's micro-batch engine sets for every task of a batch.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+Offsets = dict[str, int]
+
+
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
+    return {key.lower(): value for key, value in options.items() if value not in (None, "")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Source
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """The streaming source's options after parsing.
+
+    :param stream: the stream to read.
+    :param partitions: stream partitions to read (``None``: all).
+    :param starting: ``"earliest"``, ``"latest"`` or ``"offsets"``/``"timestamp"`` (given below).
+    :param starting_offsets: with ``"offsets"``: next offset per partition (others: earliest).
+    :param starting_time_ns: with ``"timestamp"``: first message time, epoch ns.
+    :param max_per_partition: most messages one micro-batch takes from a partition.
+    """
+
+    stream: str
+    partitions: tuple[int, ...] | None = None
+    starting: str = "latest"
+    starting_offsets: Mapping[int, int] | None = None
+    starting_time_ns: int | None = None
+    max_per_partition: int | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> StreamReadOptions:
+        """:raises SparkOptionError: naming the option and what it accepts."""
+        from .datasource import ReadBounds, parse_time_ns
+
+        lowered = _lowered(options)
+        stream = lowered.get("stream")
+        if not stream:
+            raise SparkOptionError("the liftbridge streaming source needs option 'stream'")
+        bounds = ReadBounds.from_options({k: v for k, v in options.items() if k.lower() == "partitions"})
+        raw_limit = lowered.get("maxmessagesperpartition")
+        limit = None
+        if raw_limit is not None:
+            try:
+                limit = int(raw_limit)
+            except ValueError:
+                limit = 0
+            if limit < 1:
+                raise SparkOptionError(f"option 'maxMessagesPerPartition' must be an integer >= 1, got {raw_limit!r}")
+        raw_start = lowered.get("startingoffsets", "").strip()
+        raw_time = lowered.get("startingtimestamp")
+        if raw_time and raw_start:
+            raise SparkOptionError("give either option 'startingOffsets' or 'startingTimestamp', not both")
+        if raw_time:
+            return cls(
+                stream, bounds.partitions, "timestamp", None, parse_time_ns("startingTimestamp", raw_time), limit
+            )
+        if raw_start.lower() in ("", "latest", "earliest"):
+            return cls(stream, bounds.partitions, raw_start.lower() or "latest", None, None, limit)
+        try:
+            given = json.loads(raw_start)
+            offsets = {int(p): int(o) for p, o in given.items()}
+        except (ValueError, TypeError, AttributeError):
+            raise SparkOptionError(
+                "option 'startingOffsets' must be 'earliest', 'latest' or a JSON object of partition -> next "
+                f'offset such as {{"0": 120, "1": 98}}, got {raw_start!r}'
+            ) from None
+        if any(o < 0 for o in offsets.values()):
+            raise SparkOptionError(f"option 'startingOffsets' holds a negative offset: {raw_start!r}")
+        return cls(stream, bounds.partitions, "offsets", offsets, None, limit)
+
+
+def cap_offsets(
+    start: Mapping[str, int], latest: Mapping[str, int], per_partition: int | None, total: int | None
+) -> Offsets:
+    """The end offsets of one micro-batch: ``latest``, at most ``per_partition`` past ``start`` in
+    each partition and at most ``total`` past ``start`` altogether (shared out evenly, so one busy
+    partition cannot starve the others). Never below ``start``."""
+    room = {p: max(0, end - start.get(p, 0)) for p, end in latest.items()}
+    if per_partition is not None:
+        room = {p: min(n, per_partition) for p, n in room.items()}
+    if total is not None and sum(room.values()) > total:
+        # Water-filling: each round gives every partition that still has data an equal share.
+        granted = dict.fromkeys(room, 0)
+        left = total
+        hungry = sorted(p for p, n in room.items() if n > 0)
+        while left > 0 and hungry:
+            share = max(1, left // len(hungry))
+            for p in list(hungry):
+                give = min(share, room[p] - granted[p], left)
+                granted[p] += give
+                left -= give
+                if granted[p] >= room[p]:
+                    hungry.remove(p)
+                if left == 0:
+                    break
+        room = granted
+    return {p: start.get(p, 0) + n for p, n in room.items()}
+
+
+class StreamSplit(InputPartition):
+    """One stream partition's offsets ``start .. end - 1`` of a micro-batch."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__(partition)
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"StreamSplit(partition={self.partition}, offsets={self.start}..{self.end - 1})"
+
+
+class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``readStream.format("liftbridge")``: per-partition offsets, high watermark as the latest.
+
+    Runs on the driver (in a Python worker Spark keeps for the query); ``read`` runs on executors.
+
+    :raises SparkOptionError: bad options.
+    :raises SparkStreamError: the stream does not exist (at start), was deleted, or a partition
+        is paused (whenever the source looks for new data).
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = StreamReadOptions.from_options(options)
+        self.stream = self.options.stream
+        self.settings = from_options(options)
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+        with self._client() as client:
+            self.partition_ids = self._partition_ids(client)
+
+    # -- helpers (driver side) ------------------------------------------------------------
+
+    def _client(self) -> LiftbridgeClient:
+        return self.settings.client()
+
+    def _partition_ids(self, client: LiftbridgeClient) -> tuple[int, ...]:
+        from airflow_provider_liftbridge.client import LiftbridgeError
+
+        from .publish import stream_info
+
+        try:
+            count = len(stream_info(client, self.stream).partitions)
+        except SparkStreamError:
+            raise SparkStreamError(
+                f"stream {self.stream!r} does not exist (or was deleted): a streaming query can only read an "
+                "existing stream; create it, and start a new query (new checkpoint) if it was deleted and "
+                "recreated, since its offsets start again at 0"
+            ) from None
+        except LiftbridgeError as exc:
+            raise SparkStreamError(f"cannot look up stream {self.stream!r}: {type(exc).__name__}: {exc}") from exc
+        wanted = self.options.partitions if self.options.partitions is not None else tuple(range(count))
+        missing = [p for p in wanted if not 0 <= p < count]
+        if missing:
+            raise SparkStreamError(
+                f"stream {self.stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
+            )
+        return tuple(wanted)
+
+    def _next_offsets(self) -> Offsets:
+        """Each partition's high watermark + 1 (the next offset that is not committed yet)."""
+        from airflow_provider_liftbridge.client import LiftbridgeError
+
+        ends: Offsets = {}
+        with self._client() as client:
+            self._partition_ids(client)  # a deleted stream fails here, with its own message
+            for partition in self.partition_ids:
+                try:
+                    info = client.fetch_partition_metadata(self.stream, partition)
+                except LiftbridgeError as exc:
+                    raise self._partition_error(client, partition, exc) from exc
+                ends[str(partition)] = info.high_watermark + 1
+        return ends
+
+    def _partition_error(self, client: LiftbridgeClient, partition: int, exc: Exception) -> SparkStreamError:
+        from .publish import stream_info
+
+        try:
+            paused = stream_info(client, self.stream).partitions[partition].paused
+        except Exception:
+            paused = False
+        if paused:
+            return SparkStreamError(
+                f"partition {partition} of stream {self.stream!r} is paused, so its high watermark cannot be read: "
+                "resume it (publish to it, or subscribe with resume) and restart the query; the query's "
+                "checkpoint keeps its position"
+            )
+        return SparkStreamError(
+            f"cannot read the high watermark of stream {self.stream!r} partition {partition}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def _time_offsets(self, time_ns: int, latest: Offsets) -> Offsets:
+        """Per partition, the offset of the first committed message at or after ``time_ns`` (else latest)."""
+        start_at = dt.datetime.fromtimestamp(time_ns / 1e9, tz=dt.UTC)
+        found: Offsets = {}
+        with self._client() as client:
+            for p, end in latest.items():
+                found[p] = end
+                if end == 0:
+                    continue
+                for message in client.subscribe(self.stream, partition=int(p), start_at=start_at, stop_at=end - 1):
+                    if message.timestamp >= time_ns:
+                        found[p] = message.offset
+                        break
+        return found
+
+    # -- DataSourceStreamReader ----------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, int]:
+        latest = self._next_offsets()
+        start = self.options.starting
+        if start == "latest":
+            return latest
+        if start == "earliest":
+            return dict.fromkeys(latest, 0)
+        if start == "timestamp":
+            assert self.options.starting_time_ns is not None
+            return self._time_offsets(self.options.starting_time_ns, latest)
+        given = self.options.starting_offsets or {}
+        unknown = sorted(set(given) - {int(p) for p in latest})
+        if unknown:
+            raise SparkOptionError(
+                f"option 'startingOffsets' names partition(s) {unknown} that this query does not read "
+                f"(stream {self.stream!r}, partitions {sorted(int(p) for p in latest)})"
+            )
+        return {p: min(given.get(int(p), 0), end) for p, end in latest.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_per_partition is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_per_partition * len(self.partition_ids))
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        latest = self._target if self._target is not None else self._next_offsets()
+        self._latest = latest
+        if isinstance(limit, ReadAllAvailable):
+            return cap_offsets(start, latest, None, None)
+        total = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return cap_offsets(start, latest, self.options.max_per_partition, total)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._latest
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Bounded run: what is committed now, and nothing written later.
+        self._target = self._next_offsets()
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        return [
+            StreamSplit(int(p), start.get(p, 0), stop)
+            for p, stop in sorted(end.items(), key=lambda item: int(item[0]))
+            if stop > start.get(p, 0)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from .datasource import LiftbridgeSplit, _read_split
+
+        assert isinstance(partition, StreamSplit)
+        split = LiftbridgeSplit(partition.partition, partition.start, partition.end - 1)
+        delivered = 0
+        try:
+            for batch in _read_split(self.stream, self.settings, split):
+                delivered += batch.num_rows
+                yield batch
+        except Exception as exc:
+            raise SparkReadError(
+                f"reading stream {self.stream!r} partition {partition.partition} offsets "
+                f"{partition.start}..{partition.end - 1} failed after {delivered} message(s): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        expected = partition.end - partition.start
+        if delivered != expected:
+            # Offsets below the high watermark are committed: fewer means retention removed them.
+            raise SparkReadError(
+                f"stream {self.stream!r} partition {partition.partition} delivered {delivered} message(s) for "
+                f"offsets {partition.start}..{partition.end - 1} ({expected} expected): messages were removed "
+                "(retention, compaction) before the query read them"
+            )
+
+    def commit(self, end: dict[str, int]) -> None:
+        # Liftbridge keeps the log; the query's checkpoint is the source of truth for positions.
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Sink
+
+
+@dataclass
+class _BatchSummary(WriterCommitMessage):
+    summary: dict[str, Any]
+
+
+class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("liftbridge")``: each micro-batch partition publishes like
+    ``publish_dataframe``; exactly-once across query restarts by default.
+
+    Options: the writer's (``docs/spark.md``), plus ``deliveryGuarantee`` (``exactlyOnce`` or
+    ``atLeastOnce``) and ``producerIdPrefix``.
+
+    :raises SparkOptionError: bad options or columns (when the query starts).
+    :raises SparkStreamError: the stream does not exist (when the query starts).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        lowered = _lowered(options)
+        raw = lowered.get("deliveryguarantee", EXACTLY_ONCE)
+        guarantee = raw.replace("_", "").replace("-", "").lower()
+        if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise SparkOptionError(f"option 'deliveryGuarantee' must be 'exactlyOnce' or 'atLeastOnce', got {raw!r}")
+        self.exactly_once = guarantee == EXACTLY_ONCE
+        self.prefix = lowered.get("produceridprefix", DEFAULT_PRODUCER_PREFIX)
+        self.settings = from_options(options)
+        plan = plan_from_options(options)
+        plan.validate_schema(schema)
+        self.plan = resolve_plan(plan, self.settings)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _BatchSummary:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        spark_partition = context.partitionId() if context is not None else 0
+        producer_id = None
+        if self.exactly_once:
+            query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+            batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+            if not query_id or batch_id is None:
+                raise SparkOptionError(
+                    "exactly-once streaming publish needs the query id and batch id Spark gives micro-batch "
+                    "tasks, and found none: use deliveryGuarantee=atLeastOnce for this trigger"
+                )
+            producer_id = f"{self.prefix}/{query_id}/{batch_id}"
+        return _BatchSummary(publish_partition(iterator, self.plan, self.settings, spark_partition, producer_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        summaries = [m.summary for m in messages if isinstance(m, _BatchSummary)]
+        summary = merge_summaries(self.plan.stream, self.plan.ack_policy, summaries, 0.0)
+        log.info(
+            "micro-batch %d: %d row(s) published to %s, %d skipped (already there)",
+            batchId,
+            summary.rows,
+            summary.stream,
+            summary.skipped,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Acknowledged messages are durable; with exactly-once a replay of this batch skips them.
+        return None

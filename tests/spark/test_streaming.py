@@ -1,0 +1,244 @@
+"""Structured Streaming in and out of Liftbridge on the standalone test cluster: the source's
+offsets, rate limit, start positions, restart from a checkpoint, clear errors; the sink's
+exactly-once and at-least-once guarantees across a replayed micro-batch."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_liftbridge.client import LiftbridgeClient, Record
+from airflow_provider_liftbridge.spark import ConnectionSettings, to_options
+from airflow_provider_liftbridge.spark.streaming import cap_offsets
+
+pytestmark = pytest.mark.spark
+
+Row3 = tuple[int, int, str]  # partition, offset, value
+
+
+def publish(lb_address: str, stream: str, values: range, partitions: int) -> None:
+    """Publish ``str(i)`` for i in values, i-th value to partition i % partitions."""
+    records = [Record(value=str(i).encode(), partition=i % partitions) for i in values]
+    with LiftbridgeClient(lb_address) as client:
+        client.publish_many(stream, records)
+
+
+def read_all(lb_address: str, stream: str, partitions: int) -> list[bytes]:
+    values = []
+    with LiftbridgeClient(lb_address) as client:
+        for p in range(partitions):
+            high = client.fetch_partition_metadata(stream, p).high_watermark
+            if high >= 0:
+                values += [m.value for m in client.subscribe(stream, partition=p, start_at=0, stop_at=high)]
+    return values
+
+
+def source(spark: SparkSession, settings: ConnectionSettings, stream: str, **options: str) -> DataFrame:
+    return (
+        spark.readStream.format("liftbridge")
+        .options(**to_options(settings))
+        .option("stream", stream)
+        .options(**options)
+        .load()
+    )
+
+
+def run_available_now(df: DataFrame, checkpoint: Path) -> dict[int, list[Row3]]:
+    """Run the query to the end with Trigger.AvailableNow; the rows of each micro-batch by batch id."""
+    batches: dict[int, list[Row3]] = {}
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.select("partition", "offset", "value").collect()
+        batches[batch_id] = sorted((r.partition, r.offset, bytes(r.value).decode()) for r in rows)
+
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert not query.isActive
+    return batches
+
+
+def forget_last_commit(checkpoint: Path) -> int:
+    """Make Spark replay the last micro-batch on restart, as after a crash between the sink's
+    write and the commit log: remove the batch's commit entry (the offset log keeps it)."""
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    last = commits[-1]
+    (checkpoint / "commits" / str(last)).unlink()
+    crc = checkpoint / "commits" / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    return last
+
+
+def test_cap_offsets_limits_each_partition_and_the_total_fairly() -> None:
+    start = {"0": 10, "1": 0, "2": 5}
+    latest = {"0": 110, "1": 3, "2": 5}
+    assert cap_offsets(start, latest, None, None) == latest
+    assert cap_offsets(start, latest, 20, None) == {"0": 30, "1": 3, "2": 5}
+    # 10 rows across two partitions with data: partition 1 has only 3, partition 0 takes the rest.
+    assert cap_offsets(start, latest, None, 10) == {"0": 17, "1": 3, "2": 5}
+    assert cap_offsets(latest, latest, 5, 5) == latest  # nothing new: the start comes back
+
+
+def test_source_rate_limit_and_restart_from_the_checkpoint(
+    spark: SparkSession,
+    lb_settings: ConnectionSettings,
+    lb_address: str,
+    make_stream: Callable[[int], str],
+    tmp_path: Path,
+) -> None:
+    stream = make_stream(2)
+    publish(lb_address, stream, range(250), 2)
+    checkpoint = tmp_path / "checkpoint"
+    df = source(spark, lb_settings, stream, startingOffsets="earliest", maxMessagesPerPartition="50")
+
+    first = run_available_now(df, checkpoint)
+
+    # 125 messages per partition, 50 per trigger: 3 micro-batches.
+    assert sorted(first) == [0, 1, 2]
+    for rows in first.values():
+        per_partition = Counter(p for p, _, _ in rows)
+        assert max(per_partition.values()) <= 50
+    delivered = [row for rows in first.values() for row in rows]
+    assert sorted(int(v) for _, _, v in delivered) == list(range(250))
+    for p in (0, 1):
+        assert sorted(o for q, o, _ in delivered if q == p) == list(range(125))
+
+    # New messages, and the last batch lost its commit (a crash after the sink wrote it).
+    publish(lb_address, stream, range(250, 300), 2)
+    replayed = forget_last_commit(checkpoint)
+    second = run_available_now(df, checkpoint)
+
+    # The replayed batch reads the very same offsets (from the offset log), then the query goes on.
+    assert min(second) == replayed and second[replayed] == first[replayed]
+    batches = {**first, **second}
+    everything = [row for rows in batches.values() for row in rows]
+    assert sorted(int(v) for _, _, v in everything) == list(range(300))  # no gap, no duplicate
+    for p in (0, 1):
+        assert sorted(o for q, o, _ in everything if q == p) == list(range(150))
+
+
+def test_start_positions(
+    spark: SparkSession,
+    lb_settings: ConnectionSettings,
+    lb_address: str,
+    make_stream: Callable[[int], str],
+    tmp_path: Path,
+) -> None:
+    stream = make_stream(1)
+    publish(lb_address, stream, range(10), 1)
+    time.sleep(0.05)
+    middle = time.time()
+    time.sleep(0.05)
+    publish(lb_address, stream, range(10, 20), 1)
+
+    def values(batches: dict[int, list[Row3]]) -> list[int]:
+        return sorted(int(v) for rows in batches.values() for _, _, v in rows)
+
+    by_time = source(spark, lb_settings, stream, startingTimestamp=str(int(middle * 1000)))
+    assert values(run_available_now(by_time, tmp_path / "t")) == list(range(10, 20))
+    by_offset = source(spark, lb_settings, stream, startingOffsets='{"0": 15}')
+    assert values(run_available_now(by_offset, tmp_path / "o")) == list(range(15, 20))
+    latest = source(spark, lb_settings, stream)  # the default: only what comes after the start
+    assert values(run_available_now(latest, tmp_path / "l")) == []
+    publish(lb_address, stream, range(20, 23), 1)
+    assert values(run_available_now(latest, tmp_path / "l")) == [20, 21, 22]
+
+
+def test_deleted_and_paused_streams_are_clear_errors(
+    spark: SparkSession,
+    lb_settings: ConnectionSettings,
+    lb_address: str,
+    make_stream: Callable[[int], str],
+    tmp_path: Path,
+) -> None:
+    stream = make_stream(2)
+    publish(lb_address, stream, range(10), 2)
+    df = source(spark, lb_settings, stream, startingOffsets="earliest")
+    assert len(run_available_now(df, tmp_path / "c")) == 1
+
+    with LiftbridgeClient(lb_address) as client:
+        client.pause_stream(stream, partitions=[1])
+    with pytest.raises(StreamingQueryException, match=f"partition 1 of stream '{stream}' is paused"):
+        run_available_now(df, tmp_path / "c")
+
+    with LiftbridgeClient(lb_address) as client:
+        client.delete_stream(stream)
+    with pytest.raises(StreamingQueryException, match=f"stream '{stream}' does not exist \\(or was deleted\\)"):
+        run_available_now(df, tmp_path / "c")
+
+
+@pytest.mark.parametrize("guarantee", ["exactlyOnce", "atLeastOnce"])
+def test_sink_replayed_batch(
+    guarantee: str,
+    spark: SparkSession,
+    lb_settings: ConnectionSettings,
+    lb_address: str,
+    tmp_path: Path,
+    stream_name: str,
+) -> None:
+    source_stream, target = f"{stream_name}-in", f"{stream_name}-out"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(source_stream, source_stream, partitions=2)
+        client.create_stream(target, target, partitions=2)
+    publish(lb_address, source_stream, range(200), 2)
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        transformed = source(
+            spark, lb_settings, source_stream, startingOffsets="earliest", maxMessagesPerPartition="40"
+        ).select(F.concat(F.lit("x"), F.col("value").cast("string")).alias("v"))
+        query = (
+            transformed.writeStream.format("liftbridge")
+            .options(**to_options(lb_settings))
+            .option("stream", target)
+            .option("valueColumn", "v")
+            .option("deliveryGuarantee", guarantee)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(240)
+        assert query.exception() is None
+
+    run()
+    assert sorted(read_all(lb_address, target, 2)) == sorted(f"x{i}".encode() for i in range(200))
+
+    forget_last_commit(checkpoint)  # as if the query died after publishing its last batch
+    run()
+
+    published: Counter[bytes] = Counter(read_all(lb_address, target, 2))
+    assert set(published) == {f"x{i}".encode() for i in range(200)}
+    if guarantee == "exactlyOnce":
+        assert set(published.values()) == {1}  # the replayed batch skipped what was stored
+    else:
+        # 100 per partition, 40 per trigger: batches of 40, 40, 20; the last one went out again.
+        assert sum(published.values()) == 200 + 2 * 20
+
+
+def test_sink_refuses_a_bad_guarantee(
+    spark: SparkSession, lb_settings: ConnectionSettings, make_stream: Callable[[int], str], tmp_path: Path
+) -> None:
+    stream = make_stream(1)
+    df = source(spark, lb_settings, stream).select(F.col("value").alias("v"))
+    writer = (
+        df.writeStream.format("liftbridge")
+        .options(**to_options(lb_settings))
+        .option("stream", stream)
+        .option("valueColumn", "v")
+        .option("deliveryGuarantee", "maybe")
+        .option("checkpointLocation", str(tmp_path / "c"))
+    )
+    with pytest.raises(Exception, match="'deliveryGuarantee' must be 'exactlyOnce' or 'atLeastOnce', got 'maybe'"):
+        writer.trigger(availableNow=True).start().awaitTermination(120)
