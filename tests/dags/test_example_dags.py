@@ -12,6 +12,10 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from tests.airflow_support import DAGS_FOLDER
 
+ORDERS = [  # what liftbridge_spark_streaming seeds (the DAGs folder is not a package)
+    {"order_id": f"o-{i}", "status": "cancelled" if i % 4 == 0 else "paid"} for i in range(60)
+]
+
 pytestmark = [pytest.mark.usefixtures("airflow_db", "liftbridge_conn"), pytest.mark.timeout(180)]
 
 
@@ -110,3 +114,35 @@ def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeCli
             liftbridge_client.fetch_partition_metadata(published["stream"], int(partition)).high_watermark
             >= span["last_offset"]
         )
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_spark_streaming_end_to_end(
+    dagbag: Any, liftbridge_client: LiftbridgeClient, spark_session: Any, stream_name: str, tmp_path: Any
+) -> None:
+    """A bounded streaming job (availableNow) from one stream into another through a transformation,
+    on the standalone test cluster; a second run goes on from the checkpoint."""
+    conf = {"source": f"{stream_name}-orders", "target": f"{stream_name}-priced", "checkpoint_root": str(tmp_path)}
+    dag_run, states, xcoms = run(dagbag, "liftbridge_spark_streaming", **conf)
+    assert dag_run.state == "success", states
+    paid = [o for o in ORDERS if o["status"] == "paid"]
+    # 60 orders keyed over 2 partitions, at most 20 per partition per micro-batch: several batches.
+    assert xcoms["price_orders"]["input_rows"] == 60 and xcoms["price_orders"]["batches"] >= 2
+    assert xcoms["count_priced"] == len(paid)
+    priced = {}
+    for partition in range(2):
+        high = liftbridge_client.fetch_partition_metadata(conf["target"], partition).high_watermark
+        for message in liftbridge_client.subscribe(conf["target"], partition=partition, start_at=0, stop_at=high):
+            body = json.loads(message.value)
+            assert message.key == body["customer"].encode()
+            priced[body["order_id"]] = body
+    assert set(priced) == {o["order_id"] for o in paid}
+    assert all(p["amount_with_vat"] == round(p["amount"] * 1.2, 2) for p in priced.values())
+
+    # Second run: 60 more orders are seeded; the query reads only those (its checkpoint), and the
+    # target holds each paid order of both runs once.
+    dag_run, states, xcoms = run(dagbag, "liftbridge_spark_streaming", **conf)
+    assert dag_run.state == "success", states
+    assert xcoms["price_orders"]["input_rows"] == 60
+    assert xcoms["count_priced"] == 2 * len(paid)
