@@ -595,6 +595,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
     nats_settings = ConnectionSettings(brokers=srv.address, nats_servers=[srv.nats_url], timeout=60.0)
     grpc_settings = ConnectionSettings(brokers=srv.address, timeout=60.0)
     rows: list[Row] = []
+    local: dict[int, float] = {}  # rows/s over NATS on local[cores]
     for cores in (1, 2):
         spark = build_spark_session(
             f"local[{cores}]",
@@ -622,6 +623,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
 
                 runs[label] = spark_bench.measure(f"publish over {label}", cores, run)
             ours, base = runs["nats"], runs["grpc"]
+            local[cores] = ours.rate
             rows.append(
                 Row(
                     f"Spark publish_dataframe, local[{cores}] (JSON rows, keyed)",
@@ -636,6 +638,70 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
             )
         finally:
             spark.stop()
+    return rows + spark_cluster_rows(srv, args, local)
+
+
+def spark_cluster_rows(srv: DevServerProcess, args: argparse.Namespace, local: dict[int, float]) -> list[Row]:
+    """The standalone cluster (executors on the Airflow-free archive) beside local[N], and Structured
+    Streaming: read, and the sink exactly-once beside at-least-once."""
+    import spark_bench
+
+    runs = spark_bench.cluster_cases(
+        srv.address, srv.nats_url, srv.pid, args.spark_rows, args.spark_stream_rows, BULK_WINDOW
+    )
+    by_name = {(r.what, r.executors): r for r in runs}
+    one, two = by_name[("publish", 1)], by_name[("publish", 2)]
+    rows = [
+        Row(
+            f"Spark publish_dataframe, standalone cluster, {r.executors} executor(s) of 1 core",
+            f"{r.rate:,.0f} rows/s",
+            f"local[{r.executors}]",
+            f"{local[r.executors]:,.0f} rows/s",
+            r.rate / local[r.executors] if local.get(r.executors) else None,
+            "",
+            None,
+            note=f"{r.rows:,} rows, NATS path; {r.cpu_note()}",
+        )
+        for r in (one, two)
+    ]
+    rows.append(
+        Row(
+            "Spark publish scaling on the cluster: 2 executors vs 1",
+            f"{two.rate:,.0f} rows/s",
+            "1 executor",
+            f"{one.rate:,.0f} rows/s",
+            two.rate / one.rate if one.rate else None,
+            "",
+            None,
+        )
+    )
+    batch, stream = by_name[("batch read (count)", 2)], by_name[("streaming read (availableNow, noop sink)", 2)]
+    rows.append(
+        Row(
+            "Structured Streaming read, availableNow, noop sink, 2 executors",
+            f"{stream.rate:,.0f} rows/s",
+            "batch read().count()",
+            f"{batch.rate:,.0f} rows/s",
+            stream.rate / batch.rate if batch.rate else None,
+            "",
+            None,
+            note=f"{stream.rows:,} messages, 2 partitions, incl. query start; {stream.cpu_note()}",
+        )
+    )
+    exactly, at_least = by_name[("streaming sink exactlyOnce", 2)], by_name[("streaming sink atLeastOnce", 2)]
+    rows.append(
+        Row(
+            "Structured Streaming stream-to-stream, sink exactlyOnce, 2 executors",
+            f"{exactly.rate:,.0f} rows/s",
+            "sink atLeastOnce",
+            f"{at_least.rate:,.0f} rows/s",
+            exactly.rate / at_least.rate if at_least.rate else None,
+            "",
+            None,
+            note=f"{exactly.rows:,} messages, incl. query start; exactlyOnce {exactly.cpu_note()}; "
+            f"atLeastOnce {at_least.cpu_note()}",
+        )
+    )
     return rows
 
 
@@ -708,6 +774,7 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=1_000)
     parser.add_argument("--spark-rows", type=int, default=200_000, help="rows per Spark run over NATS")
     parser.add_argument("--spark-grpc-rows", type=int, default=20_000, help="rows per Spark run over gRPC")
+    parser.add_argument("--spark-stream-rows", type=int, default=100_000, help="messages per streaming run")
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--publishing-only", action="store_true", help="only the rows that publish (and Spark)")
     parser.add_argument("--skip-triggers", action="store_true")

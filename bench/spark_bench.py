@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -32,7 +33,13 @@ from _measure import cpu_model
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServerProcess
-from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe, to_options
+from airflow_provider_liftbridge.spark import (
+    ConnectionSettings,
+    build_spark_session,
+    from_options,
+    publish_dataframe,
+    to_options,
+)
 
 
 class PeakRss:
@@ -166,3 +173,220 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---------------------------------------------------------------------------------------------
+# The standalone cluster and Structured Streaming (called by bench/run.py)
+# ---------------------------------------------------------------------------------------------
+
+
+class ProcessCpu:
+    """CPU seconds of a set of process trees (the Spark workers' executors and Python workers),
+    sampled so that processes that come and go are counted up to their last sample."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self._roots = [psutil.Process(pid) for pid in roots]
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for root in self._roots:
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for proc in tree:
+                try:
+                    times = proc.cpu_times()
+                    self._seen[proc.pid] = times.user + times.system
+                except psutil.NoSuchProcess:
+                    pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            self._sample()
+
+    def __enter__(self) -> ProcessCpu:
+        self._sample()
+        self._start = dict(self._seen)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def seconds(self) -> float:
+        return sum(cpu - self._start.get(pid, 0.0) for pid, cpu in self._seen.items())
+
+
+@dataclass
+class ClusterRun:
+    """One measured run on the standalone cluster: rows, wall seconds, CPU seconds per component."""
+
+    what: str
+    executors: int
+    rows: int
+    seconds: float
+    server_cpu: float
+    nats_cpu: float
+    spark_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    def cpu_note(self) -> str:
+        """CPU in % of one core over the wall time, and the component that bounds the run."""
+        pct = {
+            "dev server": 100 * self.server_cpu / self.seconds,
+            "nats-server": 100 * self.nats_cpu / self.seconds,
+            "Spark executors": 100 * self.spark_cpu / self.seconds,
+        }
+        cells = ", ".join(f"{name} {value:.0f} %" for name, value in pct.items())
+        # A component is the bound when it uses about all of the cores it can use: one for the
+        # single-process dev server / nats-server, one per executor for Spark.
+        limits = {"dev server": 100.0, "nats-server": 100.0, "Spark executors": 100.0 * self.executors}
+        bound = [name for name, value in pct.items() if value >= 0.85 * limits[name]]
+        return f"CPU {cells} → bound: {', '.join(bound) if bound else 'none alone (2 shared cores)'}"
+
+
+def cluster_cases(
+    address: str, nats_url: str, server_pid: int, rows: int, stream_rows: int, window: int
+) -> list[ClusterRun]:
+    """Publish on a standalone cluster (master + 2 one-core workers, executors on the Airflow-free
+    archive) with 1 and 2 executors; read a stream with Structured Streaming; stream from one
+    stream to another exactly-once and at-least-once. Prints progress to stderr."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: tests/spark_cluster.py
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, spark_config
+    from tests.spark_cluster import StandaloneCluster
+
+    settings = ConnectionSettings(brokers=address, nats_servers=[nats_url], timeout=60.0)
+    options = to_options(settings)
+    server = psutil.Process(server_pid)
+    nats = [p for p in server.children(recursive=True) if "nats" in p.name()]
+    results: list[ClusterRun] = []
+
+    def new_stream(prefix: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        with LiftbridgeClient(address) as client:
+            client.create_stream(name, name, partitions=2)
+        return name
+
+    def measure_run(what: str, executors: int, workers: list[int], fn: Callable[[], int]) -> ClusterRun:
+        s0, n0 = server.cpu_times(), [p.cpu_times() for p in nats]
+        with ProcessCpu(workers) as spark_cpu:
+            started = time.monotonic()
+            count = fn()
+            seconds = time.monotonic() - started
+        s1, n1 = server.cpu_times(), [p.cpu_times() for p in nats]
+        run = ClusterRun(
+            what,
+            executors,
+            count,
+            seconds,
+            (s1.user + s1.system) - (s0.user + s0.system),
+            sum((b.user + b.system) - (a.user + a.system) for a, b in zip(n0, n1, strict=True)),
+            spark_cpu.seconds,
+        )
+        print(
+            f"  {what}, {executors} executor(s): {count} rows in {seconds:.1f} s ({run.rate:,.0f}/s)", file=sys.stderr
+        )
+        return run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        archive = build_executor_env(root / "liftbridge-executor.tar.gz", compresslevel=1)
+        cluster = StandaloneCluster(root / "cluster", workers=2, cores=1, memory="1g").start()
+        try:
+            workers = cluster.worker_pids
+            for executors in (1, 2):
+                spark = build_spark_session(
+                    cluster.master_url,
+                    app_name=f"liftbridge-bench-{executors}",
+                    config={
+                        **spark_config(archive),
+                        "spark.cores.max": str(executors),
+                        "spark.executor.cores": "1",
+                        "spark.executor.memory": "768m",
+                        "spark.driver.host": "127.0.0.1",
+                        "spark.driver.bindAddress": "127.0.0.1",
+                        "spark.ui.enabled": "false",
+                    },
+                )
+                spark.sparkContext.setLogLevel("ERROR")
+                try:
+                    df = spark.range(rows, numPartitions=executors * 2).selectExpr(
+                        "concat('customer-', cast(id % 1000 as string)) as customer", "id as order_id"
+                    )
+                    df.cache().count()  # the rows exist before the clock starts (and executors are up)
+                    stream = new_stream("cluster")
+
+                    def publish(df: Any = df, stream: str = stream) -> int:
+                        return publish_dataframe(df, stream, settings=settings, key_col="customer", window=window).rows
+
+                    results.append(measure_run("publish", executors, workers, publish))
+                    if executors == 2:
+                        results += streaming_cases(spark, options, new_stream, measure_run, workers, stream_rows, root)
+                finally:
+                    spark.stop()
+        finally:
+            cluster.stop()
+    return results
+
+
+def streaming_cases(
+    spark: Any,
+    options: dict[str, str],
+    new_stream: Callable[[str], str],
+    measure_run: Callable[[str, int, list[int], Callable[[], int]], ClusterRun],
+    workers: list[int],
+    rows: int,
+    root: Path,
+) -> list[ClusterRun]:
+    """Structured Streaming on the 2-executor session: read (noop sink), and stream to stream
+    exactly-once and at-least-once; availableNow, so each run ends when the source is drained."""
+    source = new_stream("stream-src")
+    seed = spark.range(rows, numPartitions=4).selectExpr("cast(id as string) as v")
+    publish_dataframe(seed, source, settings=from_options(options), value_col="v")
+
+    def query(sink: Callable[[Any], Any], checkpoint: str) -> int:
+        df = spark.readStream.format("liftbridge").options(**options).option("stream", source)
+        df = df.option("startingOffsets", "earliest").load()
+        q = sink(df).option("checkpointLocation", str(root / checkpoint)).trigger(availableNow=True).start()
+        q.awaitTermination()
+        return sum(p.numInputRows for p in q.recentProgress)
+
+    def read() -> int:
+        return query(lambda df: df.writeStream.format("noop"), "read")
+
+    def copy(guarantee: str) -> Callable[[], int]:
+        target = new_stream(f"stream-{guarantee}")
+
+        def run() -> int:
+            return query(
+                lambda df: (
+                    df.selectExpr("value as v")
+                    .writeStream.format("liftbridge")
+                    .options(**options)
+                    .option("stream", target)
+                    .option("valueColumn", "v")
+                    .option("deliveryGuarantee", guarantee)
+                ),
+                guarantee,
+            )
+
+        return run
+
+    def batch_read() -> int:
+        return spark.read.format("liftbridge").options(**options).option("stream", source).load().count()
+
+    return [
+        measure_run("batch read (count)", 2, workers, batch_read),
+        measure_run("streaming read (availableNow, noop sink)", 2, workers, read),
+        measure_run("streaming sink atLeastOnce", 2, workers, copy("atLeastOnce")),
+        measure_run("streaming sink exactlyOnce", 2, workers, copy("exactlyOnce")),
+    ]

@@ -154,6 +154,11 @@ class StandaloneCluster:
             raise
         return self
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the worker JVMs (their executors and Python workers are their descendants)."""
+        return [d.process.pid for d in self._daemons[1:]]
+
     def alive_workers(self) -> list[dict[str, object]]:
         """The workers the master reports ALIVE (its ``/json`` status page)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as answer:

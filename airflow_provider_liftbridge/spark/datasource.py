@@ -249,6 +249,20 @@ class ReadBounds:
         ]
 
 
+def requested_partitions(stream: str, count: int, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The partitions option checked against the stream's ``count`` partitions (``None``: all).
+
+    :raises SparkStreamError: naming the partitions the stream does not have.
+    """
+    chosen = wanted if wanted is not None else tuple(range(count))
+    missing = [p for p in chosen if not 0 <= p < count]
+    if missing:
+        raise SparkStreamError(
+            f"stream {stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
+        )
+    return chosen
+
+
 class LiftbridgeReader(DataSourceReader):
     """Plans one split per stream partition (or offset range) and reads the splits in parallel.
 
@@ -271,12 +285,7 @@ class LiftbridgeReader(DataSourceReader):
         try:
             with self.settings.client() as client:
                 count = stream_partition_count(client, self.stream)
-                wanted = self.bounds.partitions if self.bounds.partitions is not None else tuple(range(count))
-                missing = [p for p in wanted if not 0 <= p < count]
-                if missing:
-                    raise SparkStreamError(
-                        f"stream {self.stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
-                    )
+                wanted = requested_partitions(self.stream, count, self.bounds.partitions)
                 splits: list[InputPartition] = []
                 for partition in wanted:
                     info = client.fetch_partition_metadata(self.stream, partition)

@@ -85,17 +85,28 @@ def build_spark_session(
 
     from .datasource import register
 
-    prepare_environment(master, config)
-    builder = SparkSession.builder.appName(app_name)
-    if master and master.startswith("sc://"):
-        builder = builder.remote(master)
-    elif master:
-        builder = builder.master(master)
-        if is_local_master(master):
-            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    remote = bool(master and master.startswith("sc://"))
+    if remote:
+        from pyspark import SparkContext
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+        # The generic builder also switches pyspark.sql.functions to Spark Connect for the
+        # process, but refuses when a classic SparkContext runs here (SESSION_ALREADY_EXIST);
+        # then the Connect client's own builder works (use pyspark.sql.connect.functions).
+        generic = SparkContext._active_spark_context is None
+        builder = (SparkSession.builder if generic else RemoteSparkSession.builder).remote(master).appName(app_name)
+    else:
+        prepare_environment(master, config)
+        builder = SparkSession.builder.appName(app_name)
+        if master:
+            builder = builder.master(master)
+            if is_local_master(master):
+                builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+                    "spark.driver.host", "127.0.0.1"
+                )
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
-    if master and master.startswith("sc://"):
+    if remote:
         spark = builder.getOrCreate()
     else:
         with _jvm_working_directory(config or {}):

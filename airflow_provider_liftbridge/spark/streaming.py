@@ -212,13 +212,9 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             ) from None
         except LiftbridgeError as exc:
             raise SparkStreamError(f"cannot look up stream {self.stream!r}: {type(exc).__name__}: {exc}") from exc
-        wanted = self.options.partitions if self.options.partitions is not None else tuple(range(count))
-        missing = [p for p in wanted if not 0 <= p < count]
-        if missing:
-            raise SparkStreamError(
-                f"stream {self.stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
-            )
-        return tuple(wanted)
+        from .datasource import requested_partitions
+
+        return requested_partitions(self.stream, count, self.options.partitions)
 
     def _next_offsets(self) -> Offsets:
         """Each partition's high watermark + 1 (the next offset that is not committed yet)."""

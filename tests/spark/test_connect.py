@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from pyspark.sql import functions as F
+from pyspark.sql.connect import functions as F  # this process also runs a classic session
 
 from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe, to_options
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json
