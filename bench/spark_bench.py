@@ -326,7 +326,7 @@ def cluster_cases(
                     stream = new_stream("cluster")
 
                     def publish(df: Any = df, stream: str = stream) -> int:
-                        return publish_dataframe(df, stream, settings=settings, key_col="customer", window=window).rows
+                        return publish_dataframe(df, stream, settings=settings, key_col="customer", window=window).count
 
                     results.append(measure_run("publish", executors, workers, publish))
                     if executors == 2:

@@ -398,7 +398,7 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
         log.info(
             "micro-batch %d: %d row(s) published to %s, %d skipped (already there)",
             batchId,
-            summary.rows,
+            summary.count - summary.skipped,
             summary.stream,
             summary.skipped,
         )

@@ -57,7 +57,7 @@ def test_publish_and_data_source_from_a_connect_session(
 
     summary = publish_dataframe(df, stream, settings=lb_settings, key_col="k")
 
-    assert (summary.rows, summary.acknowledged) == (1000, 1000)
+    assert (summary.count, summary.acknowledged) == (1000, 1000)
     (
         connect.range(500, 700, numPartitions=2)
         .select(F.col("id").cast("string").alias("v"))
