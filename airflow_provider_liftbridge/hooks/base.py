@@ -135,7 +135,7 @@ def connection_report(settings: ConnectionSettings) -> tuple[bool, str]:
             f"{len(answered)} of {total} configured broker(s) answered; the cluster reports {len(cluster)} broker(s)"
         ]
         if failed:
-            parts.append(f"no answer from {'; '.join(failed)}")
+            parts.append(f"No answer from {'; '.join(failed)}")
         parts.append(cursors)
     else:
         parts = [f"none of the {total} configured broker(s) answered: {'; '.join(failed)}"]

@@ -58,7 +58,7 @@ def test_test_connection_names_the_dead_broker(monkeypatch: pytest.MonkeyPatch, 
     ok, message = LiftbridgeHook("lb_half").test_connection()
     assert ok, message
     assert message.startswith("1 of 2 configured broker(s) answered")
-    assert f"no answer from {dead}: connection refused" in message
+    assert f"No answer from {dead}: connection refused" in message
     assert message.count(dead) == 1  # the address once, not again inside gRPC's text
 
 
