@@ -13,7 +13,9 @@ print(m.__file__)"``)::
 Prints the summary as one JSON line on stdout; exits 1 with the error on stderr when anything was
 not published (the message names the stream partition and what happened), 2 on bad arguments.
 Connection settings default to ``LIFTBRIDGE_BROKERS`` / ``LIFTBRIDGE_NATS_SERVERS`` from the
-environment, so they can stay out of the command line.
+environment, so they can stay out of the command line. NATS TLS and credentials: the ``--nats-*``
+options; the password and token come only from ``LIFTBRIDGE_NATS_PASSWORD`` /
+``LIFTBRIDGE_NATS_TOKEN`` (a command line is visible to every user of the machine).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_liftbridge.client import ConnectionSettings, InvalidArgumentError, TlsConfig
+from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 # Absolute imports: spark-submit runs this file as a script, outside its package.
 from airflow_provider_liftbridge.spark.errors import LiftbridgeSparkError
@@ -45,6 +48,26 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def nats_security_of(args: argparse.Namespace) -> NatsSecurity | None:
+    """The NATS TLS and credentials of the command line (password and token from the environment).
+
+    :raises NatsSecurityError: an incomplete or contradictory set (the message names the field).
+    """
+    values = {
+        "tls": args.nats_tls,
+        "tls_ca_file": args.nats_tls_ca_file,
+        "tls_cert_file": args.nats_tls_cert_file,
+        "tls_key_file": args.nats_tls_key_file,
+        "tls_server_name": args.nats_tls_server_name,
+        "user": args.nats_user,
+        "password": os.environ.get("LIFTBRIDGE_NATS_PASSWORD") or None,
+        "token": os.environ.get("LIFTBRIDGE_NATS_TOKEN") or None,
+        "nkey_seed_file": args.nats_nkey_seed_file,
+        "credentials_file": args.nats_credentials_file,
+    }
+    return NatsSecurity(**values) if any(values.values()) else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the job."""
     parser = argparse.ArgumentParser(
@@ -55,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     conn = parser.add_argument_group("connection")
     conn.add_argument("--brokers", default=os.environ.get("LIFTBRIDGE_BROKERS"), help="host:port[,host:port...]")
     conn.add_argument("--nats-servers", default=os.environ.get("LIFTBRIDGE_NATS_SERVERS", ""), help="nats://h:p,...")
+    conn.add_argument("--nats-tls", action="store_true", help="NATS over TLS (on by itself with a NATS TLS file)")
+    for name in ("tls-ca-file", "tls-cert-file", "tls-key-file", "tls-server-name", "user"):
+        conn.add_argument(f"--nats-{name}")
+    conn.add_argument("--nats-nkey-seed-file", help="NKEY user seed file (needs the nkeys package)")
+    conn.add_argument("--nats-credentials-file", help="NATS .creds file (needs the nkeys package)")
     conn.add_argument("--tls-ca-file")
     conn.add_argument("--tls-cert-file")
     conn.add_argument("--tls-key-file")
@@ -95,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nats_servers=args.nats_servers or (),
             tls=TlsConfig(*tls_files) if any(tls_files) else None,
             timeout=args.timeout,
+            nats_security=nats_security_of(args),
         )
         source = DataFrameSource(
             input_path=args.input,
@@ -104,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sql=args.sql,
             dataframe_callable=args.callable,
         )
-    except (LiftbridgeSparkError, InvalidArgumentError) as exc:
+    except (LiftbridgeSparkError, InvalidArgumentError, NatsSecurityError) as exc:
         parser.error(str(exc))
     # Under spark-submit the master comes from its own arguments (the gateway variables are set).
     master = args.master or (None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]")

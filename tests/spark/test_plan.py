@@ -193,3 +193,20 @@ def test_nats_security_travels_to_executors_as_options_and_pickled() -> None:
     assert from_options(options).nats_security == security
     assert pickle.loads(pickle.dumps(settings)).nats_security == security
     assert "pw-never-shown" not in repr(settings)
+
+
+def test_the_submit_job_reads_nats_security_with_secrets_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
+    from airflow_provider_liftbridge.spark.submit import build_parser, nats_security_of
+
+    parser = build_parser()
+    base = ["--stream", "s", "--brokers", "h:1", "--input", "x"]
+    assert nats_security_of(parser.parse_args(base)) is None
+    monkeypatch.setenv("LIFTBRIDGE_NATS_PASSWORD", "pw-from-env")
+    args = parser.parse_args([*base, "--nats-user", "u", "--nats-tls-ca-file", "/ca.pem"])
+    assert nats_security_of(args) == NatsSecurity(user="u", password="pw-from-env", tls_ca_file="/ca.pem")
+    monkeypatch.setenv("LIFTBRIDGE_NATS_TOKEN", "t")
+    with pytest.raises(NatsSecurityError, match="one form of authentication"):
+        nats_security_of(args)
