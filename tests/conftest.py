@@ -14,7 +14,7 @@ point at that cluster and no dev server is started. Tests that need to start, st
 configure a server of their own are skipped with a reason: those asking for ``devserver`` or
 ``cluster``, those marked ``own_server``, the dev server's own tests and the fault-injection tier
 (``tests/devserver``, ``tests/reliability``), and modules that start a ``DevServer`` or
-``DevServerProcess`` themselves (directly or with ``tests.server_support.running_devserver``).
+``DevServerProcess`` themselves.
 
 Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
 ``atexit`` stop, and the nats-server child is started with a parent-death signal
@@ -37,7 +37,6 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer  # noqa: E402
-from tests.server_support import running_devserver  # noqa: E402
 
 # The Spark cluster, Spark Connect server and SparkSession: session fixtures shared by tests/spark
 # and tests/dags (one SparkContext per process), defined once.
@@ -68,9 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.fspath))
         if path not in starts_own:
             text = path.read_text(errors="replace") if path.suffix == ".py" else ""
-            starts_own[path] = any(
-                f"{name}(" in text for name in ("DevServer", "DevServerProcess", "running_devserver")
-            )
+            starts_own[path] = "DevServer(" in text or "DevServerProcess(" in text
         fixtures = set(getattr(item, "fixturenames", ()))
         if (
             item.get_closest_marker("own_server")
@@ -86,7 +83,7 @@ def devserver() -> Iterator[DevServer]:
     """A single-broker dev server shared by the whole test session."""
     if EXTERNAL_BROKERS:
         pytest.skip(f"needs the in-process dev server; this test {_OWN_SERVER}")
-    with running_devserver(brokers=1) as server:
+    with DevServer(brokers=1) as server:
         yield server
 
 
@@ -120,7 +117,7 @@ def cluster() -> Iterator[DevServer]:
     """A fresh 3-broker dev server for one test."""
     if EXTERNAL_BROKERS:
         pytest.skip(f"needs a 3-broker dev server of its own; this test {_OWN_SERVER}")
-    with running_devserver(brokers=3) as server:
+    with DevServer(brokers=3) as server:
         yield server
 
 
@@ -129,5 +126,5 @@ def fast_cluster() -> Iterator[DevServer]:
     """A fresh 3-broker dev server with test time-outs (``ClusterTimings.fast()``) for one test."""
     if EXTERNAL_BROKERS:
         pytest.skip(f"needs a 3-broker dev server of its own; this test {_OWN_SERVER}")
-    with running_devserver(brokers=3, timings=ClusterTimings.fast()) as server:
+    with DevServer(brokers=3, timings=ClusterTimings.fast()) as server:
         yield server

@@ -16,12 +16,11 @@ from airflow_provider_liftbridge.client.effects import RpcFailure
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
 from airflow_provider_liftbridge.client.retry import is_transient
 from airflow_provider_liftbridge.devserver import DevServer
-from tests.server_support import running_devserver
 
 
 @pytest.fixture(scope="module")
 def no_cursors() -> Iterator[DevServer]:
-    with running_devserver(brokers=1, cursors=False) as server:
+    with DevServer(brokers=1, cursors=False) as server:
         yield server
 
 

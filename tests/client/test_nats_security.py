@@ -15,7 +15,6 @@ from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError, redact_url
-from tests.server_support import running_devserver
 from tests.tls_certs import SERVER_NAME, make_certs
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,7 +76,7 @@ def secured(
     request: pytest.FixtureRequest, certs: dict[str, str], nkey_seed: str
 ) -> Iterator[tuple[DevServer, NatsSecurity, str]]:
     server_side, client_side, refusal = _modes(certs, nkey_seed)[request.param]
-    with running_devserver(nats_security=server_side) as server:
+    with DevServer(nats_security=server_side) as server:
         yield server, client_side, refusal
 
 

@@ -20,7 +20,6 @@ from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 from tests.airflow_support import conn_env_name
-from tests.server_support import running_devserver
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(300)]
 SECRET = "Pw-9c1f7e2d-never-printed"
@@ -30,7 +29,7 @@ DAG_ID = "liftbridge_stream_lifecycle"
 @pytest.fixture(scope="module")
 def guarded() -> Iterator[DevServer]:
     creds = NatsSecurity(user="airflow", password=SECRET)
-    with running_devserver(nats_security=NatsServerSecurity(user="airflow", password=SECRET, client=creds)) as server:
+    with DevServer(nats_security=NatsServerSecurity(user="airflow", password=SECRET, client=creds)) as server:
         yield server
 
 

@@ -19,7 +19,6 @@ from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 from tests.hooks.test_hook import free_port
-from tests.server_support import running_devserver
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "s3cret-Pa55"
@@ -102,7 +101,7 @@ def test_a_broker_port_given_as_nats_fails_the_test(monkeypatch: pytest.MonkeyPa
 
 
 def test_cursors_disabled_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    with running_devserver(cursors=False) as server:
+    with DevServer(cursors=False) as server:
         ok, message = _test(monkeypatch, server.address)
     assert ok, message  # the connection works; what needs cursors will not
     assert "Cursors: disabled on this cluster" in message and "cursors.stream.partitions" in message
@@ -132,7 +131,7 @@ def test_bad_fields_are_named_by_their_label(
 @pytest.fixture(scope="module")
 def nats_with_password() -> Iterator[DevServer]:
     creds = NatsSecurity(user="airflow", password=SECRET)
-    with running_devserver(nats_security=NatsServerSecurity(user="airflow", password=SECRET, client=creds)) as server:
+    with DevServer(nats_security=NatsServerSecurity(user="airflow", password=SECRET, client=creds)) as server:
         yield server
 
 

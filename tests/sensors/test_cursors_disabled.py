@@ -14,7 +14,6 @@ from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOpera
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger, LiftbridgeWatcherError
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
-from tests.server_support import running_devserver
 
 pytestmark = pytest.mark.timeout(60)
 SETTING = "cursors.stream.partitions"
@@ -22,7 +21,7 @@ SETTING = "cursors.stream.partitions"
 
 @pytest.fixture(scope="module")
 def no_cursors() -> Iterator[DevServer]:
-    with running_devserver(brokers=1, cursors=False) as server:
+    with DevServer(brokers=1, cursors=False) as server:
         yield server
 
 

@@ -17,7 +17,6 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger
 from tests.airflow_support import conn_env_name
-from tests.server_support import running_devserver
 from tests.triggers.test_triggers import first_event
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,7 +25,7 @@ TOKEN = "tok-3b7c0e"
 
 @pytest.fixture(scope="module")
 def token_nats() -> Iterator[DevServer]:
-    with running_devserver(nats_security=NatsServerSecurity(token=TOKEN, client=NatsSecurity(token=TOKEN))) as server:
+    with DevServer(nats_security=NatsServerSecurity(token=TOKEN, client=NatsSecurity(token=TOKEN))) as server:
         yield server
 
 
