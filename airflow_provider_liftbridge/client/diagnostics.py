@@ -118,11 +118,11 @@ def unavailable_error(method: str, details: str, *, attempts: int, tried: Sequen
     ``max_retries`` is suggested only when the call was retried: with no retries (the connection
     Test) more retries would not have been tried anyway.
     """
-    brokers = ", ".join(tried) if tried else "the known brokers"
+    brokers = ", ".join(dict.fromkeys(tried)) if tried else "the known brokers"  # each once, in order
     found = explain_unreachable(details)
     # gRPC's raw text (addresses, subchannel states) stays out of the message; it is in .cause.
     why = f": {found}" if found is not None else "; check that the brokers are running and the addresses are right"
-    retry = "; if brokers are only restarting, raise max_retries" if attempts > 1 and found is None else ""
+    retry = "; if brokers are only restarting, raise max_retries" if attempts > 1 else ""
     return UnavailableError(
         f"{method} failed: no broker reachable after {attempts} attempt(s) ({brokers}){why}{retry}.",
         cause=details,
