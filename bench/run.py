@@ -641,7 +641,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
     return rows + spark_cluster_rows(srv, args, local)
 
 
-def spark_cluster_rows(srv: DevServerProcess, args: argparse.Namespace, local: dict[int, float]) -> list[Row]:
+def spark_cluster_rows(srv: Server, args: argparse.Namespace, local: dict[int, float]) -> list[Row]:
     """The standalone cluster (executors on the Airflow-free archive) beside local[N], and Structured
     Streaming: read, and the sink exactly-once beside at-least-once."""
     import spark_bench
