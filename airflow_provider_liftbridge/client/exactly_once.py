@@ -849,10 +849,12 @@ class ExactlyOncePublisher:
                 " Another writer kept moving the partition (optimistic concurrency control refused the expected "
                 "offset): stop the other writer, or publish to another partition."
             )
+        # A resumable cause clears by itself; any other (cursors off, read-only, too large) must be fixed first.
+        again = "publishing again" if isinstance(exc, _RESUMABLE + _MISSING) else "once that is fixed, publishing again"
         return ExactlyOncePublishError(
             f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped{tries} while "
-            f"{what}: {type(exc).__name__}: {exc}. {result.written} record(s) written and {result.skipped} skipped "
-            f"so far; publishing again with the same producer id resumes without duplicates.{hint}",
+            f"{what}: {type(exc).__name__}: {str(exc).rstrip('.')}. {result.written} record(s) written and "
+            f"{result.skipped} skipped so far; {again} with the same producer id resumes without duplicates.{hint}",
             result,
         )
 
