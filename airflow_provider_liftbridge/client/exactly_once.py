@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from airflow_provider_liftbridge.codec import EncodedHeaders, header_field, header_field_head
+
 from .errors import (
     AckTimeoutError,
     IncorrectOffsetError,
@@ -436,6 +438,8 @@ class ExactlyOncePublisher:
         self._own_sender = sender is None
         self._cursor_id = producer_cursor_id(self.producer_id)
         self._producer = self.producer_id.encode()
+        #: The producer's header entry, encoded once: every record carries it (see _prepare).
+        self._producer_field = header_field(PRODUCER_HEADER, self._producer)
         self._seen = SeqSet()
         # seq -> (partition, offset) of records acknowledged in a batch that then failed, so the
         # re-scan recognises them instead of taking them for duplicates.
@@ -628,7 +632,9 @@ class ExactlyOncePublisher:
         # into a read-only mapping then, and shared by the copies _with_offsets makes).
         key: bytes | None
         own: Mapping[str, bytes] | None
-        if isinstance(item, bytes | bytearray | memoryview):
+        if item.__class__ is bytes:  # the common case first: a type check costs less than isinstance of a union
+            value, key, own, partition = item, None, None, self.partition
+        elif isinstance(item, (bytearray, memoryview)):
             value, key, own, partition = bytes(item), None, None, self.partition
         elif isinstance(item, Record):
             value, key, own = item.value, item.key, item.headers
@@ -645,8 +651,14 @@ class ExactlyOncePublisher:
                 f"record {seq} goes to partition {partition!r}, but stream {self.stream!r} has "
                 f"{self._partition_count} partition(s)"
             )
-        headers = {PRODUCER_HEADER: self._producer, SEQ_HEADER: b"%d" % seq}
-        return Record(value, key, {**own, **headers} if own else headers, partition)
+        seq_b = b"%d" % seq
+        headers = {PRODUCER_HEADER: self._producer, SEQ_HEADER: seq_b}
+        if own:
+            return Record(value, key, {**own, **headers}, partition)
+        # The usual case: the headers travel with their encoding (the same bytes the encoder would
+        # write), so only the sequence number is encoded per record.
+        wire = self._producer_field + header_field_head(SEQ_HEADER, len(seq_b)) + seq_b
+        return Record(value, key, EncodedHeaders(headers, wire), partition)
 
     def _get_sender(self) -> Sender:
         if self._sender is None:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
+from airflow_provider_liftbridge.codec import EncodedHeaders
+
 __all__ = [
     "Ack",
     "AckError",
@@ -31,7 +33,10 @@ EMPTY_HEADERS: Mapping[str, bytes] = MappingProxyType({})
 
 
 def _frozen_map(value: Mapping[str, bytes] | None) -> Mapping[str, bytes]:
-    """Copy a mapping into a read-only view so a frozen dataclass stays immutable."""
+    """Copy a mapping into a read-only view so a frozen dataclass stays immutable (headers that
+    carry their encoding are read-only already, and kept as they are so the encoding travels)."""
+    if value.__class__ is EncodedHeaders:
+        return value  # not None: checked just above
     return MappingProxyType(dict(value)) if value else EMPTY_HEADERS
 
 

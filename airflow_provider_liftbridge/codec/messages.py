@@ -7,7 +7,7 @@ them into its own value types before anything reaches a caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError
@@ -109,6 +109,57 @@ def _offset_field(offset: int) -> bytes:
     return b"\x08" + _varint(offset & 0xFFFFFFFFFFFFFFFF)
 
 
+def header_field(name: str, value: bytes) -> bytes:
+    """One entry of ``Message.headers`` (field 9, a map<string, bytes>) encoded as protobuf writes it."""
+    return header_field_head(name, len(value)) + value
+
+
+_FIELD_HEADS: dict[tuple[str, int], bytes] = {}
+
+
+def header_field_head(name: str, size: int) -> bytes:
+    """:func:`header_field` up to its value (tag, entry length, key field, value tag and length) for
+    a value of ``size`` bytes; remembered per name and size."""
+    head = _FIELD_HEADS.get((name, size))
+    if head is None:
+        key = name.encode()
+        entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(size)
+        head = b"\x4a" + _varint(len(entry) + size) + entry
+        if len(_FIELD_HEADS) < _HEAD_CACHE_LIMIT:
+            _FIELD_HEADS[(name, size)] = head
+    return head
+
+
+class EncodedHeaders(Mapping[str, bytes]):
+    """Read-only message headers that carry their own encoding, so a publisher that builds the
+    same headers for every record (an exactly-once producer: one fixed header, one counter) encodes
+    them once per record, as it builds them, instead of once more in :meth:`PublishEncoder.encode`.
+
+    :param headers: the headers (kept, not copied: do not change the dict afterwards).
+    :param wire: their ``Message.headers`` entries, as :func:`header_field` writes them, in the
+        order of ``headers``.
+    """
+
+    __slots__ = ("_headers", "wire")
+
+    def __init__(self, headers: dict[str, bytes], wire: bytes) -> None:
+        self._headers = headers
+        #: The encoded entries.
+        self.wire = wire
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._headers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers)
+
+    def __len__(self) -> int:
+        return len(self._headers)
+
+    def __repr__(self) -> str:
+        return f"EncodedHeaders({self._headers!r})"
+
+
 class PublishEncoder:
     """Builds many Publish frames that share an ack inbox, an ack policy and the CRC setting, the
     way a bulk publisher sends them: every frame is byte for byte what :func:`new_message` returns
@@ -139,7 +190,6 @@ class PublishEncoder:
         self._no_offset = api_pb2.Message(offset=NO_EXPECTED_OFFSET).SerializeToString()
         self._value_heads: dict[int, bytes] = {0: b""}
         self._id_heads: dict[int, bytes] = {0: b""}
-        self._header_heads: dict[tuple[str, int], bytes] = {}
         self._frame = framer(MsgType.PUBLISH, crc=crc, max_payload=max_payload)
         self._encode_value = self._value_encoder(crc, max_payload)
 
@@ -210,26 +260,16 @@ class PublishEncoder:
             parts += (b"\x12", _varint(len(key)), key)
         vh = self._value_heads.get(len(value))
         parts += (self._value_head(len(value)) if vh is None else vh, value)
-        if headers:
-            heads = self._header_heads
+        if headers.__class__ is EncodedHeaders:
+            parts.append(headers.wire)  # checked just above
+        elif headers:
             for name, data in headers.items():
-                head = heads.get((name, len(data)))
-                parts += (self._header_head(name, len(data)) if head is None else head, data)
+                parts += (header_field_head(name, len(data)), data)
         id_head = self._id_heads.get(len(correlation_id))
         if id_head is None:
             id_head = self._id_head(len(correlation_id))
         parts += (self._inbox, id_head, correlation_id, self._policy)
         return self._frame(b"".join(parts))
-
-    def _header_head(self, name: str, size: int) -> bytes:
-        """A headers map entry up to its value: the entry's tag and length, the key field, the
-        value's tag and length (cached per name and value size, as value heads are)."""
-        key = name.encode()
-        entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(size)
-        head = b"\x4a" + _varint(len(entry) + size) + entry
-        if len(self._header_heads) < _HEAD_CACHE_LIMIT:
-            self._header_heads[(name, size)] = head
-        return head
 
     def _value_head(self, size: int) -> bytes:
         if size > _HEAD_CACHE_LIMIT:

@@ -32,7 +32,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import ApiError, DataDirError, IncorrectOffsetError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
-from .wire import TimestampField, header_entry, length_delimited, message_body, varint
+from .wire import TimestampField, header_entries, header_entry, length_delimited, message_body, varint
 
 if TYPE_CHECKING:
     from .replication import ClusterTimings, Replication
@@ -155,7 +155,11 @@ class Partition:
         # 5 to 7 and the server's headers for a message that came on the partition's own subject
         # without a reply (the usual case).
         self._stream_fields = length_delimited(b"\x2a", stream.name.encode()) + (b"\x30" + varint(pid) if pid else b"")
-        self._own_tail = self._tail(None, self.subject, "")
+        self._own_tail_parts = (
+            self._stream_fields + length_delimited(b"\x3a", self.subject.encode()),
+            header_entry("subject", self.subject.encode()) + header_entry("reply", b""),
+        )
+        self._own_tail = b"".join(self._own_tail_parts)
         self._ts_field = TimestampField()
         self._occ = stream.occ  # settings do not change after creation; read on every append
         #: Whether the store's next flush includes this partition (see :meth:`Store.mark_dirty`).
@@ -227,11 +231,16 @@ class Partition:
     def _tail(self, headers: Mapping[str, bytes] | None, subject: str, reply: str) -> bytes:
         """Fields 5-9 of a stored Message: stream, partition, subject, reply and the headers, the
         server's own ``subject`` and ``reply`` replacing any the publisher sent."""
+        if subject == self.subject and not reply:
+            # A message with headers on the partition's own subject (exactly-once records): only
+            # its own entries are encoded, the rest comes from the own-subject tail.
+            own_head, own_server_headers = self._own_tail_parts
+            return own_head + header_entries(headers) + own_server_headers if headers else own_head + own_server_headers
         parts = [self._stream_fields, length_delimited(b"\x3a", subject.encode())]
         if reply:
             parts.append(length_delimited(b"\x42", reply.encode()))
         if headers:
-            parts += [header_entry(k, v) for k, v in headers.items() if k != "subject" and k != "reply"]
+            parts.append(header_entries(headers))
         parts += (header_entry("subject", subject.encode()), header_entry("reply", reply.encode()))
         return b"".join(parts)
 

@@ -60,6 +60,26 @@ def test_record_frames_decode_as_new_message_frames(
         assert frame == reference
 
 
+@settings(max_examples=200, deadline=None)
+@given(name=st.text(max_size=200), value=st.binary(max_size=300) | st.just(b"v" * 20_000))
+def test_header_field_is_protobufs_map_entry(name: str, value: bytes) -> None:
+    assert codec.header_field(name, value) == api_pb2.Message(headers={name: value}).SerializeToString()
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.binary(max_size=200), cid=ids, headers=header_maps, offset=st.integers(-1, 2**40))
+def test_encoded_headers_give_the_frame_of_the_plain_headers(
+    value: bytes, cid: str, headers: dict[str, bytes], offset: int
+) -> None:
+    """Headers that carry their encoding (an exactly-once producer's) frame as the same headers in a dict."""
+    enc = codec.PublishEncoder(ack_inbox="_INBOX.x")
+    wire = b"".join(codec.header_field(k, v) for k, v in headers.items())
+    carried = codec.EncodedHeaders(dict(headers), wire)
+    assert carried == headers
+    frame = enc.encode(value, cid.encode(), headers=carried, expected_offset=offset)
+    assert frame == enc.encode(value, cid.encode(), headers=headers, expected_offset=offset)
+
+
 def test_encode_values_is_encode_value_per_pair() -> None:
     enc = codec.PublishEncoder(ack_inbox="in")
     values = [b"a", b"", b"c" * 300]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.devserver.state import BrokerSlot, Partition, Store
-from airflow_provider_liftbridge.devserver.wire import header_entry, varint
+from airflow_provider_liftbridge.devserver.wire import header_entries, header_entry, varint
 
 _SUBJECT = st.text(
     st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="."), min_size=1, max_size=12
@@ -33,6 +33,19 @@ def test_varint_matches_protobuf(n: int) -> None:
 @pytest.mark.parametrize("n", [-1, -2, -(1 << 63), 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 1 << 63])
 def test_varint_edges_and_negative_int64(n: int) -> None:
     assert varint(n) == _VarintBytes(n & ((1 << 64) - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(headers=_HEADERS)
+def test_header_entries_are_protobufs_without_the_server_headers(headers: dict[str, bytes]) -> None:
+    for name, value in headers.items():
+        assert header_entry(name, value) == api_pb2.Message(headers={name: value}).SerializeToString()
+    kept = {k: v for k, v in headers.items() if k not in ("subject", "reply")}
+    assert api_pb2.Message.FromString(header_entries(headers)).headers == kept
+    # The same from a protobuf map (what the NATS ingest passes): read by key, same bytes.
+    assert header_entries(api_pb2.Message(headers=headers).headers) == b"".join(
+        header_entry(k, v) for k, v in api_pb2.Message(headers=headers).headers.items() if k in kept
+    )
 
 
 @pytest.fixture(scope="module")
