@@ -16,6 +16,11 @@ The rule the client follows (subscriptions, publishes, exactly-once publishing):
   the stream. Otherwise it retries, within its own budget (``max_retries`` for a call,
   ``resubscribe_wait`` for a subscription, ``max_resumes`` for exactly-once publishing), and
   raises the last error when the budget runs out.
+
+Over NATS nobody says "no such stream": what is published to a partition without a leader is
+dropped and its ack times out. ``publish_many`` then sends again only the records its partition
+certainly does not hold (the leader's newest offset is what it held before the batch plus the
+records it acknowledged), within ``max_retries`` (``publishing/batch.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A subscription survives its (only) broker being killed and restarted: it resubscribes from
-the last delivered offset + 1 within ``resubscribe_wait``, with no gap and no duplicate."""
+the last delivered offset + 1 within ``resubscribe_wait``, with no gap and no duplicate. Publishing
+over NATS right after a full-cluster restart stores every record once."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import UnavailableError
-from airflow_provider_liftbridge.devserver import DevServerProcess
+from airflow_provider_liftbridge.client import (
+    NO_RESEND,
+    AckPolicy,
+    LiftbridgeClient,
+    PublishError,
+    StartPosition,
+    UnavailableError,
+)
+from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
 
 
 def test_resubscribe_across_a_broker_kill_and_restart(make_client: Any, tmp_path: Path) -> None:
@@ -55,3 +63,52 @@ def test_subscription_gives_up_after_resubscribe_wait(make_client: Any, tmp_path
         with pytest.raises(UnavailableError, match="last offset delivered: 0"):
             next(it)
         assert 1.0 < time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("down", [0.0, 0.3])
+def test_publish_many_over_nats_right_after_a_full_restart_sends_again_only_what_was_not_stored(
+    fast_cluster: DevServer, down: float
+) -> None:
+    """Published while the cluster restarts (brokers down, then partitions without a leader), the
+    records are dropped and their acks time out. The call checks that nothing was stored (the
+    leader's newest offset) and sends them again within its retry budget, never blindly
+    (``NO_RESEND``: the call's own re-sends are off), so each is stored once."""
+    with LiftbridgeClient(
+        fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.5, max_retries=8, backoff_base=0.05
+    ) as c:
+        c.create_stream("restarting", "restarting", replication_factor=3)
+        c.publish_many("restarting", [b"before"], path="nats")  # the client has seen the stream
+        restart = threading.Thread(target=fast_cluster.restart_cluster, kwargs={"down": down})
+        restart.start()
+        time.sleep(0.05 + down / 2)  # inside the window: brokers down, or partitions without a leader
+        records = [b"r%d" % i for i in range(20)]
+        acks = c.publish_many("restarting", records, path="nats", ack_policy=AckPolicy.LEADER, resend=NO_RESEND)
+        restart.join()
+        assert [a.offset for a in acks] == list(range(1, 21))
+        stored = c.subscribe("restarting", start_at=StartPosition.EARLIEST, stop_at=20)  # once committed
+        assert [m.value for m in stored] == [b"before", *records]
+
+
+def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_stored_without_acking(
+    fast_cluster: DevServer,
+) -> None:
+    """Right after a restart the leaders store records but commit nothing for a while, so ALL acks
+    come late. Their time-outs are not a reason to send again: the partition has moved, the
+    records may be stored (they are), and the call reports them as such, with no second copy."""
+    with LiftbridgeClient(
+        fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.2, max_retries=3, backoff_base=0.05
+    ) as c:
+        c.create_stream("late-acks", "late-acks", replication_factor=3)
+        c.publish_many("late-acks", [b"before"], path="nats")
+        fast_cluster.restart_cluster()
+        deadline = time.monotonic() + 5
+        while not c.fetch_metadata(["late-acks"]).streams.get("late-acks", None) or not (
+            c.fetch_metadata(["late-acks"]).streams["late-acks"].partitions[0].leader
+        ):
+            assert time.monotonic() < deadline, "no leader after the restart"
+            time.sleep(0.02)
+        records = [b"r%d" % i for i in range(5)]
+        with pytest.raises(PublishError, match="may or may not be stored"):
+            c.publish_many("late-acks", records, path="nats", ack_policy=AckPolicy.ALL, resend=NO_RESEND)
+        stored = c.subscribe("late-acks", start_at=StartPosition.EARLIEST, stop_at=5)  # once committed
+        assert [m.value for m in stored] == [b"before", *records]

@@ -18,14 +18,14 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.nats_security import redact_urls
 
-from ..effects import NatsCall, Op
+from ..effects import NatsCall, Op, Sleep
 from ..errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -36,8 +36,9 @@ from ..errors import (
     PartitionPausedError,
     PublishError,
     ReadonlyPartitionError,
+    UnavailableError,
 )
-from ..operations import choose_partition, refresh_metadata, unary
+from ..operations import choose_partition, fetch_partition_metadata, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record, StreamInfo
@@ -244,22 +245,92 @@ def send_batch(
         subject_of = {p: partition_subject(info.subject, p) for p in targets}
         subjects = [subject_of[p] for p in parts]
     _log_path(core, stream, "nats")
-    run = functools.partial(
-        publish_on_link,
-        subjects,
-        items,
-        ids,
-        ack_policy=options.ack_policy,
-        window=NATS_WINDOW if options.window is None else options.window,
-        ack_timeout=options.wait,
-        resend=options.resend,
-    )
-    outcome: BulkOutcome = yield NatsCall(run)
+    # What each partition held before this batch, as far as the route's metadata knows: the base
+    # against which an ack time-out is judged (see _send_unstored_again).
+    before = {p: info.partitions[p].newest_offset for p in targets}
+    window = NATS_WINDOW if options.window is None else options.window
+
+    def nats(indices: Sequence[int] | None) -> Op[BulkOutcome]:
+        picked = range(len(items)) if indices is None else indices
+        run = functools.partial(
+            publish_on_link,
+            subjects if indices is None else [subjects[i] for i in picked],
+            items if indices is None else [items[i] for i in picked],
+            ids if indices is None else [ids[i] for i in picked],
+            ack_policy=options.ack_policy,
+            window=window,
+            ack_timeout=options.wait,
+            resend=options.resend,
+        )
+        done: BulkOutcome = yield NatsCall(run)
+        return done
+
+    outcome: BulkOutcome = yield from nats(None)
     if outcome.failure is not None and outcome.sent == 0 and path == "auto":
         return (yield from grpc(f"NATS is unavailable ({outcome.failure})"))
+    if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
+        yield from _send_unstored_again(core, stream, outcome, parts, before, nats)
     if outcome.timed_out:
         yield from _explain_timeouts(core, stream, outcome, parts, options.wait)
     return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+
+
+def _send_unstored_again(
+    core: ClientCore,
+    stream: str,
+    outcome: BulkOutcome,
+    parts: Sequence[int],
+    before: dict[int, int],
+    nats: Callable[[Sequence[int]], Op[BulkOutcome]],
+) -> Op[None]:
+    """Send again, within the call's retry budget, the timed-out records that are certainly not
+    stored; ``outcome`` is updated in place (the rest stay timed out).
+
+    Over NATS a publish that no broker takes gets no answer at all: right after a full-cluster
+    restart the partitions have no leader for a second or two, and what is published to their
+    subjects meanwhile is dropped (``liftbridge-semantics.md``), where gRPC says "no such stream".
+    An ack time-out alone cannot tell a dropped record from one stored whose ack was late or lost,
+    so nothing is re-sent on its strength (beyond what the caller's resend policy allows). A
+    partition's records are known not to be stored when its leader's newest offset is what it
+    held before the batch plus the records of the batch it acknowledged: nothing else was written
+    there since. The client's NATS connection is dropped first, so that no copy still buffered
+    in it can arrive after that check. Until the partitions have a leader again, the check waits
+    its backoff, as :mod:`..presence` says; a stream confirmed missing ends it.
+    """
+    if any(before[parts[i]] < -1 for i in outcome.timed_out):
+        return  # metadata without offsets: nothing to judge by
+    for attempt in range(1, core.retry.max_retries + 1):
+        yield from discard_nats()
+        yield Sleep(core.backoff(attempt))
+        acked: dict[int, int] = {}
+        for i, ack in enumerate(outcome.acks):
+            if ack is not None:
+                acked[parts[i]] = acked.get(parts[i], 0) + 1
+        waiting = sorted({parts[i] for i in outcome.timed_out})
+        try:
+            newest: dict[int, int] = {}
+            for p in waiting:
+                newest[p] = (yield from fetch_partition_metadata(core, stream, p)).newest_offset
+        except (NoSuchStreamError, NoSuchPartitionError, NotLeaderError, UnavailableError):
+            if (yield from missing_confirmed_op(core, stream, waiting[0])):
+                return
+            continue  # the cluster is not back: no leader to ask yet
+        if any(newest[p] != before[p] + acked.get(p, 0) for p in waiting):
+            return  # something was written there: these records may be stored, keep their time-outs
+        again = outcome.timed_out
+        retry = yield from nats(again)
+        outcome.timed_out = [again[k] for k in retry.timed_out]
+        for k, i in enumerate(again):
+            outcome.acks[i] = retry.acks[k]
+            if k in retry.errors:
+                outcome.errors[i] = retry.errors[k]
+        if retry.failure is not None:
+            outcome.failure = retry.failure
+        outcome.sent += retry.sent
+        outcome.resent += len(again) + retry.resent
+        if not outcome.timed_out or retry.failure is not None:
+            return
+        # Still no ack: judge again (this batch's new acks count as what the partitions hold).
 
 
 def discard_nats() -> Op[None]:
@@ -331,12 +402,20 @@ def _partitions(
 
 
 def _stream_info(core: ClientCore, stream: str) -> Op[StreamInfo]:
-    """Fresh metadata of ``stream`` (its subject, partitions and their flags)."""
-    yield from refresh_metadata(core, [stream])
-    info = core.cache.stream(stream)
-    if info is None:
-        raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
-    return info
+    """Fresh metadata of ``stream`` (its subject, partitions and their flags).
+
+    :raises NoSuchStreamError: the stream does not exist: never seen by this client, or confirmed
+        missing (a cluster right after a restart lists no streams for a moment, see :mod:`..presence`).
+    """
+    for attempt in range(1, core.retry.max_retries + 2):
+        yield from refresh_metadata(core, [stream])
+        info = core.cache.stream(stream)
+        if info is not None:
+            return info
+        if attempt > core.retry.max_retries or (yield from missing_confirmed_op(core, stream, 0)):
+            break
+        yield Sleep(core.backoff(attempt))
+    raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
 
 
 def _blocked_partitions(core: ClientCore, info: StreamInfo, parts: Sequence[int]) -> Op[tuple[int, Exception] | None]:
