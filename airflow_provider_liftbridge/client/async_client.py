@@ -19,6 +19,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from . import operations, subscription
 from .base import ClientBase, SubscriptionReader
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
+from .compression import Compression
 from .effects import (
     END,
     Cancel,
@@ -602,6 +603,7 @@ class AsyncLiftbridgeClient(ClientBase):
         timeout: float | None = None,
         path: PublishPath = "auto",
         resend: ResendPolicy | None = None,
+        compression: Compression = None,
     ) -> list[Ack]:
         """Like :meth:`LiftbridgeClient.publish_many`, awaited; same arguments, result and errors."""
         return await self._transport.run(
@@ -616,6 +618,7 @@ class AsyncLiftbridgeClient(ClientBase):
                 timeout=timeout,
                 path=path,
                 resend=resend,
+                compression=compression,
             )
         )
 

@@ -16,6 +16,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from . import operations, subscription
 from .base import ClientBase
 from .channels import ChannelFactory, SyncChannelPool
+from .compression import Compression
 from .effects import (
     END,
     Cancel,
@@ -361,6 +362,7 @@ class LiftbridgeClient(ClientBase):
         timeout: float | None = None,
         path: PublishPath = "auto",
         resend: ResendPolicy | None = None,
+        compression: Compression = None,
     ) -> list[Ack]:
         """Publish many records and return their acks in input order (an empty list with
         ``AckPolicy.NONE``), at most ``window`` unacknowledged at a time (default: 256 over gRPC,
@@ -381,6 +383,10 @@ class LiftbridgeClient(ClientBase):
         instead of re-sending. Over gRPC, records refused with "no such stream" for a stream this
         client has seen in metadata (a cluster restarting says that for a second or two) are sent
         again after a backoff, up to ``max_retries`` times, until metadata confirms the stream is gone.
+
+        ``compression``: ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra) compresses every value before
+        it is enveloped and marks it with the header ``content-encoding``; this client's
+        subscriptions hand back the original value (see :mod:`.compression`).
 
         :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
             received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
@@ -403,6 +409,7 @@ class LiftbridgeClient(ClientBase):
                 timeout=timeout,
                 path=path,
                 resend=resend,
+                compression=compression,
             )
         )
 
@@ -418,6 +425,8 @@ class LiftbridgeClient(ClientBase):
         timeout: float | None = None,
         resend: ResendPolicy | None = None,
         stream_info: StreamInfo | None = None,
+        compression: Compression = None,
+        write_stats: bool = False,
     ) -> BatchPublisher:
         """A publisher of batches to ``stream`` with these options, on this client's connections:
         what ``publish_many`` does for one batch, for callers that send many batches (the
@@ -425,10 +434,12 @@ class LiftbridgeClient(ClientBase):
         (:meth:`BatchPublisher.publish`, in bounded memory). The path is chosen once, when the
         first batch is sent, as ``publish_many`` chooses it; a fallback to gRPC holds for the
         later batches. The options are ``publish_many``'s, and ``stream_info``: the stream's
-        metadata if the caller has just fetched it (the NATS path then does not read it again).
+        metadata if the caller has just fetched it (the NATS path then does not read it again);
+        ``write_stats``: measure latencies from the acks and the throughput
+        (:attr:`BatchPublisher.stats`, see :mod:`.write_stats`).
 
         :raises InvalidArgumentError: an empty stream, an unknown path, ``"nats"`` without NATS
-            servers, a window below 1, a non-positive timeout.
+            servers, a window below 1, a non-positive timeout, an unknown compression.
         """
         options = batch_options(
             self._core,
@@ -440,8 +451,9 @@ class LiftbridgeClient(ClientBase):
             window=window,
             timeout=timeout,
             resend=resend,
+            compression=compression,
         )
-        return BatchPublisher(self._transport.run, self._core, options, stream_info)
+        return BatchPublisher(self._transport.run, self._core, options, stream_info, write_stats=write_stats)
 
     def publish_to_subject(
         self,

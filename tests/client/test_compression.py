@@ -76,3 +76,39 @@ def test_compression_argument_is_checked() -> None:
     assert check_compression("GZIP") == "gzip" and check_compression("zstd") == "zstd"
     with pytest.raises(InvalidArgumentError, match="'gzip', 'zstd' or None"):
         check_compression("lz4")
+
+
+@pytest.mark.parametrize(("codec", "path"), [("gzip", "grpc"), ("zstd", "nats"), ("gzip", "nats")])
+def test_publish_many_compresses_before_sending(
+    lb_address: str, nats_url: str, stream_name: str, codec: str, path: str
+) -> None:
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url]) as client:
+        client.create_stream(stream_name, stream_name)
+        acks = client.publish_many(
+            stream_name, [Record(v, key=b"k") for v in ROWS[:5]] + ROWS[5:], path=path, compression=codec
+        )
+        assert len(acks) == len(ROWS)
+        got = list(client.subscribe(stream_name, start_at=0, stop_at=StopPosition.LATEST))
+    assert [m.value for m in got] == ROWS and [m.key for m in got[:5]] == [b"k"] * 5
+    with grpc.insecure_channel(lb_address) as channel:
+        req = api_pb2.SubscribeRequest(
+            stream=stream_name, startPosition=api_pb2.OFFSET, startOffset=0, stopPosition=api_pb2.STOP_OFFSET
+        )
+        stored = [m for m in _until_end(api_pb2_grpc.APIStub(channel).Subscribe(req, timeout=5)) if m.ByteSize()][0]
+    assert stored.headers[COMPRESSION_HEADER] == codec.encode() and len(stored.value) < len(ROWS[0])
+
+
+def test_batch_publisher_measures_latencies_from_acks(lb_address: str, nats_url: str, stream_name: str) -> None:
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url]) as client:
+        client.create_stream(stream_name, stream_name)
+        for path in ("nats", "grpc"):
+            publisher = client.batch_publisher(stream_name, path=path, write_stats=True, compression="gzip")
+            publisher.publish(ROWS, batch=7)
+            assert publisher.stats is not None
+            summary = publisher.stats.summary()
+            json.dumps(summary)
+            assert summary["acks"] == len(ROWS) and 0 < summary["bytes"] < sum(map(len, ROWS))
+            lead, com = summary["to_leader_ms"], summary["to_commit_ms"]
+            assert 0 <= lead["p50"] <= lead["p99"] <= lead["max"] and lead["max"] <= com["max"] + 1.0
+            assert summary["records_per_second"] > 0
+        assert client.batch_publisher(stream_name).stats is None  # measured only when asked

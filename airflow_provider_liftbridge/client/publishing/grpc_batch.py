@@ -4,6 +4,7 @@ allows."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ def publish_many(
     window: int = 256,
     timeout: float | None = None,
     resend: ResendPolicy | None = None,
+    sent_ns: list[int] | None = None,
 ) -> Op[list[Ack]]:
     """Publish many records pipelined over one PublishAsync stream, at most ``window`` unacked
     at a time; return their acks in input order (an empty list with ``AckPolicy.NONE``, which
@@ -49,6 +51,8 @@ def publish_many(
     at-least-once. Records refused with "no such stream" for a stream this client has seen in
     metadata are sent again after a backoff, up to ``max_retries`` times, unless the metadata of
     all streams confirms it is gone (see :mod:`..presence`). ``timeout`` bounds the wait for each ack.
+    ``sent_ns``, when given, gets each record's first send time in wall-clock nanoseconds (for
+    write statistics).
 
     :raises PublishError: a record was refused or not acknowledged in time; it carries the acks
         received (``.acks``, ``.acked``), the first failing record's index (``.index``) and the
@@ -88,7 +92,7 @@ def publish_many(
     if policy == AckPolicy.NONE:
         yield from _send_unacknowledged(core, requests, wait)
         return []
-    return (yield from _pipeline(core, stream, requests, ids, window, wait, resend))
+    return (yield from _pipeline(core, stream, requests, ids, window, wait, resend, sent_ns))
 
 
 def as_record(index: int, item: Record | bytes) -> Record:
@@ -129,6 +133,7 @@ def _pipeline(
     window: int,
     wait: float,
     resend: ResendPolicy | None = None,
+    sent_ns: list[int] | None = None,
 ) -> Op[list[Ack]]:
     acks: list[Ack | None] = [None] * len(requests)
     errors: dict[int, LiftbridgeError] = {}
@@ -144,6 +149,8 @@ def _pipeline(
                 while pending and not errors and len(inflight) < window:
                     i = pending.popleft()
                     inflight.add(i)
+                    if sent_ns is not None and not sent_ns[i]:
+                        sent_ns[i] = time.time_ns()
                     yield Write(handle, requests[i])
                 response = yield Read(handle, wait)
                 if response is END:

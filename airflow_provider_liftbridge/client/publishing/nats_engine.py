@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -78,6 +79,7 @@ class BulkOutcome:
     :ivar sent: records published at least once.
     :ivar resent: re-sends made.
     :ivar peak_in_flight: the most records ever unacknowledged at once (never above the window).
+    :ivar sent_ns: when given, each record's first send (wall-clock ns; write statistics).
     """
 
     acks: list[Ack | None]
@@ -87,6 +89,7 @@ class BulkOutcome:
     sent: int = 0
     resent: int = 0
     peak_in_flight: int = 0
+    sent_ns: list[int] | None = None
 
     @property
     def acked(self) -> int:
@@ -112,6 +115,7 @@ async def publish_enveloped(
     ack_timeout: float = 10.0,
     resend: ResendPolicy = DEFAULT_RESEND,
     crc: bool = True,
+    sent_ns: list[int] | None = None,
 ) -> BulkOutcome:
     """Publish ``records[i]`` as an enveloped message on ``subjects[i]`` with correlation id
     ``ids[i]`` and collect the acks on one fresh ack inbox.
@@ -125,7 +129,8 @@ async def publish_enveloped(
 
     ``ids`` is best a :class:`CorrelationIds` (what :func:`correlation_ids` returns): acks are
     then matched by parsing the record's index out of the id; any other sequence of unique ids
-    is matched through a dictionary.
+    is matched through a dictionary. ``sent_ns`` (as long as ``records``), when given, gets each
+    record's first send time in wall-clock nanoseconds (for write statistics).
 
     Per-record problems are reported in the returned :class:`BulkOutcome`, never raised; the
     caller turns it into a result with :func:`outcome_acks`.
@@ -133,7 +138,7 @@ async def publish_enveloped(
     :raises InvalidArgumentError: ``ids`` holds a duplicate or is not as long as ``records``.
     """
     n = len(records)
-    out = BulkOutcome([None] * n)
+    out = BulkOutcome([None] * n, sent_ns=sent_ns)
     if n == 0:
         return out
     if len(ids) != n or len(subjects) != n:
@@ -173,6 +178,7 @@ async def publish_on_link(
     window: int,
     ack_timeout: float,
     resend: ResendPolicy | None,
+    sent_ns: list[int] | None = None,
 ) -> BulkOutcome:
     """:func:`publish_enveloped` on the client's NATS connection (``link``, opened if needed);
     what a client's batch publisher runs on its event loop. A connection that cannot be opened is
@@ -183,7 +189,15 @@ async def publish_on_link(
         return BulkOutcome([None] * len(records), failure=exc)
     kwargs: dict[str, Any] = {} if resend is None else {"resend": resend}
     return await publish_enveloped(
-        nc, subjects, records, ids, ack_policy=ack_policy, window=window, ack_timeout=ack_timeout, **kwargs
+        nc,
+        subjects,
+        records,
+        ids,
+        ack_policy=ack_policy,
+        window=window,
+        ack_timeout=ack_timeout,
+        sent_ns=sent_ns,
+        **kwargs,
     )
 
 
@@ -381,6 +395,8 @@ async def _with_acks(
                     state[start : start + k] = _FLYING_BYTE * k
                     flying += k
                     bursts.append((loop.time() + ack_timeout, range(start, start + k)))
+                    if out.sent_ns is not None:
+                        out.sent_ns[start : start + k] = [time.time_ns()] * k
                     await fast.publish_burst(subjects[start : start + k], burst)
                     out.sent += k
                     if flying > out.peak_in_flight:

@@ -17,6 +17,7 @@ from ..effects import Op
 from ..errors import InvalidArgumentError, PublishError
 from ..routing import ClientCore
 from ..types import Ack, Record, StreamInfo
+from ..write_stats import WriteStats
 from .batch import BatchOptions, Route, discard_nats, open_route, send_batch
 from .summary import PublishSummary
 
@@ -37,16 +38,26 @@ class BatchPublisher:
     :param core: the client's shared state.
     :param options: validated options (see :func:`.batch.batch_options`).
     :param info: the stream's metadata if the caller has just read it (saves reading it again).
+    :param write_stats: measure every acknowledged record's latency (publish -> leader reception,
+        publish -> commit) and the throughput in :attr:`stats`.
     """
 
     def __init__(
-        self, run: Callable[[Op[Any]], Any], core: ClientCore, options: BatchOptions, info: StreamInfo | None = None
+        self,
+        run: Callable[[Op[Any]], Any],
+        core: ClientCore,
+        options: BatchOptions,
+        info: StreamInfo | None = None,
+        *,
+        write_stats: bool = False,
     ) -> None:
         self._run = run
         self._core = core
         self.options = options
         self._info = info
         self._route: Route | None = None
+        #: Latency and throughput of what this publisher sent (``None`` unless ``write_stats``).
+        self.stats: WriteStats | None = WriteStats() if write_stats else None
 
     @property
     def stream(self) -> str:
@@ -81,7 +92,7 @@ class BatchPublisher:
         items = records if isinstance(records, list) else list(records)
         if not items:
             return []
-        acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items))
+        acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items, self.stats))
         return acks
 
     def publish(
