@@ -4,6 +4,7 @@
 2. ``create_stream``: create the ``orders-enriched`` stream (2 partitions) unless it exists;
 3. ``transform_and_publish``: read the CSV with Spark, keep paid orders, add a VAT column, and
    publish every row from the executors, keyed by customer (``LiftbridgeSparkPublishOperator``);
+   with gzip-compressed values; its XCom summary carries ``write_stats`` (ack latencies, throughput);
 4. ``wait_partition_0`` / ``wait_partition_1``: deferrable ``LiftbridgeOffsetSensor`` per
    partition, until the last offset the publish reported is committed;
 5. ``read_back``: ``@task.pyspark`` reads this run's offsets back with ``format("liftbridge")``
@@ -98,6 +99,7 @@ def liftbridge_spark_pipeline() -> None:
         callable_kwargs={"input_path": "{{ ti.xcom_pull(task_ids='ensure_input')['path'] }}"},
         key_col="customer",
         header_cols=["order_id"],
+        compression="gzip",  # compressed on the executors; read_back's data source decompresses
         spark_conn_id=SPARK_CONN,
         spark_config={} if SPARK_CONN else LOCAL_SPARK,
     )

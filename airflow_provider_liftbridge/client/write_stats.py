@@ -16,10 +16,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LatencyHistogram", "WriteStats"]
+__all__ = ["LatencyHistogram", "WriteStats", "summary_line"]
 
 _GROWTH = 1.02
 _LOG_GROWTH = math.log(_GROWTH)
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """A :meth:`WriteStats.summary` in one line for a task log."""
+    lead, com = s["to_leader_ms"], s["to_commit_ms"]
+    return (
+        f"{s['acks']} ack(s) in {s['seconds']:.3f} s ({s['records_per_second']:.0f} records/s, "
+        f"{s['bytes_per_second'] / 1e6:.2f} MB/s); publish->leader ms p50 {lead['p50']} p99 {lead['p99']} "
+        f"max {lead['max']}; publish->commit ms p50 {com['p50']} p99 {com['p99']} max {com['max']}"
+    )
 
 
 class LatencyHistogram:
@@ -138,14 +148,8 @@ class WriteStats:
         }
 
     def log_line(self) -> str:
-        """The summary in one line for the task log."""
-        s = self.summary()
-        lead, com = s["to_leader_ms"], s["to_commit_ms"]
-        return (
-            f"{s['acks']} ack(s) in {s['seconds']:.3f} s ({s['records_per_second']:.0f} records/s, "
-            f"{s['bytes_per_second'] / 1e6:.2f} MB/s); publish->leader ms p50 {lead['p50']} p99 {lead['p99']} "
-            f"max {lead['max']}; publish->commit ms p50 {com['p50']} p99 {com['p99']} max {com['max']}"
-        )
+        """The summary in one line for the task log (:func:`summary_line`)."""
+        return summary_line(self.summary())
 
     def to_json(self) -> dict[str, Any]:
         """Everything, JSON-safe, for :meth:`from_json` on another process (Spark executors)."""

@@ -212,4 +212,4 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
                     total = PublishSummary(self.stream, summary.ack_policy)
                 total.merge(summary)
         assert total is not None  # expand_paths never returns an empty list
-        return total.to_dict() | {"files": per_file}
+        return total.to_dict() | {"files": per_file} | self.write_stats(publisher)

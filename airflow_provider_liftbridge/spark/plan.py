@@ -51,6 +51,8 @@ class PublishPlan:
         the summary carries no offsets and lost rows go unnoticed).
     :param window: in-flight messages per executor (pipelining depth).
     :param timeout: seconds to wait for each batch's acks; ``None`` uses the client default.
+    :param compression: ``"gzip"`` or ``"zstd"``: values compressed on the executors before they are
+        sent, marked by a ``content-encoding`` header (the data source decompresses them).
     :param partitions: the stream's partition count, filled in by the driver.
     :param subject: the stream's NATS subject, filled in by the driver (for the NATS publish path).
     :raises SparkOptionError: on an unknown format, policy or bad combination.
@@ -65,6 +67,7 @@ class PublishPlan:
     ack_policy: str = "leader"
     window: int = 256
     timeout: float | None = None
+    compression: str | None = None
     partitions: int = 0
     subject: str = ""
 
@@ -90,6 +93,13 @@ class PublishPlan:
             raise SparkOptionError(f"window must be >= 1 in-flight messages, got {self.window!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise SparkOptionError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        from airflow_provider_liftbridge.client.compression import check_compression
+        from airflow_provider_liftbridge.client.errors import InvalidArgumentError
+
+        try:
+            object.__setattr__(self, "compression", check_compression(self.compression))
+        except InvalidArgumentError as exc:
+            raise SparkOptionError(str(exc)) from None
 
     @property
     def partition_col(self) -> str | None:
@@ -317,5 +327,6 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
         ack_policy=get("ackPolicy") or "leader",
         window=window_n,
         timeout=timeout_s,
+        compression=get("compression"),
         partitions=partitions,
     )

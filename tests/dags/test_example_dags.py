@@ -87,6 +87,9 @@ def test_publish_files_end_to_end(dagbag: Any, stream_name: str, liftbridge_clie
     assert [f["count"] for f in jsonl["files"]] == [25, 25]
     tables = xcoms["publish_csv_and_parquet"]
     assert [(f["format"], f["count"]) for f in tables["files"]] == [("csv", 5), ("parquet", 50)]
+    # Write statistics in both summaries; the second task compressed its values with gzip.
+    assert jsonl["write_stats"]["acks"] == 50 and tables["write_stats"]["acks"] == 55
+    assert set(xcoms["report_write_stats"]) == {"orders-0.jsonl", "customers.csv"}
     committed = xcoms["wait_until_committed"]
     assert committed["mode"] == "offsets" and committed["stream"] == stream_name
     for partition, span in jsonl["partitions"].items():
@@ -108,7 +111,8 @@ def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeCli
     assert dag_run.state == "success", states
     published = xcoms["transform_and_publish"]
     assert published["count"] == published["acknowledged"] == xcoms["ensure_input"]["paid"]
-    assert xcoms["read_back"] == published["count"]
+    assert xcoms["read_back"] == published["count"]  # gzip-compressed, read back whole
+    assert published["write_stats"]["acks"] == published["count"]
     for partition, span in published["partitions"].items():
         assert (
             liftbridge_client.fetch_partition_metadata(published["stream"], int(partition)).high_watermark
