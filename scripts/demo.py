@@ -13,6 +13,13 @@ What it does, in order:
 5. stops the server and exits non-zero if anything failed.
 
 Usage: ``python scripts/demo.py [--dag-id ID] [--timeout SECONDS] [--keep-home] [--verbose]``.
+
+``--ui [--port PORT]`` instead starts a whole deployment to look at in a browser (the one the
+system tests use, ``scripts/deployment.py``): the dev server, then ``airflow api-server``,
+``scheduler`` (LocalExecutor, SQLite), ``dag-processor`` and ``triggerer`` as separate processes,
+with the example DAGs and the ``liftbridge_default`` connection. It prints the UI address and the
+login, starts one run of the lifecycle example (which feeds the event-driven example), and stops
+everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -133,13 +140,77 @@ def report(dag_id: str, run_id: str, state: str, states: dict[str, str], xcoms: 
         print(f"deleted     {xcoms['delete_stream'].get('deleted')}")
 
 
+def serve_ui(port: int, keep_home: bool) -> int:
+    """``--ui``: run the deployment until Ctrl-C (or SIGTERM); 0 when it stopped cleanly."""
+    import signal
+    import socket
+
+    from deployment import PASSWORD, USERNAME, Deployment, DeploymentError
+
+    if port:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                print(f"port {port} is taken; using a free one (choose with --port)")
+                port = 0
+    home = Path(tempfile.mkdtemp(prefix="liftbridge-demo-ui-"))
+    deployment = Deployment(home, api_port=port)
+    stop = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    print(f"starting the dev server and Airflow (api-server, scheduler, dag-processor, triggerer) in {home} ...")
+    try:
+        deployment.start()
+        print(f"dev server  gRPC {deployment.devserver.address}, NATS {deployment.devserver.nats_url}")
+        deployment.wait_for_dags(["liftbridge_stream_lifecycle", "liftbridge_event_consumer"])
+        run_id = deployment.trigger_dag("liftbridge_stream_lifecycle", {"stream": "lifecycle-orders"})
+        print(
+            f"""
+Airflow UI  {deployment.url}
+login       {USERNAME} / {PASSWORD}
+
+Look at:    DAGs -> liftbridge_stream_lifecycle, run {run_id}: its sensors defer to the triggerer
+            DAGs -> liftbridge_event_consumer: one run per "ready" order (the asset's events)
+            Assets -> liftbridge_ready_orders: the asset events the watcher fired
+            Admin -> Connections -> liftbridge_default (the Test button works)
+Logs:       {deployment.log_dir}/<component>.log
+
+Ctrl-C stops everything.""",
+            flush=True,
+        )
+        while not stop:
+            deployment.check_running()
+            time.sleep(0.5)
+    except DeploymentError as exc:
+        print(f"\nFAILED: {exc} (logs in {deployment.log_dir})", file=sys.stderr)
+        keep_home = True
+    finally:
+        print("stopping ...", flush=True)
+        deployment.stop()
+        if keep_home:
+            print(f"(AIRFLOW_HOME kept at {home})", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+    return 0 if stop else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dag-id", default=DEFAULT_DAG, help=f"example DAG to run (default {DEFAULT_DAG})")
     parser.add_argument("--timeout", type=float, default=300, help="seconds allowed for the DAG run (default 300)")
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary AIRFLOW_HOME (logs, database)")
     parser.add_argument("--verbose", action="store_true", help="print Airflow's output at the end")
+    parser.add_argument("--ui", action="store_true", help="run the whole deployment with the UI until Ctrl-C")
+    parser.add_argument("--port", type=int, default=8080, help="--ui: the UI's port (default 8080; 0: any free one)")
     args = parser.parse_args(argv)
+    if args.ui:
+        return serve_ui(args.port, args.keep_home)
 
     from airflow_provider_liftbridge.client import LiftbridgeClient
     from airflow_provider_liftbridge.devserver import DevServer

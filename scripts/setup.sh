@@ -9,6 +9,11 @@ if ! command -v java >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
 fi
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: the UI test (tests/system/test_ui.py) needs a browser; installing Debian's chromium" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then

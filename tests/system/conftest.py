@@ -1,0 +1,47 @@
+"""The system-test tier: one real Airflow deployment (api-server, scheduler with LocalExecutor and
+SQLite, dag-processor, triggerer, each its own process) and a dev server process, shared by every
+test of the tier (starting it takes about half a minute). Built by ``scripts/deployment.py``, the
+module ``scripts/demo.py --ui`` uses too.
+
+The AIRFLOW_HOME (database, ``logs/<component>.log``, task logs, UI screenshots) is removed after
+a passing session and kept, with its path printed, when a test failed or
+``LIFTBRIDGE_SYSTEM_KEEP_HOME=1`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scripts.deployment import EXAMPLE_DAGS, Deployment
+
+HERE = Path(__file__).resolve().parent
+EXAMPLES = ["liftbridge_stream_lifecycle", "liftbridge_publish_files", "liftbridge_spark_pipeline"]
+SYSTEM_DAGS = ["liftbridge_event_consumer", "system_burst_consumer", "system_wait_for_message"]
+
+
+@pytest.fixture(scope="package")  # stopped once tests/system is done, not at the end of the whole run
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    """The running deployment, its DAGs parsed (the examples and ``tests/system/dags``)."""
+    home = Path(tempfile.mkdtemp(prefix="liftbridge-system-"))
+    dags = home / "dags"
+    dags.mkdir()
+    for source in [*EXAMPLE_DAGS.glob("*.py"), *(HERE / "dags").glob("*.py")]:
+        (dags / source.name).symlink_to(source)
+    failed_before = request.session.testsfailed
+    deployment = Deployment(home / "airflow", dags_folder=dags)
+    try:
+        deployment.start()
+        deployment.wait_for_dags(EXAMPLES + SYSTEM_DAGS)
+        yield deployment
+    finally:
+        deployment.stop()
+        if request.session.testsfailed > failed_before or os.environ.get("LIFTBRIDGE_SYSTEM_KEEP_HOME") == "1":
+            print(f"\nsystem tier: logs kept in {deployment.log_dir}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,66 @@
+"""The Airflow UI of the system tier's deployment in headless Chromium (Debian's ``chromium``,
+driven by Playwright for Python; Playwright cannot download its own browser here): log in with
+the login ``scripts/demo.py --ui`` prints, then the connections page lists the ``liftbridge``
+connection and a DAG's grid page shows the DAG and its tasks. Screenshots are written to the
+deployment's log folder."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scripts.deployment import PASSWORD, USERNAME, Deployment
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Debian's chromium is not installed: run scripts/setup.sh (or apt-get install chromium)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(deployment: Deployment) -> Iterator[Any]:
+    """A logged-in browser page (the simple auth manager's login form, as a user would)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"{deployment.url}/auth/login")
+            page.locator("input").nth(0).fill(USERNAME)
+            page.locator("input[type=password]").fill(PASSWORD)
+            page.locator("button[type=submit]").click()
+            page.wait_for_url(lambda url: "/auth/login" not in url)
+            yield page
+        finally:
+            browser.close()
+
+
+def test_connections_page_lists_the_liftbridge_connection(deployment: Deployment, page: Any) -> None:
+    page.goto(f"{deployment.url}/connections")
+    try:
+        page.get_by_text("liftbridge_default").first.wait_for()
+        page.get_by_text("liftbridge", exact=True).first.wait_for()  # its type
+        page.get_by_text(deployment.devserver.address).first.wait_for()  # its host
+    finally:
+        page.screenshot(path=str(deployment.log_dir / "ui-connections.png"), full_page=True)
+
+
+def test_grid_page_of_an_example_dag_renders(deployment: Deployment, page: Any) -> None:
+    """The DAG page opens on its grid (runs as columns, tasks as rows)."""
+    shot = deployment.log_dir / "ui-grid.png"
+    page.goto(f"{deployment.url}/dags/liftbridge_stream_lifecycle")
+    try:
+        page.get_by_text("liftbridge_stream_lifecycle").first.wait_for()
+        for task_id in ("create_stream", "wait_for_offset", "find_ready_order"):
+            page.get_by_text(task_id).first.wait_for()
+    finally:
+        page.screenshot(path=str(shot), full_page=True)
