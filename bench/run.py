@@ -646,7 +646,7 @@ def spark_cluster_rows(srv: Server, args: argparse.Namespace, local: dict[int, f
     Streaming: read, and the sink exactly-once beside at-least-once."""
     import spark_bench
 
-    runs = spark_bench.cluster_cases(
+    runs = spark_bench.cluster_cases_in_child(
         srv.address, srv.nats_url, srv.pid, args.spark_rows, args.spark_stream_rows, BULK_WINDOW
     )
     by_name = {(r.what, r.executors): r for r in runs}

@@ -15,6 +15,8 @@ shows that rows never travel to the driver. Prints a markdown table and the mach
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import platform
 import subprocess
@@ -171,8 +173,17 @@ def main() -> None:
         print("| " + " | ".join(str(c) for c in [*cells, f"{r.jvm_mb:.0f}"]) + " |")
 
 
-if __name__ == "__main__":
-    main()
+def cluster_cases_in_child(
+    address: str, nats_url: str, server_pid: int, rows: int, stream_rows: int, window: int
+) -> list[ClusterRun]:
+    """:func:`cluster_cases` in a fresh interpreter: its driver JVM must start in the directory
+    where the executor archive is unpacked (``build_spark_session``), which a process that already
+    ran a SparkSession cannot do."""
+    args = [address, nats_url, str(server_pid), str(rows), str(stream_rows), str(window)]
+    done = subprocess.run(
+        [sys.executable, __file__, "--cluster-child", *args], stdout=subprocess.PIPE, text=True, check=True
+    )
+    return [ClusterRun(**run) for run in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,3 +401,12 @@ def streaming_cases(
         measure_run("streaming sink atLeastOnce", 2, workers, copy("atLeastOnce")),
         measure_run("streaming sink exactlyOnce", 2, workers, copy("exactlyOnce")),
     ]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--cluster-child"]:
+        address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
+        runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))
+        print(json.dumps([dataclasses.asdict(run) for run in runs]))
+    else:
+        main()

@@ -302,7 +302,7 @@ class LiftbridgeReader(DataSourceReader):
         if partition.stop_offset < partition.start_offset:
             return
         try:
-            yield from _read_split(self.stream, self.settings, partition)
+            yield from read_split(self.stream, self.settings, partition)
         except SparkReadError:
             raise
         except Exception as exc:
@@ -328,7 +328,8 @@ def _arrow_schema() -> pa.Schema:
     )
 
 
-def _read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:
+def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:
+    """The messages of ``split`` as Arrow batches of the read schema (batch reads and micro-batches)."""
     import pyarrow as pa
 
     schema = _arrow_schema()

@@ -7,6 +7,7 @@ address. Both are fixed here unless the caller already chose otherwise.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+log = logging.getLogger(__name__)
 
 
 def is_local_master(master: str) -> bool:
@@ -56,7 +58,17 @@ def _jvm_working_directory(config: Mapping[str, str]) -> Iterator[None]:
     from .executor_env import archive_for_python, driver_directory
 
     found = archive_for_python(config.get("spark.pyspark.python", ""), config.get("spark.archives", ""))
-    if found is None or SparkContext._gateway is not None:
+    if found is None:
+        yield
+        return
+    if SparkContext._gateway is not None:
+        log.warning(
+            "the driver JVM already runs (a SparkSession was started in this process before): Python data "
+            "source planning looks for ./%s in its working directory %s; start the executor-archive session "
+            "first, or in a fresh process",
+            found[1],
+            os.getcwd(),
+        )
         yield
         return
     previous = os.getcwd()

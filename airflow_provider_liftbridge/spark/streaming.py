@@ -40,9 +40,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from .datasource import LiftbridgeSplit, ReadBounds, parse_time_ns, read_split, requested_partitions
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
-from .publish import merge_summaries, publish_partition, resolve_plan
+from .publish import merge_summaries, publish_partition, resolve_plan, stream_info
 from .settings import from_options
 
 if TYPE_CHECKING:
@@ -93,8 +94,6 @@ class StreamReadOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> StreamReadOptions:
         """:raises SparkOptionError: naming the option and what it accepts."""
-        from .datasource import ReadBounds, parse_time_ns
-
         lowered = _lowered(options)
         stream = lowered.get("stream")
         if not stream:
@@ -200,8 +199,6 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _partition_ids(self, client: LiftbridgeClient) -> tuple[int, ...]:
         from airflow_provider_liftbridge.client import LiftbridgeError
 
-        from .publish import stream_info
-
         try:
             count = len(stream_info(client, self.stream).partitions)
         except SparkStreamError:
@@ -212,8 +209,6 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             ) from None
         except LiftbridgeError as exc:
             raise SparkStreamError(f"cannot look up stream {self.stream!r}: {type(exc).__name__}: {exc}") from exc
-        from .datasource import requested_partitions
-
         return requested_partitions(self.stream, count, self.options.partitions)
 
     def _next_offsets(self) -> Offsets:
@@ -232,8 +227,6 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ends
 
     def _partition_error(self, client: LiftbridgeClient, partition: int, exc: Exception) -> SparkStreamError:
-        from .publish import stream_info
-
         try:
             paused = stream_info(client, self.stream).partitions[partition].paused
         except Exception:
@@ -313,13 +306,11 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from .datasource import LiftbridgeSplit, _read_split
-
         assert isinstance(partition, StreamSplit)
         split = LiftbridgeSplit(partition.partition, partition.start, partition.end - 1)
         delivered = 0
         try:
-            for batch in _read_split(self.stream, self.settings, split):
+            for batch in read_split(self.stream, self.settings, split):
                 delivered += batch.num_rows
                 yield batch
         except Exception as exc:
