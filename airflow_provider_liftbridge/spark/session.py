@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MASTER = "local[*]"
 log = logging.getLogger(__name__)
+# Where this process's driver JVM was started by _jvm_working_directory (a JVM keeps its directory).
+_jvm_started_in: Path | None = None
 
 
 def is_local_master(master: str) -> bool:
@@ -50,9 +53,10 @@ def _jvm_working_directory(config: Mapping[str, str]) -> Iterator[None]:
     interpreter path as the executors (``./<alias>/bin/python``), relative to its own working
     directory, where Spark does not unpack archives. The archive is unpacked once for the driver
     (:func:`executor_env.driver_directory`) and the JVM is started there; this process's working
-    directory is restored right after. Nothing changes when the JVM already runs or when the
-    interpreter path is absolute.
+    directory is restored right after. Nothing changes when the interpreter path is absolute, or
+    when the JVM already runs (it keeps its directory: a warning says so if that is not this one).
     """
+    global _jvm_started_in
     from pyspark import SparkContext
 
     from .executor_env import archive_for_python, driver_directory
@@ -61,22 +65,27 @@ def _jvm_working_directory(config: Mapping[str, str]) -> Iterator[None]:
     if found is None:
         yield
         return
+    directory = driver_directory(*found)
     if SparkContext._gateway is not None:
+        if _jvm_started_in == directory:
+            yield  # started there by an earlier session of this process
+            return
         log.warning(
             "the driver JVM already runs (a SparkSession was started in this process before): Python data "
-            "source planning looks for ./%s in its working directory %s; start the executor-archive session "
-            "first, or in a fresh process",
+            "source planning looks for ./%s in the directory that JVM was started in, not in %s; start the "
+            "executor-archive session first, or in a fresh process",
             found[1],
-            os.getcwd(),
+            directory,
         )
         yield
         return
     previous = os.getcwd()
-    os.chdir(driver_directory(*found))
+    os.chdir(directory)
     try:
         yield
     finally:
         os.chdir(previous)
+    _jvm_started_in = directory
 
 
 def build_spark_session(
