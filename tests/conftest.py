@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (
             item.get_closest_marker("own_server")
             or starts_own[path]
-            or {"devserver", "cluster", "fast_cluster"} & fixtures
+            or {"devserver", "cluster", "fast_cluster", "groups_server"} & fixtures
             or any(part in _OWN_SERVER_FOLDERS for part in path.parent.relative_to(Path(__file__).parent).parts)
         ):
             item.add_marker(skip)
@@ -127,4 +127,14 @@ def fast_cluster() -> Iterator[DevServer]:
     if EXTERNAL_BROKERS:
         pytest.skip(f"needs a 3-broker dev server of its own; this test {_OWN_SERVER}")
     with DevServer(brokers=3, timings=ClusterTimings.fast()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def groups_server() -> Iterator[DevServer]:
+    """A one-broker dev server with short consumer-group timeouts (member timeout 1 s, so members
+    heartbeat every 0.7 s; coordinator report window 1 s): rebalances show within a test."""
+    if EXTERNAL_BROKERS:
+        pytest.skip(f"needs a dev server with short group timeouts; this test {_OWN_SERVER}")
+    with DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0) as server:
         yield server

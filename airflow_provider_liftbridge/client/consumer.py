@@ -472,27 +472,12 @@ def consume(
 # ---------------------------------------------------------------------------------------------
 
 
-class GroupConsumer:
-    """A consumer-group member on a blocking :class:`~.sync_client.LiftbridgeClient`.
-
-    ``with GroupConsumer(client, "billing", ["orders"]) as consumer:`` joins, and leaves on exit;
-    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it.
-
-    :param client: the client to use (not closed by the consumer).
-    :param group_id: the group to join.
-    :param streams: the streams to consume (a name or a list).
-    :param consumer_id: this member's id (default: a random one). A stable id lets a restarted
-        process take its place again before the server times the old one out.
-    :param auto_offset: where to start a partition the group has no position for.
-    :param auto_commit_interval: seconds between automatic commits (``None``: only :meth:`commit`).
-    :param max_batch: messages read per partition per poll, at most.
-    :param idle_wait: seconds between polls that found nothing.
-    :raises InvalidArgumentError: see :class:`GroupMember`.
-    """
+class _Consumer:
+    """What the two front ends share: the member, the client, and the operations they run."""
 
     def __init__(
         self,
-        client: LiftbridgeClient,
+        client: Any,
         group_id: str,
         streams: str | Sequence[str],
         *,
@@ -523,16 +508,49 @@ class GroupConsumer:
         """The partitions assigned to this member, per stream (as last heard from the coordinator)."""
         return {s: list(p) for s, p in self.member.assignments.items()}
 
-    def _run(self, op: Op[Any]) -> Any:
-        return self._client._transport.run(op)
+    # The operations, bound to this member; the front ends only say how they are run.
+    def _join_op(self) -> Op[None]:
+        core = self._client._core
+        yield from join(core, self.member)
+        yield from heartbeat(core, self.member)
+
+    def _consume_op(self, max_messages: int | None, timeout: float | None) -> Op[None]:
+        core = self._client._core
+        return consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
+
+    def _commit_op(self) -> Op[int]:
+        return commit(self._client._core, self.member)
+
+    def _leave_op(self) -> Op[None]:
+        return leave(self._client._core, self.member)
+
+
+class GroupConsumer(_Consumer):
+    """A consumer-group member on a blocking :class:`~.sync_client.LiftbridgeClient`.
+
+    ``with GroupConsumer(client, "billing", ["orders"]) as consumer:`` joins, and leaves on exit;
+    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it.
+
+    :param client: the client to use (not closed by the consumer).
+    :param group_id: the group to join.
+    :param streams: the streams to consume (a name or a list).
+    :param consumer_id: this member's id (default: a random one). A stable id lets a restarted
+        process take its place again before the server times the old one out.
+    :param auto_offset: where to start a partition the group has no position for.
+    :param auto_commit_interval: seconds between automatic commits (``None``: only :meth:`commit`).
+    :param max_batch: messages read per partition per poll, at most.
+    :param idle_wait: seconds between polls that found nothing.
+    :raises InvalidArgumentError: see :class:`GroupMember`.
+    """
+
+    _client: LiftbridgeClient
 
     def join(self) -> None:
         """Join the group and fetch this member's first assignments.
 
         :raises ConsumerGroupError: / :raises UnavailableError: see :func:`join`.
         """
-        self._run(join(self._client._core, self.member))
-        self._run(heartbeat(self._client._core, self.member))
+        self._client._transport.run(self._join_op())
 
     def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> Iterator[Message]:
         """The messages of this member's partitions, as they come, until ``max_messages`` or
@@ -540,18 +558,15 @@ class GroupConsumer:
 
         :raises ConsumerGroupError: / :raises UnavailableError: see :func:`poll`.
         """
-        core = self._client._core
-        return self._client._transport.drive(
-            consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
-        )
+        return self._client._transport.drive(self._consume_op(max_messages, timeout))
 
     def commit(self) -> int:
         """Store the group's positions (after the last message handed out); returns how many partitions moved."""
-        return int(self._run(commit(self._client._core, self.member)))
+        return int(self._client._transport.run(self._commit_op()))
 
     def leave(self) -> None:
         """Commit (with auto-commit on) and leave the group."""
-        self._run(leave(self._client._core, self.member))
+        self._client._transport.run(self._leave_op())
 
     def __enter__(self) -> GroupConsumer:
         self.join()
@@ -561,59 +576,28 @@ class GroupConsumer:
         self.leave()
 
 
-class AsyncGroupConsumer:
+class AsyncGroupConsumer(_Consumer):
     """:class:`GroupConsumer` on an :class:`~.async_client.AsyncLiftbridgeClient`: the same
     parameters; ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator,
     and it is an async context manager."""
 
-    def __init__(
-        self,
-        client: AsyncLiftbridgeClient,
-        group_id: str,
-        streams: str | Sequence[str],
-        *,
-        consumer_id: str | None = None,
-        auto_offset: AutoOffset = "new_only",
-        auto_commit_interval: float | None = 5.0,
-        max_batch: int = 512,
-        idle_wait: float = 0.2,
-    ) -> None:
-        self._client = client
-        self.member = GroupMember(
-            group_id,
-            [streams] if isinstance(streams, str) else list(streams),
-            consumer_id or "",
-            auto_offset,
-            auto_commit_interval,
-            max_batch,
-        )
-        self.idle_wait = idle_wait
-
-    consumer_id = GroupConsumer.consumer_id
-    assignments = GroupConsumer.assignments
-
-    async def _run(self, op: Op[Any]) -> Any:
-        return await self._client._transport.run(op)
+    _client: AsyncLiftbridgeClient
 
     async def join(self) -> None:
         """Join the group and fetch this member's first assignments (see :meth:`GroupConsumer.join`)."""
-        await self._run(join(self._client._core, self.member))
-        await self._run(heartbeat(self._client._core, self.member))
+        await self._client._transport.run(self._join_op())
 
     def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> AsyncIterator[Message]:
         """See :meth:`GroupConsumer.messages`."""
-        core = self._client._core
-        return self._client._transport.drive(
-            consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
-        )
+        return self._client._transport.drive(self._consume_op(max_messages, timeout))
 
     async def commit(self) -> int:
         """See :meth:`GroupConsumer.commit`."""
-        return int(await self._run(commit(self._client._core, self.member)))
+        return int(await self._client._transport.run(self._commit_op()))
 
     async def leave(self) -> None:
         """See :meth:`GroupConsumer.leave`."""
-        await self._run(leave(self._client._core, self.member))
+        await self._client._transport.run(self._leave_op())
 
     async def __aenter__(self) -> AsyncGroupConsumer:
         await self.join()

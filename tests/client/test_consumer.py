@@ -1,7 +1,7 @@
 """Consumer-group members (client/consumer.py) against the dev server's groups (devserver/groups.py).
 
-Servers here have short group timeouts (member timeout 1 s, so heartbeats every 0.7 s; coordinator
-report window 1 s) so that rebalances, timeouts and a coordinator change happen within a test.
+Servers here have short group timeouts (the ``groups_server`` fixture; the cluster test its own) so
+that rebalances, timeouts and a coordinator change happen within a test.
 """
 
 from __future__ import annotations
@@ -25,19 +25,9 @@ from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[DevServer]:
-    srv = DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 @pytest.fixture
-def client(server: DevServer) -> Iterator[LiftbridgeClient]:
-    with LiftbridgeClient(server.address, timeout=5.0) as c:
+def client(groups_server: DevServer) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(groups_server.address, timeout=5.0) as c:
         yield c
 
 
@@ -143,14 +133,14 @@ def test_silent_member_times_out_and_rejoins_when_it_comes_back(client: Liftbrid
     busy.leave()
 
 
-def test_async_member_reads_and_commits(server: DevServer, client: LiftbridgeClient, stream_name: str) -> None:
+def test_async_member_reads_and_commits(groups_server: DevServer, client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=2)
     for p in (0, 1):
         _publish(client, stream_name, p, 2)
     group = _group()
 
     async def run() -> list[tuple[int, int]]:
-        async with AsyncLiftbridgeClient(server.address, timeout=5.0) as aclient:
+        async with AsyncLiftbridgeClient(groups_server.address, timeout=5.0) as aclient:
             async with AsyncGroupConsumer(aclient, group, stream_name, auto_offset="earliest") as consumer:
                 got = [(m.partition, m.offset) async for m in consumer.messages(max_messages=4, timeout=10)]
                 await consumer.commit()

@@ -4,7 +4,6 @@ partitions, and what one member looked at is not read again by another (dev serv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -59,21 +58,10 @@ def test_poking_members_never_read_what_another_member_looked_at(
     assert cursors == [1, 1]
 
 
-@pytest.fixture(scope="module")
-def quick_server() -> Iterator[DevServer]:
-    """A dev server whose group members heartbeat every 0.7 s, so rebalances show within a test."""
-    server = DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
-    quick_server: DevServer, monkeypatch: pytest.MonkeyPatch, stream_name: str
+    groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, stream_name: str
 ) -> None:
-    monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(quick_server.address))
+    monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(groups_server.address))
     group = f"{stream_name}-g"
     triggers = []
     for member in ("a", "b"):
@@ -83,7 +71,7 @@ def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
     assert triggers[0].serialize()[1]["consumer_group"] == group
 
     async def scenario() -> list[dict[str, Any]]:
-        with LiftbridgeClient(quick_server.address) as client:
+        with LiftbridgeClient(groups_server.address) as client:
             client.create_stream(stream_name, stream_name, partitions=2)
 
             async def first(trigger: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,16 +17,6 @@ from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger
 from tests.triggers.test_event_trigger import Runner
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module")
-def quick_server() -> Iterator[DevServer]:
-    server = DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _watcher(server: DevServer, stream: str, group: str, member: str) -> LiftbridgeEventTrigger:
@@ -43,15 +32,15 @@ def _put(server: DevServer, stream: str, per_partition: int) -> None:
 
 
 async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
-    quick_server: DevServer, stream_name: str
+    groups_server: DevServer, stream_name: str
 ) -> None:
-    with LiftbridgeClient(quick_server.address) as client:
+    with LiftbridgeClient(groups_server.address) as client:
         client.create_stream(stream_name, stream_name, partitions=2)
     group = f"{stream_name}-watchers"
     fired: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
 
     async def watch(member: str) -> None:
-        async for event in _watcher(quick_server, stream_name, group, member).run():
+        async for event in _watcher(groups_server, stream_name, group, member).run():
             assert event.payload["cursor_id"] == group_cursor_id(group)
             message = event.payload["message"]
             fired[member].append((message["partition"], message["offset"]))
@@ -59,7 +48,7 @@ async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
     tasks = [asyncio.create_task(watch(m)) for m in fired]
     try:
         await asyncio.sleep(2.0)  # both joined; the coordinator split the two partitions
-        _put(quick_server, stream_name, 3)
+        _put(groups_server, stream_name, 3)
         for _ in range(200):
             if len(fired["a"]) + len(fired["b"]) >= 6:
                 break
@@ -77,15 +66,15 @@ async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
 
 
 async def test_ack_mode_writes_the_group_positions_once_events_are_stored(
-    quick_server: DevServer, stream_name: str
+    groups_server: DevServer, stream_name: str
 ) -> None:
     from airflow.triggers.shared_stream import SharedStreamManager
 
-    with LiftbridgeClient(quick_server.address) as client:
+    with LiftbridgeClient(groups_server.address) as client:
         client.create_stream(stream_name, stream_name, partitions=2)
-        _put(quick_server, stream_name, 2)
+        _put(groups_server, stream_name, 2)
         group = f"{stream_name}-ack"
-        trigger = _watcher(quick_server, stream_name, group, "solo")
+        trigger = _watcher(groups_server, stream_name, group, "solo")
         runner = Runner(SharedStreamManager(ack_timeout=60), trigger)
         async with runner.running():
             await runner.wait_for(4)
