@@ -49,7 +49,9 @@ ready_orders = Asset(
 
 
 def orders_from(events: Any) -> list[dict[str, Any]]:
-    """The orders carried by the triggering asset events (several, if they came close together)."""
+    """The orders carried by the triggering asset events: several when they came close together.
+    On Airflow 3.3.2 the last events of a burst can wait for the next event before a run takes
+    them (Airflow issue #56050; docs/event-driven.md says which schedule avoids the wait)."""
     orders = []
     for event in events:
         payload = event.extra["payload"]
