@@ -20,6 +20,7 @@ from . import operations, subscription
 from .base import ClientBase, SubscriptionReader
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
 from .compression import Compression
+from .consumer import AsyncGroupConsumer, AutoOffset
 from .effects import (
     END,
     Cancel,
@@ -620,6 +621,32 @@ class AsyncLiftbridgeClient(ClientBase):
                 resend=resend,
                 compression=compression,
             )
+        )
+
+    def group_consumer(
+        self,
+        group_id: str,
+        streams: str | Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_offset: AutoOffset = "new_only",
+        auto_commit_interval: float | None = 5.0,
+        max_batch: int = 512,
+        idle_wait: float = 0.2,
+    ) -> AsyncGroupConsumer:
+        """Like :meth:`LiftbridgeClient.group_consumer`: same arguments and errors; the member's
+        ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator."""
+        return AsyncGroupConsumer(
+            self._transport.run,
+            self._transport.drive,
+            self._core,
+            group_id,
+            streams,
+            consumer_id=consumer_id,
+            auto_offset=auto_offset,
+            auto_commit_interval=auto_commit_interval,
+            max_batch=max_batch,
+            idle_wait=idle_wait,
         )
 
     async def publish_to_subject(

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import grpc
 
@@ -36,10 +36,6 @@ from .retry import is_transient
 from .routing import ClientCore
 from .subscription import subscribe
 from .types import Message
-
-if TYPE_CHECKING:
-    from .async_client import AsyncLiftbridgeClient
-    from .sync_client import LiftbridgeClient
 
 __all__ = ["AsyncGroupConsumer", "AutoOffset", "ConsumerGroupError", "GroupConsumer", "GroupMember"]
 
@@ -473,11 +469,20 @@ def consume(
 
 
 class _Consumer:
-    """What the two front ends share: the member, the client, and the operations they run."""
+    """What the two front ends share: the member, the client's transport and core, and the
+    operations they run. Made by ``LiftbridgeClient.group_consumer`` /
+    ``AsyncLiftbridgeClient.group_consumer`` (whose docstrings describe the options).
+
+    :param run: executes an operation on the client's transport.
+    :param drive: executes a streaming operation, yielding what it emits.
+    :param core: the client's shared state.
+    """
 
     def __init__(
         self,
-        client: Any,
+        run: Callable[[Op[Any]], Any],
+        drive: Callable[[Op[Any]], Any],
+        core: ClientCore,
         group_id: str,
         streams: str | Sequence[str],
         *,
@@ -487,7 +492,9 @@ class _Consumer:
         max_batch: int = 512,
         idle_wait: float = 0.2,
     ) -> None:
-        self._client = client
+        self._run = run
+        self._drive = drive
+        self._core = core
         self.member = GroupMember(
             group_id,
             [streams] if isinstance(streams, str) else list(streams),
@@ -510,47 +517,33 @@ class _Consumer:
 
     # The operations, bound to this member; the front ends only say how they are run.
     def _join_op(self) -> Op[None]:
-        core = self._client._core
-        yield from join(core, self.member)
-        yield from heartbeat(core, self.member)
+        yield from join(self._core, self.member)
+        yield from heartbeat(self._core, self.member)
 
     def _consume_op(self, max_messages: int | None, timeout: float | None) -> Op[None]:
-        core = self._client._core
-        return consume(core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
+        return consume(self._core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
 
     def _commit_op(self) -> Op[int]:
-        return commit(self._client._core, self.member)
+        return commit(self._core, self.member)
 
     def _leave_op(self) -> Op[None]:
-        return leave(self._client._core, self.member)
+        return leave(self._core, self.member)
 
 
 class GroupConsumer(_Consumer):
     """A consumer-group member on a blocking :class:`~.sync_client.LiftbridgeClient`.
 
-    ``with GroupConsumer(client, "billing", ["orders"]) as consumer:`` joins, and leaves on exit;
-    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it.
-
-    :param client: the client to use (not closed by the consumer).
-    :param group_id: the group to join.
-    :param streams: the streams to consume (a name or a list).
-    :param consumer_id: this member's id (default: a random one). A stable id lets a restarted
-        process take its place again before the server times the old one out.
-    :param auto_offset: where to start a partition the group has no position for.
-    :param auto_commit_interval: seconds between automatic commits (``None``: only :meth:`commit`).
-    :param max_batch: messages read per partition per poll, at most.
-    :param idle_wait: seconds between polls that found nothing.
-    :raises InvalidArgumentError: see :class:`GroupMember`.
+    ``with client.group_consumer("billing", ["orders"]) as consumer:`` joins, and leaves on exit;
+    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it. Made by
+    :meth:`~.sync_client.LiftbridgeClient.group_consumer` (the options are described there).
     """
-
-    _client: LiftbridgeClient
 
     def join(self) -> None:
         """Join the group and fetch this member's first assignments.
 
         :raises ConsumerGroupError: / :raises UnavailableError: see :func:`join`.
         """
-        self._client._transport.run(self._join_op())
+        self._run(self._join_op())
 
     def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> Iterator[Message]:
         """The messages of this member's partitions, as they come, until ``max_messages`` or
@@ -558,15 +551,16 @@ class GroupConsumer(_Consumer):
 
         :raises ConsumerGroupError: / :raises UnavailableError: see :func:`poll`.
         """
-        return self._client._transport.drive(self._consume_op(max_messages, timeout))
+        messages: Iterator[Message] = self._drive(self._consume_op(max_messages, timeout))
+        return messages
 
     def commit(self) -> int:
         """Store the group's positions (after the last message handed out); returns how many partitions moved."""
-        return int(self._client._transport.run(self._commit_op()))
+        return int(self._run(self._commit_op()))
 
     def leave(self) -> None:
         """Commit (with auto-commit on) and leave the group."""
-        self._client._transport.run(self._leave_op())
+        self._run(self._leave_op())
 
     def __enter__(self) -> GroupConsumer:
         self.join()
@@ -579,25 +573,25 @@ class GroupConsumer(_Consumer):
 class AsyncGroupConsumer(_Consumer):
     """:class:`GroupConsumer` on an :class:`~.async_client.AsyncLiftbridgeClient`: the same
     parameters; ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator,
-    and it is an async context manager."""
-
-    _client: AsyncLiftbridgeClient
+    and it is an async context manager. Made by
+    :meth:`~.async_client.AsyncLiftbridgeClient.group_consumer`."""
 
     async def join(self) -> None:
         """Join the group and fetch this member's first assignments (see :meth:`GroupConsumer.join`)."""
-        await self._client._transport.run(self._join_op())
+        await self._run(self._join_op())
 
     def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> AsyncIterator[Message]:
         """See :meth:`GroupConsumer.messages`."""
-        return self._client._transport.drive(self._consume_op(max_messages, timeout))
+        messages: AsyncIterator[Message] = self._drive(self._consume_op(max_messages, timeout))
+        return messages
 
     async def commit(self) -> int:
         """See :meth:`GroupConsumer.commit`."""
-        return int(await self._client._transport.run(self._commit_op()))
+        return int(await self._run(self._commit_op()))
 
     async def leave(self) -> None:
         """See :meth:`GroupConsumer.leave`."""
-        await self._client._transport.run(self._leave_op())
+        await self._run(self._leave_op())
 
     async def __aenter__(self) -> AsyncGroupConsumer:
         await self.join()

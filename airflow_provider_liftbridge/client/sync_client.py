@@ -17,6 +17,7 @@ from . import operations, subscription
 from .base import ClientBase
 from .channels import ChannelFactory, SyncChannelPool
 from .compression import Compression
+from .consumer import AutoOffset, GroupConsumer
 from .effects import (
     END,
     Cancel,
@@ -454,6 +455,47 @@ class LiftbridgeClient(ClientBase):
             compression=compression,
         )
         return BatchPublisher(self._transport.run, self._core, options, stream_info, write_stats=write_stats)
+
+    def group_consumer(
+        self,
+        group_id: str,
+        streams: str | Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_offset: AutoOffset = "new_only",
+        auto_commit_interval: float | None = 5.0,
+        max_batch: int = 512,
+        idle_wait: float = 0.2,
+    ) -> GroupConsumer:
+        """A member of consumer group ``group_id`` reading ``streams`` on this client's connections
+        (see :mod:`.consumer` and ``docs/consumer-groups.md``): ``join()`` / ``with`` joins,
+        ``messages()`` reads the partitions the group's coordinator assigns to it from the group's
+        positions, ``commit()`` stores them, ``leave()`` hands the partitions back.
+
+        :param consumer_id: this member's id (default: a random one). A stable id lets a restarted
+            process take its place again before the server times the old one out.
+        :param auto_offset: where to start a partition the group has no position for:
+            ``"new_only"`` (messages after the assignment), ``"earliest"``, ``"latest"`` or
+            ``"none"`` (:class:`~.consumer.ConsumerGroupError`).
+        :param auto_commit_interval: seconds between automatic commits at the start of a poll
+            (``None``: only ``commit()``, and no commit when a partition is taken away).
+        :param max_batch: messages read per partition per poll, at most.
+        :param idle_wait: seconds between polls that found nothing.
+        :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
+            a ``max_batch`` below 1.
+        """
+        return GroupConsumer(
+            self._transport.run,
+            self._transport.drive,
+            self._core,
+            group_id,
+            streams,
+            consumer_id=consumer_id,
+            auto_offset=auto_offset,
+            auto_commit_interval=auto_commit_interval,
+            max_batch=max_batch,
+            idle_wait=idle_wait,
+        )
 
     def publish_to_subject(
         self,

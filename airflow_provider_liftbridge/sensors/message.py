@@ -175,8 +175,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     def _poke_in_group(self, context: Context, group: str) -> PokeReturnValue | bool:
         """One poll as a group member: what is committed now on this member's partitions."""
         if self._group is None:
-            self._group = GroupConsumer(
-                self.hook.client,
+            self._group = self.hook.client.group_consumer(
                 group,
                 self.stream,
                 consumer_id=self.consumer_id,

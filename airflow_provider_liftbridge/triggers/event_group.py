@@ -64,8 +64,7 @@ class GroupReader:
         from .event import _WAITABLE, Delivery
 
         t = self._trigger
-        self._consumer = consumer = AsyncGroupConsumer(
-            await self.open(),
+        self._consumer = consumer = (await self.open()).group_consumer(
             self._group,
             t.stream,
             consumer_id=t.consumer_id,

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk.module_loading import import_string
 
-from airflow_provider_liftbridge.client import AsyncGroupConsumer, Message, StartPosition
+from airflow_provider_liftbridge.client import Message, StartPosition
 from airflow_provider_liftbridge.client.consumer import AutoOffset
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
@@ -153,8 +153,7 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         return (await result) if inspect.isawaitable(result) else result
 
     async def _wait_in_group(self, hook: LiftbridgeAsyncHook, group: str) -> dict[str, Any]:
-        consumer = AsyncGroupConsumer(
-            await hook.get_async_client(),
+        consumer = (await hook.get_async_client()).group_consumer(
             group,
             self.stream,
             consumer_id=self.consumer_id,

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_liftbridge.client import (
-    AsyncGroupConsumer,
     AsyncLiftbridgeClient,
     ConsumerGroupError,
     GroupConsumer,
@@ -57,7 +56,7 @@ def test_single_member_reads_every_partition_and_resumes_from_the_commit(
     for p in (0, 1):
         _publish(client, stream_name, p, 3)
     group = _group()
-    with GroupConsumer(client, group, stream_name, auto_offset="earliest", auto_commit_interval=None) as consumer:
+    with client.group_consumer(group, stream_name, auto_offset="earliest", auto_commit_interval=None) as consumer:
         assert consumer.assignments == {stream_name: [0, 1]}
         got = _read(consumer, 6)
         assert sorted(got) == [(p, o) for p in (0, 1) for o in range(3)]
@@ -67,7 +66,7 @@ def test_single_member_reads_every_partition_and_resumes_from_the_commit(
     for p in (0, 1):
         _publish(client, stream_name, p, 2, tag="later")
     # A new member of the same group starts where the group's cursors are: only the new messages.
-    with GroupConsumer(client, group, [stream_name], auto_offset="earliest") as again:
+    with client.group_consumer(group, [stream_name], auto_offset="earliest") as again:
         assert sorted(_read(again, 4)) == [(p, o) for p in (0, 1) for o in (3, 4)]
         assert list(again.messages(timeout=0.3)) == []
 
@@ -75,7 +74,7 @@ def test_single_member_reads_every_partition_and_resumes_from_the_commit(
 def test_new_only_starts_after_what_was_there(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     _publish(client, stream_name, 0, 2)
-    with GroupConsumer(client, _group(), stream_name) as consumer:
+    with client.group_consumer(_group(), stream_name) as consumer:
         _publish(client, stream_name, 0, 1, tag="new")
         msgs = list(consumer.messages(max_messages=1, timeout=10))
         assert [(m.offset, m.value) for m in msgs] == [(2, b"new-0-0")]
@@ -84,19 +83,19 @@ def test_new_only_starts_after_what_was_there(client: LiftbridgeClient, stream_n
 def test_auto_offset_none_refuses_a_partition_without_position(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     with pytest.raises(ConsumerGroupError, match="no committed position"):
-        GroupConsumer(client, _group(), stream_name, auto_offset="none").join()
+        client.group_consumer(_group(), stream_name, auto_offset="none").join()
 
 
 def test_join_with_a_missing_stream_names_the_stream(client: LiftbridgeClient, stream_name: str) -> None:
     with pytest.raises(ConsumerGroupError, match=f"stream {stream_name} does not exist"):
-        GroupConsumer(client, _group(), stream_name).join()
+        client.group_consumer(_group(), stream_name).join()
 
 
 def test_rebalance_splits_partitions_and_leave_hands_them_back(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=2)
     group = _group()
-    a = GroupConsumer(client, group, stream_name, consumer_id="a", auto_offset="earliest")
-    b = GroupConsumer(client, group, stream_name, consumer_id="b", auto_offset="earliest")
+    a = client.group_consumer(group, stream_name, consumer_id="a", auto_offset="earliest")
+    b = client.group_consumer(group, stream_name, consumer_id="b", auto_offset="earliest")
     a.join()
     assert a.assignments == {stream_name: [0, 1]}
     b.join()
@@ -118,8 +117,8 @@ def test_rebalance_splits_partitions_and_leave_hands_them_back(client: Liftbridg
 def test_silent_member_times_out_and_rejoins_when_it_comes_back(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=2)
     group = _group()
-    quiet = GroupConsumer(client, group, stream_name, consumer_id="a-quiet", auto_offset="earliest")
-    busy = GroupConsumer(client, group, stream_name, consumer_id="b-busy", auto_offset="earliest")
+    quiet = client.group_consumer(group, stream_name, consumer_id="a-quiet", auto_offset="earliest")
+    busy = client.group_consumer(group, stream_name, consumer_id="b-busy", auto_offset="earliest")
     quiet.join()
     busy.join()
     assert busy.assignments == {stream_name: [1]}
@@ -141,7 +140,7 @@ def test_async_member_reads_and_commits(groups_server: DevServer, client: Liftbr
 
     async def run() -> list[tuple[int, int]]:
         async with AsyncLiftbridgeClient(groups_server.address, timeout=5.0) as aclient:
-            async with AsyncGroupConsumer(aclient, group, stream_name, auto_offset="earliest") as consumer:
+            async with aclient.group_consumer(group, stream_name, auto_offset="earliest") as consumer:
                 got = [(m.partition, m.offset) async for m in consumer.messages(max_messages=4, timeout=10)]
                 await consumer.commit()
                 return got
@@ -156,7 +155,7 @@ def test_coordinator_change_in_cluster_mode(stream_name: str) -> None:
     with DevServer(brokers=3, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0) as cluster:
         with LiftbridgeClient(cluster.addresses, timeout=3.0, max_retries=2) as client:
             client.create_stream(stream_name, stream_name, partitions=2, replication_factor=3)
-            consumer = GroupConsumer(client, _group(), stream_name, auto_offset="earliest")
+            consumer = client.group_consumer(_group(), stream_name, auto_offset="earliest")
             consumer.join()
             old = consumer.member.coordinator
             for p in (0, 1):
