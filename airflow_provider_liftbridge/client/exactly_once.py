@@ -225,6 +225,21 @@ class SeqSet:
             self._ends.insert(i + 1, value)
         return True
 
+    def top(self) -> int:
+        """The largest value, or -1 when empty (a value above it is certainly not in the set)."""
+        return self._ends[-1] if self._ends else -1
+
+    def add_run_above(self, first: int, last: int) -> None:
+        """Add ``first..last`` (inclusive), all above :meth:`top` (checked)."""
+        if first <= self.top() or last < first:
+            raise ValueError(f"run {first}..{last} is not above {self.top()}")
+        if self._ends and self._ends[-1] == first - 1:
+            self._ends[-1] = last
+        else:
+            self._starts.append(first)
+            self._ends.append(last)
+        self._size += last - first + 1
+
     def runs(self) -> list[tuple[int, int]]:
         """The runs, as inclusive ``(start, end)`` pairs in order."""
         return list(zip(self._starts, self._ends, strict=True))
@@ -478,16 +493,19 @@ class ExactlyOncePublisher:
             self._with_resumes(result, lambda: self._resume(), "reading the stream to resume")
         try:
             batch: list[_Pending] = []
+            seen = self._seen
+            seen_top = seen.top()  # sequence numbers above it need no lookup (most of them)
             for item in records:
                 seq = self._next_seq
                 self._next_seq += 1
-                if seq in self._seen:
+                if seq <= seen_top and seq in seen:
                     result.skipped += 1
                     continue
                 batch.append(_Pending(seq, self._prepare(item, seq)))
                 if len(batch) >= self.batch:
                     self._publish_batch(batch, result)
                     batch = []
+                    seen_top = seen.top()
             if batch:
                 self._publish_batch(batch, result)
         finally:
@@ -658,7 +676,7 @@ class ExactlyOncePublisher:
         # The usual case: the headers travel with their encoding (the same bytes the encoder would
         # write), so only the sequence number is encoded per record.
         wire = self._producer_field + header_field_head(SEQ_HEADER, len(seq_b)) + seq_b
-        return Record(value, key, EncodedHeaders(headers, wire), partition)
+        return Record.of_read_only(value, key, EncodedHeaders(headers, wire), partition)
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
@@ -685,7 +703,8 @@ class ExactlyOncePublisher:
             for partition in sorted({item.record.partition or 0 for item in pending}):
                 self._ensure_cursor(partition)
             # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
-            kept = [item for item in pending if item.seq not in self._seen]
+            seen = self._seen
+            kept = pending if not pending or seen.top() < pending[0].seq else [i for i in pending if i.seq not in seen]
             result.skipped += len(pending) - len(kept)
             pending = kept
             if not pending:
@@ -724,6 +743,11 @@ class ExactlyOncePublisher:
         self, pending: list[_Pending], acks: Sequence[Ack | None], result: ExactlyOnceResult, *, partial: bool
     ) -> list[_Pending]:
         """Count the acknowledged records as written; return those without an ack."""
+        if not partial and len(acks) == len(pending) and pending:
+            first, last = pending[0].seq, pending[-1].seq
+            if last - first == len(pending) - 1 and first > self._seen.top():
+                self._account_run(first, last, acks, result)  # the usual case, in bulk
+                return []
         left: list[_Pending] = []
         for item, ack in zip(pending, list(acks) + [None] * (len(pending) - len(acks)), strict=True):
             if ack is None:
@@ -737,6 +761,34 @@ class ExactlyOncePublisher:
             state = self._parts[ack.partition]
             state.next_offset = max(state.next_offset, ack.offset + 1)
         return left
+
+    def _account_run(self, first: int, last: int, acks: Sequence[Ack | None], result: ExactlyOnceResult) -> None:
+        """:meth:`_account_partial` of a whole batch of consecutive sequence numbers, all acknowledged."""
+        self._seen.add_run_above(first, last)
+        result.written += last - first + 1
+        span: dict[int, list[int]] = {}  # partition -> [lowest offset, highest offset, count]
+        for ack in acks:
+            assert ack is not None
+            offset = ack.offset
+            got = span.get(ack.partition)
+            if got is None:
+                span[ack.partition] = [offset, offset, 1]
+            else:
+                if offset < got[0]:
+                    got[0] = offset
+                elif offset > got[1]:
+                    got[1] = offset
+                got[2] += 1
+        for partition, (low, high, count) in span.items():
+            ranges = result.partitions.get(partition)
+            if ranges is None:
+                result.partitions[partition] = OffsetRange(low, high, count)
+            else:
+                ranges.first_offset = min(ranges.first_offset, low) if ranges.count else low
+                ranges.last_offset = max(ranges.last_offset, high) if ranges.count else high
+                ranges.count += count
+            state = self._parts[partition]
+            state.next_offset = max(state.next_offset, high + 1)
 
     def _recover(self, pending: list[_Pending], result: ExactlyOnceResult) -> list[_Pending]:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""

@@ -122,6 +122,23 @@ class Record:
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", _frozen_map(self.headers) if self.headers else None)
 
+    @classmethod
+    def of_read_only(
+        cls, value: bytes, key: bytes | None, headers: Mapping[str, bytes] | None, partition: int | None
+    ) -> Record:
+        """A record whose ``headers`` are read-only already (:class:`~airflow_provider_liftbridge.codec.EncodedHeaders`,
+        a ``MappingProxyType`` nobody else can change, or ``None``): kept as they are, where the
+        constructor copies them. For publishers that build a record per input record (exactly-once)."""
+        set_value, set_key, set_headers, set_partition, set_offset, set_correlation_id = _RECORD_SETTERS
+        record: Record = object.__new__(Record)
+        set_value(record, value)
+        set_key(record, key)
+        set_headers(record, headers or None)
+        set_partition(record, partition)
+        set_offset(record, None)
+        set_correlation_id(record, None)
+        return record
+
     def with_expected_offset(self, expected_offset: int | None) -> Record:
         """This record with another ``expected_offset``; the headers are shared, not copied (an
         exactly-once publisher gives every record its offset at each send)."""

@@ -87,26 +87,36 @@ def unmarshal_ack(data: bytes | bytearray | memoryview, *, max_payload: int = DE
 _HEAD_CACHE_LIMIT = 16 * 1024
 
 
-_SMALL_VARINTS = tuple(bytes((n,)) for n in range(0x80))
+SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+# The low 14 bits of a longer varint: two bytes, both with the continuation bit (offsets, lengths and
+# timestamps are encoded per message, and table lookups beat a byte-by-byte loop in Python).
+_LOW14 = [bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14)]
+_LOW7 = [bytes((i | 0x80,)) for i in range(128)]
+_MASK64 = (1 << 64) - 1
 
 
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint of ``n`` >= 0."""
-    if n < 0x80:
-        return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of an integer (a negative one as 64-bit two's complement, as int64 is sent)."""
+    if 0 <= n < 128:
+        return SMALL_VARINTS[n]
+    if 0 < n < 16_384:
+        return _LOW7[n & 0x7F] + SMALL_VARINTS[n >> 7]
+    if 0 < n < 2_097_152:
+        return _LOW14[n & 0x3FFF] + SMALL_VARINTS[n >> 14]
+    n &= _MASK64
+    parts = []
+    while n >= 16_384:
+        parts.append(_LOW14[n & 0x3FFF])
+        n >>= 14
+    parts.append(SMALL_VARINTS[n] if n < 128 else _LOW7[n & 0x7F] + SMALL_VARINTS[n >> 7])
+    return b"".join(parts)
 
 
 def _offset_field(offset: int) -> bytes:
     """Field 1 (``offset``, int64) of a Message: absent when 0 (proto3), two's complement when negative."""
     if offset == 0:
         return b""
-    return b"\x08" + _varint(offset & 0xFFFFFFFFFFFFFFFF)
+    return b"\x08" + varint(offset)
 
 
 def header_field(name: str, value: bytes) -> bytes:
@@ -123,8 +133,8 @@ def header_field_head(name: str, size: int) -> bytes:
     head = _FIELD_HEADS.get((name, size))
     if head is None:
         key = name.encode()
-        entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(size)
-        head = b"\x4a" + _varint(len(entry) + size) + entry
+        entry = b"\x0a" + varint(len(key)) + key + b"\x12" + varint(size)
+        head = b"\x4a" + varint(len(entry) + size) + entry
         if len(_FIELD_HEADS) < _HEAD_CACHE_LIMIT:
             _FIELD_HEADS[(name, size)] = head
     return head
@@ -257,7 +267,7 @@ class PublishEncoder:
         # frame, and exactly-once publishing puts two headers on every record.
         parts = [_offset_field(expected_offset)]
         if key:
-            parts += (b"\x12", _varint(len(key)), key)
+            parts += (b"\x12", varint(len(key)), key)
         vh = self._value_heads.get(len(value))
         parts += (self._value_head(len(value)) if vh is None else vh, value)
         if headers.__class__ is EncodedHeaders:

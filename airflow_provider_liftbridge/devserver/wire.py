@@ -12,34 +12,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_provider_liftbridge._proto import api_pb2
-from airflow_provider_liftbridge.codec import header_field_head
+from airflow_provider_liftbridge.codec.messages import SMALL_VARINTS, header_field_head, varint
 
 if TYPE_CHECKING:
     from .state import Partition
-
-SMALL_VARINTS = [bytes((i,)) for i in range(128)]
-# The low 14 bits of a longer varint: two bytes, both with the continuation bit (offsets, lengths and
-# timestamps are encoded on every append, and table lookups beat a byte-by-byte loop in Python).
-_LOW14 = [bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(1 << 14)]
-_LOW7 = [bytes((i | 0x80,)) for i in range(128)]
-_MASK64 = (1 << 64) - 1
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint of an integer (a negative one as 64-bit two's complement, as int64 is sent)."""
-    if 0 <= n < 128:
-        return SMALL_VARINTS[n]
-    if 0 < n < 16_384:
-        return _LOW7[n & 0x7F] + SMALL_VARINTS[n >> 7]
-    if 0 < n < 2_097_152:
-        return _LOW14[n & 0x3FFF] + SMALL_VARINTS[n >> 14]
-    n &= _MASK64
-    parts = []
-    while n >= 16_384:
-        parts.append(_LOW14[n & 0x3FFF])
-        n >>= 14
-    parts.append(SMALL_VARINTS[n] if n < 128 else _LOW7[n & 0x7F] + SMALL_VARINTS[n >> 7])
-    return b"".join(parts)
 
 
 def length_delimited(tag: bytes, data: bytes) -> bytes:

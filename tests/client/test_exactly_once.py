@@ -354,6 +354,12 @@ def test_seq_set_merges_runs() -> None:
     assert not s.add(6)
     assert s.add(4) and s.runs() == [(1, 7)]
     assert len(s) == 7 and 4 in s and 0 not in s and 8 not in s and "x" not in s
+    assert s.top() == 7 and SeqSet().top() == -1
+    s.add_run_above(8, 10)  # joins the last run
+    s.add_run_above(12, 12)
+    assert s.runs() == [(1, 10), (12, 12)] and len(s) == 11 and s.top() == 12
+    with pytest.raises(ValueError, match="not above 12"):
+        s.add_run_above(12, 20)
 
 
 @pytest.mark.parametrize("path", ["grpc", "nats"])
