@@ -126,14 +126,15 @@ class Record:
     def of_read_only(
         cls, value: bytes, key: bytes | None, headers: Mapping[str, bytes] | None, partition: int | None
     ) -> Record:
-        """A record whose ``headers`` are read-only already (:class:`~airflow_provider_liftbridge.codec.EncodedHeaders`,
-        a ``MappingProxyType`` nobody else can change, or ``None``): kept as they are, where the
-        constructor copies them. For publishers that build a record per input record (exactly-once)."""
+        """A record whose ``headers`` are read-only already and not empty
+        (:class:`~airflow_provider_liftbridge.codec.EncodedHeaders`, a ``MappingProxyType`` nobody
+        else can change) or ``None``: kept as they are, where the constructor copies them. For
+        publishers that build a record per input record (exactly-once)."""
         set_value, set_key, set_headers, set_partition, set_offset, set_correlation_id = _RECORD_SETTERS
         record: Record = object.__new__(Record)
         set_value(record, value)
         set_key(record, key)
-        set_headers(record, headers or None)
+        set_headers(record, headers)
         set_partition(record, partition)
         set_offset(record, None)
         set_correlation_id(record, None)

@@ -260,7 +260,7 @@ class PublishEncoder:
         :param correlation_id: UTF-8 bytes of the correlation id (``b""`` for none).
         :raises PayloadTooLargeError: the encoded message exceeds ``max_payload``.
         """
-        if not key and not headers and expected_offset == NO_EXPECTED_OFFSET:
+        if expected_offset == NO_EXPECTED_OFFSET and not key and not headers:
             return self._encode_value(value, correlation_id)
         # The per-record fields written by hand, in field-number order (offset 1, key 2, value 3,
         # headers 9): building a Message with a headers map cost several times the rest of the

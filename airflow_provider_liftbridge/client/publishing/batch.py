@@ -251,7 +251,10 @@ def _send_batch(
     # All bytes (the bulk case) is checked at C speed; anything else item by item.
     all_bytes = set(map(type, items)) == {bytes}
     if not all_bytes:
-        items = [item if type(item) is bytes else grpc_batch.as_record(i, item) for i, item in enumerate(items)]
+        items = [
+            item if type(item) is bytes or type(item) is Record else grpc_batch.as_record(i, item)
+            for i, item in enumerate(items)
+        ]
 
     def grpc(why: str = "") -> Op[list[Ack]]:
         if why:
@@ -361,11 +364,22 @@ def _send_unstored_again(
         try:
             newest: dict[int, int] = {}
             for p in waiting:
-                newest[p] = (yield from fetch_partition_metadata(core, stream, p)).newest_offset
+                part = yield from fetch_partition_metadata(core, stream, p)
+                if part.readonly:
+                    return  # dropped for good: _explain_timeouts says why
+                newest[p] = part.newest_offset
         except (NoSuchStreamError, NoSuchPartitionError, NotLeaderError, UnavailableError):
-            if (yield from missing_confirmed_op(core, stream, waiting[0])):
-                return
+            try:
+                if (yield from missing_confirmed_op(core, stream, waiting[0])):
+                    return
+            except LiftbridgeError:
+                return  # keep the time-outs
+            info = core.cache.stream(stream)  # all streams' metadata, just fetched
+            if info is not None and any(info.partitions[p].paused for p in waiting if p in info.partitions):
+                return  # a paused partition answers as a non-leader; waiting will not change that
             continue  # the cluster is not back: no leader to ask yet
+        except LiftbridgeError:
+            return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
         if any(newest[p] != before[p] + acked.get(p, 0) for p in waiting):
             return  # something was written there: these records may be stored, keep their time-outs
         again = outcome.timed_out
