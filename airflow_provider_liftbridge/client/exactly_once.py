@@ -41,6 +41,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from airflow_provider_liftbridge.codec import EncodedHeaders, header_field, header_field_head
@@ -359,10 +360,16 @@ class _PartitionState:
     hw_seen: int = -1  # the highest high watermark read: committed records never go away
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """A record waiting for its ack: what it is made of, without the expected offset each send
+    gives it (the Record is built then, once per send)."""
+
     seq: int
-    record: Record  # partition set; headers include producer and seq
+    value: bytes
+    key: bytes | None
+    headers: Mapping[str, bytes]  # read-only; include producer and seq
+    partition: int
 
 
 class ExactlyOncePublisher:
@@ -501,7 +508,7 @@ class ExactlyOncePublisher:
                 if seq <= seen_top and seq in seen:
                     result.skipped += 1
                     continue
-                batch.append(_Pending(seq, self._prepare(item, seq)))
+                batch.append(self._prepare(item, seq))
                 if len(batch) >= self.batch:
                     self._publish_batch(batch, result)
                     batch = []
@@ -645,7 +652,7 @@ class ExactlyOncePublisher:
         return state
 
     # -- publishing -------------------------------------------------------------------------
-    def _prepare(self, item: Record | bytes, seq: int) -> Record:
+    def _prepare(self, item: Record | bytes, seq: int) -> _Pending:
         # Every record passes through here: one Record is built, once (its headers are copied
         # into a read-only mapping then, and shared by the copies _with_offsets makes).
         key: bytes | None
@@ -672,11 +679,11 @@ class ExactlyOncePublisher:
         seq_b = b"%d" % seq
         headers = {PRODUCER_HEADER: self._producer, SEQ_HEADER: seq_b}
         if own:
-            return Record(value, key, {**own, **headers}, partition)
+            return _Pending(seq, value, key, MappingProxyType({**own, **headers}), partition)
         # The usual case: the headers travel with their encoding (the same bytes the encoder would
         # write), so only the sequence number is encoded per record.
         wire = self._producer_field + header_field_head(SEQ_HEADER, len(seq_b)) + seq_b
-        return Record.of_read_only(value, key, EncodedHeaders(headers, wire), partition)
+        return _Pending(seq, value, key, EncodedHeaders(headers, wire), partition)
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
@@ -700,7 +707,7 @@ class ExactlyOncePublisher:
             if recover:
                 pending = self._recover(pending, result)
                 recover = False
-            for partition in sorted({item.record.partition or 0 for item in pending}):
+            for partition in sorted({item.partition for item in pending}):
                 self._ensure_cursor(partition)
             # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
             seen = self._seen
@@ -731,11 +738,10 @@ class ExactlyOncePublisher:
         """Give each record the offset it must get (checked on streams with OCC)."""
         out: list[Record] = []
         append, parts = out.append, self._parts
+        build = Record.of_read_only
         for item in pending:
-            record = item.record
-            assert record.partition is not None
-            state = parts[record.partition]
-            append(record.with_expected_offset(state.next_offset))
+            state = parts[item.partition]
+            append(build(item.value, item.key, item.headers, item.partition, state.next_offset))
             state.next_offset += 1
         return out
 
@@ -794,7 +800,7 @@ class ExactlyOncePublisher:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""
         if self._sender is not None:
             self._sender.reset()
-        partitions = sorted({item.record.partition for item in pending if item.record.partition in self._parts})
+        partitions = sorted({item.partition for item in pending if item.partition in self._parts})
         wanted = {item.seq: item for item in pending}
         left = dict(wanted)
         for p, info in self._settle(partitions).items():

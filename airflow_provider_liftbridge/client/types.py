@@ -124,7 +124,12 @@ class Record:
 
     @classmethod
     def of_read_only(
-        cls, value: bytes, key: bytes | None, headers: Mapping[str, bytes] | None, partition: int | None
+        cls,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        expected_offset: int | None = None,
     ) -> Record:
         """A record whose ``headers`` are read-only already and not empty
         (:class:`~airflow_provider_liftbridge.codec.EncodedHeaders`, a ``MappingProxyType`` nobody
@@ -136,25 +141,12 @@ class Record:
         set_key(record, key)
         set_headers(record, headers)
         set_partition(record, partition)
-        set_offset(record, None)
+        set_offset(record, expected_offset)
         set_correlation_id(record, None)
         return record
 
-    def with_expected_offset(self, expected_offset: int | None) -> Record:
-        """This record with another ``expected_offset``; the headers are shared, not copied (an
-        exactly-once publisher gives every record its offset at each send)."""
-        value, key, headers, partition, offset, correlation_id = _RECORD_SETTERS
-        copy: Record = object.__new__(Record)
-        value(copy, self.value)
-        key(copy, self.key)
-        headers(copy, self.headers)
-        partition(copy, self.partition)
-        offset(copy, expected_offset)
-        correlation_id(copy, self.correlation_id)
-        return copy
 
-
-# Slot setters of Record (its frozen __setattr__ refuses plain assignment), for with_expected_offset.
+# Slot setters of Record (its frozen __setattr__ refuses plain assignment), for of_read_only.
 _RECORD_SETTERS = tuple(getattr(Record, f.name).__set__ for f in fields(Record))
 
 

@@ -41,6 +41,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     producer_cursor_id,
     producer_id_for,
 )
+from airflow_provider_liftbridge.codec import EncodedHeaders, header_field
 
 
 class _Crash(BaseException):
@@ -360,6 +361,13 @@ def test_seq_set_merges_runs() -> None:
     assert s.runs() == [(1, 10), (12, 12)] and len(s) == 11 and s.top() == 12
     with pytest.raises(ValueError, match="not above 12"):
         s.add_run_above(12, 20)
+
+
+def test_a_record_of_read_only_headers_is_the_constructors_record_with_its_headers_kept() -> None:
+    headers = EncodedHeaders({"lb-seq": b"7"}, header_field("lb-seq", b"7"))
+    record = Record.of_read_only(b"v", b"k", headers, 2, 7)
+    assert record == Record(b"v", b"k", {"lb-seq": b"7"}, 2, 7)
+    assert record.headers is headers  # not copied: the encoding travels with it
 
 
 @pytest.mark.parametrize("path", ["grpc", "nats"])
