@@ -387,7 +387,7 @@ def streaming_cases(
                     .option("valueColumn", "v")
                     .option("deliveryGuarantee", guarantee)
                 ),
-                guarantee,
+                target,  # a checkpoint per target: each run reads the whole source
             )
 
         return run
@@ -395,12 +395,17 @@ def streaming_cases(
     def batch_read() -> int:
         return spark.read.format("liftbridge").options(**options).option("stream", source).load().count()
 
-    return [
+    results = [
         measure_run("batch read (count)", 2, workers, batch_read),
         measure_run("streaming read (availableNow, noop sink)", 2, workers, read),
-        measure_run("streaming sink atLeastOnce", 2, workers, copy("atLeastOnce")),
-        measure_run("streaming sink exactlyOnce", 2, workers, copy("exactlyOnce")),
     ]
+    # The two sinks interleaved (A B B A), each to a fresh target; the faster run of each is kept.
+    best: dict[str, ClusterRun] = {}
+    for guarantee in ("atLeastOnce", "exactlyOnce", "exactlyOnce", "atLeastOnce"):
+        run = measure_run(f"streaming sink {guarantee}", 2, workers, copy(guarantee))
+        if guarantee not in best or run.rate > best[guarantee].rate:
+            best[guarantee] = run
+    return [*results, *best.values()]
 
 
 if __name__ == "__main__":
