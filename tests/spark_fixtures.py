@@ -14,7 +14,7 @@ JVM start-ups dominate the Spark tiers' time, hence one of each per session.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,23 +66,44 @@ def cluster_config(executor_archive: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def spark_session(spark_cluster: StandaloneCluster, executor_archive: Path) -> Iterator[SparkSession]:
-    """The one classic SparkSession of the test process, a driver on ``spark_cluster``."""
+def _spark_driver(spark_cluster: StandaloneCluster, executor_archive: Path) -> Iterator[Callable[[], SparkSession]]:
+    """Gets the process's classic SparkSession on ``spark_cluster``, starting it again when a test
+    stopped it; stops it and restores ``PYSPARK_PYTHON`` at the end of the session."""
+    from pyspark import SparkContext
+
     from airflow_provider_liftbridge.spark import build_spark_session
 
     saved = os.environ.get("PYSPARK_PYTHON")
-    session = build_spark_session(
-        spark_cluster.master_url, app_name="liftbridge-tests", config=cluster_config(executor_archive)
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    sessions: list[SparkSession] = []
+
+    def live() -> SparkSession:
+        if not sessions or SparkContext._active_spark_context is None:
+            session = build_spark_session(
+                spark_cluster.master_url, app_name="liftbridge-tests", config=cluster_config(executor_archive)
+            )
+            session.sparkContext.setLogLevel("ERROR")
+            sessions.append(session)
+        return sessions[-1]
+
     try:
-        yield session
+        yield live
     finally:
-        session.stop()
+        if sessions and SparkContext._active_spark_context is not None:
+            sessions[-1].stop()
         if saved is None:
             os.environ.pop("PYSPARK_PYTHON", None)
         else:
             os.environ["PYSPARK_PYTHON"] = saved
+
+
+@pytest.fixture
+def spark_session(_spark_driver: Callable[[], SparkSession]) -> SparkSession:
+    """The classic SparkSession of the test process, a driver on ``spark_cluster``.
+
+    One session serves every test; it is started again only after a test stopped it, as Airflow's
+    ``@task.pyspark`` does with the session it ran in (the Spark example DAG has such a task).
+    """
+    return _spark_driver()
 
 
 @pytest.fixture(scope="session")
