@@ -29,11 +29,20 @@ ALIAS = "lbenv"
 
 
 @pytest.fixture(scope="session")
-def executor_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The executor environment archive (about 5 s from a warm pip cache)."""
-    from airflow_provider_liftbridge.spark.executor_env import build_executor_env
+def executor_archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The executor environment archive (about 5 s from a warm pip cache); its driver-side copy
+    (``driver_directory``, ~200 MB under the system temporary directory) goes with the session."""
+    import shutil
 
-    return build_executor_env(tmp_path_factory.mktemp("executor-env") / "liftbridge-executor.tar.gz", compresslevel=1)
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, driver_directory_path
+
+    archive = build_executor_env(
+        tmp_path_factory.mktemp("executor-env") / "liftbridge-executor.tar.gz", compresslevel=1
+    )
+    try:
+        yield archive
+    finally:
+        shutil.rmtree(driver_directory_path(archive, ALIAS), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

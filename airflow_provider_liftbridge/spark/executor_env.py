@@ -185,6 +185,15 @@ def archive_for_python(python: str, archives: str) -> tuple[str, str] | None:
     return None
 
 
+def driver_directory_path(archive: str | os.PathLike[str], alias: str = DEFAULT_ALIAS) -> Path:
+    """Where :func:`driver_directory` unpacks ``archive`` (whether it did yet or not); remove it
+    when the archive is no longer used (it is about 200 MB)."""
+    source = Path(archive).resolve()
+    stat = source.stat()
+    key = hashlib.sha256(f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{alias}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"liftbridge-spark-driver-{key}"
+
+
 def driver_directory(archive: str | os.PathLike[str], alias: str = DEFAULT_ALIAS) -> Path:
     """A directory holding ``archive`` unpacked as ``<alias>``: the driver JVM's working directory
     in client mode (see ``session.build_spark_session``).
@@ -193,9 +202,7 @@ def driver_directory(archive: str | os.PathLike[str], alias: str = DEFAULT_ALIAS
     directory; later calls return the same directory.
     """
     source = Path(archive).resolve()
-    stat = source.stat()
-    key = hashlib.sha256(f"{source}|{stat.st_size}|{stat.st_mtime_ns}|{alias}".encode()).hexdigest()[:16]
-    directory = Path(tempfile.gettempdir()) / f"liftbridge-spark-driver-{key}"
+    directory = driver_directory_path(source, alias)
     if (directory / alias / MANIFEST).exists():
         return directory
     staging = Path(tempfile.mkdtemp(prefix="liftbridge-spark-driver-"))
