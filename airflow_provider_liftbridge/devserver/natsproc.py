@@ -13,13 +13,15 @@ connection and the publishers' reconnect to it by themselves. Restarts happen on
 loop's thread, because the parent-death signal is tied to the thread that started the child.
 
 :class:`NatsServerSecurity` starts the child with TLS (optionally requiring client certificates)
-and with one form of authentication (user/password, token or NKEY), through a nats-server
-configuration file, so the provider's NATS security is tested against a real server.
+and with one form of authentication (user/password, token, NKEY, or operator mode: JWT accounts
+whose users connect with ``.creds`` files), through a nats-server configuration file, so the
+provider's NATS security is tested against a real server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -89,6 +91,10 @@ class NatsServerSecurity:
     :param token: the token clients must present.
     :param nkey_seed_file: a user NKEY seed file: the server admits the matching public key (read
         with the ``nkeys`` package).
+    :param operator_jwt: operator mode (decentralized JWT authentication): the operator's JWT. The
+        server admits users whose JWT (in their ``.creds`` file) is signed by an account of
+        ``account_jwts``, each signed by this operator.
+    :param account_jwts: the accounts' JWTs, preloaded into the server's in-memory resolver.
     :param client: how the dev server itself connects to the child (its credentials, the CA that
         signed ``tls_cert_file``); also what tests hand to clients.
     :raises DevServerError: (on construction) a certificate without its key, a password without a
@@ -102,6 +108,8 @@ class NatsServerSecurity:
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
     nkey_seed_file: str | None = None
+    operator_jwt: str | None = None
+    account_jwts: tuple[str, ...] = ()
     client: NatsSecurity | None = None
 
     def __post_init__(self) -> None:
@@ -111,8 +119,12 @@ class NatsServerSecurity:
             raise DevServerError("a NATS client CA (mutual TLS) needs the server's certificate and key files too")
         if bool(self.user) != bool(self.password):
             raise DevServerError("NATS user and password go together; give both or neither")
-        if sum(map(bool, (self.user, self.token, self.nkey_seed_file))) > 1:
-            raise DevServerError("nats-server takes one form of authentication here: user/password, token or NKEY")
+        if sum(map(bool, (self.user, self.token, self.nkey_seed_file, self.operator_jwt))) > 1:
+            raise DevServerError(
+                "nats-server takes one form of authentication here: user/password, token, NKEY or operator JWT"
+            )
+        if bool(self.operator_jwt) != bool(self.account_jwts):
+            raise DevServerError("operator mode needs the operator JWT and at least one account JWT; give both")
 
     def config_text(self, host: str, port: int) -> str:
         """The nats-server configuration file (JSON is valid nats-server configuration syntax)."""
@@ -128,7 +140,21 @@ class NatsServerSecurity:
             conf["authorization"] = {"token": self.token}
         elif self.nkey_seed_file:
             conf["authorization"] = {"users": [{"nkey": _nkey_public_key(self.nkey_seed_file)}]}
+        elif self.operator_jwt:
+            conf["operator"] = self.operator_jwt
+            conf["resolver"] = "MEMORY"
+            conf["resolver_preload"] = {_jwt_subject(token): token for token in self.account_jwts}
         return json.dumps(conf, indent=2)
+
+
+def _jwt_subject(token: str) -> str:
+    """The ``sub`` claim of a JWT (an account's public key), read without checking the signature
+    (nats-server checks it)."""
+    try:
+        claims = token.split(".")[1]
+        return str(json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["sub"])
+    except (IndexError, ValueError, KeyError) as exc:
+        raise DevServerError(f"an account JWT cannot be read ({exc}); give the JWT text, not a file path") from exc
 
 
 def _nkey_public_key(seed_file: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +17,9 @@ from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPub
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError, redact_url
 from tests.tls_certs import SERVER_NAME, make_certs
+
+if TYPE_CHECKING:
+    from tests.nats_jwt import OperatorCredentials
 
 pytestmark = pytest.mark.timeout(120)
 PASSWORD = "s3cret-Pa55"
@@ -145,12 +149,45 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
         NatsSecurity(credentials_file=str(tmp_path / "missing.creds")).connect_options()
 
 
-def test_credentials_file_reaches_nats_py(tmp_path: Path) -> None:
-    # A .creds file needs an operator-mode NATS (JWT accounts), which the dev server does not run:
-    # this checks only that it is handed to nats-py as its user_credentials.
-    creds = tmp_path / "u.creds"
-    creds.write_text("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n")
-    assert NatsSecurity(credentials_file=str(creds)).connect_options() == {"user_credentials": str(creds)}
+@pytest.fixture(scope="module")
+def operator_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevServer, OperatorCredentials]]:
+    """A dev server whose nats-server runs in operator mode (JWT accounts, in-memory resolver); the
+    dev server itself connects with the user's .creds file."""
+    pytest.importorskip("nkeys")
+    from tests.nats_jwt import make_operator_credentials
+
+    creds = make_operator_credentials(tmp_path_factory.mktemp("nats-operator"))
+    server_side = NatsServerSecurity(
+        operator_jwt=creds.operator_jwt,
+        account_jwts=(creds.account_jwt,),
+        client=NatsSecurity(credentials_file=str(creds.creds_file)),
+    )
+    with DevServer(nats_security=server_side) as server:
+        yield server, creds
+
+
+async def test_creds_file_publishes_with_ack_inbox_in_operator_mode(
+    operator_mode: tuple[DevServer, OperatorCredentials], stream_name: str
+) -> None:
+    server, creds = operator_mode
+    security = NatsSecurity(credentials_file=str(creds.creds_file))
+    with LiftbridgeClient(server.address) as client:
+        client.create_stream(stream_name, stream_name)
+    async with await NatsPublisher.connect([server.nats_url], security=security) as publisher:
+        acks = await publisher.publish_many(stream_name, [b"x", b"y", b"z"])
+    assert [a.offset for a in acks] == [0, 1, 2]
+    with LiftbridgeClient(server.address, nats_servers=[server.nats_url], nats_security=security) as client:
+        assert [a.offset for a in client.publish_many(stream_name, [b"w"], path="nats")] == [3]
+
+
+@pytest.mark.parametrize("who", ["no credentials", "user of an unknown account"])
+async def test_operator_mode_refuses_without_valid_creds(
+    operator_mode: tuple[DevServer, OperatorCredentials], who: str
+) -> None:
+    server, creds = operator_mode
+    security = None if who == "no credentials" else NatsSecurity(credentials_file=str(creds.stranger_creds_file))
+    with pytest.raises(UnavailableError, match="refused the credentials"):
+        await NatsPublisher.connect([server.nats_url], security=security, connect_timeout=2)
 
 
 def test_nats_servers_none_means_none() -> None:
