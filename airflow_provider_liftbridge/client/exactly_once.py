@@ -26,9 +26,12 @@ How it works, in order:
 
 Records are sent by the client's batch publisher (``LiftbridgeClient.batch_publisher``: the
 client's path, NATS-direct when it knows NATS servers, else gRPC PublishAsync) with
-``resend=NO_RESEND``: a record whose ack is missing is never sent again blindly, and after a
-failed batch the publisher drops the client's NATS connection before it scans, so nothing
-buffered there reaches the server after the scan.
+``resend=NO_RESEND`` and the publisher's ``compression``: a record whose ack is missing is never
+sent again blindly, and after a failed batch the publisher drops the client's NATS connection
+before it scans, so nothing buffered there reaches the server after the scan. Compression
+changes only the values: a scan identifies records by their ``lb-producer`` / ``lb-seq`` headers,
+which are never compressed, and reads through a subscription of the client, which hands back the
+original values (or, for a value it cannot decompress, the stored one with its headers intact).
 
 No Airflow, no PySpark. See ``docs/exactly-once.md`` for the guarantee and its limits.
 """
@@ -46,6 +49,7 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge.codec import EncodedHeaders, header_field, header_field_head
 
+from .compression import Compression, check_compression
 from .errors import (
     AckTimeoutError,
     IncorrectOffsetError,
@@ -393,8 +397,12 @@ class ExactlyOncePublisher:
     :param timeout: how long to wait for each ack, seconds.
     :param path: the client's publish path (``"auto"``: NATS-direct when the client knows NATS
         servers, else gRPC; ``"nats"``; ``"grpc"``), see ``LiftbridgeClient.publish_many``.
+    :param compression: ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): values are compressed by
+        the batch publisher and marked by a ``content-encoding`` header (see :mod:`.compression`).
+        Resuming is unaffected: records are recognised by their producer and sequence headers.
     :param sender: a custom :class:`Sender` instead of the client's batch publisher (tests inject
-        faults with it); it must not re-send.
+        faults with it); it must not re-send. It sends records as it gets them: ``compression``
+        applies to the client's batch publisher only.
     :param max_resumes: how many times in a row a batch may fail and be resumed before giving up.
     :param backoff: first wait after a failed send, seconds (doubled per failure, at most 5 s).
     :param settle: how long a partition's newest offset must stay unchanged after a failed send
@@ -406,7 +414,8 @@ class ExactlyOncePublisher:
         after ``replica.max.lag.time`` (15 s by default) and replaces a dead leader after
         ``replica.max.leader.timeout`` (15 s): keep this above both.
     :raises InvalidArgumentError: an empty or overlong producer id, ack policy ``NONE``, a
-        non-positive batch, window or timeout.
+        non-positive batch, window or timeout, a compression other than ``"gzip"``, ``"zstd"`` or
+        ``None`` (or ``"zstd"`` without the zstandard package).
     """
 
     def __init__(
@@ -422,6 +431,7 @@ class ExactlyOncePublisher:
         window: int | None = None,
         timeout: float = 10.0,
         path: PublishPath = "auto",
+        compression: Compression = None,
         sender: Sender | None = None,
         max_resumes: int = 8,
         backoff: float = 0.2,
@@ -449,6 +459,7 @@ class ExactlyOncePublisher:
         self.window = window
         self.timeout = float(timeout)
         self.path: PublishPath = path
+        self.compression = check_compression(compression)
         self.max_resumes = max_resumes
         self.backoff = backoff
         self.settle = settle
@@ -695,6 +706,7 @@ class ExactlyOncePublisher:
                 timeout=self.timeout,
                 resend=NO_RESEND,
                 stream_info=self._info,
+                compression=self.compression,
             )
         return self._sender
 

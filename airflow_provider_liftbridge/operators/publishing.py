@@ -68,7 +68,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
     :param compression: ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): compress every value before it
         is sent, marked by a ``content-encoding`` header; this provider's readers (subscriptions,
-        sensors, triggers, the Spark data source) decompress it again. Not with ``exactly_once``.
+        sensors, triggers, the Spark data source) decompress it again. Combines with ``exactly_once``
+        (a retry recognises records by their headers, not their values).
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: an unknown ``publish_path``, ``partitioner`` or ``compression``
         (when the DAG is parsed).
@@ -101,8 +102,6 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             self.compression = check_compression(compression)
         except InvalidArgumentError as exc:
             raise LiftbridgeArgumentError(str(exc)) from None
-        if self.compression and exactly_once:
-            raise LiftbridgeArgumentError("compression is not available with exactly_once yet: drop one of them")
         if publish_path not in PUBLISH_PATHS:
             raise LiftbridgeArgumentError(
                 f"publish_path {publish_path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}"
@@ -248,6 +247,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
                 window=options.window,
                 timeout=options.wait,
                 path=publisher.path,  # type: ignore[arg-type]  # "nats" or "grpc"
+                compression=options.compression,
             )
             self._exactly_once = (publisher, eo)
         eo = self._exactly_once[1]

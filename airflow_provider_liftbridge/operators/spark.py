@@ -162,8 +162,6 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         self.exactly_once = bool(exactly_once)
         self.producer_id = producer_id
         self.compression = compression
-        if compression and self.exactly_once:
-            raise SparkOptionError("compression is not available with exactly_once yet: drop one of them")
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:

@@ -127,6 +127,7 @@ class _ExactlyOncePublisher:
             batch=1 << 30,  # each Arrow batch is one call already
             window=plan.window,
             timeout=plan.timeout or settings.timeout,
+            compression=plan.compression,  # type: ignore[arg-type]  # checked by the plan
         )
 
     def publish(self, records: list[Record]) -> Any:
@@ -388,7 +389,8 @@ def publish_dataframe(
         deterministic (sort within partitions, or read from files in a fixed order).
     :param producer_id: required with ``exactly_once``; stable across retries (the operator uses
         ``dag_id/task_id/run_id``).
-    :param compression: ``"gzip"`` or ``"zstd"``: compress values on the executors (not with ``exactly_once``).
+    :param compression: ``"gzip"`` or ``"zstd"``: compress values on the executors (with or
+        without ``exactly_once``).
     :returns: the totals, with per-partition first/last offsets and (unless nothing was
         acknowledged) ``extra["write_stats"]``: ack latencies and throughput of all executors together.
     :raises SparkOptionError: bad options, or columns missing / of the wrong type.
@@ -407,8 +409,6 @@ def publish_dataframe(
         timeout=timeout,
         compression=compression,
     )
-    if exactly_once and plan.compression:
-        raise SparkOptionError("compression is not available with exactly_once yet: drop one of them")
     if exactly_once and not producer_id:
         raise SparkOptionError("exactly_once needs producer_id: a name that stays the same when the task is retried")
     if exactly_once and plan.ack_policy == "none":

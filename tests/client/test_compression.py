@@ -6,11 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 
-import grpc
 import pytest
 import zstandard
 
-from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc
 from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, Record, StopPosition
 from airflow_provider_liftbridge.client.compression import (
     COMPRESSION_HEADER,
@@ -18,6 +16,7 @@ from airflow_provider_liftbridge.client.compression import (
     compress_record,
     compressor,
 )
+from tests.raw_read import stored_messages
 
 ROWS = [json.dumps({"id": i, "name": f"customer-{i}", "tags": ["a", "b", "c"] * 5}).encode() for i in range(20)]
 
@@ -35,26 +34,12 @@ def test_subscribers_get_the_original_records_back(lb_address: str, stream_name:
     assert [m.value for m in got] == ROWS
     assert all(m.headers["h"] == b"1" and COMPRESSION_HEADER not in m.headers and m.key == b"k" for m in got)
     # A reader that knows nothing of compression (a raw gRPC stub) gets the stored bytes and the header.
-    with grpc.insecure_channel(lb_address) as channel:
-        req = api_pb2.SubscribeRequest(
-            stream=stream_name, startPosition=api_pb2.OFFSET, startOffset=0, stopPosition=api_pb2.STOP_OFFSET
-        )  # stop offset 0: the handshake and the first message
-        raw = [m for m in _until_end(api_pb2_grpc.APIStub(channel).Subscribe(req, timeout=5)) if m.ByteSize()]
+    raw = stored_messages(lb_address, stream_name)
     assert raw[0].headers[COMPRESSION_HEADER] == codec.encode()
     restored = (
         gzip.decompress(raw[0].value) if codec == "gzip" else zstandard.ZstdDecompressor().decompress(raw[0].value)
     )
     assert restored == ROWS[0]
-
-
-def _until_end(call: object) -> list[api_pb2.Message]:
-    out: list[api_pb2.Message] = []
-    try:
-        for message in call:  # type: ignore[attr-defined]
-            out.append(message)
-    except grpc.RpcError as err:
-        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # "Stop offset reached"
-    return out
 
 
 def test_an_unreadable_value_is_delivered_as_stored(lb_address: str, stream_name: str) -> None:
@@ -90,11 +75,7 @@ def test_publish_many_compresses_before_sending(
         assert len(acks) == len(ROWS)
         got = list(client.subscribe(stream_name, start_at=0, stop_at=StopPosition.LATEST))
     assert [m.value for m in got] == ROWS and [m.key for m in got[:5]] == [b"k"] * 5
-    with grpc.insecure_channel(lb_address) as channel:
-        req = api_pb2.SubscribeRequest(
-            stream=stream_name, startPosition=api_pb2.OFFSET, startOffset=0, stopPosition=api_pb2.STOP_OFFSET
-        )
-        stored = [m for m in _until_end(api_pb2_grpc.APIStub(channel).Subscribe(req, timeout=5)) if m.ByteSize()][0]
+    stored = stored_messages(lb_address, stream_name)[0]
     assert stored.headers[COMPRESSION_HEADER] == codec.encode() and len(stored.value) < len(ROWS[0])
 
 

@@ -34,3 +34,17 @@ def read_all(client: LiftbridgeClient, stream: str, partition: int = 0) -> list[
     return list(
         client.subscribe(stream, partition=partition, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST)
     )
+
+
+#: Tries of ``records_failing_first_try`` so far (tests reset it).
+TRIES = {"count": 0}
+
+
+def records_failing_first_try(n: int, fail_at: int) -> Iterator[bytes]:
+    """``n`` JSON rows; the first try of the task stops with an error when row ``fail_at`` is
+    pulled (after the rows before it went out), later tries hand out all of them."""
+    TRIES["count"] += 1
+    for i in range(n):
+        if i == fail_at and TRIES["count"] == 1:
+            raise RuntimeError("first try dies here")
+        yield b'{"row": %d, "note": "%s"}' % (i, b"fragile " * 20)
