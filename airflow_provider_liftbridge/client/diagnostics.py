@@ -27,6 +27,7 @@ __all__ = [
     "cursors_disabled_error",
     "explain_unreachable",
     "is_cursors_disabled",
+    "is_nats_refusal",
     "nats_connect_error",
     "sniff_protocol",
     "unavailable_error",
@@ -150,43 +151,51 @@ def sniff_protocol(host: str, port: int, timeout: float = 1.0) -> str | None:
         return None
 
 
-#: (substrings of nats-py's error text, lower case; cause; what to check), first match wins.
-_NATS_CAUSES: tuple[tuple[tuple[str, ...], str, str], ...] = (
+#: (substrings of nats-py's error text, lower case; cause; what to check; whether the server was
+#: reached and refused this client: credentials or TLS), first match wins.
+_NATS_CAUSES: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
     (
         ("authorization violation", "authentication", "user authentication"),
         "the NATS server refused the credentials",
         "check 'NATS user' / 'NATS password', 'NATS token', the NKEY seed or the credentials file",
+        True,
     ),
     (
         ("tls required", "requires tls", "tls_required"),
         "the NATS server requires TLS",
         "switch 'Use TLS for NATS' on (or use a tls:// URL) and set the NATS TLS CA file",
+        True,
     ),
     (
         ("certificate verify failed", "certificate_verify_failed"),
         "TLS handshake failed: the NATS server's certificate was not accepted",
         "set 'NATS TLS CA file' to the CA that signed it, and 'NATS TLS server name' if it names another host",
+        True,
     ),
     (
         ("wrong version number", "wrong_version_number", "ssl", "tls"),
         "TLS handshake with NATS failed",
         "check 'Use TLS for NATS' against the server's TLS setting, and the NATS TLS files",
+        True,
     ),
     (
         ("connection refused", "connect call failed"),
         "connection refused",
         "nothing listens there: check the NATS host and port (NATS's default is 4222)",
+        False,
     ),
     (
         ("name or service not known", "nodename nor servname", "temporary failure in name resolution"),
         "unknown host name",
         "check the NATS host name's spelling and that this machine can resolve it",
+        False,
     ),
     (
         ("timeout", "timed out"),
         "no answer in time",
         "check that the NATS server is reachable from here and the port is its client port (default 4222),"
         " not a broker's port",
+        False,
     ),
 )
 
@@ -202,7 +211,11 @@ class NatsErrors:
         self.last: BaseException | None = None
 
     async def record(self, exc: Exception) -> None:
-        self.last = exc
+        # A diagnosed cause is kept over a later undiagnosed one: a server refusing credentials
+        # may reset the connection before nats-py reads its -ERR, so of several attempts some say
+        # only "connection reset by peer".
+        if self.last is None or _nats_cause(_text(exc)) is not None or _nats_cause(_text(self.last)) is None:
+            self.last = exc
         log.debug("NATS: %s: %s", type(exc).__name__, exc)
 
     def connect_error(self, urls: Sequence[str], exc: BaseException) -> UnavailableError:
@@ -213,17 +226,34 @@ class NatsErrors:
 def nats_connect_error(urls: Sequence[str], exc: BaseException) -> UnavailableError:
     """The error of a failed NATS connection: the cause nats-py gave, in words, and what to check.
     The URLs are redacted (no ``user:password@``)."""
-    text = f"{type(exc).__name__}: {exc}".strip()
-    low = text.lower()
+    text = _text(exc)
     where = redact_urls(urls)
-    for needles, cause, check in _NATS_CAUSES:
-        if any(n in low for n in needles):
-            return UnavailableError(f"cannot connect to NATS at {where}: {cause}; {check}", cause=text)
+    known = _nats_cause(text)
+    if known is not None:
+        _, cause, check, _ = known
+        return UnavailableError(f"cannot connect to NATS at {where}: {cause}; {check}", cause=text)
     return UnavailableError(
         f"cannot connect to NATS at {where} ({redact_urls([text])}); check 'NATS servers' (nats://host:port) and"
         " that NATS runs there",
         cause=text,
     )
+
+
+def is_nats_refusal(error: BaseException) -> bool:
+    """Whether a NATS connect error (:func:`nats_connect_error`) says the server was reached and
+    refused this client (credentials, or TLS): a configuration error to report, which a fallback to
+    gRPC would hide, unlike an unreachable server."""
+    known = _nats_cause(getattr(error, "cause", ""))
+    return known is not None and known[3]
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _nats_cause(text: str) -> tuple[tuple[str, ...], str, str, bool] | None:
+    low = text.lower()
+    return next((entry for entry in _NATS_CAUSES if any(n in low for n in entry[0])), None)
 
 
 #: What a stock Liftbridge answers SetCursor/FetchCursor with when cursors are off (INTERNAL).

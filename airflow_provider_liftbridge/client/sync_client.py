@@ -373,7 +373,8 @@ class LiftbridgeClient(ClientBase):
         with acks on an ack inbox (the bulk path, an order of magnitude faster from Python; needs
         ``nats_servers``); ``"grpc"`` pipelines them over PublishAsync; ``"auto"`` (default) takes
         NATS when the client knows NATS servers, except when a target partition is paused or
-        read-only or NATS cannot be reached, where it falls back to gRPC. The choice is logged
+        read-only or NATS cannot be reached, where it falls back to gRPC (not when NATS refuses the
+        credentials or the TLS settings: that raises, naming the cause). The choice is logged
         (logger ``airflow_provider_liftbridge.client``, once per client, and on every fallback).
 
         A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, UnavailableError
+from airflow_provider_liftbridge.client import LiftbridgeClient, PublishError, UnavailableError
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
@@ -147,6 +147,20 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
         NatsSecurity(tls_ca_file=str(tmp_path / "missing.pem")).connect_options()
     with pytest.raises(NatsSecurityError, match="credentials_file"):
         NatsSecurity(credentials_file=str(tmp_path / "missing.creds")).connect_options()
+
+
+def test_auto_path_reports_a_refusal_instead_of_falling_back(
+    secured: tuple[DevServer, NatsSecurity, str], stream_name: str
+) -> None:
+    # Unreachable NATS falls back to gRPC (test_bulk); refused credentials or TLS are a setting
+    # to fix, which a silent fallback would hide on every run.
+    server, _, refusal = secured
+    url = server.nats_url.replace("tls://", "nats://")
+    with LiftbridgeClient(server.address, nats_servers=[url], timeout=5) as client:
+        client.create_stream(stream_name, stream_name)
+        with pytest.raises(PublishError, match=refusal):
+            client.publish_many(stream_name, [b"a"])
+        assert client.fetch_partition_metadata(stream_name, 0).newest_offset == -1
 
 
 @pytest.fixture(scope="module")

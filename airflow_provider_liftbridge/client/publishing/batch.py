@@ -26,6 +26,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.nats_security import redact_urls
 
 from ..compression import Compression, check_compression, compress_record, compressor
+from ..diagnostics import is_nats_refusal
 from ..effects import NatsCall, Op, Sleep
 from ..errors import (
     AckTimeoutError,
@@ -320,7 +321,9 @@ def _send_batch(
         return done
 
     outcome: BulkOutcome = yield from nats(None)
-    if outcome.failure is not None and outcome.sent == 0 and path == "auto":
+    # "auto" takes gRPC when NATS cannot be reached, not when NATS refused this client's
+    # credentials or TLS: that is a configuration error, which a silent fallback would hide.
+    if outcome.failure is not None and outcome.sent == 0 and path == "auto" and not is_nats_refusal(outcome.failure):
         return (yield from grpc(f"NATS is unavailable ({outcome.failure})"))
     if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
         yield from _send_unstored_again(core, stream, outcome, parts, before, nats)
