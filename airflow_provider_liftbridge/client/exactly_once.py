@@ -68,6 +68,7 @@ from .presence import missing_confirmed
 from .publishing.batch import PublishPath
 from .publishing.publisher import DEFAULT_BATCH
 from .publishing.resend import NO_RESEND
+from .publishing.summary import PartitionRange
 from .sync_client import LiftbridgeClient
 from .types import Ack, AckPolicy, PartitionInfo, Record, StreamInfo
 
@@ -79,7 +80,6 @@ __all__ = [
     "ExactlyOncePublishError",
     "ExactlyOncePublisher",
     "ExactlyOnceResult",
-    "OffsetRange",
     "SeqSet",
     "Sender",
     "UncommittedTailError",
@@ -250,25 +250,20 @@ class SeqSet:
         return list(zip(self._starts, self._ends, strict=True))
 
 
-@dataclass
-class OffsetRange:
-    """Offsets of a producer's records in one partition: first, last, and how many."""
-
-    first_offset: int
-    last_offset: int
-    count: int = 0
-
-    def add(self, offset: int) -> None:
-        if self.count == 0:
-            self.first_offset = self.last_offset = offset
-        else:
-            self.first_offset = min(self.first_offset, offset)
-            self.last_offset = max(self.last_offset, offset)
-        self.count += 1
+def _merge(ranges: dict[int, PartitionRange], partition: int, more: PartitionRange) -> None:
+    got = ranges.get(partition)
+    if got is None:
+        ranges[partition] = more
+    else:
+        got.merge(more)
 
 
-def _note(ranges: dict[int, OffsetRange], partition: int, offset: int) -> None:
-    ranges.setdefault(partition, OffsetRange(offset, offset)).add(offset)
+def _note(ranges: dict[int, PartitionRange], partition: int, offset: int) -> None:
+    got = ranges.get(partition)
+    if got is None:
+        ranges[partition] = PartitionRange(offset, offset)
+    else:
+        got.add(offset)
 
 
 @dataclass
@@ -287,7 +282,7 @@ class ExactlyOnceResult:
     producer_id: str
     written: int = 0
     skipped: int = 0
-    partitions: dict[int, OffsetRange] = field(default_factory=dict)
+    partitions: dict[int, PartitionRange] = field(default_factory=dict)
     resumes: int = 0
 
     @property
@@ -487,7 +482,7 @@ class ExactlyOncePublisher:
         self._next_seq = 0
         self._resumed = False
         #: Offsets of this producer's records found in the stream by scans (earlier attempts), by partition.
-        self.found: dict[int, OffsetRange] = {}
+        self.found: dict[int, PartitionRange] = {}
         #: Own sequence numbers seen more than once by scans (a zombie attempt on a stream without OCC).
         self.duplicates_seen = 0
         #: Totals over every :meth:`publish` call.
@@ -798,13 +793,7 @@ class ExactlyOncePublisher:
                     got[1] = offset
                 got[2] += 1
         for partition, (low, high, count) in span.items():
-            ranges = result.partitions.get(partition)
-            if ranges is None:
-                result.partitions[partition] = OffsetRange(low, high, count)
-            else:
-                ranges.first_offset = min(ranges.first_offset, low) if ranges.count else low
-                ranges.last_offset = max(ranges.last_offset, high) if ranges.count else high
-                ranges.count += count
+            _merge(result.partitions, partition, PartitionRange(low, high, count))
             state = self._parts[partition]
             state.next_offset = max(state.next_offset, high + 1)
 
@@ -946,13 +935,7 @@ class ExactlyOncePublisher:
         total.skipped += result.skipped
         total.resumes += result.resumes
         for p, r in result.partitions.items():
-            mine = total.partitions.setdefault(p, OffsetRange(r.first_offset, r.last_offset))
-            if mine.count == 0:
-                mine.first_offset, mine.last_offset, mine.count = r.first_offset, r.last_offset, r.count
-            else:
-                mine.first_offset = min(mine.first_offset, r.first_offset)
-                mine.last_offset = max(mine.last_offset, r.last_offset)
-                mine.count += r.count
+            _merge(total.partitions, p, PartitionRange(r.first_offset, r.last_offset, r.count))
 
 
 def _unwrap(exc: PublishError) -> LiftbridgeError:
