@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher  # noqa: E402
 from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
+from airflow_provider_liftbridge.client.publishing.publisher import DEFAULT_BATCH  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
 
@@ -319,30 +320,50 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
         producers = itertools.count()
         best = interleaved(
             {
-                "exactly-once": lambda: exactly_once_publish(c, s_eo, f"bench-{next(producers)}", n),
+                "exactly-once": lambda: exactly_once_publish(c, s_eo, f"bench-{next(producers)}", [VALUE] * n),
                 "at-least-once": lambda: len(c.publish_many(s_alo, [VALUE] * n, path="nats")),
+                "exactly-once, read lazily": lambda: exactly_once_publish(
+                    c, s_eo, f"bench-{next(producers)}", (VALUE for _ in range(n))
+                ),
+                "at-least-once, read lazily": lambda: at_least_once_publish(c, s_alo, (VALUE for _ in range(n))),
             },
             meter,
             args.rounds,
         )
         rows.append(
             rate_row(
-                "exactly-once publish over NATS (fresh producer: cursor, then the records)",
+                "exactly-once publish over NATS, a list (fresh producer: cursor, then the records)",
                 best["exactly-once"],
-                "at-least-once publish_many over NATS, same client and path",
+                "at-least-once publish_many over NATS, same client and path (the list as one batch)",
                 best["at-least-once"],
                 0.8,
                 f"bulk row above: {at_least_once.rate:,.0f} msgs/s",
             )
         )
+        rows.append(
+            rate_row(
+                "exactly-once publish over NATS, read lazily (as the operators and Spark feed it)",
+                best["exactly-once, read lazily"],
+                "at-least-once batch publisher over NATS, read lazily (the publishing operators' path)",
+                best["at-least-once, read lazily"],
+                0.8,
+                f"both in batches of {DEFAULT_BATCH:,}",
+            )
+        )
     return rows, s_ours
 
 
-def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str, n: int) -> int:
-    """Publish ``n`` values exactly once as a new producer, over the client's NATS path."""
-    result = ExactlyOncePublisher(client, stream, producer_id).publish([VALUE] * n)
-    assert result.written == n, result
+def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str, values: Iterable[bytes]) -> int:
+    """Publish ``values`` exactly once as a new producer, over the client's NATS path."""
+    result = ExactlyOncePublisher(client, stream, producer_id).publish(values)
+    assert result.skipped == 0, result
     return result.written
+
+
+def at_least_once_publish(client: LiftbridgeClient, stream: str, values: Iterable[bytes]) -> int:
+    """Publish ``values`` at least once with the client's batch publisher (the operators' path)."""
+    with client.batch_publisher(stream, path="nats") as publisher:
+        return publisher.publish(values).count
 
 
 # ---------------------------------------------------------------------------------------------

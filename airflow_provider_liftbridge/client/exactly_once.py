@@ -39,15 +39,16 @@ No Airflow, no PySpark. See ``docs/exactly-once.md`` for the guarantee and its l
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import operator
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
-from airflow_provider_liftbridge.codec import EncodedHeaders, header_field, header_field_head
+from airflow_provider_liftbridge.codec import header_field, header_field_head
 
 from .compression import Compression, check_compression
 from .errors import (
@@ -66,6 +67,7 @@ from .errors import (
 from .partitioners import PartitionerFunc
 from .presence import missing_confirmed
 from .publishing.batch import PublishPath
+from .publishing.columns import RecordColumns
 from .publishing.publisher import DEFAULT_BATCH
 from .publishing.resend import NO_RESEND
 from .publishing.summary import PartitionRange
@@ -250,6 +252,10 @@ class SeqSet:
         return list(zip(self._starts, self._ends, strict=True))
 
 
+_OFFSET = operator.attrgetter("offset")
+_PARTITION = operator.attrgetter("partition")
+
+
 def _merge(ranges: dict[int, PartitionRange], partition: int, more: PartitionRange) -> None:
     got = ranges.get(partition)
     if got is None:
@@ -313,7 +319,7 @@ class Sender(Protocol):
     the stream is for the publisher to find out by scanning.
     """
 
-    def send(self, records: list[Record]) -> Sequence[Ack]: ...
+    def send(self, records: Sequence[Record]) -> Sequence[Ack]: ...
 
     def reset(self) -> None:
         """Drop connections after a failure, so nothing queued in them is delivered later."""
@@ -359,16 +365,69 @@ class _PartitionState:
     hw_seen: int = -1  # the highest high watermark read: committed records never go away
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A record waiting for its ack: what it is made of, without the expected offset each send
-    gives it (the Record is built then, once per send)."""
+class _SeqWires(Sequence[bytes]):
+    """The encoded headers of records ``seqs`` of one producer, made when asked for: the batch
+    publisher asks for a burst at a time, as it frames the records, so the work is spread over
+    the send (where it overlaps the server's) instead of coming before it."""
 
-    seq: int
-    value: bytes
-    key: bytes | None
-    headers: Mapping[str, bytes]  # read-only; include producer and seq
-    partition: int
+    __slots__ = ("_producer_field", "_seqs")
+
+    def __init__(self, producer_field: bytes, seqs: Sequence[int]) -> None:
+        self._producer_field = producer_field
+        self._seqs = seqs
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        producer, head = self._producer_field, header_field_head
+        if isinstance(i, slice):
+            return [producer + head(SEQ_HEADER, len(s)) + s for s in map(b"%d".__mod__, self._seqs[i])]
+        seq = b"%d" % self._seqs[i]
+        return producer + head(SEQ_HEADER, len(seq)) + seq
+
+
+class _Batch:
+    """Records waiting for their acks, as columns: each one's sequence number, value, key,
+    partition and encoded headers, without the expected offset each send gives it (see
+    :meth:`ExactlyOncePublisher._with_offsets`). A record object per record would cost more than
+    framing it does; the columns go to the batch publisher as they are."""
+
+    __slots__ = ("seqs", "values", "keys", "partitions", "wires")
+
+    def __init__(
+        self,
+        seqs: Sequence[int] = (),
+        values: Sequence[bytes] = (),
+        partitions: Sequence[int] = (),
+        wires: Sequence[bytes] = (),
+        keys: Sequence[bytes | None] | None = None,
+    ) -> None:
+        self.seqs, self.values, self.partitions, self.wires, self.keys = seqs, values, partitions, wires, keys
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def take(self, indices: Sequence[int]) -> _Batch:
+        """The records at ``indices``, in that order."""
+        keys = self.keys
+        return _Batch(
+            [self.seqs[i] for i in indices],
+            [self.values[i] for i in indices],
+            [self.partitions[i] for i in indices],
+            [self.wires[i] for i in indices],
+            None if keys is None else [keys[i] for i in indices],
+        )
+
+    def without(self, seqs: Container[int]) -> _Batch:
+        """The records whose sequence numbers are not in ``seqs``."""
+        return self.take([i for i, seq in enumerate(self.seqs) if seq not in seqs])
 
 
 class ExactlyOncePublisher:
@@ -505,22 +564,11 @@ class ExactlyOncePublisher:
         if not self._resumed:
             self._with_resumes(result, lambda: self._resume(), "reading the stream to resume")
         try:
-            batch: list[_Pending] = []
-            seen = self._seen
-            seen_top = seen.top()  # sequence numbers above it need no lookup (most of them)
-            for item in records:
-                seq = self._next_seq
-                self._next_seq += 1
-                if seq <= seen_top and seq in seen:
-                    result.skipped += 1
-                    continue
-                batch.append(self._prepare(item, seq))
-                if len(batch) >= self.batch:
+            iterator = iter(records)
+            while chunk := list(itertools.islice(iterator, self.batch)):
+                batch = self._batch_of(chunk, result)
+                if batch:
                     self._publish_batch(batch, result)
-                    batch = []
-                    seen_top = seen.top()
-            if batch:
-                self._publish_batch(batch, result)
         finally:
             self._no_cursor.clear()
             self._info = None
@@ -572,7 +620,7 @@ class ExactlyOncePublisher:
                 self._seen.runs()[:5],
             )
 
-    def _scan(self, partition: int, wanted: Mapping[int, _Pending], info: PartitionInfo) -> dict[int, int]:
+    def _scan(self, partition: int, wanted: Container[int], info: PartitionInfo) -> dict[int, int]:
         """Read ``partition`` from after the last scanned offset to ``info``'s high watermark (a
         settled reading: nothing above it); add own sequence numbers to the seen set. Return
         ``{seq: offset}`` of the ``wanted`` ones found.
@@ -609,7 +657,7 @@ class ExactlyOncePublisher:
         return found
 
     def _take(
-        self, partition: int, offset: int, headers: Mapping[str, bytes], wanted: Mapping[int, _Pending],
+        self, partition: int, offset: int, headers: Mapping[str, bytes], wanted: Container[int],
         found: dict[int, int],
     ) -> None:  # fmt: skip
         seq = _seq_of(headers, self._producer)
@@ -658,14 +706,44 @@ class ExactlyOncePublisher:
         return state
 
     # -- publishing -------------------------------------------------------------------------
-    def _prepare(self, item: Record | bytes, seq: int) -> _Pending:
-        # Every record passes through here: one Record is built, once (its headers are copied
-        # into a read-only mapping then, and shared by the copies _with_offsets makes).
+    def _batch_of(self, chunk: list[Any], result: ExactlyOnceResult) -> _Batch:
+        """The records of ``chunk`` (the next sequence numbers) that are not in the stream yet,
+        each with its partition and headers; those that are count as skipped."""
+        first = self._next_seq
+        self._next_seq += len(chunk)
+        seen = self._seen
+        if first > seen.top() and self.partitioner is None and set(map(type, chunk)) == {bytes}:
+            # The bulk case, values only and none seen: columns made at C speed, headers later.
+            seqs = range(first, first + len(chunk))
+            partition = self._checked_partition(0 if self.partition is None else self.partition, first)
+            return _Batch(seqs, chunk, [partition] * len(chunk), _SeqWires(self._producer_field, seqs))
+        seqs_: list[int] = []
+        values: list[bytes] = []
+        partitions: list[int] = []
+        wires: list[bytes] = []
+        keys: list[bytes | None] = []
+        top = seen.top()  # sequence numbers above it need no lookup (most of them)
+        for seq, item in enumerate(chunk, first):
+            if seq <= top and seq in seen:
+                result.skipped += 1
+                continue
+            value, key, partition, wire = self._prepare(item, seq)
+            seqs_.append(seq)
+            values.append(value)
+            partitions.append(partition)
+            wires.append(wire)
+            keys.append(key)
+        return _Batch(seqs_, values, partitions, wires, keys if any(k is not None for k in keys) else None)
+
+    def _prepare(self, item: Record | bytes, seq: int) -> tuple[bytes, bytes | None, int, bytes]:
+        """Record ``seq``'s value, key, partition and encoded headers (the producer's entry,
+        encoded once, and the sequence number, after the record's own headers).
+
+        :raises InvalidArgumentError: not a record or bytes, or a partition out of range.
+        """
         key: bytes | None
         own: Mapping[str, bytes] | None
-        if item.__class__ is bytes:  # the common case first: a type check costs less than isinstance of a union
-            value, key, own, partition = item, None, None, self.partition
-        elif isinstance(item, (bytearray, memoryview)):
+        if isinstance(item, (bytes, bytearray, memoryview)):
             value, key, own, partition = bytes(item), None, None, self.partition
         elif isinstance(item, Record):
             value, key, own = item.value, item.key, item.headers
@@ -673,23 +751,25 @@ class ExactlyOncePublisher:
         else:
             raise InvalidArgumentError(f"record {seq} is a {type(item).__name__}; pass Record objects or bytes")
         if partition is None:
-            if self.partitioner is None:
-                partition = 0
-            else:
-                partition = self.partitioner(self.stream, key, value, self._partition_count)
+            partition = (
+                0 if self.partitioner is None else self.partitioner(self.stream, key, value, self._partition_count)
+            )
+        seq_b = b"%d" % seq
+        if own:
+            # The record's own headers, then ours (which win a clash), encoded as the encoder would.
+            merged = {**own, PRODUCER_HEADER: self._producer, SEQ_HEADER: seq_b}
+            wire = b"".join(header_field(name, data) for name, data in merged.items())
+        else:
+            wire = self._producer_field + header_field_head(SEQ_HEADER, len(seq_b)) + seq_b
+        return value, key, self._checked_partition(partition, seq), wire
+
+    def _checked_partition(self, partition: Any, seq: int) -> int:
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self._partition_count:
             raise InvalidArgumentError(
                 f"record {seq} goes to partition {partition!r}, but stream {self.stream!r} has "
                 f"{self._partition_count} partition(s)"
             )
-        seq_b = b"%d" % seq
-        headers = {PRODUCER_HEADER: self._producer, SEQ_HEADER: seq_b}
-        if own:
-            return _Pending(seq, value, key, MappingProxyType({**own, **headers}), partition)
-        # The usual case: the headers travel with their encoding (the same bytes the encoder would
-        # write), so only the sequence number is encoded per record.
-        wire = self._producer_field + header_field_head(SEQ_HEADER, len(seq_b)) + seq_b
-        return _Pending(seq, value, key, EncodedHeaders(headers, wire), partition)
+        return partition
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
@@ -705,7 +785,7 @@ class ExactlyOncePublisher:
             )
         return self._sender
 
-    def _publish_batch(self, batch: list[_Pending], result: ExactlyOnceResult) -> None:
+    def _publish_batch(self, batch: _Batch, result: ExactlyOnceResult) -> None:
         pending = batch
         recover = False
 
@@ -714,13 +794,13 @@ class ExactlyOncePublisher:
             if recover:
                 pending = self._recover(pending, result)
                 recover = False
-            for partition in sorted({item.partition for item in pending}):
+            for partition in sorted(set(pending.partitions)):
                 self._ensure_cursor(partition)
             # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
-            seen = self._seen
-            kept = pending if not pending or seen.top() < pending[0].seq else [i for i in pending if i.seq not in seen]
-            result.skipped += len(pending) - len(kept)
-            pending = kept
+            if pending and self._seen.top() >= pending.seqs[0]:
+                kept = pending.without(self._seen)
+                result.skipped += len(pending) - len(kept)
+                pending = kept
             if not pending:
                 return True
             outgoing = self._with_offsets(pending)
@@ -734,83 +814,85 @@ class ExactlyOncePublisher:
                 recover = True
                 raise
             self._account_partial(pending, acks, result, partial=False)
-            for ack in acks:
-                state = self._parts[ack.partition]
-                state.scanned_to = max(state.scanned_to, ack.offset)
             return True
 
-        self._with_resumes(result, attempt, f"publishing records {batch[0].seq}..{batch[-1].seq}")
+        self._with_resumes(result, attempt, f"publishing records {batch.seqs[0]}..{batch.seqs[-1]}")
 
-    def _with_offsets(self, pending: list[_Pending]) -> list[Record]:
-        """Give each record the offset it must get (checked on streams with OCC)."""
-        out: list[Record] = []
-        append, parts = out.append, self._parts
-        build = Record.of_read_only
-        for item in pending:
-            state = parts[item.partition]
-            append(build(item.value, item.key, item.headers, item.partition, state.next_offset))
-            state.next_offset += 1
-        return out
+    def _with_offsets(self, pending: _Batch) -> RecordColumns:
+        """The records to send, each with the offset it must get (checked on streams with OCC)."""
+        parts, partitions = self._parts, pending.partitions
+        offsets: Sequence[int]
+        if len(set(partitions)) == 1:  # one partition: consecutive offsets
+            state = parts[partitions[0]]
+            offsets = range(state.next_offset, state.next_offset + len(partitions))
+            state.next_offset += len(partitions)
+        else:
+            offsets = []
+            append = offsets.append
+            for partition in partitions:
+                state = parts[partition]
+                append(state.next_offset)
+                state.next_offset += 1
+        return RecordColumns(pending.values, partitions, pending.wires, offsets, pending.keys)
 
     def _account_partial(
-        self, pending: list[_Pending], acks: Sequence[Ack | None], result: ExactlyOnceResult, *, partial: bool
-    ) -> list[_Pending]:
+        self, pending: _Batch, acks: Sequence[Ack | None], result: ExactlyOnceResult, *, partial: bool
+    ) -> _Batch:
         """Count the acknowledged records as written; return those without an ack."""
-        if not partial and len(acks) == len(pending) and pending:
-            first, last = pending[0].seq, pending[-1].seq
-            if last - first == len(pending) - 1 and first > self._seen.top():
+        seqs = pending.seqs
+        if not partial and len(acks) == len(seqs) and seqs:
+            first, last = seqs[0], seqs[-1]
+            if last - first == len(seqs) - 1 and first > self._seen.top():
                 self._account_run(first, last, acks, result)  # the usual case, in bulk
-                return []
-        left: list[_Pending] = []
-        for item, ack in zip(pending, list(acks) + [None] * (len(pending) - len(acks)), strict=True):
+                return _Batch()
+        left: list[int] = []
+        for k, ack in enumerate(list(acks) + [None] * (len(seqs) - len(acks))):
             if ack is None:
-                left.append(item)
+                left.append(k)
                 continue
-            self._seen.add(item.seq)
+            seq = seqs[k]
+            self._seen.add(seq)
             if partial:
-                self._acked_at[item.seq] = (ack.partition, ack.offset)
+                self._acked_at[seq] = (ack.partition, ack.offset)
             result.written += 1
             _note(result.partitions, ack.partition, ack.offset)
             state = self._parts[ack.partition]
             state.next_offset = max(state.next_offset, ack.offset + 1)
-        return left
+            if not partial:  # after a failure, a record without an ack may lie below this one
+                state.scanned_to = max(state.scanned_to, ack.offset)
+        return pending.take(left)
 
     def _account_run(self, first: int, last: int, acks: Sequence[Ack | None], result: ExactlyOnceResult) -> None:
         """:meth:`_account_partial` of a whole batch of consecutive sequence numbers, all acknowledged."""
         self._seen.add_run_above(first, last)
         result.written += last - first + 1
-        span: dict[int, list[int]] = {}  # partition -> [lowest offset, highest offset, count]
-        for ack in acks:
-            assert ack is not None
-            offset = ack.offset
-            got = span.get(ack.partition)
-            if got is None:
-                span[ack.partition] = [offset, offset, 1]
-            else:
-                if offset < got[0]:
-                    got[0] = offset
-                elif offset > got[1]:
-                    got[1] = offset
-                got[2] += 1
-        for partition, (low, high, count) in span.items():
-            _merge(result.partitions, partition, PartitionRange(low, high, count))
+        offsets = list(map(_OFFSET, acks))
+        partitions = list(map(_PARTITION, acks))
+        by_partition: dict[int, list[int]] = {}
+        if partitions.count(partitions[0]) == len(partitions):  # one partition (C-speed checks)
+            by_partition[partitions[0]] = offsets
+        else:
+            for partition, offset in zip(partitions, offsets, strict=True):
+                by_partition.setdefault(partition, []).append(offset)
+        for partition, got in by_partition.items():
+            low, high = min(got), max(got)
+            _merge(result.partitions, partition, PartitionRange(low, high, len(got)))
             state = self._parts[partition]
             state.next_offset = max(state.next_offset, high + 1)
+            state.scanned_to = max(state.scanned_to, high)
 
-    def _recover(self, pending: list[_Pending], result: ExactlyOnceResult) -> list[_Pending]:
+    def _recover(self, pending: _Batch, result: ExactlyOnceResult) -> _Batch:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""
         if self._sender is not None:
             self._sender.reset()
-        partitions = sorted({item.partition for item in pending if item.partition in self._parts})
-        wanted = {item.seq: item for item in pending}
-        left = dict(wanted)
+        partitions = sorted({p for p in pending.partitions if p in self._parts})
+        wanted = set(pending.seqs)
         for p, info in self._settle(partitions).items():
-            for seq, offset in self._scan(p, wanted, info).items():
+            for offset in self._scan(p, wanted, info).values():
                 # Written by this attempt, ack lost: it is in the stream, so it counts as written.
-                left.pop(seq, None)
                 result.written += 1
                 _note(result.partitions, p, offset)
-        return [item for item in pending if item.seq in left and item.seq not in self._seen]
+        return pending.without(self._seen)  # the scan added what it found
 
     def _settle(self, partitions: Sequence[int]) -> dict[int, PartitionInfo]:
         """Wait until each of ``partitions`` has settled; return the settling reading of each.

@@ -22,7 +22,14 @@ from nats.aio.client import Client as NatsClient
 from airflow_provider_liftbridge import codec, nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy, InvalidArgumentError, PublishError, Record
-from airflow_provider_liftbridge.client.publishing.nats_engine import correlation_ids, publish_enveloped
+from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
+from airflow_provider_liftbridge.client.publishing.nats_engine import (
+    BulkOutcome,
+    CorrelationIds,
+    _Frames,
+    correlation_ids,
+    publish_enveloped,
+)
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 
 
@@ -159,6 +166,71 @@ async def test_frames_on_the_wire_are_new_message_bytes(
         )
         assert frame == expected, f"record {i}"
     assert ids[4] == "mine" and ids[0] != ids[1]
+
+
+def _columns() -> RecordColumns:
+    """An exactly-once-like batch: values, two partitions, encoded headers, expected offsets, some keys."""
+    values = [b"v0", b"", b"v" * 300, b"v3"]
+    wires = [codec.header_field("lb-producer", b"p") + codec.header_field("lb-seq", b"%d" % i) for i in range(4)]
+    wires[1] = b""  # a record without headers
+    return RecordColumns(values, [0, 1, 0, 1], wires, [5, -1, 6, 0], [None, b"k1", None, b""])
+
+
+async def test_columns_frame_as_their_records_do(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    """A column batch (an exactly-once batch) goes out framed byte for byte as the same records
+    given as Record objects: headers, keys and expected offsets kept."""
+    columns = _columns()
+    encoder = codec.PublishEncoder(ack_inbox="_INBOX.same", ack_policy=api_pb2.LEADER)
+    ids = CorrelationIds(4, {}, prefix="fixed-")
+    as_columns = _Frames(columns, ids, BulkOutcome([None] * 4), encoder, 1 << 20).burst(0, 4)
+    as_records = _Frames(list(columns), ids, BulkOutcome([None] * 4), encoder, 1 << 20).burst(0, 4)
+    assert as_columns == as_records and len(as_columns) == 4
+
+    broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), window=8)
+    finally:
+        await nc.close()
+    assert out.acked == 4 and not out.errors
+    sent = [codec.unmarshal_message(f) for f in broker.frames]
+    assert [m.value for m in sent] == columns.values
+    assert [m.offset for m in sent] == [5, -1, 6, 0]
+    assert [m.key for m in sent] == [b"", b"k1", b"", b""]
+    assert dict(sent[2].headers) == {"lb-producer": b"p", "lb-seq": b"2"} and not sent[1].headers
+
+
+async def test_a_too_large_record_in_columns_is_named_and_ends_the_burst(
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+) -> None:
+    broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
+    big = b"z" * (2 * 1024 * 1024)  # over nats-server's default max_payload of 1 MiB
+    columns = RecordColumns([b"a", b"b", big, b"after"], [0] * 4, [b""] * 4, [-1] * 4)
+    nc = await publisher(nats_url)
+    try:
+        out = await publish_enveloped(nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), window=8)
+    finally:
+        await nc.close()
+    assert list(out.errors) == [2] and type(out.errors[2]).__name__ == "MessageTooLargeError"
+    assert "record 2" in str(out.errors[2]) and "max_payload" in str(out.errors[2])
+    assert out.sent == 2 and [codec.unmarshal_message(f).value for f in broker.frames] == [b"a", b"b"]
+
+
+def test_columns_are_a_sequence_of_the_records_they_hold() -> None:
+    columns = _columns()
+    assert len(columns) == 4
+    assert columns[0] == Record(b"v0", None, {"lb-producer": b"p", "lb-seq": b"0"}, 0, 5)
+    assert columns[1] == Record(b"", b"k1", None, 1, -1)
+    assert columns[-1] == Record(b"v3", b"", {"lb-producer": b"p", "lb-seq": b"3"}, 1, 0)
+    tail = columns[2:]
+    assert isinstance(tail, RecordColumns) and list(tail) == list(columns)[2:]
+    assert list(columns.take([3, 0])) == [columns[3], columns[0]]
+    plain = RecordColumns([b"x"], [2], [b""])
+    assert plain[0] == Record(b"x", None, None, 2, None)
+    with pytest.raises(ValueError, match="every column must hold 2 entries"):
+        RecordColumns([b"a", b"b"], [0], [b"", b""])
 
 
 async def test_acks_matched_under_reordering_duplicates_and_junk(

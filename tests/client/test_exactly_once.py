@@ -303,6 +303,31 @@ def test_nats_direct_path(client: LiftbridgeClient, stream_name: str, lb_address
     assert sorted(_seqs(everything, "nats")) == list(range(40))
 
 
+@pytest.mark.parametrize("path", ["nats", "grpc"])
+def test_own_keys_and_headers_travel_beside_the_producer_headers(
+    client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str, path: str
+) -> None:
+    """Records of every form in one batch (bytes, keyed, with own headers, one whose own header
+    clashes with ours) are stored with their keys and headers, ours winning a clash."""
+    client.create_stream(stream_name, stream_name)
+    records: list[Record | bytes] = [
+        b"plain",
+        Record(b"keyed", key=b"k1"),
+        Record(b"headed", headers={"trace": b"t-1"}),
+        Record(b"clash", key=b"k3", headers={SEQ_HEADER: b"999", "x": b"y"}),
+        bytearray(b"bytearray"),
+    ]
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as c:
+        result = ExactlyOncePublisher(c, stream_name, "forms", path=path).publish(records)  # type: ignore[arg-type]
+    assert (result.written, result.skipped) == (5, 0)
+    stored = _read(client, stream_name)
+    assert [m.value for m in stored] == [b"plain", b"keyed", b"headed", b"clash", b"bytearray"]
+    assert [m.key for m in stored] == [None, b"k1", None, b"k3", None]
+    assert _seqs(stored, "forms") == [0, 1, 2, 3, 4]
+    assert stored[2].headers["trace"] == b"t-1"
+    assert stored[3].headers["x"] == b"y" and stored[3].headers[SEQ_HEADER] == b"3"
+
+
 def test_readonly_partition_fails_without_resuming(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     client.set_stream_readonly(stream_name)

@@ -80,6 +80,59 @@ def test_encoded_headers_give_the_frame_of_the_plain_headers(
     assert frame == enc.encode(value, cid.encode(), headers=headers, expected_offset=offset)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(
+            st.binary(max_size=200),
+            ids,
+            header_maps,
+            st.sampled_from([-1, 0, 1, 127, 128, 2**40]) | st.integers(-(2**63), 2**63 - 1),
+            st.none() | st.binary(max_size=20),
+        ),
+        max_size=6,
+    ),
+    keyed=st.booleans(),
+    crc=st.booleans(),
+)
+def test_encode_many_is_encode_per_record(
+    records: list[tuple[bytes, str, dict[str, bytes], int, bytes | None]], keyed: bool, crc: bool
+) -> None:
+    """Columns (an exactly-once batch) frame byte for byte as each record alone through ``encode``."""
+    enc = codec.PublishEncoder(ack_inbox="_INBOX.x", ack_policy=api_pb2.ALL, crc=crc)
+    wires = [b"".join(codec.header_field(k, v) for k, v in headers.items()) for _, _, headers, _, _ in records]
+    keys = [key if keyed else None for *_, key in records]
+    frames = enc.encode_many(
+        [r[0] for r in records],
+        [r[1].encode() for r in records],
+        wires,
+        [r[3] for r in records],
+        keys if keyed else None,
+    )
+    assert frames == [
+        enc.encode(value, cid.encode(), key=key or b"", headers=headers, expected_offset=offset)
+        for (value, cid, headers, offset, _), key in zip(records, keys, strict=True)
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(headers=header_maps)
+def test_decode_header_fields_inverts_header_field(headers: dict[str, bytes]) -> None:
+    wire = b"".join(codec.header_field(k, v) for k, v in headers.items())
+    assert codec.decode_header_fields(wire) == headers
+
+
+def test_decode_header_fields_names_bytes_that_are_not_headers() -> None:
+    with pytest.raises(codec.UndecodablePayloadError, match="3 bytes are not encoded message headers"):
+        codec.decode_header_fields(b"\x4a\x09\x0a")
+
+
+def test_encode_many_refuses_a_too_large_record_with_the_codec_error() -> None:
+    enc = codec.PublishEncoder(max_payload=100)
+    with pytest.raises(codec.PayloadTooLargeError, match="over the limit of 100 bytes"):
+        enc.encode_many([b"x", b"x" * 200], [b"a", b"b"], [b"", b""], [-1, -1])
+
+
 def test_encode_values_is_encode_value_per_pair() -> None:
     enc = codec.PublishEncoder(ack_inbox="in")
     values = [b"a", b"", b"c" * 300]

@@ -45,6 +45,7 @@ from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record, StreamInfo
 from . import grpc_batch
+from .columns import RecordColumns
 from .nats_engine import (
     BulkOutcome,
     CorrelationIds,
@@ -210,7 +211,7 @@ def send_batch(
 
     :raises PublishError: / :raises InvalidArgumentError: see ``LiftbridgeClient.publish_many``.
     """
-    items: list[Record | bytes] = list(records)
+    items: Sequence[Record | bytes] = records if isinstance(records, (list, RecordColumns)) else list(records)
     if not items:
         return []
     if options.compression is not None:
@@ -223,7 +224,7 @@ def send_batch(
     return acks
 
 
-def _compressed(items: list[Record | bytes], codec: str) -> list[Record | bytes]:
+def _compressed(items: Sequence[Record | bytes], codec: str) -> list[Record | bytes]:
     squeeze = compressor(codec)  # type: ignore[arg-type]  # validated by batch_options
     assert squeeze is not None
     return [compress_record(grpc_batch.as_record(i, item), squeeze, codec) for i, item in enumerate(items)]
@@ -245,13 +246,15 @@ def _send_batch(
     core: ClientCore,
     options: BatchOptions,
     route: Route,
-    items: list[Record | bytes],
+    items: Sequence[Record | bytes],
     sent_ns: list[int] | None,
 ) -> Op[list[Ack]]:
     stream, path = options.stream, options.path
-    # All bytes (the bulk case) is checked at C speed; anything else item by item.
-    all_bytes = set(map(type, items)) == {bytes}
-    if not all_bytes:
+    # Columns name every record's partition and carry no correlation ids of their own; all bytes
+    # (the bulk case) is checked at C speed; anything else item by item.
+    columns = items if items.__class__ is RecordColumns else None
+    all_bytes = columns is None and set(map(type, items)) == {bytes}
+    if columns is None and not all_bytes:
         items = [
             item if type(item) is bytes or type(item) is Record else grpc_batch.as_record(i, item)
             for i, item in enumerate(items)
@@ -280,6 +283,8 @@ def _send_batch(
     assert info is not None
     if all_bytes and options.partitioner is None:
         parts = [options.partition or 0] * len(items)
+    elif columns is not None:
+        parts = list(columns.partitions)
     else:
         parts = yield from _partitions(core, stream, items, options.partition, options.partitioner)
     targets = set(parts)
@@ -291,7 +296,7 @@ def _send_batch(
         first = parts.index(p)
         raise _not_sent(items, first, error)
     route.fit |= targets
-    ids = CorrelationIds(len(items), {}) if all_bytes else correlation_ids(items)
+    ids = CorrelationIds(len(items), {}) if all_bytes or columns is not None else correlation_ids(items)
     if len(targets) == 1:
         subjects = [partition_subject(info.subject, parts[0])] * len(parts)
     else:

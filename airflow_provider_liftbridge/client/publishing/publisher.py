@@ -19,6 +19,7 @@ from ..routing import ClientCore
 from ..types import Ack, Record, StreamInfo
 from ..write_stats import WriteStats
 from .batch import BatchOptions, Route, discard_nats, open_route, send_batch
+from .columns import RecordColumns
 from .summary import PublishSummary
 
 __all__ = ["DEFAULT_BATCH", "BatchPublisher"]
@@ -89,7 +90,7 @@ class BatchPublisher:
         :raises PublishError: / :raises InvalidArgumentError: / :raises NoSuchStreamError: as
             ``LiftbridgeClient.publish_many``.
         """
-        items = records if isinstance(records, list) else list(records)
+        items = records if isinstance(records, (list, RecordColumns)) else list(records)
         if not items:
             return []
         acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items, self.stats))
