@@ -61,10 +61,16 @@ class RecordColumns(Sequence[Record]):
     def __getitem__(self, i: slice) -> RecordColumns: ...
 
     def __getitem__(self, i: int | slice) -> Record | RecordColumns:
-        if isinstance(i, slice):
-            return self.take(range(len(self))[i])
-        wire = self.header_wires[i]
         offsets, keys = self.expected_offsets, self.keys
+        if isinstance(i, slice):  # each column sliced (a lazy column makes only the slice)
+            return RecordColumns(
+                self.values[i],
+                self.partitions[i],
+                self.header_wires[i],
+                None if offsets is None else offsets[i],
+                None if keys is None else keys[i],
+            )
+        wire = self.header_wires[i]
         return Record.of_read_only(
             self.values[i],
             None if keys is None else keys[i],

@@ -236,17 +236,19 @@ class _Frames:
         if not own and end - start > 1:
             # The bulk cases, with generated ids, framed in one call: values only, or columns (an
             # exactly-once batch). Any problem is found again and named by the loop below.
-            cids = [b"%s%d" % (prefix, i) for i in range(start, end)]
-            try:
-                if records.__class__ is RecordColumns:
-                    frames = _encode_columns(encoder, records, start, end, cids)
-                else:
-                    chunk = records[start:end]
-                    frames = encoder.encode_values(chunk, cids) if set(map(type, chunk)) == {bytes} else []  # type: ignore[arg-type]
-            except PayloadTooLargeError:
-                frames = []
-            if frames and max(map(len, frames)) <= max_payload:
-                return frames
+            columns = records.__class__ is RecordColumns
+            chunk = records[start:end]
+            if columns or set(map(type, chunk)) == {bytes}:
+                cids = [b"%s%d" % (prefix, i) for i in range(start, end)]
+                try:
+                    if columns:
+                        frames = _encode_columns(encoder, chunk, cids)  # type: ignore[arg-type]
+                    else:
+                        frames = encoder.encode_values(chunk, cids)  # type: ignore[arg-type]
+                except PayloadTooLargeError:
+                    frames = []
+                if frames and max(map(len, frames)) <= max_payload:
+                    return frames
         frames = []
         append = frames.append
         i = start
@@ -276,16 +278,14 @@ class _Frames:
         return frames[0]
 
 
-def _encode_columns(
-    encoder: PublishEncoder, cols: RecordColumns, start: int, end: int, cids: list[bytes]
-) -> list[bytes]:
-    offsets, keys = cols.expected_offsets, cols.keys
+def _encode_columns(encoder: PublishEncoder, columns: RecordColumns, cids: list[bytes]) -> list[bytes]:
+    offsets = columns.expected_offsets
     return encoder.encode_many(
-        cols.values[start:end],
+        columns.values,
         cids,
-        cols.header_wires[start:end],
-        [NO_EXPECTED_OFFSET] * (end - start) if offsets is None else offsets[start:end],
-        None if keys is None else keys[start:end],
+        columns.header_wires,
+        [NO_EXPECTED_OFFSET] * len(cids) if offsets is None else offsets,
+        columns.keys,
     )
 
 
