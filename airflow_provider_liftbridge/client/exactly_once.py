@@ -394,36 +394,23 @@ class _SeqWires(Sequence[bytes]):
 
 
 class _Batch:
-    """Records waiting for their acks, as columns: each one's sequence number, value, key,
-    partition and encoded headers, without the expected offset each send gives it (see
-    :meth:`ExactlyOncePublisher._with_offsets`). A record object per record would cost more than
-    framing it does; the columns go to the batch publisher as they are."""
+    """Records waiting for their acks: their sequence numbers, and the records as columns
+    (value, partition, encoded headers, key) without the expected offset each send gives them
+    (see :meth:`ExactlyOncePublisher._with_offsets`). A record object per record would cost more
+    than framing it does; the columns go to the batch publisher as they are."""
 
-    __slots__ = ("seqs", "values", "keys", "partitions", "wires")
+    __slots__ = ("seqs", "records")
 
-    def __init__(
-        self,
-        seqs: Sequence[int] = (),
-        values: Sequence[bytes] = (),
-        partitions: Sequence[int] = (),
-        wires: Sequence[bytes] = (),
-        keys: Sequence[bytes | None] | None = None,
-    ) -> None:
-        self.seqs, self.values, self.partitions, self.wires, self.keys = seqs, values, partitions, wires, keys
+    def __init__(self, seqs: Sequence[int] = (), records: RecordColumns | None = None) -> None:
+        self.seqs = seqs
+        self.records = records if records is not None else RecordColumns([], [], [])
 
     def __len__(self) -> int:
         return len(self.seqs)
 
     def take(self, indices: Sequence[int]) -> _Batch:
         """The records at ``indices``, in that order."""
-        keys = self.keys
-        return _Batch(
-            [self.seqs[i] for i in indices],
-            [self.values[i] for i in indices],
-            [self.partitions[i] for i in indices],
-            [self.wires[i] for i in indices],
-            None if keys is None else [keys[i] for i in indices],
-        )
+        return _Batch([self.seqs[i] for i in indices], self.records.take(indices))
 
     def without(self, seqs: Container[int]) -> _Batch:
         """The records whose sequence numbers are not in ``seqs``."""
@@ -716,8 +703,8 @@ class ExactlyOncePublisher:
             # The bulk case, values only and none seen: columns made at C speed, headers later.
             seqs = range(first, first + len(chunk))
             partition = self._checked_partition(0 if self.partition is None else self.partition, first)
-            return _Batch(seqs, chunk, [partition] * len(chunk), _SeqWires(self._producer_field, seqs))
-        seqs_: list[int] = []
+            return _Batch(seqs, RecordColumns(chunk, [partition] * len(chunk), _SeqWires(self._producer_field, seqs)))
+        kept: list[int] = []
         values: list[bytes] = []
         partitions: list[int] = []
         wires: list[bytes] = []
@@ -728,12 +715,13 @@ class ExactlyOncePublisher:
                 result.skipped += 1
                 continue
             value, key, partition, wire = self._prepare(item, seq)
-            seqs_.append(seq)
+            kept.append(seq)
             values.append(value)
             partitions.append(partition)
             wires.append(wire)
             keys.append(key)
-        return _Batch(seqs_, values, partitions, wires, keys if any(k is not None for k in keys) else None)
+        has_keys = any(k is not None for k in keys)
+        return _Batch(kept, RecordColumns(values, partitions, wires, keys=keys if has_keys else None))
 
     def _prepare(self, item: Record | bytes, seq: int) -> tuple[bytes, bytes | None, int, bytes]:
         """Record ``seq``'s value, key, partition and encoded headers (the producer's entry,
@@ -794,7 +782,7 @@ class ExactlyOncePublisher:
             if recover:
                 pending = self._recover(pending, result)
                 recover = False
-            for partition in sorted(set(pending.partitions)):
+            for partition in sorted(set(pending.records.partitions)):
                 self._ensure_cursor(partition)
             # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
             if pending and self._seen.top() >= pending.seqs[0]:
@@ -820,7 +808,7 @@ class ExactlyOncePublisher:
 
     def _with_offsets(self, pending: _Batch) -> RecordColumns:
         """The records to send, each with the offset it must get (checked on streams with OCC)."""
-        parts, partitions = self._parts, pending.partitions
+        parts, partitions = self._parts, pending.records.partitions
         offsets: Sequence[int]
         if len(set(partitions)) == 1:  # one partition: consecutive offsets
             state = parts[partitions[0]]
@@ -833,7 +821,7 @@ class ExactlyOncePublisher:
                 state = parts[partition]
                 append(state.next_offset)
                 state.next_offset += 1
-        return RecordColumns(pending.values, partitions, pending.wires, offsets, pending.keys)
+        return pending.records.with_offsets(offsets)
 
     def _account_partial(
         self, pending: _Batch, acks: Sequence[Ack | None], result: ExactlyOnceResult, *, partial: bool
@@ -885,7 +873,7 @@ class ExactlyOncePublisher:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""
         if self._sender is not None:
             self._sender.reset()
-        partitions = sorted({p for p in pending.partitions if p in self._parts})
+        partitions = sorted({p for p in pending.records.partitions if p in self._parts})
         wanted = set(pending.seqs)
         for p, info in self._settle(partitions).items():
             for offset in self._scan(p, wanted, info).values():

@@ -82,16 +82,17 @@ class RecordColumns(Sequence[Record]):
     def __iter__(self) -> Iterator[Record]:
         return map(self.__getitem__, range(len(self)))
 
+    def with_offsets(self, expected_offsets: Sequence[int]) -> RecordColumns:
+        """The same records with these expected offsets."""
+        return RecordColumns(self.values, self.partitions, self.header_wires, expected_offsets, self.keys)
+
     def take(self, indices: Sequence[int]) -> RecordColumns:
         """The records at ``indices``, in that order."""
-
-        def pick(column: Sequence[int] | Sequence[bytes] | Sequence[bytes | None]) -> list:  # type: ignore[type-arg]
-            return [column[i] for i in indices]
-
+        offsets, keys = self.expected_offsets, self.keys
         return RecordColumns(
-            pick(self.values),
-            pick(self.partitions),
-            pick(self.header_wires),
-            None if self.expected_offsets is None else pick(self.expected_offsets),
-            None if self.keys is None else pick(self.keys),
+            [self.values[i] for i in indices],
+            [self.partitions[i] for i in indices],
+            [self.header_wires[i] for i in indices],
+            None if offsets is None else [offsets[i] for i in indices],
+            None if keys is None else [keys[i] for i in indices],
         )
