@@ -433,7 +433,9 @@ class ExactlyOncePublisher:
         where an earlier attempt put a record.
     :param ack_policy: ``LEADER`` (default) or ``ALL`` (use ``ALL`` on a replicated cluster: a
         record acknowledged by the leader alone can be lost when the leader fails).
-    :param batch: records per send; acks are checked before the next batch.
+    :param batch: input records read and sent per batch (fewer are sent when some are in the stream
+        already); every ack of a batch is in before the next batch is read. Larger batches hold
+        more in memory and drain the window less often.
     :param window: records in flight at a time within a batch (default: the client's for the path).
     :param timeout: how long to wait for each ack, seconds.
     :param path: the client's publish path (``"auto"``: NATS-direct when the client knows NATS

@@ -153,13 +153,13 @@ def decode_header_fields(wire: bytes) -> dict[str, bytes]:
 
 
 class EncodedHeaders(Mapping[str, bytes]):
-    """Read-only message headers that carry their own encoding, so a publisher that builds the
-    same headers for every record (an exactly-once producer: one fixed header, one counter) encodes
-    them once per record, as it builds them, instead of once more in :meth:`PublishEncoder.encode`.
+    """Read-only message headers that carry their own encoding, which :meth:`PublishEncoder.encode`
+    writes as it is instead of encoding the headers again (a record rebuilt from encoded headers,
+    see :func:`decode_header_fields`).
 
     :param headers: the headers (kept, not copied: do not change the dict afterwards).
-    :param wire: their ``Message.headers`` entries, as :func:`header_field` writes them, in the
-        order of ``headers``.
+    :param wire: their ``Message.headers`` entries, as :func:`header_field` writes them (in any
+        order: a protobuf map has none).
     """
 
     __slots__ = ("_headers", "wire")

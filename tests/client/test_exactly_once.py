@@ -364,6 +364,18 @@ def test_partition_out_of_range(client: LiftbridgeClient, stream_name: str) -> N
     client.create_stream(stream_name, stream_name)
     with pytest.raises(InvalidArgumentError, match="has 1 partition"):
         ExactlyOncePublisher(client, stream_name, "p").publish([Record(b"x", partition=4)])
+    # Plain values take a faster way to their partition; the same check applies, before anything is sent.
+    with pytest.raises(InvalidArgumentError, match=r"record 0 goes to partition 2, but stream .* has 1 partition"):
+        ExactlyOncePublisher(client, stream_name, "p", partition=2).publish([b"x", b"y"])
+    assert client.fetch_partition_metadata(stream_name, 0).newest_offset == -1
+
+
+def test_plain_values_go_to_the_partition_asked_for(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name, partitions=3)
+    result = ExactlyOncePublisher(client, stream_name, "p2", partition=2, batch=7).publish(_values(20))
+    assert (result.written, list(result.partitions)) == (20, [2])
+    assert _seqs(_read(client, stream_name, 2), "p2") == list(range(20))
+    assert _read(client, stream_name, 0) == [] and _read(client, stream_name, 1) == []
 
 
 def test_producer_id_for() -> None:
