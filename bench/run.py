@@ -45,6 +45,10 @@ import nats
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmarks, imported for reuse
+# As scripts/test.sh sets them: without a local IP the JVM may fail to start here
+# (JAVA_GATEWAY_EXITED), and executors must run this interpreter.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import client_bench  # noqa: E402
 import codec_bench  # noqa: E402  (codec fixtures and the timing helper)
