@@ -7,6 +7,7 @@ them into its own value types before anything reaches a caller.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
@@ -112,13 +113,6 @@ def varint(n: int) -> bytes:
     return b"".join(parts)
 
 
-def _offset_field(offset: int) -> bytes:
-    """Field 1 (``offset``, int64) of a Message: absent when 0 (proto3), two's complement when negative."""
-    if offset == 0:
-        return b""
-    return b"\x08" + varint(offset)
-
-
 def header_field(name: str, value: bytes) -> bytes:
     """One entry of ``Message.headers`` (field 9, a map<string, bytes>) encoded as protobuf writes it."""
     return header_field_head(name, len(value)) + value
@@ -214,6 +208,7 @@ class PublishEncoder:
         self._id_heads: dict[int, bytes] = {0: b""}
         self._frame = framer(MsgType.PUBLISH, crc=crc, max_payload=max_payload)
         self._encode_value = self._value_encoder(crc, max_payload)
+        self._encode_record = self._record_encoder()
 
     def _value_encoder(self, crc: bool, max_payload: int) -> Callable[[bytes, bytes], bytes]:
         # encode_value as a closure over its constants, framing included: the hot loop of a
@@ -276,31 +271,8 @@ class PublishEncoder:
         :param keys: each record's key (``None`` or ``b""`` for none), or ``None`` for no keys at all.
         :raises PayloadTooLargeError: an encoded message exceeds ``max_payload``.
         """
-        value_heads, id_heads, value_head, id_head = self._value_heads, self._id_heads, self._value_head, self._id_head
-        tail, frame, join = (self._inbox, self._policy), self._frame, b"".join
-
-        def one(value: bytes, cid: bytes, wire: bytes, offset: int, key: bytes | None = None) -> bytes:
-            vh = value_heads.get(len(value))
-            ih = id_heads.get(len(cid))
-            return frame(
-                join(
-                    (
-                        b"" if offset == 0 else b"\x08" + varint(offset),  # _offset_field, inlined
-                        b"\x12" + varint(len(key)) + key if key else b"",
-                        value_head(len(value)) if vh is None else vh,
-                        value,
-                        wire,
-                        tail[0],
-                        id_head(len(cid)) if ih is None else ih,
-                        cid,
-                        tail[1],
-                    )
-                )
-            )
-
-        if keys is None:
-            return list(map(one, values, correlation_ids, header_wires, expected_offsets))
-        return list(map(one, values, correlation_ids, header_wires, expected_offsets, keys))
+        no_keys = itertools.repeat(None, len(values))
+        return list(map(self._encode_record, values, correlation_ids, header_wires, expected_offsets, keys or no_keys))
 
     def encode(
         self,
@@ -318,24 +290,43 @@ class PublishEncoder:
         """
         if expected_offset == NO_EXPECTED_OFFSET and not key and not headers:
             return self._encode_value(value, correlation_id)
-        # The per-record fields written by hand, in field-number order (offset 1, key 2, value 3,
-        # headers 9): building a Message with a headers map cost several times the rest of the
-        # frame, and exactly-once publishing puts two headers on every record.
-        parts = [_offset_field(expected_offset)]
-        if key:
-            parts += (b"\x12", varint(len(key)), key)
-        vh = self._value_heads.get(len(value))
-        parts += (self._value_head(len(value)) if vh is None else vh, value)
         if headers.__class__ is EncodedHeaders:
-            parts.append(headers.wire)  # checked just above
+            wire = headers.wire  # checked just above
         elif headers:
-            for name, data in headers.items():
-                parts += (header_field_head(name, len(data)), data)
-        id_head = self._id_heads.get(len(correlation_id))
-        if id_head is None:
-            id_head = self._id_head(len(correlation_id))
-        parts += (self._inbox, id_head, correlation_id, self._policy)
-        return self._frame(b"".join(parts))
+            wire = b"".join([header_field_head(name, len(data)) + data for name, data in headers.items()])
+        else:
+            wire = b""
+        return self._encode_record(value, correlation_id, wire, expected_offset, key)
+
+    def _record_encoder(self) -> Callable[[bytes, bytes, bytes, int, bytes | None], bytes]:
+        # The frame of any record from its encoded headers, written by hand in field-number order
+        # (offset 1, key 2, value 3, headers 9, then the shared fields): building a Message with a
+        # headers map cost several times the rest of the frame, and exactly-once publishing puts
+        # two headers on every record. A closure over its constants, like encode_value.
+        value_heads, id_heads, value_head, id_head = self._value_heads, self._id_heads, self._value_head, self._id_head
+        inbox, policy, frame, join = self._inbox, self._policy, self._frame, b"".join
+
+        def encode_record(value: bytes, cid: bytes, wire: bytes, offset: int, key: bytes | None) -> bytes:
+            vh = value_heads.get(len(value))
+            ih = id_heads.get(len(cid))
+            return frame(
+                join(
+                    (
+                        # offset (int64): absent when 0 (proto3), two's complement when negative
+                        b"" if offset == 0 else b"\x08" + varint(offset),
+                        b"\x12" + varint(len(key)) + key if key else b"",
+                        value_head(len(value)) if vh is None else vh,
+                        value,
+                        wire,
+                        inbox,
+                        id_head(len(cid)) if ih is None else ih,
+                        cid,
+                        policy,
+                    )
+                )
+            )
+
+        return encode_record
 
     def _value_head(self, size: int) -> bytes:
         if size > _HEAD_CACHE_LIMIT:
