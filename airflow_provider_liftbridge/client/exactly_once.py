@@ -784,7 +784,8 @@ class ExactlyOncePublisher:
             if recover:
                 pending = self._recover(pending, result)
                 recover = False
-            for partition in sorted(set(pending.records.partitions)):
+            targets = sorted(set(pending.records.partitions))
+            for partition in targets:
                 self._ensure_cursor(partition)
             # Ensuring a cursor may have read records another attempt wrote meanwhile: skip those.
             if pending and self._seen.top() >= pending.seqs[0]:
@@ -793,7 +794,7 @@ class ExactlyOncePublisher:
                 pending = kept
             if not pending:
                 return True
-            outgoing = self._with_offsets(pending)
+            outgoing = self._with_offsets(pending, targets)
             try:
                 acks = self._get_sender().send(outgoing)
             except PublishError as exc:
@@ -808,11 +809,12 @@ class ExactlyOncePublisher:
 
         self._with_resumes(result, attempt, f"publishing records {batch.seqs[0]}..{batch.seqs[-1]}")
 
-    def _with_offsets(self, pending: _Batch) -> RecordColumns:
-        """The records to send, each with the offset it must get (checked on streams with OCC)."""
+    def _with_offsets(self, pending: _Batch, targets: Sequence[int]) -> RecordColumns:
+        """The records to send, each with the offset it must get (checked on streams with OCC);
+        ``targets`` holds every partition of ``pending``."""
         parts, partitions = self._parts, pending.records.partitions
         offsets: Sequence[int]
-        if len(set(partitions)) == 1:  # one partition: consecutive offsets
+        if len(targets) == 1:  # one partition: consecutive offsets
             state = parts[partitions[0]]
             offsets = range(state.next_offset, state.next_offset + len(partitions))
             state.next_offset += len(partitions)

@@ -65,6 +65,7 @@ __all__ = [
     "Route",
     "batch_options",
     "discard_nats",
+    "held",
     "open_route",
     "send_batch",
     "GRPC_WINDOW",
@@ -211,7 +212,7 @@ def send_batch(
 
     :raises PublishError: / :raises InvalidArgumentError: see ``LiftbridgeClient.publish_many``.
     """
-    items: Sequence[Record | bytes] = records if isinstance(records, (list, RecordColumns)) else list(records)
+    items = held(records)
     if not items:
         return []
     if options.compression is not None:
@@ -222,6 +223,11 @@ def send_batch(
     acks = yield from _send_batch(core, options, route, items, sent_ns)
     _count_acks(stats, items, acks, sent_ns)
     return acks
+
+
+def held(records: Iterable[Record | bytes]) -> Sequence[Record | bytes]:
+    """A batch in memory: a list or ``RecordColumns`` as it is, anything else read into a list."""
+    return records if isinstance(records, (list, RecordColumns)) else list(records)
 
 
 def _compressed(items: Sequence[Record | bytes], codec: str) -> list[Record | bytes]:

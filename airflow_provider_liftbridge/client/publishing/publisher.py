@@ -18,8 +18,7 @@ from ..errors import InvalidArgumentError, PublishError
 from ..routing import ClientCore
 from ..types import Ack, Record, StreamInfo
 from ..write_stats import WriteStats
-from .batch import BatchOptions, Route, discard_nats, open_route, send_batch
-from .columns import RecordColumns
+from .batch import BatchOptions, Route, discard_nats, held, open_route, send_batch
 from .summary import PublishSummary
 
 __all__ = ["DEFAULT_BATCH", "BatchPublisher"]
@@ -90,7 +89,7 @@ class BatchPublisher:
         :raises PublishError: / :raises InvalidArgumentError: / :raises NoSuchStreamError: as
             ``LiftbridgeClient.publish_many``.
         """
-        items = records if isinstance(records, (list, RecordColumns)) else list(records)
+        items = held(records)
         if not items:
             return []
         acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items, self.stats))
