@@ -16,9 +16,10 @@ from .errors import (
     ServerStateError,
     TlsConfigError,
 )
+from .model import ClusterTimings
 from .natsproc import NatsServerSecurity
-from .replication import ClusterTimings
-from .server import DevServer, DevServerProcess
+from .process import DevServerProcess
+from .server import DevServer
 
 __all__ = [
     "ClusterTimings",

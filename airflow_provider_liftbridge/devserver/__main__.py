@@ -13,9 +13,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from .config import GRPC_TRANSPORTS, TRANSPORT_ENV, ServerConfig
+from .core import ServerCore
 from .errors import DevServerError
-from .replication import ClusterTimings
-from .server import GRPC_TRANSPORTS, READY_PREFIX, TRANSPORT_ENV, ServerConfig, ServerCore
+from .model import ClusterTimings
+from .process import READY_PREFIX
 
 _DEFAULTS = ClusterTimings()
 #: Fault commands of ``--control stdin``: name -> (ServerCore method, takes a broker index).

@@ -36,7 +36,8 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import ApiError
-from .state import BrokerSlot, Store
+from .model import BrokerSlot
+from .state import Store
 
 log = logging.getLogger(__name__)
 

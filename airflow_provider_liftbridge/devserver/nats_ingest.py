@@ -44,7 +44,8 @@ from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, dec
 from airflow_provider_liftbridge.nats_adapter import FastNats, Route, internals_usable
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 
-from .state import REFUSED, NewMessage, Partition, is_valid_subject
+from .model import REFUSED, NewMessage, is_valid_subject
+from .partition import Partition
 from .wire import ack_body, ack_commit_field, ack_inbox_field, ack_prefix, ack_times
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ class NatsIngest:
             if repl.leader_stalled:
                 repl.parked.append(lambda: self._ingest(part, batch))
             return
-        if repl is not None and repl.cluster.no_leaders:
+        if repl is not None and repl.no_leaders:
             return
         try:
             self._store_batch(part, batch)

@@ -28,6 +28,7 @@ What is simplified: replication runs in-process (no NATS replication subjects, n
 on the wire, no Raft: the metadata changes happen at once); a follower learns the leader's high
 watermark at once rather than on its next fetch; the fetch loop wakes on every leader write
 instead of sleeping ``replica.max.idle.wait``. See docs/devserver.md.
+
 """
 
 from __future__ import annotations
@@ -36,83 +37,16 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .log import PartitionLog
-    from .state import BrokerSlot, Partition, Store
+from .log import PartitionLog
+from .model import BrokerSlot, ClusterTimings, CommitCallback
+from .partition import Partition
 
 log = logging.getLogger(__name__)
 
 _FETCH_BATCH = 4096
-
-
-@dataclass(frozen=True)
-class ClusterTimings:
-    """The time-outs of cluster mode, in seconds, and the server's minimum ISR.
-
-    The defaults are Liftbridge's (``replica.max.lag.time`` and ``replica.max.leader.timeout``
-    15 s) and the restart window observed on a real three-broker cluster (metadata without streams
-    for about 0.3 s, Publish refused with "no such stream" for 1-2 s, high watermark -1 for about
-    9 s). :meth:`fast` scales them down for tests.
-
-    :param replica_max_lag_time: a follower that has not fetched, or not caught up, for this long
-        leaves the ISR.
-    :param replica_max_leader_timeout: a dead or stalled leader is replaced after this long.
-    :param min_insync_replicas: the server's ``min.insync.replicas`` (a stream's ``minIsr`` wins).
-    :param restart_no_streams: after a full-cluster restart, FetchMetadata lists no streams and
-        FetchPartitionMetadata and Subscribe answer NOT_FOUND for this long.
-    :param restart_no_leaders: until this long after the restart, partitions have no leader and
-        Publish/PublishAsync answer NOT_FOUND "no such stream".
-    :param restart_hw_unknown: until this long after the restart, high watermarks read -1 and
-        nothing commits (ALL acks and subscribers wait).
-    :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
-    """
-
-    replica_max_lag_time: float = 15.0
-    replica_max_leader_timeout: float = 15.0
-    min_insync_replicas: int = 1
-    restart_no_streams: float = 0.3
-    restart_no_leaders: float = 1.5
-    restart_hw_unknown: float = 9.0
-
-    def __post_init__(self) -> None:
-        durations = (
-            self.replica_max_lag_time,
-            self.replica_max_leader_timeout,
-            self.restart_no_streams,
-            self.restart_no_leaders,
-            self.restart_hw_unknown,
-        )
-        if min(durations) < 0:
-            raise ValueError(f"cluster timings cannot be negative: {self}")
-        if not self.restart_no_streams <= self.restart_no_leaders <= self.restart_hw_unknown:
-            raise ValueError(
-                "the restart window's phases end in order: restart_no_streams <= restart_no_leaders "
-                f"<= restart_hw_unknown, got {self.restart_no_streams}, {self.restart_no_leaders}, "
-                f"{self.restart_hw_unknown}"
-            )
-        if self.min_insync_replicas < 1:
-            raise ValueError(f"min_insync_replicas must be at least 1, got {self.min_insync_replicas}")
-
-    @classmethod
-    def fast(cls, **overrides: Any) -> ClusterTimings:
-        """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
-        real one (0.03 s, 0.15 s, 0.9 s). Keywords override single values."""
-        base = cls(
-            replica_max_lag_time=0.5,
-            replica_max_leader_timeout=0.5,
-            restart_no_streams=0.03,
-            restart_no_leaders=0.15,
-            restart_hw_unknown=0.9,
-        )
-        return replace(base, **overrides)
-
-    def restart_window(self) -> str:
-        """The three restart phases as the command line takes them (``0.3,1.5,9``)."""
-        return f"{self.restart_no_streams:g},{self.restart_no_leaders:g},{self.restart_hw_unknown:g}"
 
 
 class Replica:
@@ -141,7 +75,23 @@ class Replica:
         return self.broker.live and not self.broker.stalled
 
 
-CommitCallback = Callable[[Any, int], None]
+class ReplicationCluster(Protocol):
+    """What a partition's replication asks of the cluster (:class:`~.cluster.Cluster`)."""
+
+    timings: ClusterTimings
+    idle_wait: float
+
+    @property
+    def hw_unknown(self) -> bool: ...
+
+    @property
+    def no_leaders(self) -> bool: ...
+
+    def kick_commit(self, repl: Replication) -> None: ...
+
+    def expand_isr(self, repl: Replication, rep: Replica) -> None: ...
+
+    def broker_by_id(self, broker_id: str) -> BrokerSlot | None: ...
 
 
 class Replication:
@@ -158,7 +108,7 @@ class Replication:
     def __init__(
         self,
         part: Partition,
-        cluster: Cluster,
+        cluster: ReplicationCluster,
         logs: dict[str, PartitionLog],
         *,
         epoch: int = 0,
@@ -169,7 +119,7 @@ class Replication:
         self.cluster = cluster
         self.replicas: dict[str, Replica] = {}
         for bid, plog in logs.items():
-            broker = cluster.store.broker_by_id(bid)
+            broker = cluster.broker_by_id(bid)
             assert broker is not None, bid
             self.replicas[bid] = Replica(broker, plog, (replica_epochs or {}).get(bid, epoch))
         self.epoch = epoch
@@ -199,6 +149,15 @@ class Replication:
     def leader_stalled(self) -> bool:
         rep = self.replicas.get(self.part.leader)
         return rep is not None and rep.broker.live and rep.broker.stalled
+
+    @property
+    def no_leaders(self) -> bool:
+        """The cluster's restart window: partitions have no leader yet."""
+        return self.cluster.no_leaders
+
+    def replica_logs(self) -> list[PartitionLog]:
+        """Every replica's log (the leader's among them)."""
+        return [rep.log for rep in self.replicas.values()]
 
     def reported_hw(self) -> int:
         """The high watermark as metadata shows it (-1 while a restart has not settled)."""
@@ -405,266 +364,3 @@ class Replication:
             "epoch_starts": [list(e) for e in self.epoch_starts],
             "replica_epochs": {bid: rep.epoch for bid, rep in self.replicas.items()},
         }
-
-
-class Cluster:
-    """The cluster-wide side of replication: broker faults, the ISR and leader checks, the restart window.
-
-    :param store: the server's state (its brokers and streams).
-    :param timings: time-outs and the minimum ISR.
-    """
-
-    def __init__(self, store: Store, timings: ClusterTimings) -> None:
-        self.store = store
-        self.timings = timings
-        #: How often the leader checks its followers and followers check their leader.
-        self.tick = max(0.01, min(timings.replica_max_lag_time, timings.replica_max_leader_timeout) / 4)
-        #: How long a caught-up follower waits before checking in with the leader.
-        self.idle_wait = max(0.01, timings.replica_max_lag_time / 3)
-        self._task: asyncio.Task[None] | None = None
-        self._window_end: asyncio.TimerHandle | None = None
-        self._commit_kicks: dict[Replication, None] = {}
-        self._kick_handle: asyncio.Handle | None = None
-        #: Monotonic time of the last full-cluster restart (the restart window runs from it).
-        self.restarted_at: float | None = None
-        self._resumed: dict[int, asyncio.Event] = {}
-
-    async def until_running(self, broker: BrokerSlot) -> None:
-        """Return once ``broker`` is not stalled (at once when it is not)."""
-        while broker.stalled:
-            event = self._resumed.get(broker.index)
-            if event is None:
-                event = self._resumed[broker.index] = asyncio.Event()
-            await event.wait()
-
-    # -- restart window ---------------------------------------------------------
-    def _since_restart(self) -> float | None:
-        if self.restarted_at is None:
-            return None
-        elapsed = time.monotonic() - self.restarted_at
-        if elapsed >= self.timings.restart_hw_unknown:
-            self.restarted_at = None
-            return None
-        return elapsed
-
-    @property
-    def no_streams(self) -> bool:
-        """FetchMetadata lists no streams; partition lookups answer NOT_FOUND."""
-        e = self._since_restart()
-        return e is not None and e < self.timings.restart_no_streams
-
-    @property
-    def no_leaders(self) -> bool:
-        """Partitions have no leader yet; Publish answers "no such stream"."""
-        e = self._since_restart()
-        return e is not None and e < self.timings.restart_no_leaders
-
-    @property
-    def hw_unknown(self) -> bool:
-        """High watermarks read -1 and nothing commits."""
-        return self._since_restart() is not None
-
-    def begin_restart_window(self) -> None:
-        self.restarted_at = time.monotonic()
-
-    # -- running ----------------------------------------------------------------
-    def attach(self, part: Partition, logs: dict[str, PartitionLog], saved: Mapping[str, Any]) -> None:
-        """Give ``part`` its replicas (one open log per replica broker) and the epochs ``saved`` holds."""
-        part.replication = Replication(
-            part,
-            self,
-            logs,
-            epoch=int(saved.get("epoch", 0)),
-            epoch_starts=[(int(e), int(o)) for e, o in saved.get("epoch_starts", [])] or None,
-            replica_epochs={str(b): int(e) for b, e in saved.get("replica_epochs", {}).items()},
-        )
-
-    def start(self) -> None:
-        """Start the followers' fetch loops and the periodic checks (on the running loop)."""
-        for part in self.partitions():
-            if not part.paused:
-                part.replication.start_followers()  # type: ignore[union-attr]
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._monitor(), name="cluster monitor")
-        if self.restarted_at is not None:
-            remaining = self.restarted_at + self.timings.restart_hw_unknown - time.monotonic()
-            self._window_end = loop.call_later(max(0.0, remaining), self._restart_settled)
-
-    def _restart_settled(self) -> None:
-        """The restart window is over: commit what the ISRs have and wake who waits for it."""
-        self._window_end = None
-        self.restarted_at = None
-        for part in self.partitions():
-            part.replication.update_hw()  # type: ignore[union-attr]
-            part.notify()  # subscribers that waited with a high watermark of -1
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        if self._window_end is not None:
-            self._window_end.cancel()
-            self._window_end = None
-        if self._kick_handle is not None:
-            self._kick_handle.cancel()
-            self._kick_handle = None
-        for part in self.partitions():
-            part.replication.stop_followers()  # type: ignore[union-attr]
-
-    def partitions(self) -> list[Partition]:
-        return [p for s in self.store.streams.values() for p in s.partitions if p.replication is not None]
-
-    def kick_commit(self, repl: Replication) -> None:
-        """Re-check ``repl``'s high watermark at the end of this loop turn."""
-        self._commit_kicks[repl] = None
-        if self._kick_handle is None:
-            self._kick_handle = asyncio.get_running_loop().call_soon(self._run_kicks)
-
-    def _run_kicks(self) -> None:
-        self._kick_handle = None
-        kicks, self._commit_kicks = self._commit_kicks, {}
-        for repl in kicks:
-            repl.update_hw()
-
-    async def _monitor(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick)
-            try:
-                self.check()
-            except Exception:
-                log.exception("cluster check failed")
-
-    def check(self) -> None:
-        """Shrink the ISR of followers that fell behind; replace leaders that are gone too long."""
-        now = time.monotonic()
-        lag = self.timings.replica_max_lag_time
-        changed = False
-        for part in self.partitions():
-            repl = part.replication
-            assert repl is not None
-            leader = repl.leader
-            if leader is None or not leader.serving:
-                if repl.leader_down_since is None:
-                    repl.leader_down_since = now
-                elif now - repl.leader_down_since >= self.timings.replica_max_leader_timeout:
-                    changed |= self._elect(part, repl)
-                continue
-            repl.leader_down_since = None
-            for bid in list(part.isr):
-                rep = repl.replicas.get(bid)
-                if rep is None or rep is leader:
-                    continue
-                if now - rep.last_seen > lag or now - rep.last_caught_up > lag:
-                    log.warning("replica %s of %s/%d fell behind; removed from the ISR", bid, part.stream.name, part.id)
-                    part.isr.remove(bid)
-                    changed = True
-                    repl.update_hw()  # fewer members may commit more
-        if changed:
-            self.store.save()
-
-    def _elect(self, part: Partition, repl: Replication) -> bool:
-        candidates = [
-            repl.replicas[b]
-            for b in sorted(part.isr, key=lambda b: repl.replicas[b].broker.index if b in repl.replicas else 1 << 30)
-            if b in repl.replicas and b != part.leader and repl.replicas[b].serving
-        ]
-        if not candidates:
-            return False  # no live ISR member: the partition stays without a usable leader
-        old = part.leader
-        new = candidates[0]
-        if old in part.isr:
-            part.isr.remove(old)
-        log.warning("leader %s of %s/%d is gone; %s leads now", old, part.stream.name, part.id, new.id)
-        repl.become_leader(new)
-        self.store.leadership_moved(part)
-        return True
-
-    def expand_isr(self, repl: Replication, rep: Replica) -> None:
-        part = repl.part
-        part.isr.append(rep.id)
-        part.isr.sort(key=lambda b: part.replicas.index(b) if b in part.replicas else len(part.replicas))
-        self.store.save()
-        part.notify()
-
-    # -- broker faults ----------------------------------------------------------
-    def broker_stopped(self, broker: BrokerSlot, *, controlled: bool) -> None:
-        """``broker`` stopped serving. A controlled stop hands its leaderships over at once (after
-        the new leader caught up) and leaves the ISRs; a kill leaves everything to the time-outs."""
-        if not controlled:
-            for part in self.partitions():
-                repl = part.replication
-                assert repl is not None
-                if part.leader == broker.id and repl.leader_down_since is None:
-                    repl.leader_down_since = time.monotonic()
-            return
-        changed = False
-        for part in self.partitions():
-            repl = part.replication
-            assert repl is not None
-            if broker.id in part.isr and part.leader != broker.id:
-                part.isr.remove(broker.id)
-                changed = True
-                repl.update_hw()
-            if part.leader == broker.id:
-                candidates = [
-                    r for r in repl.replicas.values() if r.id in part.isr and r is not repl.leader and r.serving
-                ]
-                if not candidates:
-                    continue
-                new = min(candidates, key=lambda r: r.broker.index)
-                # A controlled shutdown lets the successor catch up before it takes over.
-                while repl.fetch(new, max_batches=64):
-                    pass
-                part.isr.remove(broker.id)
-                repl.become_leader(new)
-                self.store.leadership_moved(part)
-                changed = True
-        if changed:
-            self.store.save()
-
-    def broker_started(self, broker: BrokerSlot) -> None:
-        """``broker`` serves again: its replicas catch up (cut back first if leadership moved) and rejoin."""
-        for part in self.partitions():
-            repl = part.replication
-            assert repl is not None
-            rep = repl.replicas.get(broker.id)
-            if rep is None:
-                continue
-            if part.leader == broker.id:
-                repl.leader_down_since = None
-                repl.start_followers()
-                continue
-            rep.last_seen = rep.last_caught_up = time.monotonic()
-            if repl.leader_serving:
-                while repl.fetch(rep, max_batches=64):
-                    pass
-            repl.start_followers()
-
-    def broker_stalled(self, broker: BrokerSlot) -> None:
-        """``broker`` freezes (like SIGSTOP): it stops fetching, serving fetches and answering calls."""
-        broker.stalled = True
-        now = time.monotonic()
-        for part in self.partitions():
-            repl = part.replication
-            assert repl is not None
-            if part.leader == broker.id and repl.leader_down_since is None:
-                repl.leader_down_since = now
-
-    def broker_resumed(self, broker: BrokerSlot) -> None:
-        """A stalled broker runs again: parked work of partitions it still leads goes through."""
-        broker.stalled = False
-        event = self._resumed.pop(broker.index, None)
-        if event is not None:
-            event.set()
-        for part in self.partitions():
-            repl = part.replication
-            assert repl is not None
-            if part.leader == broker.id:
-                repl.leader_down_since = None
-                parked, repl.parked = repl.parked, []
-                for work in parked:
-                    work()
-            rep = repl.replicas.get(broker.id)
-            if rep is not None and rep.wakeup is not None:
-                rep.wakeup.set()
-            part.notify()

@@ -23,16 +23,9 @@ from airflow_provider_liftbridge.codec import encode_message
 
 from .errors import ApiError, IncorrectOffsetError
 from .groups import ConsumerGroups, GroupsApi
-from .state import (
-    ASYNC_BAD_REQUEST,
-    ASYNC_INCORRECT_OFFSET,
-    ASYNC_NOT_FOUND,
-    ASYNC_READONLY,
-    BrokerSlot,
-    Partition,
-    Store,
-    is_valid_subject,
-)
+from .model import BrokerSlot, is_valid_subject
+from .partition import Partition
+from .state import ASYNC_BAD_REQUEST, ASYNC_INCORRECT_OFFSET, ASYNC_NOT_FOUND, ASYNC_READONLY, Store
 from .wire import async_error_bytes, build_ack, publish_response_bytes
 
 if TYPE_CHECKING:
@@ -79,7 +72,9 @@ class _AsyncSession:
 
     def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
         part, offset, cid, policy, recv_ts = arg
-        ack = build_ack(part, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts)
+        ack = build_ack(
+            part.stream.name, part.stream.subject, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts
+        )
         self.out.append(publish_response_bytes(ack.SerializeToString(), cid))
         self.inflight -= 1
         self.wakeup.set()
@@ -347,7 +342,17 @@ class ApiService:
         else:
             part.after_commit(_resolve, fut)
         commit_ts = await fut
-        ack = build_ack(part, part.subject, offset, inbox, req.correlationId, req.ackPolicy, now, commit_ts)
+        ack = build_ack(
+            part.stream.name,
+            part.stream.subject,
+            part.subject,
+            offset,
+            inbox,
+            req.correlationId,
+            req.ackPolicy,
+            now,
+            commit_ts,
+        )
         if req.ackInbox:
             self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
         return api_pb2.PublishResponse(ack=ack)

@@ -9,13 +9,9 @@ test_nats_acks.py hold them equal), at a fraction of the cost on the per-message
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec.messages import SMALL_VARINTS, header_field_head, varint
-
-if TYPE_CHECKING:
-    from .state import Partition
 
 
 def length_delimited(tag: bytes, data: bytes) -> bytes:
@@ -126,7 +122,8 @@ ACK_INCORRECT_OFFSET = api_pb2.Ack.INCORRECT_OFFSET
 
 
 def build_ack(
-    part: Partition,
+    stream: str,
+    stream_subject: str,
     msg_subject: str,
     offset: int,
     ack_inbox: str,
@@ -136,10 +133,10 @@ def build_ack(
     commit_ts: int,
     error: int = ACK_OK,
 ) -> api_pb2.Ack:
-    """The ``Ack`` for a message of ``part`` (``partitionSubject`` is the stream's base subject)."""
+    """The ``Ack`` for a message of ``stream`` (``partitionSubject`` is the stream's base subject)."""
     return api_pb2.Ack(
-        stream=part.stream.name,
-        partitionSubject=part.stream.subject,
+        stream=stream,
+        partitionSubject=stream_subject,
         msgSubject=msg_subject,
         offset=offset,
         ackInbox=ack_inbox,

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
-from airflow_provider_liftbridge.devserver.server import READY_PREFIX, parse_ready_line
+from airflow_provider_liftbridge.devserver.process import READY_PREFIX, parse_ready_line
 
 from .helpers import create, publish, subscribe
 

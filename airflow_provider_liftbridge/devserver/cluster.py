@@ -1,0 +1,298 @@
+"""The cluster-wide side of replication: broker faults, the ISR and leader checks, the restart
+window (see :mod:`.replication` for the model and what is simplified).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from .log import PartitionLog
+from .model import BrokerSlot, ClusterTimings
+from .partition import Partition, Stream
+from .replication import Replica, Replication
+
+log = logging.getLogger(__name__)
+
+
+class ClusterStore(Protocol):
+    """What the cluster asks of the store (:class:`~.state.Store`)."""
+
+    streams: dict[str, Stream]
+
+    def save(self) -> None: ...
+
+    def leadership_moved(self, part: Partition) -> None: ...
+
+    def broker_by_id(self, broker_id: str) -> BrokerSlot | None: ...
+
+
+def replication_of(part: Partition) -> Replication:
+    """``part``'s replication with its whole interface (the partition itself sees it as a
+    :class:`~.partition.PartitionReplication`); only for partitions of a cluster."""
+    repl = part.replication
+    assert isinstance(repl, Replication), part
+    return repl
+
+
+class Cluster:
+    """The cluster-wide side of replication: broker faults, the ISR and leader checks, the restart window.
+
+    :param store: the server's state (its brokers and streams).
+    :param timings: time-outs and the minimum ISR.
+    """
+
+    def __init__(self, store: ClusterStore, timings: ClusterTimings) -> None:
+        self.store = store
+        self.timings = timings
+        #: How often the leader checks its followers and followers check their leader.
+        self.tick = max(0.01, min(timings.replica_max_lag_time, timings.replica_max_leader_timeout) / 4)
+        #: How long a caught-up follower waits before checking in with the leader.
+        self.idle_wait = max(0.01, timings.replica_max_lag_time / 3)
+        self._task: asyncio.Task[None] | None = None
+        self._window_end: asyncio.TimerHandle | None = None
+        self._commit_kicks: dict[Replication, None] = {}
+        self._kick_handle: asyncio.Handle | None = None
+        #: Monotonic time of the last full-cluster restart (the restart window runs from it).
+        self.restarted_at: float | None = None
+        self._resumed: dict[int, asyncio.Event] = {}
+
+    async def until_running(self, broker: BrokerSlot) -> None:
+        """Return once ``broker`` is not stalled (at once when it is not)."""
+        while broker.stalled:
+            event = self._resumed.get(broker.index)
+            if event is None:
+                event = self._resumed[broker.index] = asyncio.Event()
+            await event.wait()
+
+    # -- restart window ---------------------------------------------------------
+    def _since_restart(self) -> float | None:
+        if self.restarted_at is None:
+            return None
+        elapsed = time.monotonic() - self.restarted_at
+        if elapsed >= self.timings.restart_hw_unknown:
+            self.restarted_at = None
+            return None
+        return elapsed
+
+    @property
+    def no_streams(self) -> bool:
+        """FetchMetadata lists no streams; partition lookups answer NOT_FOUND."""
+        e = self._since_restart()
+        return e is not None and e < self.timings.restart_no_streams
+
+    @property
+    def no_leaders(self) -> bool:
+        """Partitions have no leader yet; Publish answers "no such stream"."""
+        e = self._since_restart()
+        return e is not None and e < self.timings.restart_no_leaders
+
+    @property
+    def hw_unknown(self) -> bool:
+        """High watermarks read -1 and nothing commits."""
+        return self._since_restart() is not None
+
+    def begin_restart_window(self) -> None:
+        self.restarted_at = time.monotonic()
+
+    # -- running ----------------------------------------------------------------
+    def attach(self, part: Partition, logs: dict[str, PartitionLog], saved: Mapping[str, Any]) -> None:
+        """Give ``part`` its replicas (one open log per replica broker) and the epochs ``saved`` holds."""
+        part.replication = Replication(
+            part,
+            self,
+            logs,
+            epoch=int(saved.get("epoch", 0)),
+            epoch_starts=[(int(e), int(o)) for e, o in saved.get("epoch_starts", [])] or None,
+            replica_epochs={str(b): int(e) for b, e in saved.get("replica_epochs", {}).items()},
+        )
+
+    def start(self) -> None:
+        """Start the followers' fetch loops and the periodic checks (on the running loop)."""
+        for part in self.partitions():
+            if not part.paused:
+                replication_of(part).start_followers()
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._monitor(), name="cluster monitor")
+        if self.restarted_at is not None:
+            remaining = self.restarted_at + self.timings.restart_hw_unknown - time.monotonic()
+            self._window_end = loop.call_later(max(0.0, remaining), self._restart_settled)
+
+    def _restart_settled(self) -> None:
+        """The restart window is over: commit what the ISRs have and wake who waits for it."""
+        self._window_end = None
+        self.restarted_at = None
+        for part in self.partitions():
+            replication_of(part).update_hw()
+            part.notify()  # subscribers that waited with a high watermark of -1
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._window_end is not None:
+            self._window_end.cancel()
+            self._window_end = None
+        if self._kick_handle is not None:
+            self._kick_handle.cancel()
+            self._kick_handle = None
+        for part in self.partitions():
+            replication_of(part).stop_followers()
+
+    def broker_by_id(self, broker_id: str) -> BrokerSlot | None:
+        return self.store.broker_by_id(broker_id)
+
+    def partitions(self) -> list[Partition]:
+        return [p for s in self.store.streams.values() for p in s.partitions if p.replication is not None]
+
+    def kick_commit(self, repl: Replication) -> None:
+        """Re-check ``repl``'s high watermark at the end of this loop turn."""
+        self._commit_kicks[repl] = None
+        if self._kick_handle is None:
+            self._kick_handle = asyncio.get_running_loop().call_soon(self._run_kicks)
+
+    def _run_kicks(self) -> None:
+        self._kick_handle = None
+        kicks, self._commit_kicks = self._commit_kicks, {}
+        for repl in kicks:
+            repl.update_hw()
+
+    async def _monitor(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                self.check()
+            except Exception:
+                log.exception("cluster check failed")
+
+    def check(self) -> None:
+        """Shrink the ISR of followers that fell behind; replace leaders that are gone too long."""
+        now = time.monotonic()
+        lag = self.timings.replica_max_lag_time
+        changed = False
+        for part in self.partitions():
+            repl = replication_of(part)
+            leader = repl.leader
+            if leader is None or not leader.serving:
+                if repl.leader_down_since is None:
+                    repl.leader_down_since = now
+                elif now - repl.leader_down_since >= self.timings.replica_max_leader_timeout:
+                    changed |= self._elect(part, repl)
+                continue
+            repl.leader_down_since = None
+            for bid in list(part.isr):
+                rep = repl.replicas.get(bid)
+                if rep is None or rep is leader:
+                    continue
+                if now - rep.last_seen > lag or now - rep.last_caught_up > lag:
+                    log.warning("replica %s of %s/%d fell behind; removed from the ISR", bid, part.stream.name, part.id)
+                    part.isr.remove(bid)
+                    changed = True
+                    repl.update_hw()  # fewer members may commit more
+        if changed:
+            self.store.save()
+
+    def _elect(self, part: Partition, repl: Replication) -> bool:
+        candidates = [
+            repl.replicas[b]
+            for b in sorted(part.isr, key=lambda b: repl.replicas[b].broker.index if b in repl.replicas else 1 << 30)
+            if b in repl.replicas and b != part.leader and repl.replicas[b].serving
+        ]
+        if not candidates:
+            return False  # no live ISR member: the partition stays without a usable leader
+        old = part.leader
+        new = candidates[0]
+        if old in part.isr:
+            part.isr.remove(old)
+        log.warning("leader %s of %s/%d is gone; %s leads now", old, part.stream.name, part.id, new.id)
+        repl.become_leader(new)
+        self.store.leadership_moved(part)
+        return True
+
+    def expand_isr(self, repl: Replication, rep: Replica) -> None:
+        part = repl.part
+        part.isr.append(rep.id)
+        part.isr.sort(key=lambda b: part.replicas.index(b) if b in part.replicas else len(part.replicas))
+        self.store.save()
+        part.notify()
+
+    # -- broker faults ----------------------------------------------------------
+    def broker_stopped(self, broker: BrokerSlot, *, controlled: bool) -> None:
+        """``broker`` stopped serving. A controlled stop hands its leaderships over at once (after
+        the new leader caught up) and leaves the ISRs; a kill leaves everything to the time-outs."""
+        if not controlled:
+            for part in self.partitions():
+                repl = replication_of(part)
+                if part.leader == broker.id and repl.leader_down_since is None:
+                    repl.leader_down_since = time.monotonic()
+            return
+        changed = False
+        for part in self.partitions():
+            repl = replication_of(part)
+            if broker.id in part.isr and part.leader != broker.id:
+                part.isr.remove(broker.id)
+                changed = True
+                repl.update_hw()
+            if part.leader == broker.id:
+                candidates = [
+                    r for r in repl.replicas.values() if r.id in part.isr and r is not repl.leader and r.serving
+                ]
+                if not candidates:
+                    continue
+                new = min(candidates, key=lambda r: r.broker.index)
+                # A controlled shutdown lets the successor catch up before it takes over.
+                while repl.fetch(new, max_batches=64):
+                    pass
+                part.isr.remove(broker.id)
+                repl.become_leader(new)
+                self.store.leadership_moved(part)
+                changed = True
+        if changed:
+            self.store.save()
+
+    def broker_started(self, broker: BrokerSlot) -> None:
+        """``broker`` serves again: its replicas catch up (cut back first if leadership moved) and rejoin."""
+        for part in self.partitions():
+            repl = replication_of(part)
+            rep = repl.replicas.get(broker.id)
+            if rep is None:
+                continue
+            if part.leader == broker.id:
+                repl.leader_down_since = None
+                repl.start_followers()
+                continue
+            rep.last_seen = rep.last_caught_up = time.monotonic()
+            if repl.leader_serving:
+                while repl.fetch(rep, max_batches=64):
+                    pass
+            repl.start_followers()
+
+    def broker_stalled(self, broker: BrokerSlot) -> None:
+        """``broker`` freezes (like SIGSTOP): it stops fetching, serving fetches and answering calls."""
+        broker.stalled = True
+        now = time.monotonic()
+        for part in self.partitions():
+            repl = replication_of(part)
+            if part.leader == broker.id and repl.leader_down_since is None:
+                repl.leader_down_since = now
+
+    def broker_resumed(self, broker: BrokerSlot) -> None:
+        """A stalled broker runs again: parked work of partitions it still leads goes through."""
+        broker.stalled = False
+        event = self._resumed.pop(broker.index, None)
+        if event is not None:
+            event.set()
+        for part in self.partitions():
+            repl = replication_of(part)
+            if part.leader == broker.id:
+                repl.leader_down_since = None
+                parked, repl.parked = repl.parked, []
+                for work in parked:
+                    work()
+            rep = repl.replicas.get(broker.id)
+            if rep is not None and rep.wakeup is not None:
+                rep.wakeup.set()
+            part.notify()

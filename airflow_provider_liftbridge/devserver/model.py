@@ -1,0 +1,152 @@
+"""The dev server's shared types: brokers, stream settings, cluster time-outs, subjects and the
+shape of a new message. The state, the partitions, replication and the cluster all import them,
+and they import nothing of those.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from airflow_provider_liftbridge._proto import api_pb2
+
+_SUBJECT_BAD_CHARS = re.compile(r"[\s]")
+
+
+def is_valid_subject(subject: str) -> bool:
+    """A NATS subject: no whitespace, no empty token (the real server's check)."""
+    return bool(subject) and not _SUBJECT_BAD_CHARS.search(subject) and all(subject.split("."))
+
+
+def partition_subject(subject: str, partition: int) -> str:
+    """Subject of a partition: the stream subject for partition 0, ``subject.N`` otherwise."""
+    return subject if partition == 0 else f"{subject}.{partition}"
+
+
+@dataclass
+class StreamConfig:
+    """Per-stream settings from ``CreateStreamRequest`` (durations in milliseconds, as the Go client sends them)."""
+
+    retention_max_bytes: int = 0
+    retention_max_messages: int = 0
+    retention_max_age_ms: int = 0
+    cleaner_interval_ms: int = 0
+    segment_max_bytes: int = 0
+    segment_max_age_ms: int = 0
+    compact_enabled: bool = False
+    compact_max_goroutines: int = 0
+    auto_pause_time_ms: int = 0
+    auto_pause_disable_if_subscribers: bool = False
+    min_isr: int = 0
+    optimistic_concurrency_control: bool = False
+
+    @classmethod
+    def from_request(cls, req: api_pb2.CreateStreamRequest) -> StreamConfig:
+        """Read the nullable fields of a create request (unset ones keep their defaults)."""
+        cfg = cls()
+        mapping = {
+            "retentionMaxBytes": "retention_max_bytes",
+            "retentionMaxMessages": "retention_max_messages",
+            "retentionMaxAge": "retention_max_age_ms",
+            "cleanerInterval": "cleaner_interval_ms",
+            "segmentMaxBytes": "segment_max_bytes",
+            "segmentMaxAge": "segment_max_age_ms",
+            "compactEnabled": "compact_enabled",
+            "compactMaxGoroutines": "compact_max_goroutines",
+            "autoPauseTime": "auto_pause_time_ms",
+            "autoPauseDisableIfSubscribers": "auto_pause_disable_if_subscribers",
+            "minIsr": "min_isr",
+            "optimisticConcurrencyControl": "optimistic_concurrency_control",
+        }
+        for proto_name, attr in mapping.items():
+            if req.HasField(proto_name):
+                setattr(cfg, attr, getattr(req, proto_name).value)
+        return cfg
+
+
+@dataclass
+class BrokerSlot:
+    """One broker of the (single-process) cluster."""
+
+    index: int
+    id: str
+    host: str
+    port: int
+    live: bool = False
+    #: Frozen like a SIGSTOPped process: no replication, calls to it wait (cluster fault hook).
+    stalled: bool = False
+
+
+CommitCallback = Callable[[Any, int], None]
+#: One message for :meth:`Partition.append_many`: key, value, headers, subject, reply, expected offset.
+NewMessage = tuple[bytes, bytes, Mapping[str, bytes] | None, str, str, int]
+#: The offset :meth:`Partition.append_many` gives a message refused by optimistic concurrency control.
+REFUSED = -1
+
+
+@dataclass(frozen=True)
+class ClusterTimings:
+    """The time-outs of cluster mode, in seconds, and the server's minimum ISR.
+
+    The defaults are Liftbridge's (``replica.max.lag.time`` and ``replica.max.leader.timeout``
+    15 s) and the restart window observed on a real three-broker cluster (metadata without streams
+    for about 0.3 s, Publish refused with "no such stream" for 1-2 s, high watermark -1 for about
+    9 s). :meth:`fast` scales them down for tests.
+
+    :param replica_max_lag_time: a follower that has not fetched, or not caught up, for this long
+        leaves the ISR.
+    :param replica_max_leader_timeout: a dead or stalled leader is replaced after this long.
+    :param min_insync_replicas: the server's ``min.insync.replicas`` (a stream's ``minIsr`` wins).
+    :param restart_no_streams: after a full-cluster restart, FetchMetadata lists no streams and
+        FetchPartitionMetadata and Subscribe answer NOT_FOUND for this long.
+    :param restart_no_leaders: until this long after the restart, partitions have no leader and
+        Publish/PublishAsync answer NOT_FOUND "no such stream".
+    :param restart_hw_unknown: until this long after the restart, high watermarks read -1 and
+        nothing commits (ALL acks and subscribers wait).
+    :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
+    """
+
+    replica_max_lag_time: float = 15.0
+    replica_max_leader_timeout: float = 15.0
+    min_insync_replicas: int = 1
+    restart_no_streams: float = 0.3
+    restart_no_leaders: float = 1.5
+    restart_hw_unknown: float = 9.0
+
+    def __post_init__(self) -> None:
+        durations = (
+            self.replica_max_lag_time,
+            self.replica_max_leader_timeout,
+            self.restart_no_streams,
+            self.restart_no_leaders,
+            self.restart_hw_unknown,
+        )
+        if min(durations) < 0:
+            raise ValueError(f"cluster timings cannot be negative: {self}")
+        if not self.restart_no_streams <= self.restart_no_leaders <= self.restart_hw_unknown:
+            raise ValueError(
+                "the restart window's phases end in order: restart_no_streams <= restart_no_leaders "
+                f"<= restart_hw_unknown, got {self.restart_no_streams}, {self.restart_no_leaders}, "
+                f"{self.restart_hw_unknown}"
+            )
+        if self.min_insync_replicas < 1:
+            raise ValueError(f"min_insync_replicas must be at least 1, got {self.min_insync_replicas}")
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> ClusterTimings:
+        """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
+        real one (0.03 s, 0.15 s, 0.9 s). Keywords override single values."""
+        base = cls(
+            replica_max_lag_time=0.5,
+            replica_max_leader_timeout=0.5,
+            restart_no_streams=0.03,
+            restart_no_leaders=0.15,
+            restart_hw_unknown=0.9,
+        )
+        return replace(base, **overrides)
+
+    def restart_window(self) -> str:
+        """The three restart phases as the command line takes them (``0.3,1.5,9``)."""
+        return f"{self.restart_no_streams:g},{self.restart_no_leaders:g},{self.restart_hw_unknown:g}"
