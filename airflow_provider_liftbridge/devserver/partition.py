@@ -30,7 +30,8 @@ class Partition:
         self.subject = partition_subject(stream.subject, pid)
         self.log = log_
         self.paused = False
-        #: FetchMetadata keeps showing ``paused`` after a publish resumed the partition, as the real server does.
+        #: Metadata (FetchMetadata and FetchPartitionMetadata) keeps showing ``paused`` after a publish
+        #: resumed the partition, as the real server does; ``paused`` is whether it is paused now.
         self.paused_in_metadata = False
         self.readonly = False
         self.deleted = False
@@ -192,8 +193,12 @@ class Partition:
                     fut.set_result(None)
 
     # -- metadata -------------------------------------------------------------
-    def metadata(self, *, for_cluster_view: bool = False) -> api_pb2.PartitionMetadata:
-        """The partition's ``PartitionMetadata`` (the cluster view shows the sticky ``paused`` flag)."""
+    def metadata(self) -> api_pb2.PartitionMetadata:
+        """The partition's ``PartitionMetadata``, for FetchMetadata and FetchPartitionMetadata alike.
+
+        ``paused`` is the sticky flag: it stays true after a publish resumed the partition, in both
+        calls, as on the real server (``liftbridge-semantics.md``, "Pause").
+        """
         log_ = self.log
         newest = log_.newest_offset
         return api_pb2.PartitionMetadata(
@@ -203,7 +208,7 @@ class Partition:
             isr=self.isr,
             highWatermark=newest if self.replication is None else self.replication.reported_hw(),
             newestOffset=newest,
-            paused=self.paused_in_metadata if for_cluster_view else self.paused,
+            paused=self.paused_in_metadata,
             readonly=self.readonly,
             messagesReceivedTimestamps=api_pb2.PartitionEventTimestamps(
                 firstTimestamp=log_.first_timestamp, latestTimestamp=log_.latest_timestamp

@@ -264,7 +264,7 @@ class ApiService:
             sm = resp.streamMetadata.add(name=name, subject=stream.subject, creationTimestamp=stream.creation_timestamp)
             for part in stream.partitions:
                 pm = sm.partitions[part.id]
-                pm.CopyFrom(part.metadata(for_cluster_view=True))
+                pm.CopyFrom(part.metadata())
                 if no_leaders:
                     pm.leader = ""
                     del pm.isr[:]

@@ -97,14 +97,25 @@ def test_publish_resumes_its_own_partition_or_all_with_resume_all(stub: Stub, st
     create(stub, stream_name, partitions=2)
     stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
     publish(stub, stream_name, b"wake", partition=0)
-    assert partition_meta(stub, stream_name, 0).paused is False
+    # Resumed: the leader answers for partition 0 again, still paused for partition 1.
+    assert partition_meta(stub, stream_name, 0).newestOffset == 0
     assert rpc_error(partition_meta, stub, stream_name, 1).code() == grpc.StatusCode.FAILED_PRECONDITION
     stub.PauseStream(pb.PauseStreamRequest(name=stream_name, resumeAll=True), timeout=TIMEOUT)
     publish(stub, stream_name, b"wake-all", partition=0)
+    assert partition_meta(stub, stream_name, 1).newestOffset == -1  # resumed with its sibling, still empty
+
+
+def test_both_metadata_calls_keep_paused_after_a_publish_resumed_the_partition(stub: Stub, stream_name: str) -> None:
+    # The real server's behaviour (liftbridge-semantics.md, "Pause"): the flag is sticky in
+    # FetchPartitionMetadata as in FetchMetadata; a partition never paused reads False.
+    create(stub, stream_name, partitions=2)
+    stub.PauseStream(pb.PauseStreamRequest(name=stream_name, partitions=[0]), timeout=TIMEOUT)
+    assert publish(stub, stream_name, b"wake", partition=0).ack.offset == 0
+    resumed = partition_meta(stub, stream_name, 0)
+    assert (resumed.paused, resumed.newestOffset) == (True, 0)
     assert partition_meta(stub, stream_name, 1).paused is False
-    # The cluster view keeps the paused flag, as the real server's FetchMetadata does.
     meta = stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
-    assert meta.streamMetadata[0].partitions[0].paused is True
+    assert [meta.streamMetadata[0].partitions[p].paused for p in (0, 1)] == [True, False]
 
 
 def test_publish_deadline_exceeded_when_the_ack_is_late() -> None:
