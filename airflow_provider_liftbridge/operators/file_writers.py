@@ -1,0 +1,517 @@
+"""Write stream messages to JSON lines, CSV or Parquet files, in bounded memory.
+
+The archiver (:mod:`~airflow_provider_liftbridge.operators.stream_to_file`) hands this module the
+messages of one offset range; :func:`write_range` writes them to a temporary name beside the target
+and renames it into place once complete, so a reader never sees half a file and a retry that writes
+the same range replaces the file instead of adding one.
+
+Columns, in order: ``stream``, ``partition``, ``offset``, ``timestamp``, ``key``, ``value``,
+``headers``. How a value is written depends on ``value_format``:
+
+- ``text``: UTF-8 text (a value that is not UTF-8 is an error naming its offset);
+- ``bytes``: binary in Parquet, base64 text in JSON lines and CSV;
+- ``json``: the value must be a JSON object; its fields become columns in place of ``value``
+  (a field named like one of the other columns is written as ``value_<name>``). The columns of
+  a CSV or Parquet file are those of the range's first rows (or ``json_schema``); a later value
+  with another field, or a type that does not fit, is an error naming its offset.
+
+``timestamp`` is a UTC timestamp: microseconds in Parquet (what Spark reads), ISO 8601 text with
+nanoseconds in JSON lines and CSV. ``headers`` is a map of bytes in Parquet and a JSON object of
+UTF-8 text elsewhere. Keys are UTF-8 text, except with ``value_format="bytes"``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import datetime as dt
+import io
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+
+__all__ = [
+    "COLUMNS",
+    "VALUE_FORMATS",
+    "WRITE_FORMATS",
+    "ArchivedFile",
+    "ArchiveValueError",
+    "WriteOptions",
+    "Reject",
+    "file_name",
+    "partition_prefix",
+    "temporary_prefix",
+    "write_range",
+]
+
+#: File formats the archiver writes, with their suffixes.
+WRITE_FORMATS: dict[str, str] = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet"}
+#: How message values are written (see the module docstring).
+VALUE_FORMATS = ("text", "bytes", "json")
+COLUMNS = ("stream", "partition", "offset", "timestamp", "key", "value", "headers")
+_META = frozenset(COLUMNS) - {"value"}
+#: Digits of the offsets in file names: any int64 offset, names sort in offset order.
+_OFFSET_DIGITS = 20
+#: Characters kept as they are when a stream name becomes part of a file name.
+_NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class ArchiveValueError(LiftbridgeFileError):
+    """A message cannot be written in the archive's format (not UTF-8, not a JSON object, a field
+    that does not fit the file's columns). Names the message; nothing was committed past it.
+
+    :ivar message: the message; :ivar problem: what is wrong with it and what to do.
+    """
+
+    def __init__(self, message: Message, problem: str) -> None:
+        self.message = message
+        self.problem = problem
+        super().__init__(f"stream {message.stream!r} partition {message.partition} offset {message.offset}: {problem}")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How the archiver writes files.
+
+    :param format: ``jsonl``, ``csv`` or ``parquet``.
+    :param value_format: ``text``, ``bytes`` or ``json`` (see the module docstring).
+    :param json_schema: with ``value_format="json"``: the value fields (as columns are named:
+        ``value_<name>`` for a field named like another column) and their types as pyarrow type
+        names (``{"id": "string", "amount": "float64"}``) for Parquet, or just the field names for
+        CSV; default: the fields and types of the file's first rows.
+    :param batch_rows: rows converted and written at a time (a Parquet row group at most);
+        bounds memory.
+    :param parquet_compression: Parquet's codec (``snappy``, ``zstd``, ``gzip``, ``none``).
+    """
+
+    format: str = "parquet"
+    value_format: str = "text"
+    json_schema: Mapping[str, str] | None = None
+    batch_rows: int = 10_000
+    parquet_compression: str = "snappy"
+
+    def __post_init__(self) -> None:
+        if self.format not in WRITE_FORMATS:
+            raise LiftbridgeArgumentError(f"format {self.format!r} is unknown; use one of {', '.join(WRITE_FORMATS)}")
+        if self.value_format not in VALUE_FORMATS:
+            raise LiftbridgeArgumentError(
+                f"value_format {self.value_format!r} is unknown; use one of {', '.join(VALUE_FORMATS)}"
+            )
+        if self.json_schema is not None and self.value_format != "json":
+            raise LiftbridgeArgumentError("json_schema applies to value_format='json' only")
+        if self.batch_rows < 1:
+            raise LiftbridgeArgumentError(f"batch_rows must be at least 1, got {self.batch_rows}")
+        if self.json_schema and self.format == "parquet":
+            for name, type_name in self.json_schema.items():
+                try:
+                    pa.type_for_alias(type_name)
+                except (ValueError, TypeError):
+                    raise LiftbridgeArgumentError(
+                        f"json_schema field {name!r}: {type_name!r} is not a pyarrow type name "
+                        "(string, int64, float64, bool, timestamp[us], ...)"
+                    ) from None
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    """A file the archiver completed: where, and which messages it holds."""
+
+    path: str
+    stream: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The XCom form."""
+        return {
+            "path": self.path,
+            "stream": self.stream,
+            "partition": self.partition,
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "rows": self.rows,
+        }
+
+
+def file_name(stream: str, partition: int, first: int, last: int, fmt: str) -> str:
+    """The name of the file holding offsets ``first``..``last`` of a partition: fixed by them, so a
+    retry writes the same name. Characters of the stream name outside ``[A-Za-z0-9._-]`` become
+    ``_``; offsets are zero-padded so names sort in offset order."""
+    safe = "".join(ch if ch in _NAME_SAFE else "_" for ch in stream).lstrip(".") or "_"
+    return f"{safe}-{partition}-{first:0{_OFFSET_DIGITS}d}-{last:0{_OFFSET_DIGITS}d}{WRITE_FORMATS[fmt]}"
+
+
+def partition_prefix(stream: str, partition: int) -> str:
+    """The start every file name of a partition shares (:func:`file_name` up to the offsets)."""
+    return file_name(stream, partition, 0, 0, "jsonl").rsplit("-", 2)[0] + "-"
+
+
+def temporary_prefix(stream: str, partition: int) -> str:
+    """The start of the temporary names of a partition's files. The leading dot hides them from
+    Spark and Hive-style readers while they are written."""
+    return "." + partition_prefix(stream, partition)
+
+
+# -- converting messages ------------------------------------------------------------------------
+
+
+def _iso(ns: int) -> str:
+    seconds, nanos = divmod(ns, 1_000_000_000)
+    moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{nanos:09d}Z"
+
+
+def _text(data: bytes, message: Message, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArchiveValueError(
+            message,
+            f"the {what} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "archive with value_format='bytes' to keep it as it is",
+        ) from None
+
+
+def _text_headers(message: Message) -> dict[str, str]:
+    return {name: _text(value, message, f"header {name!r}") for name, value in message.headers.items()}
+
+
+def _json_fields(message: Message) -> dict[str, Any]:
+    try:
+        parsed = json.loads(message.value)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArchiveValueError(
+            message,
+            f"the value is not JSON ({exc}); archive with value_format='text' or 'bytes', or send "
+            "such messages to a dead-letter stream (on_error='dead_letter')",
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ArchiveValueError(
+            message,
+            f"the value is JSON but not an object ({type(parsed).__name__}); value_format='json' "
+            "makes an object's fields columns: archive with value_format='text'",
+        )
+    if _META.isdisjoint(parsed):
+        return parsed
+    return {(f"value_{name}" if name in _META else name): v for name, v in parsed.items()}
+
+
+def _key_text(message: Message) -> str | None:
+    return None if message.key is None else _text(message.key, message, "key")
+
+
+class _Writer(Protocol):
+    def write(self, batch: Sequence[Message]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _JsonlWriter:
+    """One JSON object per line; JSON values merged into the row object."""
+
+    def __init__(self, handle: IO[bytes], options: WriteOptions) -> None:
+        self._handle = handle
+        self._options = options
+
+    def _row(self, m: Message) -> dict[str, Any]:
+        fmt = self._options.value_format
+        row: dict[str, Any] = {
+            "stream": m.stream,
+            "partition": m.partition,
+            "offset": m.offset,
+            "timestamp": _iso(m.timestamp),
+        }
+        if fmt == "bytes":
+            row["key"] = None if m.key is None else base64.b64encode(m.key).decode("ascii")
+        else:
+            row["key"] = _key_text(m)
+        if fmt == "json":
+            row |= _json_fields(m)
+        elif fmt == "bytes":
+            row["value"] = base64.b64encode(m.value).decode("ascii")
+        else:
+            row["value"] = _text(m.value, m, "value")
+        row["headers"] = _text_headers(m)
+        return row
+
+    def write(self, batch: Sequence[Message]) -> None:
+        lines = [json.dumps(self._row(m), ensure_ascii=False, separators=(",", ":")) for m in batch]
+        self._handle.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        pass
+
+
+def _extra_fields(rows: Sequence[dict[str, Any]], known: Iterable[str], messages: Sequence[Message]) -> None:
+    """Raise for the first row with a field outside ``known`` (the file's columns are fixed)."""
+    allowed = set(known)
+    for row, message in zip(rows, messages, strict=True):
+        extra = row.keys() - allowed
+        if extra:
+            raise ArchiveValueError(
+                message,
+                f"the value has field(s) {sorted(extra)} that the file's columns (from its first rows: "
+                f"{sorted(allowed)}) lack; give json_schema with every field, or archive as jsonl",
+            )
+
+
+class _CsvWriter:
+    """A header row, then one row per message; JSON fields, headers and nested values as JSON text."""
+
+    def __init__(self, handle: IO[bytes], options: WriteOptions) -> None:
+        self._text = io.TextIOWrapper(handle, encoding="utf-8", newline="", write_through=True)
+        self._writer = csv.writer(self._text)
+        self._options = options
+        self._fields: list[str] | None = list(options.json_schema) if options.json_schema else None
+
+    @staticmethod
+    def _cell(value: Any) -> Any:
+        if isinstance(value, dict | list):
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return "" if value is None else value
+
+    def write(self, batch: Sequence[Message]) -> None:
+        fmt = self._options.value_format
+        if fmt == "json":
+            values = [_json_fields(m) for m in batch]
+            if self._fields is None:
+                self._fields = list(dict.fromkeys(name for row in values for name in row))
+                self._writer.writerow([*COLUMNS[:5], *self._fields, "headers"])
+            else:
+                _extra_fields(values, self._fields, batch)
+        elif self._fields is None:
+            self._fields = []
+            self._writer.writerow(COLUMNS)
+        out = []
+        for i, m in enumerate(batch):
+            if fmt == "bytes":
+                key = "" if m.key is None else base64.b64encode(m.key).decode("ascii")
+                cells = [base64.b64encode(m.value).decode("ascii")]
+            else:
+                key = _key_text(m) or ""
+                if fmt == "json":
+                    fields = values[i]
+                    cells = [self._cell(fields.get(name)) for name in self._fields]
+                else:
+                    cells = [_text(m.value, m, "value")]
+            headers = json.dumps(_text_headers(m), ensure_ascii=False, separators=(",", ":"))
+            out.append([m.stream, m.partition, m.offset, _iso(m.timestamp), key, *cells, headers])
+        self._writer.writerows(out)
+
+    def close(self) -> None:
+        self._text.flush()
+        self._text.detach()  # the handle is closed by its owner
+
+
+_HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
+
+
+def _utf8_column(data: list[bytes | None], batch: Sequence[Message], what: str) -> pa.Array:
+    """A string column of ``data``, checked as UTF-8 in Arrow (one pass in C, not one decode per
+    message); for invalid text, the error names the first message at fault."""
+    try:
+        return pa.array(data, pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        for raw, message in zip(data, batch, strict=True):
+            if raw is not None:
+                _text(raw, message, what)
+        raise
+
+
+class _ParquetWriter:
+    """Columns built per batch (no row dicts for the fixed columns), one row group per batch."""
+
+    def __init__(self, handle: IO[bytes], options: WriteOptions) -> None:
+        self._handle = handle
+        self._options = options
+        self._writer: pq.ParquetWriter | None = None
+        self._value_schema: pa.Schema | None = None
+        if options.json_schema:
+            self._value_schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in options.json_schema.items()])
+
+    def _value_columns(self, batch: Sequence[Message]) -> list[tuple[str, pa.Array]]:
+        fmt = self._options.value_format
+        if fmt == "bytes":
+            return [("value", pa.array([m.value for m in batch], pa.binary()))]
+        if fmt == "text":
+            return [("value", _utf8_column([m.value for m in batch], batch, "value"))]
+        values = [_json_fields(m) for m in batch]
+        if self._value_schema is None:
+            try:
+                self._value_schema = pa.Table.from_pylist(values).schema
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                self._value_schema = self._first_unfit(values, batch, None)
+        else:
+            _extra_fields(values, self._value_schema.names, batch)
+        try:
+            table = pa.Table.from_pylist(values, schema=self._value_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            self._first_unfit(values, batch, self._value_schema)
+            raise  # _first_unfit raised unless every row fits alone, which from_pylist contradicts
+        return list(zip(table.column_names, table.columns, strict=True))
+
+    @staticmethod
+    def _first_unfit(values: list[dict[str, Any]], batch: Sequence[Message], schema: pa.Schema | None) -> pa.Schema:
+        """Find the first row whose fields do not fit ``schema`` (or the types of the rows before
+        it) and raise naming its offset. A prefix that fails makes every longer one fail, so the
+        row is found by bisection: a few conversions, not one per row."""
+
+        def fits(count: int) -> bool:
+            try:
+                pa.Table.from_pylist(values[:count], schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                return False
+            return True
+
+        low, high = 0, len(values)  # values[:low] fits, values[:high] does not
+        if fits(high):
+            raise AssertionError("unreachable: every row fits")
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        try:
+            pa.Table.from_pylist(values[:high], schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise ArchiveValueError(
+                batch[high - 1],
+                f"a field of the value does not fit the file's column type ({exc}); give json_schema "
+                "with the types to use, or archive as jsonl",
+            ) from None
+        raise AssertionError("unreachable: the prefix failed above")
+
+    def write(self, batch: Sequence[Message]) -> None:
+        binary_keys = self._options.value_format == "bytes"
+        columns: list[tuple[str, pa.Array]] = [
+            ("stream", pa.array([m.stream for m in batch], pa.string())),
+            ("partition", pa.array([m.partition for m in batch], pa.int32())),
+            ("offset", pa.array([m.offset for m in batch], pa.int64())),
+            ("timestamp", pa.array([m.timestamp for m in batch], pa.timestamp("ns", tz="UTC"))),
+            (
+                "key",
+                pa.array([m.key for m in batch], pa.binary())
+                if binary_keys
+                else _utf8_column([m.key for m in batch], batch, "key"),
+            ),
+            *self._value_columns(batch),
+            ("headers", pa.array([list(m.headers.items()) for m in batch], _HEADERS_TYPE)),
+        ]
+        table = pa.Table.from_arrays([c for _, c in columns], names=[n for n, _ in columns])
+        if self._writer is None:
+            codec = self._options.parquet_compression
+            self._writer = pq.ParquetWriter(
+                self._handle,
+                table.schema,
+                compression=None if codec == "none" else codec,
+                coerce_timestamps="us",  # Spark reads no finer than microseconds
+                allow_truncated_timestamps=True,
+            )
+        self._writer.write_table(table, row_group_size=len(batch))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+_WRITERS: dict[str, type[_JsonlWriter] | type[_CsvWriter] | type[_ParquetWriter]] = {
+    "jsonl": _JsonlWriter,
+    "csv": _CsvWriter,
+    "parquet": _ParquetWriter,
+}
+
+
+#: Called with a message that cannot be written and why, instead of failing (e.g. to publish it
+#: to a dead-letter stream); the file goes on without it.
+Reject = Callable[[Message, ArchiveValueError], None]
+
+
+def _write_batch(writer: _Writer, batch: list[Message], reject: Reject | None) -> int:
+    """Write ``batch``, handing each message that cannot be written to ``reject`` (a writer
+    raises before it writes any of a batch); return how many rows were written."""
+    while batch:
+        try:
+            writer.write(batch)
+            return len(batch)
+        except ArchiveValueError as bad:
+            if reject is None:
+                raise
+            reject(bad.message, bad)
+            batch = [m for m in batch if m is not bad.message]
+    return 0
+
+
+def write_range(
+    directory: Any,
+    stream: str,
+    partition: int,
+    batches: Iterable[list[Message]],
+    options: WriteOptions,
+    reject: Reject | None = None,
+) -> ArchivedFile | None:
+    """Write consecutive messages of one partition, given as ``batches`` (each written as a unit,
+    a Parquet row group), to one file in ``directory``, named by the first and last offset read
+    (:func:`file_name`; messages handed to ``reject`` count, so the next file starts after them):
+    to a temporary name first (``.<name>.<random>.tmp``), renamed over the final name once the
+    writer closed it. ``directory`` is an ``ObjectStoragePath`` (or any path with ``/``, ``open``,
+    ``rename`` and ``unlink``).
+
+    :param reject: called for each message that cannot be written (else that is an error).
+    :return: the file, or ``None`` when no message was written (no file is left); the offsets
+        read are in :attr:`ArchivedFile.first_offset` / ``last_offset`` either way when a file is
+        returned.
+    :raises ArchiveValueError: a message cannot be written and there is no ``reject``.
+    :raises LiftbridgeFileError: the file cannot be written or renamed (the message names it).
+        Whatever fails (these, ``reject``, or reading ``batches``), the temporary file is removed.
+    """
+    temporary = directory / f".{partition_prefix(stream, partition)}{uuid.uuid4().hex[:12]}.tmp"
+    target = None
+    rows = 0
+    first = last = -1
+    try:
+        with temporary.open("wb") as handle:
+            writer = _WRITERS[options.format](handle, options)
+            try:
+                for batch in batches:
+                    if not batch:
+                        continue
+                    if first < 0:
+                        first = batch[0].offset
+                    last = batch[-1].offset
+                    rows += _write_batch(writer, batch, reject)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    writer.close()  # before the handle closes (a Parquet writer writes its footer)
+                raise
+            writer.close()
+        if rows == 0:
+            temporary.unlink()
+            return None
+        target = directory / file_name(stream, partition, first, last, options.format)
+        temporary.rename(target)
+    except OSError as exc:
+        _remove_quietly(temporary)
+        raise LiftbridgeFileError(
+            f"cannot write the archive file {target or temporary}: {exc}; give a path the worker can write to "
+            "(and storage_conn_id for an object store)"
+        ) from exc
+    except BaseException:
+        _remove_quietly(temporary)  # a value that cannot be written, a failed read: no half file left
+        raise
+    return ArchivedFile(str(target), stream, partition, first, last, rows)
+
+
+def _remove_quietly(path: Any) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # the original error is the one to report; a stray temporary name is hidden (dot)
