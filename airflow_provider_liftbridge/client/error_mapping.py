@@ -111,6 +111,10 @@ def map_rpc_error(
         return diagnostics.unavailable_error(method, said, attempts=attempts, tried=tried)
     if code == C.INTERNAL and diagnostics.is_cursors_disabled(said):
         return diagnostics.cursors_disabled_error(method, said)
+    if code == C.INTERNAL and "segment has been closed" in low:
+        # Liftbridge closes a paused partition's log, so a Subscribe to it fails at once with
+        # INTERNAL "Failed to create stream reader: segment has been closed" (no handshake).
+        return PartitionPausedError(f"{what} is paused{server}; publish to it or subscribe with resume=True.")
     if code == C.INVALID_ARGUMENT:
         return InvalidArgumentError(f"{method} on {what} refused an argument as invalid{server}; fix the argument.")
     if code in (C.PERMISSION_DENIED, C.UNAUTHENTICATED):

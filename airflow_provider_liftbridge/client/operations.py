@@ -336,8 +336,9 @@ def _cursor_unary(
     """A cursor call, sent where the cursor lives: the leader of the cursors-stream partition
     that owns it. A broker that is not (or no longer) that leader refuses the call; the cursors
     stream's metadata is then refreshed and the call re-routed, up to ``max_retries`` times.
-    Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) any
-    broker takes the call."""
+    Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) the
+    call goes to any broker; one that answers "not leader" shows the stream exists after all (a
+    restarting cluster lists no streams for a moment), so that also looks it up again."""
     refreshes = 0
     while True:
         if core.cursors_unknown():
@@ -348,7 +349,7 @@ def _cursor_unary(
         try:
             return (yield from unary(core, method, request, preferred=preferred, stream=stream, partition=partition))
         except NotLeaderError:
-            if owner is None or refreshes >= core.retry.max_retries:
+            if refreshes >= core.retry.max_retries:
                 raise
             refreshes += 1
             yield Sleep(core.backoff(refreshes))

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import GRPC_TRANSPORTS, TRANSPORT_ENV, ServerConfig
+from .config import DEFAULT_CURSORS_PARTITIONS, GRPC_TRANSPORTS, TRANSPORT_ENV, ServerConfig
 from .core import ServerCore
 from .errors import DevServerError
 from .model import ClusterTimings
@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="cursors",
         action="store_false",
         help="answer SetCursor/FetchCursor as a stock Liftbridge with cursors off (cursors.stream.partitions: 0)",
+    )
+    p.add_argument(
+        "--cursors-partitions",
+        type=int,
+        default=DEFAULT_CURSORS_PARTITIONS,
+        help="partitions of the internal __cursors stream on a new data directory "
+        "(Liftbridge's cursors.stream.partitions; default: %(default)s)",
     )
     p.add_argument(
         "--log-level", default="WARNING", help="Python log level for the server's own logs (default: %(default)s)"
@@ -230,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups_coordinator_timeout=args.groups_coordinator_timeout,
             timings=_timings(args),
             cursors=args.cursors,
+            cursors_partitions=args.cursors_partitions,
         )
         asyncio.run(_serve(config, temporary, args.control))
     except DevServerError as exc:

@@ -17,6 +17,9 @@ from .natsproc import NatsServerSecurity
 GRPC_TRANSPORTS = ("h2", "aio")
 #: Environment variable that changes the default transport (for running a test suite on ``aio``).
 TRANSPORT_ENV = "LIFTBRIDGE_DEVSERVER_GRPC_TRANSPORT"
+#: ``cursors.stream.partitions`` of the dev server unless told otherwise (the value the project's
+#: docs ask a real cluster for; a stock Liftbridge has 0, cursors off).
+DEFAULT_CURSORS_PARTITIONS = 1
 
 
 def default_transport() -> str:
@@ -47,6 +50,8 @@ class ServerConfig:
         ``None`` means Liftbridge's defaults (:class:`~.replication.ClusterTimings`).
     :param cursors: serve SetCursor/FetchCursor; ``False`` answers them as a stock Liftbridge with
         ``cursors.stream.partitions: 0`` does (INTERNAL "Cursors stream does not exist").
+    :param cursors_partitions: partitions of the internal ``__cursors`` stream created on a new data
+        directory (Liftbridge's ``cursors.stream.partitions``; ``cursors=False`` means 0).
     :param nats_security: TLS and authentication of the NATS child, and (its ``client``) how the
         dev server connects to NATS (also to an external ``nats_url``).
     :raises ValueError: an unknown transport.
@@ -67,6 +72,7 @@ class ServerConfig:
     groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT
     timings: ClusterTimings | None = None
     cursors: bool = True
+    cursors_partitions: int = DEFAULT_CURSORS_PARTITIONS
     nats_security: NatsServerSecurity | None = None
 
     def __post_init__(self) -> None:

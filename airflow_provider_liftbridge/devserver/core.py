@@ -17,6 +17,7 @@ from grpc import aio
 
 from .cluster import Cluster
 from .config import ServerConfig
+from .cursors_stream import ensure_cursors_stream
 from .errors import NatsServerStartError, PortInUseError, ServerStateError
 from .groups import ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table
@@ -167,6 +168,8 @@ class ServerCore:
             for part in stream.partitions:
                 if not part.paused:
                     await self._ingest.partition_opened(part)
+        # After the restart-window check: a new cluster whose only stream is this one has not restarted.
+        await ensure_cursors_stream(store, cfg.cursors_partitions if cfg.cursors else 0)
         for b in self.brokers:
             await self._serve(b)
         if store.cluster is not None:
@@ -175,7 +178,7 @@ class ServerCore:
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
         handlers = ApiService(
-            self._store, self._ingest, broker, self._groups, cursors=self.config.cursors
+            self._store, self._ingest, broker, self._groups
         ).method_handlers()
         front: _GrpcFront
         if self.config.grpc_transport == "h2":

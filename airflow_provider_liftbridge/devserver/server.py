@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .config import ServerConfig
+from .config import DEFAULT_CURSORS_PARTITIONS, ServerConfig
 from .core import ServerCore
 from .errors import DevServerError, ServerStateError
 from .groups import DEFAULT_GROUP_TIMEOUT
@@ -44,6 +44,7 @@ class DevServer:
     :param timings: cluster mode's time-outs, minimum ISR and restart window
         (:class:`ClusterTimings`; default: Liftbridge's, 15 s; ``ClusterTimings.fast()`` for tests).
     :param cursors: ``False`` runs with cursors off, as a stock Liftbridge does by default.
+    :param cursors_partitions: partitions of the internal ``__cursors`` stream (default 1).
     :param nats_security: TLS and authentication of the NATS child (see :class:`NatsServerSecurity`).
     :raises ValueError: bad broker count, ports or transport.
     :raises TlsConfigError: incomplete TLS settings.
@@ -78,6 +79,7 @@ class DevServer:
         groups_coordinator_timeout: float = DEFAULT_GROUP_TIMEOUT,
         timings: ClusterTimings | None = None,
         cursors: bool = True,
+        cursors_partitions: int = DEFAULT_CURSORS_PARTITIONS,
         nats_security: NatsServerSecurity | None = None,
     ) -> None:
         if brokers < 1:
@@ -99,6 +101,7 @@ class DevServer:
             groups_coordinator_timeout=groups_coordinator_timeout,
             timings=timings,
             cursors=cursors,
+            cursors_partitions=cursors_partitions,
             nats_security=nats_security,
         )
         self._tmp_dir = None if data_dir is not None else tempfile.mkdtemp(prefix="liftbridge-devserver-")

@@ -21,6 +21,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
+from .cursors_stream import check_cursor_owner
 from .errors import ApiError, IncorrectOffsetError
 from .groups import ConsumerGroups, GroupsApi
 from .model import BrokerSlot, is_valid_subject
@@ -41,6 +42,8 @@ ASYNC_ACK_TIMEOUT = 5.0
 _READ_BATCH = 512
 _EMPTY_PUBLISH_RESPONSE = b""
 _HANDSHAKE = b""
+#: What Liftbridge answers (INTERNAL, no handshake) to a Subscribe on a paused partition without ``resume``.
+PAUSED_SUBSCRIBE = "Failed to create stream reader: segment has been closed"
 #: The gRPC service name of the API (paths are ``/proto.API/<Method>``).
 SERVICE = "proto.API"
 
@@ -118,7 +121,6 @@ class ApiService:
     :param ingest: the NATS side (acks to inboxes, PublishToSubject).
     :param broker: which broker this service answers for (leadership checks).
     :param groups: the consumer groups shared by all brokers (default: a new set, for a lone broker).
-    :param cursors: ``False``: cursor calls fail as on a stock Liftbridge with cursors off.
     """
 
     def __init__(
@@ -127,10 +129,7 @@ class ApiService:
         ingest: NatsIngest,
         broker: BrokerSlot,
         groups: ConsumerGroups | None = None,
-        *,
-        cursors: bool = True,
     ) -> None:
-        self.cursors = cursors
         self.store = store
         self.ingest = ingest
         self.broker = broker
@@ -498,7 +497,10 @@ class ApiService:
             cluster is not None and cluster.no_leaders
         ):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
-        if req.resume and part.paused:
+        if part.paused:
+            if not req.resume:
+                # Liftbridge closes a paused partition's log: opening a reader on it fails at once.
+                await context.abort(grpc.StatusCode.INTERNAL, PAUSED_SUBSCRIBE)
             await store.resume_for_publish(part)
         try:
             offset = self._start_offset(req, part)
@@ -543,26 +545,24 @@ class ApiService:
 
     # -- cursors --------------------------------------------------------------
     async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await _check_cursor_request(req, context, self.cursors)
+        await self._check_cursor_request(req, context)
         self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await _check_cursor_request(req, context, self.cursors)
+        await self._check_cursor_request(req, context)
         return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
 
-
-async def _check_cursor_request(
-    req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any], cursors: bool
-) -> None:
-    """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers).
-
-    With cursors off, Liftbridge answers INTERNAL "Cursors stream does not exist" (its default
-    ``cursors.stream.partitions: 0``); it checks the request's fields first.
-    """
-    if not req.stream:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
-    if not req.cursorId:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
-    if not cursors:
-        await context.abort(grpc.StatusCode.INTERNAL, "Cursors stream does not exist")
+    async def _check_cursor_request(
+        self, req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]
+    ) -> None:
+        """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers),
+        then go to the leader of the ``__cursors`` partition owning the cursor (``cursors_stream.py``)."""
+        if not req.stream:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
+        if not req.cursorId:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
+        try:
+            check_cursor_owner(self.store, self.broker, req.cursorId, req.stream, req.partition)
+        except ApiError as err:
+            await _abort(context, err)

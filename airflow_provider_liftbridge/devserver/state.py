@@ -259,9 +259,10 @@ class Store:
             return None
         return stream.partitions[pid]
 
-    async def create_stream(self, req: api_pb2.CreateStreamRequest) -> Stream:
+    async def create_stream(self, req: api_pb2.CreateStreamRequest, *, internal: bool = False) -> Stream:
         """Create a stream from a request, validated as the real server validates it.
 
+        :param internal: the server creates one of its reserved streams (``cursors_stream.py``).
         :raises ApiError: INVALID_ARGUMENT (empty name, bad subject, reserved name, replication
             factor), ALREADY_EXISTS, FAILED_PRECONDITION (encryption).
         """
@@ -269,7 +270,7 @@ class Store:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Name cannot be empty")
         if not is_valid_subject(req.subject):
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid")
-        if req.name in RESERVED_STREAMS:
+        if req.name in RESERVED_STREAMS and not internal:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Stream is reserved")
         if req.HasField("encryption") and req.encryption.value:
             raise ApiError(

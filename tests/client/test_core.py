@@ -282,6 +282,8 @@ STATUS_TABLE = [
     ("Publish", C.DEADLINE_EXCEEDED, "", AckTimeoutError),
     ("Subscribe", C.FAILED_PRECONDITION, "Server not partition leader", NotLeaderError),
     ("Subscribe", C.FAILED_PRECONDITION, "partition is paused", PartitionPausedError),
+    # Liftbridge v1.9 on a paused partition: the call fails at once (its log is closed).
+    ("Subscribe", C.INTERNAL, "Failed to create stream reader: segment has been closed", PartitionPausedError),
     ("FetchPartitionMetadata", C.NOT_FOUND, "partition not found", NoSuchPartitionError),
     ("FetchMetadata", C.DEADLINE_EXCEEDED, "", RequestTimeoutError),
     ("FetchMetadata", C.UNAVAILABLE, "connection refused", UnavailableError),

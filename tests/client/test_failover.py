@@ -94,17 +94,20 @@ def test_read_isr_replica_subscription(make_client: Any, cluster: DevServer, str
         assert [m.value for m in c.subscribe(stream_name, stop_at=1, read_isr_replica=True)] == [b"x", b"y"]
 
 
-def test_cursors_reach_a_live_broker_when_the_cluster_has_no_cursors_stream(
+def test_cursor_calls_follow_the_leader_of_the_owning_cursors_partition(
     make_client: Any, cluster: DevServer, stream_name: str
 ) -> None:
-    # The dev server keeps cursors outside any stream, so its metadata has no cursors stream and
-    # the client falls back to any broker (a real cluster's would route to the owning leader).
+    # Only the leader of the __cursors partition owning a cursor serves it (as on Liftbridge); the
+    # client routes there, and follows when that leader stops.
     c = make_client(cluster.addresses, timeout=5.0, max_retries=6, backoff_base=0.02)
     c.create_stream(stream_name, stream_name, partitions=2, replication_factor=3)
-    assert "__cursors" not in c.fetch_metadata().streams
+    old_leader = c.fetch_metadata(["__cursors"]).streams["__cursors"].partitions[0].leader
     c.set_cursor("reader", stream_name, 1, 7)
-    cluster.stop_broker(0)  # the first seed
+    stopped = cluster.broker_ids.index(old_leader)
+    cluster.stop_broker(stopped)  # broker 0, the first seed too
     assert c.fetch_cursor("reader", stream_name, 1) == 7
     c.set_cursor("reader", stream_name, 1, 8)
-    for address in cluster.addresses[1:]:  # every live broker answers for every cursor
-        assert make_client(address, timeout=5.0).fetch_cursor("reader", stream_name, 1) == 8
+    assert c.fetch_metadata(["__cursors"]).streams["__cursors"].partitions[0].leader != old_leader
+    for i, address in enumerate(cluster.addresses):  # any live broker as the seed: routed to the leader
+        if i != stopped:
+            assert make_client(address, timeout=5.0).fetch_cursor("reader", stream_name, 1) == 8

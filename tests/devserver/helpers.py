@@ -55,6 +55,11 @@ def subscribe(
     return result
 
 
+def user_streams(resp: pb.FetchMetadataResponse) -> list[pb.StreamMetadata]:
+    """The streams of a FetchMetadata answer without the server's internal ones (``__cursors``)."""
+    return [s for s in resp.streamMetadata if not s.name.startswith("__")]
+
+
 def create(stub: api_pb2_grpc.APIStub, name: str, **kwargs: object) -> None:
     """CreateStream with the name as subject unless ``subject`` is given."""
     kwargs.setdefault("subject", name)

@@ -8,7 +8,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import DevServer
 
-from .helpers import TIMEOUT, create, partition_meta, publish, rpc_error, subscribe
+from .helpers import TIMEOUT, create, partition_meta, publish, rpc_error, subscribe, user_streams
 
 
 def _stubs(cluster: DevServer) -> list[api_pb2_grpc.APIStub]:
@@ -17,14 +17,15 @@ def _stubs(cluster: DevServer) -> list[api_pb2_grpc.APIStub]:
 
 def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> None:
     stubs = _stubs(cluster)
-    create(stubs[1], "spread", partitions=6, replicationFactor=3)  # admin calls work on any broker
+    # Five partitions and the __cursors partition (led by broker 0): two leaderships each.
+    create(stubs[1], "spread", partitions=5, replicationFactor=3)  # admin calls work on any broker
     meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
     assert [(b.id, f"{b.host}:{b.port}") for b in meta.brokers] == list(
         zip(cluster.broker_ids, cluster.addresses, strict=True)
     )
     assert [b.leaderCount for b in meta.brokers] == [2, 2, 2]
     assert [b.partitionCount for b in meta.brokers] == [6, 6, 6]
-    parts = meta.streamMetadata[0].partitions
+    parts = user_streams(meta)[0].partitions
     assert {parts[p].leader for p in parts} == set(cluster.broker_ids)
     assert all(len(parts[p].replicas) == 3 and list(parts[p].isr) == list(parts[p].replicas) for p in parts)
 
@@ -33,7 +34,7 @@ def test_non_leader_refuses_subscribe_and_partition_metadata(cluster: DevServer)
     stubs = _stubs(cluster)
     create(stubs[0], "lead", replicationFactor=3)
     publish(stubs[2], "lead", b"v")  # publish works on any broker
-    leader = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0].leader
+    leader = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0].leader
     li = cluster.broker_ids.index(leader)
     follower = stubs[(li + 1) % 3]
     sub = subscribe(follower, pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST))
@@ -54,7 +55,7 @@ def test_leader_failover_and_restart(cluster: DevServer) -> None:
     create(stubs[0], "fail", replicationFactor=2)
     for i in range(3):
         publish(stubs[0], "fail", b"%d" % i)
-    old = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0]
+    old = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0]
     li = cluster.broker_ids.index(old.leader)
     cluster.stop_broker(li)
     dead = stubs[li]
@@ -62,7 +63,7 @@ def test_leader_failover_and_restart(cluster: DevServer) -> None:
     alive = stubs[(li + 1) % 3]
     meta = alive.FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
     assert old.leader not in {b.id for b in meta.brokers}
-    new = meta.streamMetadata[0].partitions[0]
+    new = user_streams(meta)[0].partitions[0]
     assert new.leader != old.leader and new.leader in old.replicas  # moved to the live replica
     assert old.leader not in new.isr
     ni = cluster.broker_ids.index(new.leader)
@@ -75,14 +76,14 @@ def test_leader_failover_and_restart(cluster: DevServer) -> None:
     cluster.start_broker(li)
     back = stubs[li].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT, wait_for_ready=True)
     assert len(back.brokers) == 3
-    part = back.streamMetadata[0].partitions[0]
+    part = user_streams(back)[0].partitions[0]
     assert part.leader == new.leader and old.leader in part.isr  # rejoins the ISR, leadership stays
 
 
 def test_subscription_on_stopped_leader_ends_unavailable(cluster: DevServer) -> None:
     stubs = _stubs(cluster)
     create(stubs[0], "cut")
-    leader = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata[0].partitions[0].leader
+    leader = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0].leader
     li = cluster.broker_ids.index(leader)
     call = stubs[li].Subscribe(pb.SubscribeRequest(stream="cut"), timeout=10)
     assert next(call).ByteSize() == 0  # handshake

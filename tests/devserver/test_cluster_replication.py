@@ -26,7 +26,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess, ServerStateError
 
-from .helpers import TIMEOUT, create, publish, rpc_error, subscribe
+from .helpers import TIMEOUT, create, publish, rpc_error, subscribe, user_streams
 
 Stub = api_pb2_grpc.APIStub
 #: Followers stay in the ISR for the whole test; leaders are still replaced after 0.5 s.
@@ -237,9 +237,9 @@ def test_a_full_restart_goes_through_the_restart_window(stream_name: str) -> Non
 
         def phase() -> str:
             resp = stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT, wait_for_ready=True)
-            if not resp.streamMetadata:
+            if not user_streams(resp):
                 return "no streams"
-            part = resp.streamMetadata[0].partitions[0]
+            part = user_streams(resp)[0].partitions[0]
             if not part.leader:
                 return "no leader"
             return "hw unknown" if part.highWatermark == -1 else "normal"

@@ -14,7 +14,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
 
-from .helpers import TIMEOUT, create, partition_meta, publish, subscribe
+from .helpers import TIMEOUT, create, partition_meta, publish, subscribe, user_streams
 
 
 def _stub(address: str) -> tuple[grpc.Channel, api_pb2_grpc.APIStub]:
@@ -44,7 +44,7 @@ def test_clean_restart_keeps_streams_messages_cursors_and_flags(tmp_path: Path) 
         ch.close()
     with DevServer(data_dir=tmp_path) as srv:
         ch, stub = _stub(srv.address)
-        after = stub.FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).streamMetadata
+        after = user_streams(stub.FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))
         assert [s.name for s in after] == ["keep"]
         assert after[0] == before  # subject, creation time, offsets, leaders, flags, timestamps
         assert _values(stub, "keep", 0) == [b"v%d" % i for i in range(0, 10, 2)]

@@ -149,7 +149,12 @@ def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str
     _filled(stub, stream_name, 2)
     stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
     sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST))
-    assert sub.handshake and sub.data == [] and sub.code == grpc.StatusCode.FAILED_PRECONDITION
+    # As Liftbridge v1.9: the call itself fails, no handshake (the paused partition's log is closed).
+    assert (sub.messages, sub.code, sub.details) == (
+        [],
+        grpc.StatusCode.INTERNAL,
+        "Failed to create stream reader: segment has been closed",
+    )
     sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, resume=True), count=2)
     assert sub.offsets == [0, 1]
     # Resumed: the leader answers FetchPartitionMetadata again (the paused flag itself is sticky).
