@@ -74,3 +74,37 @@ def liftbridge_conn_json(host: str, *, port: int | None = None, nats_url: str | 
     if port is not None:
         conn["port"] = port
     return json.dumps(conn)
+
+
+def register_dag(dag: Any) -> None:
+    """Store a DAG defined in a test as the DAG processor would (``dag.test()`` runs only DAGs
+    the metadata database knows; this one is in no DAG folder)."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        manager = DagBundlesManager()
+        manager.sync_bundles_to_db(session=session)
+        session.commit()  # the DAG row refers to its bundle's row
+        bundle = next(iter(manager.get_all_dag_bundles())).name
+        update_dag_parsing_results_in_db(bundle, None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session)
+
+
+def xcom_of(dag_run: Any, task_id: str, map_index: int | None = None) -> Any:
+    """The XCom return value of ``task_id`` in ``dag_run`` (of one mapped instance if given)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(
+            XComModel.get_many(
+                run_id=dag_run.run_id,
+                dag_ids=dag_run.dag_id,
+                task_ids=task_id,
+                key="return_value",
+                map_indexes=map_index,
+            )
+        ).all()
+        return XComModel.deserialize_value(rows[0]) if rows else None

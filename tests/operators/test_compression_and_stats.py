@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from airflow_provider_liftbridge.client.exactly_once import SEQ_HEADER
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+from tests.airflow_support import register_dag, xcom_of
 from tests.operators import helpers
 from tests.operators.helpers import read_all
 from tests.raw_read import stored_messages
@@ -112,10 +112,10 @@ def test_exactly_once_with_compression_resumes_a_failed_try(
             retries=1,
             retry_delay=dt.timedelta(seconds=0),
         )
-    _register(dag)
+    register_dag(dag)
     dag_run = dag.test()
     assert str(dag_run.state) == "success" and helpers.TRIES["count"] == 2
-    summary = _xcom(dag_run, "publish")
+    summary = xcom_of(dag_run, "publish")
     stored_first = fail_at // window * window  # whole windows sent before the source failed
     assert (summary["skipped"], summary["written"], summary["count"]) == (stored_first, rows - stored_first, rows)
     messages = read_all(liftbridge_client, stream_name)
@@ -124,30 +124,3 @@ def test_exactly_once_with_compression_resumes_a_failed_try(
     raw = stored_messages(lb_address, stream_name)
     assert len(raw) == rows and all(m.headers[COMPRESSION_HEADER] == codec.encode() for m in raw)
     assert not any(m.value.startswith(b"{") for m in raw)
-
-
-def _register(dag: Any) -> None:
-    """Store a DAG defined in a test as the DAG processor would (``dag.test()`` runs only DAGs
-    the metadata database knows; this one is in no DAG folder)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        manager = DagBundlesManager()
-        manager.sync_bundles_to_db(session=session)
-        session.commit()  # the DAG row refers to its bundle's row
-        bundle = next(iter(manager.get_all_dag_bundles())).name
-        update_dag_parsing_results_in_db(bundle, None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session)
-
-
-def _xcom(dag_run: Any, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.scalars(
-            XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id, task_ids=task_id, key="return_value")
-        ).all()
-        return XComModel.deserialize_value(rows[0])

@@ -1,0 +1,51 @@
+"""Reading streams in bounded, retry-safe ranges (the machinery of the reading operators).
+
+- :mod:`.plan`: :class:`RangePlanner` fixes, per partition, the range one run reads
+  (position + 1 .. high watermark, capped by ``max_messages``) and keeps it on the server as
+  cursors, so a retry of the same run reads the same range and a new run plans afresh.
+- :mod:`.runner`: :func:`read_plan` reads the plans in batches, hands them to a handler and moves
+  the position cursor after each finished batch (or as the commit cadence says).
+- :mod:`.dead_letter`: :class:`DeadLetters` publishes what could not be processed, with why;
+  :func:`json_value` decodes a JSON value or names the offset that is not JSON.
+
+See ``docs/consume.md``. Imports neither Airflow nor PySpark.
+"""
+
+from __future__ import annotations
+
+from .dead_letter import DEAD_LETTER_HEADERS, DeadLetters, NotJsonError, dead_letter_headers, json_value
+from .plan import NO_PLAN, PartitionPlan, RangePlanner, StartSpec, plan_cursor_ids, run_tag
+from .runner import (
+    COMMIT_CADENCES,
+    BatchFailed,
+    BatchHandler,
+    CommitCadence,
+    PartitionReport,
+    batches,
+    check_batch_size,
+    check_cadence,
+    read_plan,
+)
+
+__all__ = [
+    "COMMIT_CADENCES",
+    "DEAD_LETTER_HEADERS",
+    "NO_PLAN",
+    "BatchFailed",
+    "BatchHandler",
+    "CommitCadence",
+    "DeadLetters",
+    "NotJsonError",
+    "PartitionPlan",
+    "PartitionReport",
+    "RangePlanner",
+    "StartSpec",
+    "batches",
+    "check_batch_size",
+    "check_cadence",
+    "dead_letter_headers",
+    "json_value",
+    "plan_cursor_ids",
+    "read_plan",
+    "run_tag",
+]

@@ -1,0 +1,246 @@
+"""``LiftbridgeConsumeOperator``: read what arrived on a stream since the last run and hand it to
+a function, per message or per batch, with retry-safe planned ranges (see ``docs/consume.md``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.module_loading import import_string
+
+from airflow_provider_liftbridge.client import LiftbridgeClient, Message
+from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, json_value
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.lineage import Datasets
+from airflow_provider_liftbridge.validation import check_stream
+
+from .reading import LiftbridgeReadingOperator
+
+__all__ = ["ON_ERROR", "VALUE_FORMATS", "LiftbridgeConsumeOperator", "resolve_callable"]
+
+ON_ERROR = ("fail", "dead_letter")
+VALUE_FORMATS = ("bytes", "json")
+
+
+def resolve_callable(name: str, value: Any) -> Callable[..., Any]:
+    """A function given as a callable or as a dotted path (``"my_pkg.module.function"``).
+
+    :raises LiftbridgeArgumentError: the path does not import or names no callable (``name`` is
+        the parameter, named in the message).
+    """
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    if not isinstance(value, str) or "." not in value:
+        raise LiftbridgeArgumentError(
+            f"{name} must be a callable or a dotted path such as 'my_pkg.transform.handle', got {value!r}"
+        )
+    try:
+        func = import_string(value)
+    except ImportError as exc:
+        raise LiftbridgeArgumentError(
+            f"{name} {value!r} cannot be imported ({exc}): check the module is on the workers' path"
+            " (the DAGs folder or an installed package) and the name is spelled right"
+        ) from None
+    if not callable(func):
+        raise LiftbridgeArgumentError(f"{name} {value!r} is not callable: name a function")
+    return func  # type: ignore[no-any-return]
+
+
+def _decoded(message: Message) -> Message:
+    """The message with its value decoded from JSON (``NotJsonError`` names the offset)."""
+    return dataclasses.replace(message, value=json_value(message))
+
+
+class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
+    """Read what arrived on a stream since the last run and call a function on it.
+
+    Exactly one of ``apply_function`` (called with each message) and ``apply_function_batch``
+    (called with a list of up to ``max_batch_size`` messages) is given; either is a callable or a
+    dotted path, and gets ``apply_function_args`` / ``apply_function_kwargs`` after the message(s).
+    A message is the client's :class:`~airflow_provider_liftbridge.client.Message` (``stream``,
+    ``partition``, ``offset``, ``key``, ``value``, ``headers``, ``timestamp``).
+
+    Where to read, the planned ranges, commits and waiting: see
+    :class:`~.reading.LiftbridgeReadingOperator` and ``docs/consume.md``.
+
+    :param apply_function: the per-message function.
+    :param apply_function_batch: the per-batch function.
+    :param apply_function_args: positional arguments after the message(s). (templated)
+    :param apply_function_kwargs: keyword arguments. (templated)
+    :param value_format: ``"bytes"`` (default): values as stored; ``"json"``: values decoded
+        from JSON (a value that is not JSON fails like a raising function, naming its offset).
+    :param on_error: ``"fail"`` (default): a raising function fails the task, the position stays
+        before the message; ``"dead_letter"``: the message goes to ``dead_letter_stream`` with
+        the error in its headers, and processing goes on (a raising batch function sends its
+        whole batch).
+    :param dead_letter_stream: the dead-letter stream (with ``on_error="dead_letter"``). (templated)
+    :param create_dead_letter_stream: create the dead-letter stream if missing (default: a
+        missing one is an error before anything is read).
+    :return: ``{"stream", "cursor_id" | "group_id", "partitions": {"<p>": {"first_offset",
+        "last_offset", "processed", "dead_lettered", "committed", "plan_end", "resumed", "lag"}},
+        "processed", "dead_lettered"}``.
+    :raises LiftbridgeArgumentError: a bad argument (at parse time when not templated).
+    """
+
+    template_fields: Sequence[str] = (
+        *LiftbridgeReadingOperator.template_fields,
+        "apply_function_args",
+        "apply_function_kwargs",
+        "dead_letter_stream",
+    )
+
+    def __init__(
+        self,
+        *,
+        apply_function: Callable[..., Any] | str | None = None,
+        apply_function_batch: Callable[..., Any] | str | None = None,
+        apply_function_args: Sequence[Any] | None = None,
+        apply_function_kwargs: Mapping[str, Any] | None = None,
+        value_format: str = "bytes",
+        on_error: str = "fail",
+        dead_letter_stream: str | None = None,
+        create_dead_letter_stream: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.apply_function = apply_function
+        self.apply_function_batch = apply_function_batch
+        self.apply_function_args = apply_function_args
+        self.apply_function_kwargs = apply_function_kwargs
+        self.value_format = value_format
+        self.on_error = on_error
+        self.dead_letter_stream = dead_letter_stream
+        self.create_dead_letter_stream = bool(create_dead_letter_stream)
+        super().__init__(**kwargs)
+
+    def check_arguments(self, *, rendered: bool) -> None:
+        """The reading arguments, and: exactly one function that imports, a known value format
+        and error handling, a dead-letter stream when dead-lettering.
+
+        :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
+        """
+        super().check_arguments(rendered=rendered)
+        given = [n for n in ("apply_function", "apply_function_batch") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise LiftbridgeArgumentError(
+                "give exactly one of apply_function (called per message) and apply_function_batch (called per batch"
+                f" of up to max_batch_size messages); got {'both' if given else 'neither'}"
+            )
+        resolve_callable(given[0], getattr(self, given[0]))
+        if self.value_format not in VALUE_FORMATS:
+            raise LiftbridgeArgumentError(
+                f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {self.value_format!r}"
+            )
+        if self.on_error not in ON_ERROR:
+            raise LiftbridgeArgumentError(f"on_error must be one of {', '.join(ON_ERROR)}; got {self.on_error!r}")
+        if self.on_error == "dead_letter":
+            if not self.dead_letter_stream:
+                raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
+            if rendered or "{{" not in str(self.dead_letter_stream):
+                check_stream(self.dead_letter_stream)
+        if self.apply_function_args is not None and (
+            isinstance(self.apply_function_args, str | bytes) or not isinstance(self.apply_function_args, Sequence)
+        ):
+            if rendered or "{{" not in str(self.apply_function_args):
+                raise LiftbridgeArgumentError(
+                    f"apply_function_args must be a list, got {type(self.apply_function_args).__name__}"
+                )
+        if self.apply_function_kwargs is not None and not isinstance(self.apply_function_kwargs, Mapping):
+            if rendered or "{{" not in str(self.apply_function_kwargs):
+                raise LiftbridgeArgumentError(
+                    f"apply_function_kwargs must be a dict, got {type(self.apply_function_kwargs).__name__}"
+                )
+
+    def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
+        """The per-message or per-batch handler, with decoding and dead letters as asked.
+
+        :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
+        """
+        dead_letters: DeadLetters | None = None
+        if self.on_error == "dead_letter":
+            dead_letters = DeadLetters(client, str(self.dead_letter_stream))
+            dead_letters.check(create=self.create_dead_letter_stream)
+        args = list(self.apply_function_args or ())
+        kwargs = dict(self.apply_function_kwargs or {})
+        decode = _decoded if self.value_format == "json" else None
+        if self.apply_function is not None:
+            func = resolve_callable("apply_function", self.apply_function)
+            return _per_message(func, args, kwargs, decode, dead_letters)
+        func = resolve_callable("apply_function_batch", self.apply_function_batch)
+        return _per_batch(func, args, kwargs, decode, dead_letters)
+
+    def describe_failure(self, failed: BatchFailed) -> str:
+        m = failed.message
+        what = "apply_function" if self.apply_function is not None else "apply_function_batch"
+        return (
+            f"{what} failed at stream {m.stream!r} partition {m.partition} offset {m.offset}: {failed}. The position"
+            " stays before this message, so the next try starts there; use on_error='dead_letter' to set such"
+            " messages aside instead"
+        )
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the stream; writes the dead-letter stream when there is one."""
+        inputs, _ = super().lineage_datasets(complete=complete)
+        dead = self.dead_letter_stream if self.on_error == "dead_letter" and self.dead_letter_stream else None
+        return inputs, [self.lineage_stream(dead)] if dead else []
+
+
+Decode = Callable[[Message], Message] | None
+
+
+def _failure(done: int, message: Message, exc: BaseException) -> BatchFailed:
+    failed = BatchFailed(done, message, f"{type(exc).__name__}: {exc}")
+    failed.__cause__ = exc
+    return failed
+
+
+def _per_message(
+    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], decode: Decode, dead: DeadLetters | None
+) -> BatchHandler:
+    def handle(batch: list[Message]) -> int:
+        sent = 0
+        for index, message in enumerate(batch):
+            try:
+                func(decode(message) if decode else message, *args, **kwargs)
+            except Exception as exc:
+                if dead is None:
+                    raise _failure(index, message, exc) from exc
+                dead.send(message, exc)
+                sent += 1
+        return sent
+
+    return handle
+
+
+def _per_batch(
+    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], decode: Decode, dead: DeadLetters | None
+) -> BatchHandler:
+    def handle(batch: list[Message]) -> int:
+        sent = 0
+        taken, ready = batch, batch  # the stored messages the function gets, and what it gets of them
+        if decode is not None:
+            taken, ready = [], []
+            for message in batch:
+                try:
+                    ready.append(decode(message))
+                except ValueError as exc:
+                    if dead is None:
+                        raise _failure(0, message, exc) from exc  # nothing of this batch was processed
+                    dead.send(message, exc)
+                    sent += 1
+                else:
+                    taken.append(message)
+        if not ready:
+            return sent
+        try:
+            func(ready, *args, **kwargs)
+        except Exception as exc:
+            if dead is None:
+                raise _failure(0, batch[0], exc) from exc
+            for message in taken:
+                dead.send(message, exc)
+            sent += len(taken)
+        return sent
+
+    return handle

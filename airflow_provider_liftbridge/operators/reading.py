@@ -1,0 +1,399 @@
+"""``LiftbridgeReadingOperator``: the base of the operators that read a stream in planned ranges
+(:class:`~.consume.LiftbridgeConsumeOperator`, the stream-to-file archiver).
+
+It holds what they share: which partitions (given, all, or a consumer group's), where to resume
+(a cursor, or the group's positions), the wait for ``min_messages`` (in the worker or the
+triggerer), the plan (:class:`~airflow_provider_liftbridge.client.reading.RangePlanner`), the
+batched read with its commits (:func:`~airflow_provider_liftbridge.client.reading.read_plan`),
+the XCom and the lineage. A subclass says what a batch is for: :meth:`make_handler`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Context, conf
+
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, StartPosition
+from airflow_provider_liftbridge.client.consumer import group_cursor_id
+from airflow_provider_liftbridge.client.reading import (
+    BatchFailed,
+    BatchHandler,
+    PartitionPlan,
+    PartitionReport,
+    RangePlanner,
+    StartSpec,
+    check_batch_size,
+    check_cadence,
+    read_plan,
+)
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
+from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
+from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
+
+from .base import LiftbridgeBaseOperator
+
+__all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
+
+#: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
+MIN_MESSAGES_POLL = 1.0
+#: Log lines of the wait for ``min_messages`` (the same words as the sensors' check-before-deferring).
+NOT_DEFERRING = "target already reached: not deferring"
+DEFERRING = "deferring to the triggerer"
+
+
+def _later(value: Any) -> bool:
+    """A value Airflow will render before ``execute`` (checked then, not at parse time)."""
+    return isinstance(value, str) and "{{" in value
+
+
+def parse_partitions(value: Any) -> list[int] | None:
+    """``partitions`` as given or rendered: ``None``/``""`` (all), an int, a list of ints, or
+    their text (``"1"``, ``"0,2"``, ``"[0, 2]"``, what a template renders).
+
+    :raises LiftbridgeArgumentError: anything else, or a negative number.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else [p for p in text.split(",") if p.strip()]
+        except ValueError:
+            raise LiftbridgeArgumentError(
+                f"partitions {value!r} is not a list of partition numbers; give e.g. [0, 1] or '0,1'"
+            ) from None
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, Sequence) or not value:
+        raise LiftbridgeArgumentError(
+            f"partitions must be a non-empty list of partition numbers (or None for all), got {value!r}"
+        )
+    return sorted({check_partition(p, "partitions") for p in value})
+
+
+def parse_reading_start(value: Any) -> StartSpec:
+    """``start_at``: ``"earliest"``, ``"latest"`` (``"new_only"`` means the same here), an offset,
+    an aware ``datetime``, an ISO 8601 timestamp, or epoch milliseconds as ``"<digits>ms"``.
+
+    :raises LiftbridgeArgumentError: none of those.
+    """
+    if isinstance(value, str) and value.strip().endswith("ms") and value.strip()[:-2].isdigit():
+        return dt.datetime.fromtimestamp(int(value.strip()[:-2]) / 1000, dt.UTC)
+    start = parse_start_at(value)
+    return StartPosition.LATEST if start is StartPosition.NEW_ONLY else start
+
+
+def _positive_or_none(name: str, value: Any, *, zero: bool = False) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(value)
+    except (TypeError, ValueError):
+        raise LiftbridgeArgumentError(f"{name} must be a whole number, got {value!r}") from None
+    if number < (0 if zero else 1):
+        raise LiftbridgeArgumentError(f"{name} must be at least {0 if zero else 1} (or None), got {value!r}")
+    return number
+
+
+def plan_key_of(context: Context) -> tuple[str, str]:
+    """``(plan key, run id)`` of the running task: ``dag_id/task_id[/map_index]`` and the run id.
+
+    :raises LiftbridgeArgumentError: no task instance in the context (the operator runs outside a DAG run).
+    """
+    ti = context.get("ti")
+    run_id = context.get("run_id")
+    if ti is None or not run_id:
+        raise LiftbridgeArgumentError(
+            "a reading operator plans per DAG run and needs the task instance: run it in a DAG (dag.test() works)"
+        )
+    key = f"{ti.dag_id}/{ti.task_id}"
+    map_index = getattr(ti, "map_index", None)
+    if map_index is not None and map_index >= 0:
+        key += f"/{map_index}"
+    return key, str(run_id)
+
+
+class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
+    """Read what arrived on a stream since the last run, in a range planned once per DAG run.
+
+    At its start a try plans, per partition, the range from the committed position + 1 to the
+    high watermark (at most ``max_messages``), unless an earlier try of the same run already did:
+    then it goes on with that plan from the committed position, so a retry never reads what
+    arrived after the plan. Batches of up to ``max_batch_size`` go to :meth:`make_handler`'s
+    handler; positions move as ``commit_cadence`` says. See ``docs/consume.md``.
+
+    :param stream: the stream to read. (templated)
+    :param partitions: the partitions to read (default: all); a list, one number, or their text,
+        so ``.expand(partitions=[[0], [1]])`` maps one task per partition. (templated)
+    :param cursor_id: the cursor holding the positions (needs cursors on the cluster). (templated)
+    :param group_id: instead of ``cursor_id``: join this consumer group and read the partitions
+        it assigns, from the group's positions. (templated)
+    :param start_at: where a partition starts the first time (no position yet): ``"earliest"``
+        (default), ``"latest"`` (only what arrives after the first plan), an offset, a timestamp
+        (aware ``datetime``, ISO 8601 text, or ``"<epoch ms>ms"``). (templated)
+    :param max_messages: at most this many messages per partition in one run (default: all).
+    :param max_batch_size: messages per batch (default 1000).
+    :param commit_cadence: ``"end_of_batch"`` (default), ``"end_of_operator"`` or ``"never"``.
+    :param min_messages: wait until at least this many messages are there to read (over the
+        task's partitions) before planning; ``deferrable=True`` waits in the triggerer.
+    :param poll_timeout: seconds to wait for ``min_messages`` before the try fails (default 60).
+    :param deferrable: wait for ``min_messages`` in the triggerer (default: ``[operators] default_deferrable``).
+    :param liftbridge_conn_id: the connection to use. (templated)
+    :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
+    """
+
+    template_fields: Sequence[str] = ("stream", "partitions", "cursor_id", "group_id", "start_at", "liftbridge_conn_id")
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        partitions: Any = None,
+        cursor_id: str | None = None,
+        group_id: str | None = None,
+        start_at: Any = "earliest",
+        max_messages: int | None = None,
+        max_batch_size: int = 1000,
+        commit_cadence: str = "end_of_batch",
+        min_messages: int | None = None,
+        poll_timeout: float = 60.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(stream=stream, **kwargs)
+        self.partitions = partitions
+        self.cursor_id = cursor_id
+        self.group_id = group_id
+        self.start_at = start_at
+        self.max_messages = max_messages
+        self.max_batch_size = max_batch_size
+        self.commit_cadence = commit_cadence
+        self.min_messages = min_messages
+        self.poll_timeout = poll_timeout
+        self.deferrable = deferrable
+        self.check_arguments(rendered=False)
+
+    # -- arguments ----------------------------------------------------------------------------
+    def check_arguments(self, *, rendered: bool) -> None:
+        """Validate the arguments; before rendering, templated values (``{{ ... }}``) are left
+        for the check after rendering.
+
+        :raises LiftbridgeArgumentError: the argument at fault is named, with what it accepts.
+        """
+
+        def literal(value: Any) -> bool:
+            return rendered or not _later(value)
+
+        if literal(self.stream):
+            check_stream(self.stream)
+        if literal(self.partitions):
+            parse_partitions(self.partitions)
+        if literal(self.start_at):
+            parse_reading_start(self.start_at)
+        _positive_or_none("max_messages", self.max_messages)
+        _positive_or_none("min_messages", self.min_messages, zero=True)
+        try:
+            check_batch_size(self.max_batch_size)
+            check_cadence(self.commit_cadence)
+        except InvalidArgumentError as exc:
+            raise LiftbridgeArgumentError(str(exc)) from None
+        if (
+            isinstance(self.poll_timeout, bool)
+            or not isinstance(self.poll_timeout, int | float)
+            or self.poll_timeout <= 0
+        ):
+            raise LiftbridgeArgumentError(
+                f"poll_timeout must be a positive number of seconds, got {self.poll_timeout!r}"
+            )
+        cursor, group = self.cursor_id, self.group_id
+        if not cursor and not group:
+            raise LiftbridgeArgumentError(
+                "give cursor_id (the cursor that keeps this task's position) or group_id (a consumer group):"
+                " a reading task has no default position, so it never silently starts over"
+            )
+        if cursor and group:
+            raise LiftbridgeArgumentError("give cursor_id or group_id, not both")
+        if group and literal(self.partitions) and parse_partitions(self.partitions) is not None:
+            raise LiftbridgeArgumentError(
+                "with group_id the consumer group assigns the partitions: leave partitions unset"
+            )
+
+    @property
+    def position_cursor(self) -> str:
+        """The cursor id holding the committed positions (the group's with ``group_id``)."""
+        return group_cursor_id(self.group_id) if self.group_id else str(self.cursor_id)
+
+    # -- what subclasses say ------------------------------------------------------------------
+    def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
+        """The batch handler (see :data:`~airflow_provider_liftbridge.client.reading.runner.BatchHandler`);
+        called once per try, after the plan, before the first batch."""
+        raise NotImplementedError
+
+    def describe_failure(self, failed: BatchFailed) -> str:
+        """The task's error message for a batch that failed (default: the handler's words)."""
+        return str(failed)
+
+    def result(self, reports: dict[int, PartitionReport]) -> dict[str, Any]:
+        """The XCom value: the stream, where positions live, a report per partition, totals."""
+        where = {"group_id": self.group_id} if self.group_id else {"cursor_id": self.cursor_id}
+        return {
+            "stream": self.stream,
+            **where,
+            "partitions": {str(p): r.to_dict() for p, r in sorted(reports.items())},
+            "processed": sum(r.processed for r in reports.values()),
+            "dead_lettered": sum(r.dead_lettered for r in reports.values()),
+        }
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, client: LiftbridgeClient, context: Context) -> Any:
+        """Wait for ``min_messages`` if asked, plan, read, commit; return the XCom value.
+
+        :raises TaskDeferred: waiting for ``min_messages`` in the triggerer.
+        :raises LiftbridgeAirflowError: the handler failed on a message (named by stream,
+            partition and offset), or ``min_messages`` were not there within ``poll_timeout``.
+        """
+        self.check_arguments(rendered=True)
+        with self._partitions(client) as partitions:
+            plan_key, run_id = plan_key_of(context)
+            planner = RangePlanner(
+                client,
+                self.stream,
+                position_cursor=self.position_cursor,
+                plan_key=plan_key,
+                run_id=run_id,
+                start_at=parse_reading_start(self.start_at),
+                max_messages=_positive_or_none("max_messages", self.max_messages),
+            )
+            partitions = planner.check_partitions(partitions)
+            self._wait_for_messages(planner, partitions, context)
+            plans = planner.plan(partitions)
+            self._log_plans(plans)
+            handler = self.make_handler(client, context)
+            try:
+                reports = read_plan(
+                    client,
+                    plans,
+                    handler,
+                    position_cursor=self.position_cursor,
+                    max_batch_size=int(self.max_batch_size),
+                    commit_cadence=check_cadence(self.commit_cadence),
+                )
+            except BatchFailed as failed:
+                message = failed.message
+                report = failed.reports.get(message.partition)
+                self.log.error(
+                    "stream %r partition %d offset %d failed: %s (position committed up to offset %s)",
+                    message.stream,
+                    message.partition,
+                    message.offset,
+                    failed,
+                    report.committed if report else "unknown",
+                )
+                raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
+        result = self.result(reports)
+        self.log.info(
+            "Read stream %r: %d message(s) processed, %d dead-lettered",
+            self.stream,
+            result["processed"],
+            result["dead_lettered"],
+        )
+        return result
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the triggerer saw messages arrive: check ``min_messages`` again (it may
+        defer again), then read.
+
+        :raises LiftbridgeAirflowError: the trigger reported an error.
+        """
+        if event and event.get("status") == "error":
+            raise LiftbridgeAirflowError(f"{self.task_id}: waiting for messages failed: {event.get('message')}")
+        return self.execute(context)
+
+    @contextmanager
+    def _partitions(self, client: LiftbridgeClient) -> Iterator[list[int] | None]:
+        """The partitions to read: the given ones (``None``: all), or the group's assignment of
+        this stream (the member leaves the group when the block ends)."""
+        if not self.group_id:
+            yield parse_partitions(self.partitions)
+            return
+        with client.group_consumer(self.group_id, [self.stream], auto_commit_interval=None) as member:
+            assigned = member.assignments.get(self.stream, [])
+            self.log.info(
+                "Consumer group %r assigned partition(s) %s of stream %r to member %s",
+                self.group_id,
+                assigned,
+                self.stream,
+                member.consumer_id,
+            )
+            yield assigned
+
+    def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
+        """Return once ``min_messages`` are there to read; defer or poll until then.
+
+        :raises TaskDeferred: ``deferrable`` and not there yet.
+        :raises LiftbridgeAirflowError: not there within ``poll_timeout`` (in the worker).
+        """
+        wanted = _positive_or_none("min_messages", self.min_messages, zero=True)
+        if not wanted or not partitions:
+            return
+        deadline = time.monotonic() + float(self.poll_timeout)
+        while True:
+            pending = planner.pending(partitions)
+            have = sum(pending.values())
+            if have >= wanted:
+                if self.deferrable:
+                    self.log.info(NOT_DEFERRING)
+                self.log.info("%d message(s) to read (min_messages %d)", have, wanted)
+                return
+            if self.deferrable:
+                self.log.info(DEFERRING)
+                self.defer(
+                    trigger=self._offset_trigger(planner, pending, wanted - have),
+                    method_name="execute_complete",
+                    timeout=timedelta(seconds=float(self.poll_timeout)),
+                )
+            if time.monotonic() >= deadline:
+                raise LiftbridgeAirflowError(
+                    f"only {have} of min_messages={wanted} message(s) arrived on stream {self.stream!r} partitions"
+                    f" {partitions} within poll_timeout={self.poll_timeout} s: raise poll_timeout or lower min_messages"
+                )
+            time.sleep(MIN_MESSAGES_POLL)
+
+    def _offset_trigger(self, planner: RangePlanner, pending: dict[int, int], missing: int) -> LiftbridgeOffsetTrigger:
+        """Wait on the first partition for the messages still missing: with one partition that is
+        the exact condition; with several the task checks all of them again when it fires."""
+        partition = min(pending)
+        position = planner.client.fetch_cursor(planner.position_cursor, self.stream, partition)
+        hw = planner.client.fetch_partition_metadata(self.stream, partition).high_watermark
+        start = position + 1 if position >= 0 else hw + 1 - pending[partition]
+        target = start + pending[partition] + missing - 1
+        return LiftbridgeOffsetTrigger(
+            stream=self.stream, partition=partition, target_offset=target, liftbridge_conn_id=self.liftbridge_conn_id
+        )
+
+    def _log_plans(self, plans: list[PartitionPlan]) -> None:
+        for plan in plans:
+            self.log.info(
+                "stream %r partition %d: %s plan, offsets %d..%d (%d to read; high watermark %d)",
+                plan.stream,
+                plan.partition,
+                "this run's" if plan.resumed else "new",
+                plan.next_offset,
+                plan.last_offset,
+                plan.remaining,
+                plan.high_watermark,
+            )
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the stream."""
+        return [self.lineage_stream(self.stream)], []
