@@ -177,9 +177,7 @@ class ServerCore:
 
     async def _serve(self, broker: BrokerSlot) -> None:
         assert self._store is not None and self._ingest is not None
-        handlers = ApiService(
-            self._store, self._ingest, broker, self._groups
-        ).method_handlers()
+        handlers = ApiService(self._store, self._ingest, broker, self._groups).method_handlers()
         front: _GrpcFront
         if self.config.grpc_transport == "h2":
             front = _H2Front(handlers, self._ssl)
