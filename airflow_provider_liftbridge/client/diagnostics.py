@@ -28,6 +28,7 @@ __all__ = [
     "explain_unreachable",
     "is_cursors_disabled",
     "is_nats_refusal",
+    "refuses_connections",
     "nats_connect_error",
     "sniff_protocol",
     "unavailable_error",
@@ -149,6 +150,22 @@ def sniff_protocol(host: str, port: int, timeout: float = 1.0) -> str | None:
             return "http" if first.startswith(b"HTTP/") else None
     except OSError:
         return None
+
+
+def refuses_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether nothing listens on ``host:port``: the connection is refused (or reset) at once.
+
+    A stopped (SIGSTOP) process keeps its listening socket, and the kernel still accepts
+    connections for it, so ``False`` means "running or stopped", and ``True`` means the process
+    is gone, together with whatever it had received but not read. A timeout counts as ``False``
+    (unknown). Never raises."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return False
+    except (ConnectionRefusedError, ConnectionResetError):
+        return True
+    except OSError:
+        return False
 
 
 #: (substrings of nats-py's error text, lower case; cause; what to check; whether the server was

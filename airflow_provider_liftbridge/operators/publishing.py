@@ -29,6 +29,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOnceResult,
 )
 from airflow_provider_liftbridge.client.publishing.batch import PUBLISH_PATHS
+from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
@@ -163,6 +164,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
+        With ``exactly_once`` it never re-sends, and the exactly-once publisher that
+        :meth:`publish` goes through wraps it and ``client``.
 
         :raises LiftbridgeArgumentError: ``publish_path="nats"`` while the connection lists no
             NATS servers, or a bad ack policy or partition.
@@ -189,6 +192,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             timeout=self.publish_timeout if self.publish_timeout is not None else settings.timeout,
             compression=self.compression,
             write_stats=True,
+            # Exactly-once decides itself what to send again, after reading the partition.
+            resend=NO_RESEND if self.exactly_once else None,
         )
         path = publisher.path
         self.log.info(
@@ -200,6 +205,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         )
         if publisher.fallback_reason:
             self.log.warning("gRPC is used: %s", publisher.fallback_reason)
+        if self.exactly_once:
+            self._wrap_exactly_once(client, publisher)
         return publisher
 
     def publish(
@@ -211,10 +218,9 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     ) -> PublishSummary:
         """Publish ``records`` through ``publisher`` ``window`` at a time; return the summary.
 
-        With ``exactly_once`` the records go through one
-        :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` per
-        publisher (so sequence numbers run on across calls, e.g. across files), on the
-        publisher's path.
+        With ``exactly_once`` the records go through the
+        :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` wrapping
+        ``publisher`` (so sequence numbers run on across calls, e.g. across files).
 
         :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused.
         """
@@ -233,23 +239,10 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         on_progress: Callable[[PublishSummary], None] | None,
     ) -> PublishSummary:
         if self._exactly_once is None or self._exactly_once[0] is not publisher:
-            producer_id = self.producer_id or producer_id_of(get_current_context())
-            self.log.info("Exactly-once publishing to stream %r as producer %r", self.stream, producer_id)
-            options = publisher.options
-            eo = ExactlyOncePublisher(
-                self.hook.client,
-                self.stream,
-                producer_id,
-                partition=options.partition,
-                partitioner=options.partitioner,
-                ack_policy=options.ack_policy,
-                batch=int(self.window),
-                window=options.window,
-                timeout=options.wait,
-                path=publisher.path,  # type: ignore[arg-type]  # "nats" or "grpc"
-                compression=options.compression,
+            raise LiftbridgeArgumentError(
+                "exactly-once publishing goes through the publisher open_publisher() opened (it wraps that one); "
+                "publish through it"
             )
-            self._exactly_once = (publisher, eo)
         eo = self._exactly_once[1]
         first_call = eo.total.count == 0
         try:
@@ -260,6 +253,17 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         if on_progress is not None:
             on_progress(summary)
         return summary
+
+    def _wrap_exactly_once(self, client: LiftbridgeClient, publisher: BatchPublisher) -> None:
+        """Wrap ``publisher`` (opened without re-sends) and ``client`` for exactly-once publishing:
+        no second publisher or client. A zombie try is waited for up to the task's
+        ``execution_timeout`` when it has one."""
+        producer_id = self.producer_id or producer_id_of(get_current_context())
+        self.log.info("Exactly-once publishing to stream %r as producer %r", self.stream, producer_id)
+        limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
+        waits = {"zombie_wait": limit} if limit and limit > 0 else {}
+        eo = ExactlyOncePublisher.wrapping(client, publisher, producer_id, batch=int(self.window), **waits)
+        self._exactly_once = (publisher, eo)
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: writes the stream."""

@@ -159,7 +159,7 @@ def test_a_second_attempt_skips_everything_and_writes_nothing(client: Liftbridge
 def test_crash_mid_publish_then_retry_writes_the_rest_once(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     first = ExactlyOncePublisher(
-        client, stream_name, "crashy", batch=10, sender=_CrashAfter(_grpc(client, stream_name), 23)
+        client, stream_name, "crashy", batch=10, publisher=_CrashAfter(_grpc(client, stream_name), 23)
     )
     with pytest.raises(_Crash):
         first.publish(_values(60))
@@ -175,7 +175,7 @@ def test_crash_mid_publish_then_retry_writes_the_rest_once(client: LiftbridgeCli
 def test_lost_acks_are_found_by_scanning_not_sent_again(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     sender = _LoseAcksOnce(_grpc(client, stream_name))
-    publisher = ExactlyOncePublisher(client, stream_name, "lossy", batch=8, sender=sender, backoff=0.01, settle=0.01)
+    publisher = ExactlyOncePublisher(client, stream_name, "lossy", batch=8, publisher=sender, backoff=0.01, settle=0.01)
     result = publisher.publish(_values(20))
     assert (result.written, result.skipped, result.resumes) == (20, 0, 1)
     assert _seqs(_read(client, stream_name), "lossy") == list(range(20))
@@ -197,7 +197,7 @@ def test_partial_acks_of_a_failed_batch_are_not_taken_for_duplicates(
             return acks
 
     publisher = ExactlyOncePublisher(
-        client, stream_name, "half", batch=8, sender=HalfAcked(_grpc(client, stream_name)), backoff=0.01, settle=0.01
+        client, stream_name, "half", batch=8, publisher=HalfAcked(_grpc(client, stream_name)), backoff=0.01, settle=0.01
     )
     result = publisher.publish(_values(8))
     assert (result.written, result.resumes, publisher.duplicates_seen) == (8, 1, 0)
@@ -222,7 +222,7 @@ def test_occ_refusal_from_another_writer_is_resumed_without_interleaving(
 ) -> None:
     client.create_stream(stream_name, stream_name, optimistic_concurrency_control=True)
     sender = _Intruder(_grpc(client, stream_name), client, stream_name, times=1)
-    result = ExactlyOncePublisher(client, stream_name, "occ", batch=50, sender=sender, backoff=0.01).publish(
+    result = ExactlyOncePublisher(client, stream_name, "occ", batch=50, publisher=sender, backoff=0.01).publish(
         _values(30)
     )
     assert (result.written, result.resumes) == (30, 1)
@@ -248,7 +248,7 @@ def test_occ_fences_a_zombie_attempt_of_the_same_producer(client: LiftbridgeClie
 def test_persistent_occ_contention_fails_loudly(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, optimistic_concurrency_control=True)
     sender = _Intruder(_grpc(client, stream_name), client, stream_name, times=3)
-    publisher = ExactlyOncePublisher(client, stream_name, "lose", sender=sender, max_resumes=2, backoff=0.01)
+    publisher = ExactlyOncePublisher(client, stream_name, "lose", publisher=sender, max_resumes=2, backoff=0.01)
     with pytest.raises(ExactlyOncePublishError, match="Another writer kept moving the partition") as info:
         publisher.publish(_values(3))
     # Records 1 and 2 matched their offsets behind the refused record 0 (pipelining); 0 never did.
@@ -264,9 +264,9 @@ def test_key_partitioning_across_attempts(client: LiftbridgeClient, stream_name:
     records = [Record(f"v{i}".encode(), key=f"k{i % 7}".encode()) for i in range(50)]
     crash = _CrashAfter(_grpc(client, stream_name), 17)
     with pytest.raises(_Crash):
-        ExactlyOncePublisher(client, stream_name, "keys", partitioner=KeyPartitioner(), batch=10, sender=crash).publish(
-            records
-        )
+        ExactlyOncePublisher(
+            client, stream_name, "keys", partitioner=KeyPartitioner(), batch=10, publisher=crash
+        ).publish(records)
     retry = ExactlyOncePublisher(client, stream_name, "keys", partitioner=KeyPartitioner(), batch=10).publish(records)
     assert (retry.written, retry.skipped) == (33, 17)
     everything = [m for p in range(3) for m in _read(client, stream_name, p)]
@@ -280,7 +280,7 @@ def test_round_robin_that_differs_between_attempts_still_skips(client: Liftbridg
     crash = _CrashAfter(_grpc(client, stream_name), 9)
     with pytest.raises(_Crash):
         ExactlyOncePublisher(
-            client, stream_name, "rr", partitioner=RoundRobinPartitioner(), batch=4, sender=crash
+            client, stream_name, "rr", partitioner=RoundRobinPartitioner(), batch=4, publisher=crash
         ).publish(_values(20))
     rr = RoundRobinPartitioner()
     rr(stream_name, None, b"", 2)  # shift the second attempt's round robin by one
@@ -456,7 +456,7 @@ def test_compressed_values_resume_after_a_partial_publish(
     client.create_stream(stream_name, stream_name)
     values = [b'{"row": %d, "note": "%s"}' % (i, b"fragile " * 20) for i in range(40)]
     crashing = client.batch_publisher(stream_name, path="grpc", resend=NO_RESEND, compression=codec)
-    first = ExactlyOncePublisher(client, stream_name, "zipped", batch=10, sender=_CrashAfter(crashing, 17))
+    first = ExactlyOncePublisher(client, stream_name, "zipped", batch=10, publisher=_CrashAfter(crashing, 17))
     with pytest.raises(_Crash):
         first.publish(values)
     retry = ExactlyOncePublisher(client, stream_name, "zipped", batch=10, path="grpc", compression=codec)

@@ -200,8 +200,10 @@ def _setup(occ: bool = False) -> tuple[Clock, Partition, Sender, LiftbridgeClien
 
 
 def _publisher(client: LiftbridgeClient, sender: Sender, clock: Clock, **kw: Any) -> ExactlyOncePublisher:
-    publisher = ExactlyOncePublisher(client, "s", "p", sender=sender, timeout=TIMEOUT, ack_policy=AckPolicy.ALL, **kw)
-    publisher._clock, publisher._sleep = clock, clock.sleep
+    publisher = ExactlyOncePublisher(
+        client, "s", "p", publisher=sender, timeout=TIMEOUT, ack_policy=AckPolicy.ALL, **kw
+    )
+    publisher.timer.now, publisher.timer.sleep = clock, clock.sleep
     return publisher
 
 

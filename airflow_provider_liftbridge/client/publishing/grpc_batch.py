@@ -125,6 +125,17 @@ def _send_unacknowledged(core: ClientCore, requests: list[api_pb2.PublishRequest
     yield Cancel(handle)
 
 
+def _leader_of(core: ClientCore, stream: str, requests: list[api_pb2.PublishRequest]) -> str | None:
+    """The address of the leader of the one partition all ``requests`` go to; ``None`` when they
+    go to several or the metadata cache does not know it."""
+    if not requests:
+        return None
+    partition = requests[0].partition
+    if any(r.partition != partition for r in requests):
+        return None
+    return core.route(stream, partition)
+
+
 def _pipeline(
     core: ClientCore,
     stream: str,
@@ -142,8 +153,13 @@ def _pipeline(
     inflight: set[int] = set()
     attempt = 0
     refusals = 0
+    # A batch for one partition goes to that partition's leader (when the metadata cache knows
+    # it), not to whichever broker answered last: any broker accepts a publish and forwards it,
+    # but a stopped broker that received it carries it out when it wakes, long after the client
+    # gave up on it. Sent to the leader, a record waits in no other broker (ADR 8).
+    leader = _leader_of(core, stream, requests)
     while pending or inflight:
-        handle = yield OpenStream(core.address_for_attempt(attempt), "PublishAsync")
+        handle = yield OpenStream(core.address_for_attempt(attempt, leader), "PublishAsync")
         try:
             while (pending and not errors) or inflight:
                 while pending and not errors and len(inflight) < window:

@@ -1,0 +1,228 @@
+"""The resend decision: after a failed send, whether to resume (wait, re-read, send what is
+missing) or stop, and with which error; and which broker may still hold records whose fate is
+unknown. No I/O of its own: the caller passes the step to run and the reads it needs.
+
+- A lost connection, a timeout, a leader change, an optimistic-concurrency refusal or a server
+  error is resumed up to ``max_resumes`` times in a row, with backoff.
+- "No such stream / partition" is resumed only for a stream the publisher has seen, until
+  metadata confirms it is gone (:mod:`..presence`): a restarting cluster answers that for a while.
+- Anything else (read-only partition, message too large, bad argument, cursors off) fails at once.
+- A failed send whose ack timed out over gRPC leaves its records in the broker it went to (the
+  partition's leader), which may be stopped: that broker is a *suspect* until it answers again or
+  is gone (see :mod:`.tail`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+
+from ..errors import (
+    AckTimeoutError,
+    IncorrectOffsetError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PublishError,
+    RequestTimeoutError,
+    ServerError,
+    UnavailableError,
+)
+from .errors import (
+    BrokerStillSilent,
+    ConcurrentProducerError,
+    ExactlyOnceError,
+    ExactlyOncePublishError,
+    ProducerStillWriting,
+    SilentBrokerError,
+    TailNotSettled,
+    UncommittedTailError,
+)
+from .state import ExactlyOnceResult
+from .tail import Timer
+
+__all__ = ["MISSING", "RESUMABLE", "Resumption", "suspects_after", "unwrap"]
+
+log = logging.getLogger("airflow_provider_liftbridge.client.exactly_once")
+
+#: Errors after which a send is worth resuming (re-scan, then send what is missing).
+RESUMABLE = (UnavailableError, RequestTimeoutError, NotLeaderError, IncorrectOffsetError, ServerError)
+#: Resumable only for a stream this publisher has seen, until metadata confirms it is gone.
+MISSING = (NoSuchStreamError, NoSuchPartitionError)
+
+
+def unwrap(exc: PublishError) -> LiftbridgeError:
+    """The typed error behind a ``PublishError``: the failed record's own, else the cause."""
+    if exc.index is not None and exc.index in exc.errors:
+        return exc.errors[exc.index]
+    if exc.errors:
+        return exc.errors[min(exc.errors)]
+    cause = exc.__cause__
+    if isinstance(cause, LiftbridgeError):
+        return cause
+    return AckTimeoutError(str(exc)) if "ack" in str(exc).lower() else UnavailableError(str(exc))
+
+
+def suspects_after(
+    error: LiftbridgeError, path: str, partitions: Iterable[int], leaders: Mapping[int, str]
+) -> dict[int, str]:
+    """Partition -> broker that may still store records of ``partitions`` later: after an ack
+    timeout over gRPC, the leader they were sent to (it may be stopped, with the records unread
+    in its socket; it forwards them when it wakes). Over NATS the records wait in the leader's
+    NATS subscription, which a leader that lost its leadership meanwhile does not append to."""
+    if path == "nats" or not isinstance(error, RequestTimeoutError):
+        return {}
+    return {p: leaders[p] for p in partitions if leaders.get(p)}
+
+
+class Resumption:
+    """Runs a step until it succeeds, resuming after resumable failures; builds the final errors.
+
+    :param producer_id: / :param stream: for the messages.
+    :param max_resumes: failures in a row resumed before giving up.
+    :param backoff: first wait after a failure, seconds (doubled per failure, at most 5 s).
+    :param timer: the clock.
+    :param missing_for_sure: whether a "no such stream" answer is to be believed now.
+    """
+
+    def __init__(
+        self,
+        producer_id: str,
+        stream: str,
+        *,
+        max_resumes: int,
+        backoff: float,
+        timer: Timer,
+        missing_for_sure: Callable[[], bool],
+    ) -> None:
+        self.producer_id = producer_id
+        self.stream = stream
+        self.max_resumes = max_resumes
+        self.backoff = backoff
+        self.timer = timer
+        self.missing_for_sure = missing_for_sure
+
+    def run(self, result: ExactlyOnceResult, step: Callable[[], object], what: str) -> None:
+        """Run ``step`` until it succeeds, resuming after resumable failures, with backoff.
+
+        :raises ExactlyOncePublishError: (or a subclass) it failed in a way a resumption cannot
+            fix, or more than ``max_resumes`` times in a row.
+        """
+        failures = 0
+        while True:
+            try:
+                step()
+                return
+            except LiftbridgeError as exc:
+                self._stop_unless_resumable(result, what, exc)
+                failures += 1
+                if failures > self.max_resumes:
+                    raise self.failed(result, what, exc, after=failures - 1) from exc
+                result.resumes += 1
+                wait = min(5.0, self.backoff * 2 ** (failures - 1)) * random.uniform(0.75, 1.0)
+                log.warning(
+                    "Producer %r on stream %r: %s failed (%s: %s); resuming in %.1f s (%d of %d)",
+                    self.producer_id,
+                    self.stream,
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    wait,
+                    failures,
+                    self.max_resumes,
+                )
+                self.timer.sleep(wait)
+
+    def _stop_unless_resumable(self, result: ExactlyOnceResult, what: str, exc: LiftbridgeError) -> None:
+        if isinstance(exc, TailNotSettled):
+            raise self.unsettled(result, what, exc) from None
+        if isinstance(exc, BrokerStillSilent):
+            raise self.silent(result, what, exc) from None
+        if isinstance(exc, ProducerStillWriting):
+            raise self.concurrent(result, what, exc) from None
+        if isinstance(exc, MISSING) and self.missing_for_sure():
+            raise self.failed(result, what, exc) from exc
+        if isinstance(exc, ExactlyOnceError) or not isinstance(exc, RESUMABLE + MISSING):
+            raise self.failed(result, what, exc) from exc
+
+    def _so_far(self, result: ExactlyOnceResult) -> str:
+        return f"{result.written} record(s) written and {result.skipped} skipped so far"
+
+    def unsettled(self, result: ExactlyOnceResult, what: str, exc: TailNotSettled) -> UncommittedTailError:
+        """The error for a tail that did not settle in time."""
+        info = exc.info
+        return UncommittedTailError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped while {what}: "
+            f"partition {info.id} holds {info.newest_offset - info.high_watermark} record(s) above its high "
+            f"watermark (newest offset {info.newest_offset}, high watermark {info.high_watermark}) that were "
+            f"neither committed nor truncated within {exc.waited:g} s (a replica is stalled or the leader is "
+            "failing over). Those records cannot be read yet, so whether they include ours cannot be told, and "
+            f"nothing more was sent. {self._so_far(result)}; publishing again with the same producer id resumes "
+            "without duplicates once the partition has settled (raise tail_wait to wait longer).",
+            result,
+            partition=info.id,
+            high_watermark=info.high_watermark,
+            newest_offset=info.newest_offset,
+        )
+
+    def silent(self, result: ExactlyOnceResult, what: str, exc: BrokerStillSilent) -> SilentBrokerError:
+        """The error for a broker holding records of unknown fate that stayed silent."""
+        return SilentBrokerError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped while {what}: "
+            f"records sent to broker {exc.broker!r} (partition {exc.partition}) got no ack, and that broker has "
+            f"neither answered again nor gone away within {exc.waited:g} s. A stopped broker carries out what it "
+            "received when it wakes, even after the client gave up, so those records may still be stored: they "
+            f"were not sent again. {self._so_far(result)}; check broker {exc.broker!r}, then publish again with the "
+            "same producer id once it runs again or is gone: that resumes without duplicates (a stream created with "
+            "optimistic_concurrency_control=True refuses a late copy in any case).",
+            result,
+            broker=exc.broker,
+            partition=exc.partition,
+        )
+
+    def concurrent(self, result: ExactlyOnceResult, what: str, exc: ProducerStillWriting) -> ConcurrentProducerError:
+        """The error for another writer of this producer id."""
+        first, last = exc.offsets
+        if exc.duplicates:
+            happened = (
+                f"{exc.duplicates} of its sequence numbers are now in the stream twice (between offsets {first} and "
+                f"{last} of partition {exc.partition})"
+            )
+        else:
+            happened = (
+                f"its records kept arriving in partition {exc.partition} (offsets {first} to {last}) for "
+                f"{exc.waited:g} s, so nothing was written beside them"
+            )
+        return ConcurrentProducerError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped while {what}: "
+            f"another writer with the same producer id is publishing (a zombie try of this task still running, or "
+            f"a stopped broker that delivered records late); {happened}. {self._so_far(result)}. Stop the other try "
+            "(find the task process still running for this task instance), then publish again with the same "
+            "producer id: it skips what is in the stream. A stream created with optimistic_concurrency_control=True "
+            "fences such a writer.",
+            result,
+            partition=exc.partition,
+            duplicates=exc.duplicates,
+        )
+
+    def failed(
+        self, result: ExactlyOnceResult, what: str, exc: LiftbridgeError, after: int | None = None
+    ) -> ExactlyOncePublishError:
+        """The error for a failure that resuming did not (or cannot) fix."""
+        tries = f" after {after} resumption(s)" if after is not None else ""
+        hint = ""
+        if isinstance(exc, IncorrectOffsetError):
+            hint = (
+                " Another writer kept moving the partition (optimistic concurrency control refused the expected "
+                "offset): stop the other writer, or publish to another partition."
+            )
+        # A resumable cause clears by itself; any other (cursors off, read-only, too large) must be fixed first.
+        again = "publishing again" if isinstance(exc, RESUMABLE + MISSING) else "once that is fixed, publishing again"
+        return ExactlyOncePublishError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped{tries} while "
+            f"{what}: {type(exc).__name__}: {str(exc).rstrip('.')}. {self._so_far(result)}; {again} with the same "
+            f"producer id resumes without duplicates.{hint}",
+            result,
+        )

@@ -1,0 +1,280 @@
+"""The tail reader: reads what a partition holds beyond what this producer has seen, and waits
+until reading it is safe, before anything is sent again.
+
+A partition is *settled* for a resumption when a reading shows
+
+- no uncommitted tail: ``newest_offset == high_watermark``, and the high watermark not below one
+  read before (a cluster still loading after a restart reads -1 for seconds);
+- a newest offset that did not move since the reading ``settle`` seconds before (a record the
+  server still held has landed), or, with other producers writing, ``timeout`` seconds of trying;
+- no record of this producer arriving from elsewhere for ``quiet`` seconds (a zombie try of the
+  same task still writing, or a late copy from a stopped broker); for at most ``zombie_wait``;
+- an answer from the broker the records of unknown fate were sent to (it runs again, so it has
+  carried out what it held), or proof that it is gone (its port refuses connections): a stopped
+  broker delivers what it received when it wakes, even after the client gave up on it.
+
+Between readings it reads the newly committed records (a scan) and notes this producer's
+sequence numbers. No sends happen here. See ``docs/exactly-once.md`` and ADR 8.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..diagnostics import refuses_connections
+from ..sync_client import LiftbridgeClient
+from ..types import PartitionInfo
+from .errors import BrokerStillSilent, ProducerStillWriting, TailNotSettled
+from .identity import seq_of
+from .state import Found, ProducerState
+
+__all__ = ["Timer", "TailReader", "Waits", "read_producer_records"]
+
+log = logging.getLogger("airflow_provider_liftbridge.client.exactly_once")
+
+
+@dataclass
+class Timer:
+    """The clock and the sleep of the waits; a scripted test runs them on a virtual clock."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long the tail reader waits for what (seconds); see :class:`ExactlyOncePublisher`."""
+
+    settle: float = 0.2
+    timeout: float = 10.0
+    tail_wait: float = 30.0
+    quiet: float = 1.0
+    zombie_wait: float = 600.0
+
+
+@dataclass
+class _Watch:
+    """One partition's readings during one wait."""
+
+    previous: int | None = None  # the newest offset of the reading before
+    arrived_first: float | None = None  # when records of this producer from elsewhere were first seen
+    arrived_last: float | None = None  # ... and last seen
+    offsets: list[int] = field(default_factory=list)  # their offsets
+    duplicates: int = 0
+
+
+def read_producer_records(
+    client: LiftbridgeClient, stream: str, producer_id: str, partition: int, start: int, stop: int
+) -> Iterator[tuple[int, int]]:
+    """Yield ``(offset, seq)`` of ``producer_id``'s records in ``partition`` between offsets
+    ``start`` and ``stop`` (inclusive). Nothing when ``stop < start``.
+
+    :raises LiftbridgeError: the subscription failed (see ``LiftbridgeClient.subscribe``).
+    """
+    if stop < start:
+        return
+    producer = producer_id.encode()
+    for message in client.subscribe(stream, partition=partition, start_at=start, stop_at=stop):
+        seq = seq_of(message.headers, producer)
+        if seq is not None:
+            yield message.offset, seq
+        if message.offset >= stop:
+            return
+
+
+class TailReader:
+    """Reads one stream's partitions for one producer (see module doc).
+
+    :param client: the caller's client (metadata, subscriptions).
+    :param stream: the stream.
+    :param state: the producer's state, updated by every scan.
+    :param waits: the wait bounds.
+    :param timer: the clock.
+    """
+
+    def __init__(self, client: LiftbridgeClient, stream: str, state: ProducerState, waits: Waits, timer: Timer) -> None:
+        self.client = client
+        self.stream = stream
+        self.state = state
+        self.waits = waits
+        self.timer = timer
+        #: Broker id -> (host, port), from the last metadata read (to tell a stopped broker from a dead one).
+        self.addresses: dict[str, tuple[str, int]] = {}
+        #: Records of this producer that scans found written by someone else while this publisher ran.
+        self.arrivals = 0
+
+    def scan(
+        self, partition: int, wanted: Container[int], info: PartitionInfo, watch: _Watch | None = None
+    ) -> dict[int, int]:
+        """Read ``partition`` from after the last scanned offset up to ``info``'s high watermark;
+        add this producer's sequence numbers to the seen set. Return ``{seq: offset}`` of the
+        ``wanted`` ones found; records of this producer written by someone else go to ``watch``.
+
+        Progress is kept per message, so a scan cut short by a failure continues where it stopped.
+        """
+        state = self.state.parts[partition]
+        found: dict[int, int] = {}
+        if info.newest_offset < state.scanned_to:
+            # The log is shorter than what we knew of it: a new leader truncated records that only
+            # the old leader had, acknowledged ones included (ack policy LEADER). Read again from
+            # the high watermark; the lost ones cannot be told apart and stay counted as written.
+            log.warning(
+                "Producer %r: stream %r partition %d now ends at offset %d, below offset %d this producer had "
+                "seen acknowledged; records acknowledged by the old leader alone were lost (use ack policy ALL)",
+                self.state.producer_id,
+                self.stream,
+                partition,
+                info.newest_offset,
+                state.scanned_to,
+            )
+            state.scanned_to = info.high_watermark
+        if info.high_watermark > state.scanned_to:
+            messages = self.client.subscribe(
+                self.stream, partition=partition, start_at=state.scanned_to + 1, stop_at=info.high_watermark
+            )
+            take = self.state.take
+            for message in messages:
+                state.scanned_to = max(state.scanned_to, message.offset)
+                kind = take(partition, message.offset, message.headers, wanted, found)
+                if watch is not None and kind in (Found.EARLIER, Found.DUPLICATE):
+                    watch.offsets.append(message.offset)
+                    watch.duplicates += kind is Found.DUPLICATE
+            state.scanned_to = max(state.scanned_to, info.high_watermark)
+        # Never above what was seen: with optimistic concurrency control, an expected offset past
+        # an unread record would let the server store a second copy of it.
+        state.next_offset = state.scanned_to + 1
+        return found
+
+    def settle(
+        self,
+        partitions: Sequence[int],
+        wanted: Container[int] = (),
+        *,
+        history: bool = False,
+        observe: float = 0.0,
+        suspects: Mapping[int, str] | None = None,
+    ) -> dict[int, dict[int, int]]:
+        """Wait until each of ``partitions`` has settled (see module doc), reading it meanwhile;
+        return ``{partition: {seq: offset}}`` of the ``wanted`` sequence numbers found.
+
+        :param history: the first reading's records are an earlier try's, not a writer running
+            now (the scan at the start of a try).
+        :param observe: read for at least this long (a try resuming an earlier one looks for a
+            zombie that is still writing).
+        :param suspects: partition -> the broker that got records of this partition and stopped
+            answering before acknowledging them.
+        :raises TailNotSettled: a tail was still uncommitted after ``tail_wait``.
+        :raises BrokerStillSilent: a suspect broker neither answered nor went away in ``tail_wait``.
+        :raises ProducerStillWriting: records of this producer kept arriving for ``zombie_wait``,
+            or were found more than once.
+        """
+        waits, now = self.waits, self.timer.now
+        started = now()
+        suspects = dict(suspects or {})
+        watches = {p: _Watch() for p in partitions}
+        found: dict[int, dict[int, int]] = {p: {} for p in partitions}
+        settled: set[int] = set()
+        first = True
+        while True:
+            waiting: list[PartitionInfo] = []
+            for p in partitions:
+                if p in settled:
+                    continue
+                info = self.client.fetch_partition_metadata(self.stream, p)
+                watch, state = watches[p], self.state.parts[p]
+                state.leader = info.leader or state.leader
+                # A high watermark below one read before is a cluster still loading after a
+                # restart (it reads -1 for seconds), not a partition that lost committed records.
+                committed = state.hw_seen <= info.high_watermark >= info.newest_offset
+                state.hw_seen = max(state.hw_seen, info.high_watermark)
+                if state.hw_seen == info.high_watermark:
+                    self._read(p, wanted, info, watch, found[p], history=first and history)
+                if self._ready(p, info, watch, committed, now() - started, observe, suspects):
+                    settled.add(p)
+                else:
+                    watch.previous = info.newest_offset
+                    waiting.append(info)
+            first = False
+            if not waiting:
+                return found
+            self._check_bounds(waiting, watches, suspects, now() - started)
+            self.timer.sleep(waits.settle if waits.settle > 0 else 0.2)
+
+    def _read(
+        self, p: int, wanted: Container[int], info: PartitionInfo, watch: _Watch, found: dict[int, int], *,
+        history: bool,
+    ) -> None:  # fmt: skip
+        """Scan ``p`` up to ``info``'s high watermark; note records of this producer from elsewhere.
+
+        :raises ProducerStillWriting: one of them repeats a sequence number (not in ``history``).
+        """
+        before = len(watch.offsets)
+        found.update(self.scan(p, wanted, info, watch))
+        if history:  # an earlier try's records (duplicates among them were logged): the baseline
+            watch.offsets.clear()
+            watch.duplicates = 0
+        elif len(watch.offsets) > before:
+            self.arrivals += len(watch.offsets) - before
+            at = self.timer.now()
+            if watch.arrived_first is None:
+                watch.arrived_first = at
+            watch.arrived_last = at
+            if watch.duplicates:
+                raise ProducerStillWriting(p, (watch.offsets[0], watch.offsets[-1]), watch.duplicates, 0.0)
+
+    def _ready(
+        self,
+        p: int,
+        info: PartitionInfo,
+        watch: _Watch,
+        committed: bool,
+        elapsed: float,
+        observe: float,
+        suspects: dict[int, str],
+    ) -> bool:
+        waits = self.waits
+        if not committed or elapsed < observe:
+            return False
+        if watch.arrived_last is not None and self.timer.now() - watch.arrived_last < waits.quiet:
+            return False  # this producer's records are still arriving from elsewhere
+        suspect = suspects.get(p)
+        if suspect is not None:
+            if not self._answered(suspect, info):
+                return False
+            del suspects[p]
+            watch.previous = None  # it may have delivered just now: see the newest offset hold still
+            return False
+        return waits.settle <= 0 or watch.previous == info.newest_offset or elapsed >= waits.timeout
+
+    def _answered(self, broker: str, info: PartitionInfo) -> bool:
+        """Whether ``broker`` has carried out what it held: it answers as the leader (only the
+        leader answers partition metadata), has rejoined the ISR under another leader, or is
+        gone (its port refuses connections, so nothing it held will be delivered)."""
+        if info.leader == broker or (broker in info.isr and info.leader != broker):
+            return True
+        address = self.addresses.get(broker)
+        return address is not None and refuses_connections(*address, timeout=min(1.0, self.waits.timeout))
+
+    def _check_bounds(
+        self, waiting: list[PartitionInfo], watches: dict[int, _Watch], suspects: dict[int, str], elapsed: float
+    ) -> None:
+        waits, now = self.waits, self.timer.now()
+        for info in waiting:
+            watch = watches[info.id]
+            arriving = watch.arrived_last is not None and now - watch.arrived_last < waits.quiet
+            if arriving and elapsed >= waits.zombie_wait:
+                raise ProducerStillWriting(info.id, (watch.offsets[0], watch.offsets[-1]), watch.duplicates, elapsed)
+        if elapsed < waits.tail_wait:
+            return
+        parts = self.state.parts
+        tails = [i for i in waiting if not parts[i.id].hw_seen <= i.high_watermark >= i.newest_offset]
+        if tails:
+            raise TailNotSettled(max(tails, key=lambda i: i.newest_offset - i.high_watermark), waits.tail_wait)
+        silent = [i.id for i in waiting if i.id in suspects]
+        if silent:
+            raise BrokerStillSilent(suspects[silent[0]], silent[0], waits.tail_wait)
+        if all(watches[i.id].arrived_last is None for i in waiting):
+            raise TailNotSettled(waiting[0], waits.tail_wait)
