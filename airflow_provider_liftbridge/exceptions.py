@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_liftbridge.connection_fields import field_label
+
 __all__ = [
     "LiftbridgeAirflowError",
     "LiftbridgeConnectionConfigError",
@@ -36,8 +38,6 @@ class LiftbridgeConnectionConfigError(LiftbridgeAirflowError, ValueError):
     """
 
     def __init__(self, conn_id: str, field: str, problem: str) -> None:
-        from airflow_provider_liftbridge.hooks.connection_fields import field_label
-
         self.conn_id = conn_id
         self.field = field
         self.problem = problem

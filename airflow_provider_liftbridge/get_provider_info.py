@@ -2,7 +2,7 @@
 
 Airflow's ProvidersManager reads it without importing hooks: the ``liftbridge`` connection form
 (``conn-fields``, ``ui-field-behaviour``) is declared here as data (from
-:mod:`airflow_provider_liftbridge.hooks.connection_fields`, which imports nothing).
+:mod:`airflow_provider_liftbridge.connection_fields`, which imports nothing).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_liftbridge import __version__
-from airflow_provider_liftbridge.hooks.connection_fields import connection_type_info
+from airflow_provider_liftbridge.connection_fields import connection_type_info
 
 INTEGRATION = "Liftbridge"
 _PKG = "airflow_provider_liftbridge"

@@ -9,8 +9,8 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, ConnectionSettings
 
+from ..connection_fields import CONN_TYPE, DEFAULT_CONN_ID
 from .connection import settings_from_connection
-from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID
 
 __all__ = ["TRIGGERER_CLIENT_OPTIONS", "LiftbridgeAsyncHook"]
 

@@ -22,8 +22,8 @@ from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPub
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.nats_security import redact_url
 
+from ..connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
 from .connection import settings_from_connection
-from .connection_fields import CONN_TYPE, DEFAULT_CONN_ID, UI_FIELD_BEHAVIOUR
 
 __all__ = ["LiftbridgeHook"]
 

@@ -16,7 +16,7 @@ from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, Tl
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_url
 
-from .connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
+from ..connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
 
 __all__ = ["ConnectionLike", "parse_ack_policy", "settings_from_connection"]
 

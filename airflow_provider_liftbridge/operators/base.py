@@ -10,8 +10,8 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.exactly_once import producer_id_for
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 
 __all__ = ["LiftbridgeBaseOperator", "producer_id_of"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, conf
 
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeTriggerEventError
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
 
 __all__ = ["LiftbridgeBaseSensor"]

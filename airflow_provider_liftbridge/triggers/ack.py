@@ -20,9 +20,9 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import Ack, AckError, ConnectionSettings
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.validation import check_partition
 
 from .base import LiftbridgeBaseTrigger, closing_subscription, wait_for_offset

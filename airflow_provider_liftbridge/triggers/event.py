@@ -43,9 +43,9 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import TRIGGERER_CLIENT_OPTIONS, LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
 
 from .base import LiftbridgeBaseTrigger, closing_subscription

@@ -10,9 +10,9 @@ from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import Message, StartPosition
 from airflow_provider_liftbridge.client.consumer import AutoOffset
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
 
 from .base import LiftbridgeBaseTrigger, closing_subscription, jsonable, message_to_json

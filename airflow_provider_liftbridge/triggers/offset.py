@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.hooks.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.validation import check_partition, check_stream
 
 from .base import LiftbridgeBaseTrigger, wait_for_offset

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from airflow_provider_liftbridge.connection_fields import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_liftbridge.get_provider_info import get_provider_info
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-from airflow_provider_liftbridge.hooks.connection_fields import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
 
 

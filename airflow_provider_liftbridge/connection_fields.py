@@ -5,7 +5,8 @@ Airflow 3.2+ reads these declarations from the provider metadata (``conn-fields`
 without importing the hook. The hook parses the same extras (see
 :mod:`airflow_provider_liftbridge.hooks.connection`), so the names live here once.
 
-This module imports nothing, so reading provider metadata stays cheap.
+A neutral module: it imports nothing, so reading provider metadata stays cheap, and the
+hooks and :mod:`airflow_provider_liftbridge.exceptions` both read the names from here.
 """
 
 from __future__ import annotations
