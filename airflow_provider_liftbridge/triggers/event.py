@@ -21,34 +21,32 @@ incarnation's offset. See ``docs/event-driven.md`` for what is and is not guaran
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime as dt
 import hashlib
 import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider_liftbridge.client import (
-    AsyncLiftbridgeClient,
-    LiftbridgeError,
-    Message,
-    NoSuchPartitionError,
-    NoSuchStreamError,
-    NotLeaderError,
-    PartitionPausedError,
-    StartPosition,
-    UnavailableError,
-)
+from airflow_provider_liftbridge.client import LiftbridgeError
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
-from airflow_provider_liftbridge.hooks.async_hook import TRIGGERER_CLIENT_OPTIONS, LiftbridgeAsyncHook
-from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
+from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
+from airflow_provider_liftbridge.validation import check_partition, check_stream
 
 from .base import LiftbridgeBaseTrigger, closing_subscription
+from .event_group import GroupReader, split_delivery_key
+from .event_reader import (
+    CursorCommitter,
+    Delivery,
+    PartitionReader,
+    Reader,
+    incarnation_cursor_id,
+    parse_watch_start,
+    started_cursor_id,
+)
 from .message import apply_to_message, group_auto_offset, match_event, resolve_apply_function
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
@@ -90,25 +88,10 @@ DEFAULT_COMMIT_INTERVAL = 0.5
 #: messages after a restart is harmless; one SetCursor per message is not free).
 DEFAULT_COMMIT_EVERY = 100
 #: Conditions a long-lived watcher waits out (polling) instead of failing.
-_WAITABLE = (NoSuchStreamError, NoSuchPartitionError, PartitionPausedError, NotLeaderError, UnavailableError)
 
 
 class LiftbridgeWatcherError(LiftbridgeAirflowError):
     """The watcher cannot go on without skipping or repeating messages (the message says why)."""
-
-
-def incarnation_cursor_id(cursor_id: str, creation_timestamp: int) -> str:
-    """The Liftbridge cursor id a watcher uses for one incarnation of its stream.
-
-    :param cursor_id: the watcher's cursor id.
-    :param creation_timestamp: the stream's creation timestamp (``StreamInfo.creation_timestamp``).
-    """
-    return f"{cursor_id}@{creation_timestamp}"
-
-
-def started_cursor_id(cursor_key: str) -> str:
-    """The mark a watcher sets when it begins reading an incarnation from its first offset."""
-    return f"{cursor_key}#started"
 
 
 def default_cursor_id(
@@ -126,16 +109,6 @@ def default_cursor_id(
     return f"airflow-watcher-{digest[:16]}"
 
 
-def _parse_watch_start(value: Any) -> StartPosition | int | dt.datetime:
-    position = parse_start_at(value)
-    if position is StartPosition.LATEST:
-        raise LiftbridgeArgumentError(
-            f"start_at {value!r} cannot start a watcher: use 'earliest', 'new_only', an offset or an ISO 8601 "
-            "timestamp ('latest' would re-read the newest message after every restart before the first event)"
-        )
-    return position
-
-
 def _positive(name: str, value: Any, what: str, kind: type[int] | type[float]) -> Any:
     """``value`` as ``kind`` if it is a positive number (a whole one for ``int``).
 
@@ -145,107 +118,6 @@ def _positive(name: str, value: Any, what: str, kind: type[int] | type[float]) -
     if isinstance(value, bool) or not isinstance(value, number_types) or value <= 0:
         raise LiftbridgeArgumentError(f"{name} must be {what}, got {value!r}")
     return kind(value)
-
-
-class Delivery(NamedTuple):
-    """A message read by a watcher, with the cursor id of the stream incarnation it belongs to."""
-
-    cursor_key: str
-    message: Message
-
-
-class _PartitionReader:
-    """Reads one partition from the watcher's place on, waits out a missing, paused or read-only
-    partition, and writes the watcher's cursor. Shared by the run() path and the ack-mode producer;
-    only who calls :meth:`commit`, and when, differs."""
-
-    def __init__(self, trigger: LiftbridgeEventTrigger) -> None:
-        self._trigger = trigger
-        self._hook: LiftbridgeAsyncHook | None = None
-        self._client: AsyncLiftbridgeClient | None = None
-        self._incarnation: int | None = None
-
-    async def open(self) -> AsyncLiftbridgeClient:
-        """Build the client: from ``brokers`` when given, else from the connection."""
-        if self._client is None:
-            if self._trigger.brokers:
-                self._client = AsyncLiftbridgeClient(self._trigger.brokers, **TRIGGERER_CLIENT_OPTIONS)
-            else:
-                self._hook = LiftbridgeAsyncHook(liftbridge_conn_id=self._trigger.liftbridge_conn_id)
-                self._client = await self._hook.get_async_client()
-        return self._client
-
-    async def close(self) -> None:
-        client, self._client = self._client, None
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            await hook.aclose()
-        elif client is not None:
-            await client.close()
-
-    async def _locate(self, client: AsyncLiftbridgeClient) -> tuple[str, StartPosition | int | dt.datetime]:
-        """The cursor id of the stream's current incarnation and where to subscribe from.
-
-        :raises NoSuchStreamError: / :raises NoSuchPartitionError: not there (yet).
-        """
-        t = self._trigger
-        metadata = await client.fetch_metadata([t.stream])
-        info = metadata.streams.get(t.stream)
-        if info is None:
-            raise NoSuchStreamError(f"stream {t.stream!r} does not exist (yet)")
-        if t.partition not in info.partitions:
-            raise NoSuchPartitionError(f"stream {t.stream!r} has no partition {t.partition}")
-        key = incarnation_cursor_id(t.cursor_id, info.creation_timestamp)
-        seen_before, self._incarnation = self._incarnation, info.creation_timestamp
-        cursor = await client.fetch_cursor(key, t.stream, t.partition)
-        if cursor >= 0:
-            return key, cursor + 1
-        # No message done yet in this incarnation. A "started" mark (a second cursor) tells a restart
-        # that the watcher already began here, i.e. at the partition's start: a cursor of -1 cannot.
-        started = started_cursor_id(key)
-        if await client.fetch_cursor(started, t.stream, t.partition) >= 0 or (
-            seen_before is not None and seen_before != info.creation_timestamp  # re-created while watched
-        ):
-            start: StartPosition | int | dt.datetime = StartPosition.EARLIEST
-        else:
-            start = _parse_watch_start(t.start_at)
-            if start is StartPosition.NEW_ONLY:
-                # Pin "new" now, so a restart before the first event does not skip what came meanwhile.
-                newest = (await client.fetch_partition_metadata(t.stream, t.partition)).newest_offset
-                if newest >= 0:
-                    await client.set_cursor(key, t.stream, t.partition, newest)
-                    return key, newest + 1
-                start = StartPosition.EARLIEST
-        if start is StartPosition.EARLIEST:
-            await client.set_cursor(started, t.stream, t.partition, 0)
-        return key, start
-
-    async def deliveries(self) -> AsyncIterator[Delivery]:
-        """Every message from the watcher's place on, forever (a missing, paused or read-only
-        partition is polled every ``poll_interval`` seconds)."""
-        t = self._trigger
-        client = await self.open()
-        last_why = ""
-        while True:
-            try:
-                key, start = await self._locate(client)
-                subscription = client.subscribe(t.stream, partition=t.partition, start_at=start)
-                async with closing_subscription(subscription) as messages:
-                    async for message in messages:
-                        yield Delivery(key, message)
-                why = "the partition is read-only"
-            except _WAITABLE as exc:
-                why = str(exc)
-            # Said once per condition, not once per poll.
-            level = logging.DEBUG if why == last_why else logging.INFO
-            log.log(level, "watcher of %s/%d waits (every %gs): %s", t.stream, t.partition, t.poll_interval, why)
-            last_why = why
-            await asyncio.sleep(t.poll_interval)
-
-    async def commit(self, cursor_key: str, offset: int) -> None:
-        """Record ``offset`` as the last message the watcher is done with."""
-        client = await self.open()
-        await client.set_cursor(cursor_key, self._trigger.stream, self._trigger.partition, offset)
 
 
 def subscriber_queue_size() -> int:
@@ -262,13 +134,11 @@ def effective_window(max_in_flight: int, queue_size: int) -> int:
     return max_in_flight if queue_size <= 0 else min(max_in_flight, queue_size)
 
 
-def make_reader(trigger: LiftbridgeEventTrigger) -> _PartitionReader:
+def make_reader(trigger: LiftbridgeEventTrigger) -> Reader:
     """The reader of a watcher: its one partition, or (``consumer_group``) what its group assigns it."""
     if trigger.consumer_group:
-        from .event_group import GroupReader
-
-        return GroupReader(trigger)  # type: ignore[return-value]  # the same interface
-    return _PartitionReader(trigger)
+        return GroupReader(trigger)
+    return PartitionReader(trigger)
 
 
 def _open_window() -> Any:
@@ -306,69 +176,6 @@ def _event_was_gated(window: Any) -> bool:
         return True
 
 
-class _CursorCommitter:
-    """Writes the watcher's cursor ``interval`` seconds after the first confirmed message it does
-    not cover yet, or as soon as ``every`` confirmed messages are not covered, whichever comes
-    first. Writes are serialized and never move the cursor back."""
-
-    def __init__(self, reader: _PartitionReader, every: int, interval: float) -> None:
-        self._reader = reader
-        self._every = every
-        self._interval = interval
-        self._pending: tuple[str, int] | None = None
-        self._count = 0
-        self._lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
-
-    async def done(self, cursor_key: str, offset: int) -> None:
-        """Note that the watcher is done with ``offset`` (its event is stored, or it fired none)."""
-        if self._pending is not None and self._pending[0] != cursor_key:
-            await self.flush()  # the stream was re-created: close the old incarnation first
-        self._pending = (cursor_key, offset)
-        self._count += 1
-        if self._count >= self._every:
-            await self.flush()
-        elif self._timer is None or self._timer.done():
-            self._timer = asyncio.create_task(self._flush_later(), name="liftbridge-watcher-cursor")
-
-    async def flush(self) -> None:
-        """Write the newest noted offset now (nothing when none is pending).
-
-        :raises LiftbridgeError: the write failed (the offset stays pending).
-        """
-        async with self._lock:
-            pending, count = self._pending, self._count
-            if pending is None:
-                return
-            self._pending, self._count = None, 0
-            try:
-                await self._reader.commit(*pending)
-            except BaseException:
-                if self._pending is None:  # nothing newer was noted meanwhile: keep this one
-                    self._pending, self._count = pending, self._count + count
-                raise
-
-    async def _flush_later(self) -> None:
-        while self._pending is not None:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.flush()
-            except LiftbridgeError as exc:
-                log.warning("watcher cursor write failed (retrying in %gs): %s", self._interval, exc)
-
-    async def aclose(self) -> None:
-        """Stop the timer and write what is pending (best effort: a failure is logged)."""
-        timer, self._timer = self._timer, None
-        if timer is not None and not timer.done():
-            timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await timer
-        try:
-            await self.flush()
-        except LiftbridgeError as exc:
-            log.warning("watcher cursor write on close failed; its last messages will be read again: %s", exc)
-
-
 class _CursorProducer(SharedStreamProducer):  # type: ignore[misc,valid-type]
     """Ack mode: the triggerer hands back, in order, the messages whose events are stored (or that
     the filter passed over); the cursor moves to the last one. Anything else stops the watcher,
@@ -382,7 +189,7 @@ class _CursorProducer(SharedStreamProducer):  # type: ignore[misc,valid-type]
 
     def __init__(self, trigger: LiftbridgeEventTrigger, window: int) -> None:
         self._reader = make_reader(trigger)
-        self._committer = _CursorCommitter(self._reader, trigger.commit_every, trigger.commit_interval)
+        self._committer = CursorCommitter(self._reader, trigger.commit_every, trigger.commit_interval)
         self.window = window
         self.in_flight = 0
         self._room = asyncio.Event()
@@ -501,7 +308,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         self.cursor_id = cursor_id or default_cursor_id(
             stream, self.partition, apply_function, self.apply_function_args, self.apply_function_kwargs
         )
-        _parse_watch_start(start_at)  # validate; kept as given so serialize() returns it unchanged
+        parse_watch_start(start_at)  # validate; kept as given so serialize() returns it unchanged
         self.start_at = start_at
         if brokers is not None and (not isinstance(brokers, str) or not brokers.strip()):
             raise LiftbridgeArgumentError(f"brokers must be 'host:port[,host:port]' or None, got {brokers!r}")
@@ -546,8 +353,6 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             return None
         cursor_id = delivery.cursor_key
         if self.consumer_group:
-            from .event_group import split_delivery_key
-
             cursor_id = split_delivery_key(cursor_id)[0]
         return {"status": "success", **match_event(message, result), "cursor_id": cursor_id}
 

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 from airflow_provider_liftbridge.client import AsyncGroupConsumer, ConsumerGroupError
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 
+from .event_reader import WAITABLE, Delivery, PartitionReader, WatchTarget
 from .message import group_auto_offset
 
 if TYPE_CHECKING:
     from airflow_provider_liftbridge.client import AsyncLiftbridgeClient
-
-    from .event import Delivery, LiftbridgeEventTrigger
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +45,11 @@ class GroupReader:
     same interface as the event trigger's one-partition reader (``open``, ``deliveries``, ``commit``,
     ``close``)."""
 
-    def __init__(self, trigger: LiftbridgeEventTrigger) -> None:
-        from .event import _PartitionReader
-
+    def __init__(self, trigger: WatchTarget) -> None:
         assert trigger.consumer_group
         self._trigger = trigger
         self._group = trigger.consumer_group
-        self._connection = _PartitionReader(trigger)  # owns building and closing the client
+        self._connection = PartitionReader(trigger)  # owns building and closing the client
         self._consumer: AsyncGroupConsumer | None = None
 
     async def open(self) -> AsyncLiftbridgeClient:
@@ -61,8 +58,6 @@ class GroupReader:
     async def deliveries(self) -> AsyncIterator[Delivery]:
         """Every message of this member's partitions, from the group's positions on, forever (a
         missing stream is polled every ``poll_interval`` seconds)."""
-        from .event import _WAITABLE, Delivery
-
         t = self._trigger
         self._consumer = consumer = (await self.open()).group_consumer(
             self._group,
@@ -75,7 +70,7 @@ class GroupReader:
             try:
                 async for message in consumer.messages():
                     yield Delivery(group_delivery_key(self._group, message.partition), message)
-            except (ConsumerGroupError, *_WAITABLE) as exc:
+            except (ConsumerGroupError, *WAITABLE) as exc:
                 log.info("group watcher of %s waits (every %gs): %s", t.stream, t.poll_interval, exc)
                 await asyncio.sleep(t.poll_interval)
 
