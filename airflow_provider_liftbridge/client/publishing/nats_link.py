@@ -1,4 +1,5 @@
-"""A client's NATS connection and, for the blocking client, the event loop it runs on."""
+"""A client's NATS connection (connecting, security, reconnecting) and, for the blocking client, the
+event loop it runs on."""
 
 from __future__ import annotations
 
@@ -9,18 +10,71 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+import nats
 from nats.aio.client import Client as NatsClient
 
-from airflow_provider_liftbridge.nats_security import NatsSecurity
+from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
-from ..errors import UnavailableError
-from .nats_engine import connect_nats
+from ..diagnostics import NatsErrors
+from ..errors import InvalidArgumentError, UnavailableError
 
-__all__ = ["LoopThread", "NatsLink"]
+__all__ = ["LoopThread", "NatsLink", "connect_nats"]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
 
 _T = TypeVar("_T")
+
+
+async def connect_nats(
+    servers: str | Sequence[str],
+    *,
+    connect_timeout: float = 5.0,
+    security: NatsSecurity | None = None,
+    reconnect: bool = True,
+) -> NatsClient:
+    """Connect to NATS with settings fit for bulk publishing (a large outbound buffer, subjects
+    not re-validated on every publish: they come from stream metadata). Every NATS connection of
+    the client is opened here, so TLS, credentials and error diagnosis are the same on all paths.
+
+    :param security: TLS and authentication (``None``: plain, anonymous unless the URLs carry a user).
+    :param reconnect: whether the connection reconnects by itself once lost (exactly-once turns it
+        off: a reconnecting client would deliver what it buffered after the publisher moved on).
+    :raises InvalidArgumentError: no server given, or unusable TLS / NKEY files.
+    :raises UnavailableError: no NATS server could be reached, or it refused the credentials.
+    """
+    urls = [servers] if isinstance(servers, str) else list(servers)
+    if not urls:
+        raise InvalidArgumentError("nats_servers is empty; give at least one 'nats://host:port' URL")
+    errors = NatsErrors()
+    # nats-py retries the first connection max_reconnect_attempts times even without reconnects
+    # (60 x 2 s by default): a refused connection must fail in about a second.
+    retry: dict[str, Any] = (
+        {"allow_reconnect": True, "max_reconnect_attempts": 5, "reconnect_time_wait": 0.2}
+        if reconnect
+        else {"allow_reconnect": False, "max_reconnect_attempts": 1, "reconnect_time_wait": 0.5}
+    )
+    try:
+        options = security.connect_options(urls) if security is not None else {}
+    except NatsSecurityError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    try:
+        # The outer deadline: nats-py 2.x never returns when a TLS handshake fails (the cause
+        # reaches error_cb, the connect call hangs).
+        nc = await asyncio.wait_for(
+            nats.connect(
+                servers=urls,
+                connect_timeout=int(max(1, connect_timeout)),
+                pending_size=64 * 1024 * 1024,
+                skip_subject_validation=True,
+                error_cb=errors.record,
+                **retry,
+                **options,
+            ),
+            timeout=2 * max(1.0, connect_timeout) + 2,
+        )
+    except Exception as exc:  # nats-py raises several unrelated types for "cannot connect"
+        raise errors.connect_error(urls, exc) from None
+    return nc
 
 
 class NatsLink:

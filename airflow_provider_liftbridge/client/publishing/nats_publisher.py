@@ -15,7 +15,8 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity
 from ..conversion import ack_from_pb
 from ..errors import InvalidArgumentError
 from ..types import Ack, AckPolicy, Record
-from .nats_engine import connect_nats, correlation_ids, outcome_acks, partition_subject, publish_enveloped
+from .nats_engine import correlation_ids, outcome_acks, partition_subject, publish_enveloped
+from .nats_link import connect_nats
 from .resend import NO_RESEND, ResendPolicy
 
 __all__ = ["NatsPublisher", "publish_many_direct"]
@@ -36,7 +37,7 @@ class NatsPublisher:
     async def connect(
         cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0, security: NatsSecurity | None = None
     ) -> NatsPublisher:
-        """Connect to NATS (see :func:`~.nats_engine.connect_nats`).
+        """Connect to NATS (see :func:`~.nats_link.connect_nats`).
 
         :raises InvalidArgumentError: no server given, or unusable TLS / NKEY files.
         :raises UnavailableError: no NATS server could be reached, or it refused the credentials.
