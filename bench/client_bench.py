@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import queue
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import grpc
+import baselines
 
-from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient, StopPosition
 from airflow_provider_liftbridge.devserver import DevServerProcess
 
-VALUE = b"x" * 100
+VALUE = baselines.VALUE
 
 
 def measure(fn: Callable[[], int]) -> tuple[float, float, int]:
@@ -42,63 +39,9 @@ def measure(fn: Callable[[], int]) -> tuple[float, float, int]:
     return time.perf_counter() - wall, time.process_time() - cpu, n
 
 
-def raw_publish_async(address: str, stream: str, n: int, window: int = 256) -> int:
-    """The baseline: generated stub, PublishAsync, ``window`` requests in flight."""
-    with grpc.insecure_channel(address) as channel:
-        stub = api_pb2_grpc.APIStub(channel)
-        room = threading.Semaphore(window)
-        requests: queue.Queue[api_pb2.PublishRequest | None] = queue.Queue()
-
-        def gen() -> Iterator[api_pb2.PublishRequest]:
-            while (req := requests.get()) is not None:
-                yield req
-
-        call = stub.PublishAsync(gen())
-
-        def feed() -> None:
-            for i in range(n):
-                room.acquire()
-                requests.put(
-                    api_pb2.PublishRequest(stream=stream, value=VALUE, correlationId=str(i), expectedOffset=-1)
-                )
-
-        feeder = threading.Thread(target=feed)
-        feeder.start()
-        got = 0
-        for _ in call:
-            got += 1
-            room.release()
-            if got == n:
-                break
-        requests.put(None)
-        call.cancel()
-        feeder.join()
-        return got
-
-
-def raw_subscribe(address: str, stream: str, n: int) -> int:
-    """The baseline: generated stub, Subscribe from the earliest message to offset ``n - 1``."""
-    with grpc.insecure_channel(address) as channel:
-        stub = api_pb2_grpc.APIStub(channel)
-        req = api_pb2.SubscribeRequest(
-            stream=stream, startPosition=api_pb2.EARLIEST, stopPosition=api_pb2.STOP_OFFSET, stopOffset=n - 1
-        )
-        got = 0
-        try:
-            for msg in stub.Subscribe(req):
-                got += msg.ByteSize() > 0
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise
-        return got
-
-
 def bulk(n: int, rounds: int) -> None:
     """The bulk NATS path beside its fallback and the raw baseline; see the module docstring."""
     import statistics
-
-    # run.py imports this module; import it here, not at the top, to keep that one way.
-    from run import raw_nats_envelopes  # type: ignore[import-not-found]
 
     from airflow_provider_liftbridge import nats_adapter
 
@@ -121,7 +64,7 @@ def bulk(n: int, rounds: int) -> None:
         variants: dict[str, Callable[[], tuple[float, float, int]]] = {
             names[0]: lambda: ours(address, url, "bulk", True),
             names[1]: lambda: ours(address, url, "bulk-public", False),
-            names[2]: lambda: measure(lambda: asyncio.run(raw_nats_envelopes(url, "bulk-raw", n, 1024))),
+            names[2]: lambda: measure(lambda: asyncio.run(baselines.raw_nats_envelopes(url, "bulk-raw", n, 1024))),
         }
         for r in range(rounds):
             for name in names if r % 2 == 0 else reversed(names):
@@ -152,7 +95,8 @@ def main() -> None:
             for s in ("raw", "single", "many", "amany"):
                 c.create_stream(s, s)
 
-            rows.append(("raw stub PublishAsync (window 256)", *measure(lambda: raw_publish_async(address, "raw", n))))
+            raw = measure(lambda: baselines.raw_publish_async(address, "raw", n))
+            rows.append(("raw stub PublishAsync (window 256)", *raw))
             rows.append(("client.publish (one at a time)",
                          *measure(lambda: sum(1 for _ in range(single) if c.publish("single", VALUE)))))  # fmt: skip
             rows.append(("client.publish_many (window 256)",
@@ -163,7 +107,7 @@ def main() -> None:
                     return len(await ac.publish_many("amany", [VALUE] * n, window=256))
 
             rows.append(("async publish_many (window 256)", *measure(lambda: asyncio.run(amany()))))
-            rows.append(("raw stub Subscribe", *measure(lambda: raw_subscribe(address, "many", n))))
+            rows.append(("raw stub Subscribe", *measure(lambda: baselines.raw_subscribe(address, "many", n))))
             latest = StopPosition.LATEST
             rows.append(("client.subscribe", *measure(lambda: sum(1 for _ in c.subscribe("many", stop_at=latest)))))
 

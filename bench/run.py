@@ -41,7 +41,6 @@ from typing import Any
 import google_crc32c
 import grpc
 import grpc.aio
-import nats
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmarks, imported for reuse
@@ -50,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmarks, 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-import client_bench  # noqa: E402
+import baselines  # noqa: E402  (the raw stub / nats-py baselines)
 import codec_bench  # noqa: E402  (codec fixtures and the timing helper)
-from _measure import cpu_seconds, machine  # noqa: E402  (raw PublishAsync / Subscribe stub baselines)
+from _measure import cpu_seconds, machine  # noqa: E402  (other processes' CPU, the machine line)
 
 from airflow_provider_liftbridge import codec  # noqa: E402
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
@@ -66,7 +65,7 @@ from airflow_provider_liftbridge.client.publishing.publisher import DEFAULT_BATC
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
 
-VALUE = b"x" * 100
+VALUE = baselines.VALUE
 BULK_WINDOW = NATS_WINDOW  # the NATS path's default window
 GRPC_WINDOW = 256
 
@@ -198,45 +197,6 @@ def fresh(client: LiftbridgeClient, prefix: str, partitions: int = 1) -> str:
     return name
 
 
-def raw_unary(address: str, stream: str, n: int) -> int:
-    """Baseline: generated stub ``Publish`` with a deadline (so the server waits for the ack)."""
-    with grpc.insecure_channel(address) as channel:
-        stub = api_pb2_grpc.APIStub(channel)
-        for i in range(n):
-            stub.Publish(api_pb2.PublishRequest(stream=stream, value=VALUE, correlationId=str(i)), timeout=10)
-    return n
-
-
-async def raw_nats_envelopes(url: str, subject: str, n: int, window: int) -> int:
-    """Baseline: nats-py and the codec with no client around them: build each envelope (CRC on),
-    publish it, decode every ack on one ack inbox, at most ``window`` unacknowledged."""
-    nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
-    inbox = nc.new_inbox()
-    acked = 0
-    room = asyncio.Event()
-    done = asyncio.Event()
-
-    async def on_ack(msg: Any) -> None:
-        nonlocal acked
-        ack = codec.unmarshal_ack(msg.data)
-        if ack.ackError:
-            raise RuntimeError(f"ack error {ack.ackError}")
-        acked += 1
-        room.set()
-        if acked == n:
-            done.set()
-
-    await nc.subscribe(inbox, cb=on_ack, pending_msgs_limit=1 << 20)
-    for i in range(n):
-        await nc.publish(subject, codec.new_message(VALUE, ack_inbox=inbox, correlation_id=str(i)))
-        while i + 1 - acked >= window:
-            room.clear()
-            await room.wait()
-    await asyncio.wait_for(done.wait(), 120)
-    await nc.close()
-    return acked
-
-
 def in_child(mode: str, address: str, stream: str, n: int, server_pid: int | None) -> Run:
     """Run a gufo-liftbridge baseline in a child process (see ``_gufo_worker.py`` for why) and
     return the child's own measurement."""
@@ -258,7 +218,7 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
         best = interleaved(
             {
                 "ours": lambda: sum(1 for _ in range(n) if c.publish(s_ours, VALUE)),
-                "raw": lambda: raw_unary(address, s_raw, n),
+                "raw": lambda: baselines.raw_unary(address, s_raw, n),
             },
             meter,
             args.rounds,
@@ -271,7 +231,7 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
         best = interleaved(
             {
                 "ours": lambda: len(c.publish_many(s_ours, [VALUE] * n, window=GRPC_WINDOW, path="grpc")),
-                "raw": lambda: client_bench.raw_publish_async(address, s_raw, n, GRPC_WINDOW),
+                "raw": lambda: baselines.raw_publish_async(address, s_raw, n, GRPC_WINDOW),
             },
             meter,
             args.rounds,
@@ -292,7 +252,7 @@ def publishing_cases(srv: Server, meter: Meter, args: argparse.Namespace) -> tup
         best = interleaved(
             {
                 "ours": lambda: len(c.publish_many(s_ours, [VALUE] * n, window=BULK_WINDOW, path="nats")),
-                "raw": lambda: asyncio.run(raw_nats_envelopes(url, s_raw, n, BULK_WINDOW)),
+                "raw": lambda: asyncio.run(baselines.raw_nats_envelopes(url, s_raw, n, BULK_WINDOW)),
                 "gufo": lambda: in_child("publish", address, s_gufo, g, srv.pid),
             },
             meter,
@@ -408,7 +368,7 @@ def subscribing_cases(srv: Server, meter: Meter, args: argparse.Namespace, strea
         best = interleaved(
             {
                 "ours": lambda: sum(1 for _ in c.subscribe(stream, stop_at=n - 1)),
-                "raw": lambda: client_bench.raw_subscribe(address, stream, n),
+                "raw": lambda: baselines.raw_subscribe(address, stream, n),
                 "gufo": lambda: in_child("subscribe", address, stream, n, srv.pid),
             },
             meter,
