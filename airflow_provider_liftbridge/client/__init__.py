@@ -6,7 +6,7 @@ See ``docs/client.md`` for usage and guarantees.
 from __future__ import annotations
 
 from .async_client import AsyncLiftbridgeClient
-from .consumer import AsyncGroupConsumer, ConsumerGroupError, GroupConsumer
+from .consumer import ConsumerGroupError
 from .errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -28,6 +28,7 @@ from .errors import (
     StreamExistsError,
     UnavailableError,
 )
+from .group_consumer import AsyncGroupConsumer, GroupConsumer
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
 from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked

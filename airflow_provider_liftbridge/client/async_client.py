@@ -20,7 +20,7 @@ from . import operations, subscription
 from .base import ClientBase, SubscriptionReader
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
 from .compression import Compression
-from .consumer import AsyncGroupConsumer, AutoOffset
+from .consumer import AutoOffset
 from .effects import (
     END,
     Cancel,
@@ -39,6 +39,7 @@ from .effects import (
     Write,
 )
 from .errors import ClientClosedError
+from .group_consumer import AsyncGroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
 from .publishing.batch import PublishPath

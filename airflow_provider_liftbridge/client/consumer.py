@@ -8,20 +8,21 @@ rebalances and coordinator changes, and leaves. See ``docs/consumer-groups.md``.
 How reading works: a *poll* first does the group's bookkeeping when due (heartbeat = fetching the
 assignments, committing, rejoining, reporting a dead coordinator), then reads, per assigned
 partition, what is committed there now (up to ``max_batch`` messages, bounded by the high watermark
-it just fetched), and ends. :meth:`GroupConsumer.messages` polls in a loop, waiting ``idle_wait``
+it just fetched), and ends. :meth:`~.group_consumer.GroupConsumer.messages` polls in a loop, waiting ``idle_wait``
 between empty polls. Messages handed to the caller count as consumed: ``commit()`` stores the
 position after the last one of each partition; with ``auto_commit_interval`` the next poll does it,
 which is at-least-once as long as a message is processed before the caller asks for the next poll.
 
 The state lives in :class:`GroupMember` (no I/O); the operations take the client's core and the
-member; :class:`GroupConsumer` and :class:`AsyncGroupConsumer` run them on a client's transport.
+member; :class:`~.group_consumer.GroupConsumer` and :class:`~.group_consumer.AsyncGroupConsumer` run them on a
+client's transport.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,7 +38,7 @@ from .routing import ClientCore
 from .subscription import subscribe
 from .types import Message
 
-__all__ = ["AsyncGroupConsumer", "AutoOffset", "ConsumerGroupError", "GroupConsumer", "GroupMember"]
+__all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember"]
 
 #: Where a member starts a partition the group has no position for: only messages published after
 #: the assignment (``"new_only"``, the Go client's default), the oldest (``"earliest"``), the newest
@@ -461,141 +462,3 @@ def consume(
             continue
         wait = idle_wait if deadline is None else min(idle_wait, deadline - now)
         yield Sleep(max(wait, 0.0))
-
-
-# ---------------------------------------------------------------------------------------------
-# The two front ends
-# ---------------------------------------------------------------------------------------------
-
-
-class _Consumer:
-    """What the two front ends share: the member, the client's transport and core, and the
-    operations they run. Made by ``LiftbridgeClient.group_consumer`` /
-    ``AsyncLiftbridgeClient.group_consumer`` (whose docstrings describe the options).
-
-    :param run: executes an operation on the client's transport.
-    :param drive: executes a streaming operation, yielding what it emits.
-    :param core: the client's shared state.
-    """
-
-    def __init__(
-        self,
-        run: Callable[[Op[Any]], Any],
-        drive: Callable[[Op[Any]], Any],
-        core: ClientCore,
-        group_id: str,
-        streams: str | Sequence[str],
-        *,
-        consumer_id: str | None = None,
-        auto_offset: AutoOffset = "new_only",
-        auto_commit_interval: float | None = 5.0,
-        max_batch: int = 512,
-        idle_wait: float = 0.2,
-    ) -> None:
-        self._run = run
-        self._drive = drive
-        self._core = core
-        self.member = GroupMember(
-            group_id,
-            [streams] if isinstance(streams, str) else list(streams),
-            consumer_id or "",
-            auto_offset,
-            auto_commit_interval,
-            max_batch,
-        )
-        self.idle_wait = idle_wait
-
-    @property
-    def consumer_id(self) -> str:
-        """This member's id in the group."""
-        return self.member.consumer_id
-
-    @property
-    def assignments(self) -> dict[str, list[int]]:
-        """The partitions assigned to this member, per stream (as last heard from the coordinator)."""
-        return {s: list(p) for s, p in self.member.assignments.items()}
-
-    # The operations, bound to this member; the front ends only say how they are run.
-    def _join_op(self) -> Op[None]:
-        yield from join(self._core, self.member)
-        yield from heartbeat(self._core, self.member)
-
-    def _consume_op(self, max_messages: int | None, timeout: float | None) -> Op[None]:
-        return consume(self._core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
-
-    def _commit_op(self) -> Op[int]:
-        return commit(self._core, self.member)
-
-    def _leave_op(self) -> Op[None]:
-        return leave(self._core, self.member)
-
-
-class GroupConsumer(_Consumer):
-    """A consumer-group member on a blocking :class:`~.sync_client.LiftbridgeClient`.
-
-    ``with client.group_consumer("billing", ["orders"]) as consumer:`` joins, and leaves on exit;
-    ``for msg in consumer.messages(): ...`` reads the partitions the group assigns to it. Made by
-    :meth:`~.sync_client.LiftbridgeClient.group_consumer` (the options are described there).
-    """
-
-    def join(self) -> None:
-        """Join the group and fetch this member's first assignments.
-
-        :raises ConsumerGroupError: / :raises UnavailableError: see :func:`join`.
-        """
-        self._run(self._join_op())
-
-    def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> Iterator[Message]:
-        """The messages of this member's partitions, as they come, until ``max_messages`` or
-        ``timeout`` seconds (``None``: until the caller stops iterating). Joins first if needed.
-
-        :raises ConsumerGroupError: / :raises UnavailableError: see :func:`poll`.
-        """
-        messages: Iterator[Message] = self._drive(self._consume_op(max_messages, timeout))
-        return messages
-
-    def commit(self) -> int:
-        """Store the group's positions (after the last message handed out); returns how many partitions moved."""
-        return int(self._run(self._commit_op()))
-
-    def leave(self) -> None:
-        """Commit (with auto-commit on) and leave the group."""
-        self._run(self._leave_op())
-
-    def __enter__(self) -> GroupConsumer:
-        self.join()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.leave()
-
-
-class AsyncGroupConsumer(_Consumer):
-    """:class:`GroupConsumer` on an :class:`~.async_client.AsyncLiftbridgeClient`: the same
-    parameters; ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator,
-    and it is an async context manager. Made by
-    :meth:`~.async_client.AsyncLiftbridgeClient.group_consumer`."""
-
-    async def join(self) -> None:
-        """Join the group and fetch this member's first assignments (see :meth:`GroupConsumer.join`)."""
-        await self._run(self._join_op())
-
-    def messages(self, *, max_messages: int | None = None, timeout: float | None = None) -> AsyncIterator[Message]:
-        """See :meth:`GroupConsumer.messages`."""
-        messages: AsyncIterator[Message] = self._drive(self._consume_op(max_messages, timeout))
-        return messages
-
-    async def commit(self) -> int:
-        """See :meth:`GroupConsumer.commit`."""
-        return int(await self._run(self._commit_op()))
-
-    async def leave(self) -> None:
-        """See :meth:`GroupConsumer.leave`."""
-        await self._run(self._leave_op())
-
-    async def __aenter__(self) -> AsyncGroupConsumer:
-        await self.join()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.leave()

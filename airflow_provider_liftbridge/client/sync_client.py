@@ -17,7 +17,7 @@ from . import operations, subscription
 from .base import ClientBase
 from .channels import ChannelFactory, SyncChannelPool
 from .compression import Compression
-from .consumer import AutoOffset, GroupConsumer
+from .consumer import AutoOffset
 from .effects import (
     END,
     Cancel,
@@ -35,6 +35,7 @@ from .effects import (
     Unary,
     Write,
 )
+from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
 from .publishing.batch import PublishPath, batch_options
