@@ -228,7 +228,6 @@ LINE_LIMIT_EXEMPT = {"devserver/grpc_h2.py": "the HTTP/2 state machine of the de
 #: issue (transports, exactly-once as a package). The lead decides; an entry goes once its module
 #: is split (this test then warns that the entry is stale).
 OVER_LIMIT_FOR_NOW: dict[str, str] = {
-    "client/exactly_once.py": "point 3: exactly-once as a package",
     "client/async_client.py": "point 1: the clients as thin facades over the transports",
     "client/sync_client.py": "point 1: the clients as thin facades over the transports",
     "client/publishing/nats_engine.py": "point 1: the NATS connection in client/transport/",
