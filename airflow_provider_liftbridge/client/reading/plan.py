@@ -5,18 +5,20 @@ A *position cursor* (the user's ``cursor_id``, or a consumer group's ``__group:<
 per partition, the offset of the last message processed and committed. A *plan* holds, per
 partition, the exclusive end of the range the current run reads: ``[position + 1, end)``.
 
-Where a plan lives: two more cursors per (position cursor, plan key, partition), in the same
+Where a plan lives: three more cursors per (position cursor, plan key, partition), in the same
 cursors stream as the position itself:
 
 - ``<position cursor>|plan|<plan key>``: the plan's exclusive end (``-1``: no plan);
+- ``<position cursor>|plan-start|<plan key>``: the plan's first offset (so a retry knows what
+  earlier tries of the run covered, e.g. the archiver's files);
 - ``<position cursor>|plan-run|<plan key>``: which run made the plan (:func:`run_tag` of its run id).
 
 The plan key names the task, not the run (``dag_id/task_id[/map_index]``), so each task keeps
-two cursors per partition however many runs it has: the cursors stream is compacted by key, so
+three cursors per partition however many runs it has: the cursors stream is compacted by key, so
 what the plans take on the server is bounded by the number of tasks × partitions, never by the
 number of runs. A try whose run tag matches resumes the plan; any other try (the first of a new
 run, or a retry whose first try died before its plan was fully stored) plans afresh. The end is
-stored before the tag, and nothing is read before every partition's plan is stored, so a plan
+and the start are stored before the tag, and nothing is read before every partition's plan is stored, so a plan
 found with a matching tag is complete, and a plan made afresh by a retry replaces one nobody
 read from.
 
@@ -34,7 +36,15 @@ from ..errors import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamErr
 from ..sync_client import LiftbridgeClient
 from ..types import StartPosition
 
-__all__ = ["NO_PLAN", "PartitionPlan", "RangePlanner", "StartSpec", "plan_cursor_ids", "run_tag"]
+__all__ = [
+    "NO_PLAN",
+    "PartitionPlan",
+    "RangePlanner",
+    "StartSpec",
+    "plan_cursor_ids",
+    "plan_start_cursor_id",
+    "run_tag",
+]
 
 #: What a plan cursor holds when no plan was stored (FetchCursor's answer for a cursor never set).
 NO_PLAN = -1
@@ -58,6 +68,11 @@ def plan_cursor_ids(position_cursor: str, plan_key: str) -> tuple[str, str]:
     return f"{position_cursor}|plan|{plan_key}", f"{position_cursor}|plan-run|{plan_key}"
 
 
+def plan_start_cursor_id(position_cursor: str, plan_key: str) -> str:
+    """The cursor id holding a plan's first offset (see the module docstring)."""
+    return f"{position_cursor}|plan-start|{plan_key}"
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionPlan:
     """What one partition's plan leaves to read in this try.
@@ -68,6 +83,8 @@ class PartitionPlan:
     :param end: the plan's exclusive end (offsets ``next_offset .. end - 1`` are left).
     :param high_watermark: the partition's high watermark when this try looked.
     :param resumed: the plan was made by an earlier try of the same run.
+    :param start: the plan's first offset (``next_offset`` of the run's first try; ``-1`` for a
+        plan stored before plans kept their start).
     """
 
     stream: str
@@ -76,6 +93,7 @@ class PartitionPlan:
     end: int
     high_watermark: int
     resumed: bool
+    start: int = -1
 
     @property
     def remaining(self) -> int:
@@ -131,6 +149,7 @@ class RangePlanner:
         self.start_at = start_at
         self.max_messages = max_messages
         self.end_cursor, self.tag_cursor = plan_cursor_ids(position_cursor, plan_key)
+        self.start_cursor = plan_start_cursor_id(position_cursor, plan_key)
 
     # -- looking ------------------------------------------------------------------------------
     def check_partitions(self, partitions: Sequence[int] | None) -> list[int]:
@@ -185,7 +204,8 @@ class RangePlanner:
         hw = client.fetch_partition_metadata(stream, partition).high_watermark
         end = client.fetch_cursor(self.end_cursor, stream, partition)
         if end != NO_PLAN and client.fetch_cursor(self.tag_cursor, stream, partition) == self.tag:
-            return PartitionPlan(stream, partition, position + 1, end, hw, resumed=True)
+            start = client.fetch_cursor(self.start_cursor, stream, partition)
+            return PartitionPlan(stream, partition, position + 1, end, hw, resumed=True, start=start)
         if position < 0:
             start = self._start_offset(partition, hw)
             if start > 0:  # where the first run starts is a position: later runs go on from it
@@ -195,9 +215,10 @@ class RangePlanner:
         end = max(start, hw + 1)
         if self.max_messages is not None:
             end = min(end, start + self.max_messages)
-        client.set_cursor(self.end_cursor, stream, partition, end)  # the end before the tag: see the docstring
+        client.set_cursor(self.end_cursor, stream, partition, end)  # end and start before the tag: see the docstring
+        client.set_cursor(self.start_cursor, stream, partition, start)
         client.set_cursor(self.tag_cursor, stream, partition, self.tag)
-        return PartitionPlan(stream, partition, start, end, hw, resumed=False)
+        return PartitionPlan(stream, partition, start, end, hw, resumed=False, start=start)
 
     def _start_offset(self, partition: int, hw: int) -> int:
         """Where a partition without a position starts."""

@@ -80,7 +80,8 @@ class PartitionReport:
     included); ``dead_lettered``: of those, how many the handler sent to a dead-letter stream;
     ``committed``: the position cursor after this try (``-1``: never set); ``plan_end``: the
     plan's exclusive end; ``lag``: committed messages after the last processed one when the try
-    ended (what the next run will find, at least).
+    ended (what the next run will find, at least); ``plan_start``: the plan's first offset
+    (``-1``: unknown; not in the XCom, for the archiver to find earlier tries' files).
     """
 
     stream: str
@@ -94,6 +95,7 @@ class PartitionReport:
     committed: int = -1
     lag: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    plan_start: int = -1
 
     def note(self, batch: Sequence[Message], dead_lettered: int) -> None:
         """Count a finished batch (or the finished start of one)."""
@@ -178,7 +180,9 @@ def read_plan(
     check_cadence(commit_cadence)
     check_batch_size(max_batch_size)
     reports = {
-        p.partition: PartitionReport(p.stream, p.partition, p.end, p.resumed, committed=p.next_offset - 1)
+        p.partition: PartitionReport(
+            p.stream, p.partition, p.end, p.resumed, committed=p.next_offset - 1, plan_start=p.start
+        )
         for p in plans
     }
 
