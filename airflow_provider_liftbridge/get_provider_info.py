@@ -45,6 +45,7 @@ def get_provider_info() -> dict[str, Any]:
                     f"{_PKG}.operators.publish",
                     f"{_PKG}.operators.publish_file",
                     f"{_PKG}.operators.consume",
+                    f"{_PKG}.operators.stream_to_file",
                     f"{_PKG}.operators.spark",
                 ],
             }

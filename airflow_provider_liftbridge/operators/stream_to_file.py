@@ -1,0 +1,334 @@
+"""``LiftbridgeStreamToFileOperator``: archive what arrived on a stream since the last run to JSON
+lines, CSV or Parquet files, each message exactly once across retries (see ``docs/consume.md``)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset, Context, ObjectStoragePath
+
+from airflow_provider_liftbridge.client import LiftbridgeClient, Message
+from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, PartitionReport
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.lineage import Datasets, file_dataset
+from airflow_provider_liftbridge.validation import check_stream
+
+from .consume import ON_ERROR, resolve_callable
+from .file_writers import (
+    VALUE_FORMATS,
+    WRITE_FORMATS,
+    ArchivedFile,
+    ArchiveValueError,
+    WriteOptions,
+    partition_prefix,
+    write_range,
+)
+from .reading import LiftbridgeReadingOperator
+
+__all__ = ["LiftbridgeStreamToFileOperator"]
+
+#: What follows a partition's prefix in the name of one of its files (see ``file_writers.file_name``).
+_FILE_REST = re.compile(r"(\d{20})-(\d{20})(\.[a-z]+)")
+
+
+def _later(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _chunks(batch: list[Message], size: int) -> Iterator[list[Message]]:
+    for start in range(0, len(batch), size):
+        yield batch[start : start + size]
+
+
+class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
+    """Write what arrived on a stream since the last run to files: each message in exactly one
+    file, however often the task is retried or killed.
+
+    The range read is planned once per DAG run, as for ``LiftbridgeConsumeOperator`` (``cursor_id``
+    or ``group_id``, ``start_at``, ``max_messages``, ``partitions``, ``min_messages``: see
+    :class:`~.reading.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
+    messages of one partition becomes one file, named by stream, partition, first and last offset
+    (``orders-0-00000000000000001000-00000000000000001999.parquet``): written to a temporary
+    dot-name, renamed into place when complete, and only then is the position committed. A retry
+    resumes after the last committed file and cuts the same batches, so it writes the same names:
+    a file the killed try completed but did not commit is overwritten, never doubled. Before it
+    writes to a partition, a try also removes that partition's files from past the committed
+    position (left by a try that died) and stray temporary files.
+
+    Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
+
+    :param path: the directory: a local path, a URL of any filesystem Airflow's
+        ``ObjectStoragePath`` knows (``file://``, ``s3://``, ``gs://``, ...) or an
+        ``ObjectStoragePath``. Created if missing; checked writable before anything is read.
+        (templated)
+    :param storage_conn_id: the Airflow connection of the object store, if it needs one. (templated)
+    :param format: ``parquet`` (default), ``jsonl`` or ``csv``. (templated)
+    :param value_format: ``text`` (default), ``bytes`` or ``json`` (an object's fields become
+        columns); see :mod:`~.file_writers` for the columns of each format.
+    :param json_schema: with ``value_format="json"``: the field types (pyarrow names) of the files'
+        value columns (default: those of each file's first rows).
+    :param max_rows_per_file: messages per file; a batch, held in memory while its file is written
+        (default 100,000).
+    :param row_group_rows: rows converted and written at a time (a Parquet row group).
+    :param parquet_compression: ``snappy`` (default), ``zstd``, ``gzip`` or ``none``.
+    :param on_error: ``fail`` (default): a message that cannot be written (not JSON with
+        ``value_format="json"``, not UTF-8 text) fails the task, naming its offset, before the
+        position passes it; ``dead_letter``: it goes to ``dead_letter_stream`` with the reason in
+        its headers, and the file goes on without it.
+    :param dead_letter_stream: / :param create_dead_letter_stream: as for ``LiftbridgeConsumeOperator``.
+    :param on_file: called (callable or dotted path) with each completed file's entry (the dict
+        of the XCom's ``files``) and ``on_file_kwargs``, before the position moves past it; an
+        exception fails the task there (the file is rewritten by the retry).
+    :param on_file_kwargs: keyword arguments of ``on_file``. (templated)
+    :return: the reading summary (``stream``, ``cursor_id``/``group_id``, ``partitions``,
+        ``processed``, ``dead_lettered``) and ``files``: every file of this run's plan, earlier
+        tries' included, each ``{"path", "stream", "partition", "first_offset", "last_offset",
+        "rows"}``, in partition and offset order. An ``Asset`` in ``outlets`` gets an event whose
+        extra holds the paths.
+    :raises LiftbridgeFileError: the path cannot be written (before any position moves).
+    :raises LiftbridgeAirflowError: a message cannot be written (naming stream, partition, offset).
+    """
+
+    template_fields: Sequence[str] = (
+        *LiftbridgeReadingOperator.template_fields,
+        "path",
+        "storage_conn_id",
+        "format",
+        "dead_letter_stream",
+        "on_file_kwargs",
+    )
+    ui_color = "#e8f6ee"
+
+    def __init__(
+        self,
+        *,
+        path: str | ObjectStoragePath,
+        format: str = "parquet",
+        value_format: str = "text",
+        json_schema: Mapping[str, str] | None = None,
+        storage_conn_id: str | None = None,
+        max_rows_per_file: int = 100_000,
+        row_group_rows: int = 10_000,
+        parquet_compression: str = "snappy",
+        on_error: str = "fail",
+        dead_letter_stream: str | None = None,
+        create_dead_letter_stream: bool = False,
+        on_file: Callable[..., Any] | str | None = None,
+        on_file_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "max_batch_size" in kwargs:
+            raise LiftbridgeArgumentError("give max_rows_per_file: a batch of the archiver is one file")
+        self.path = path
+        self.format = format
+        self.value_format = value_format
+        self.json_schema = dict(json_schema) if json_schema else None
+        self.storage_conn_id = storage_conn_id
+        self.row_group_rows = row_group_rows
+        self.parquet_compression = parquet_compression
+        self.on_error = on_error
+        self.dead_letter_stream = dead_letter_stream
+        self.create_dead_letter_stream = bool(create_dead_letter_stream)
+        self.on_file = on_file
+        self.on_file_kwargs = on_file_kwargs
+        self._files: list[ArchivedFile] = []
+        super().__init__(max_batch_size=max_rows_per_file, **kwargs)
+
+    # -- arguments ----------------------------------------------------------------------------
+    def check_arguments(self, *, rendered: bool) -> None:
+        """The reading arguments, and the archive's: format, value format, error handling.
+
+        :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
+        """
+        try:
+            super().check_arguments(rendered=rendered)
+        except LiftbridgeArgumentError as exc:
+            raise LiftbridgeArgumentError(str(exc).replace("max_batch_size", "max_rows_per_file")) from None
+        if rendered or not _later(self.format):
+            self._write_options()
+        if self.on_error not in ON_ERROR:
+            raise LiftbridgeArgumentError(f"on_error must be one of {', '.join(ON_ERROR)}; got {self.on_error!r}")
+        if self.on_error == "dead_letter":
+            if not self.dead_letter_stream:
+                raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
+            if rendered or not _later(self.dead_letter_stream):
+                check_stream(self.dead_letter_stream)
+        if not self.path:
+            raise LiftbridgeArgumentError("path is empty: give the directory to archive to (a path or a URL)")
+        if self.on_file is not None:
+            resolve_callable("on_file", self.on_file)
+        if (rendered or not _later(self.on_file_kwargs)) and not isinstance(self.on_file_kwargs, Mapping | None):
+            raise LiftbridgeArgumentError(f"on_file_kwargs must be a dict, got {type(self.on_file_kwargs).__name__}")
+
+    def _write_options(self) -> WriteOptions:
+        if self.value_format not in VALUE_FORMATS:
+            raise LiftbridgeArgumentError(
+                f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {self.value_format!r}"
+            )
+        return WriteOptions(
+            format=str(self.format),
+            value_format=self.value_format,
+            json_schema=self.json_schema,
+            batch_rows=self.row_group_rows,
+            parquet_compression=self.parquet_compression,
+        )
+
+    # -- the directory ------------------------------------------------------------------------
+    def directory(self) -> ObjectStoragePath:
+        """The archive directory as an ``ObjectStoragePath`` (not checked)."""
+        if isinstance(self.path, ObjectStoragePath):
+            return self.path
+        return ObjectStoragePath(str(self.path), conn_id=self.storage_conn_id)
+
+    def _writable_directory(self) -> ObjectStoragePath:
+        """The directory, created if missing, after writing and removing a probe file in it.
+
+        :raises LiftbridgeFileError: it cannot be created or written (names the path and the fix).
+        """
+        directory = self.directory()
+        probe = directory / f".liftbridge-probe-{uuid.uuid4().hex[:12]}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except (OSError, ValueError) as exc:
+            raise LiftbridgeFileError(
+                f"cannot write to the archive path {directory}: {type(exc).__name__}: {exc}; give a path the "
+                "worker can write to (and storage_conn_id for an object store that needs credentials). Nothing "
+                "was read and no position moved"
+            ) from exc
+        return directory
+
+    def _clean_partition(self, directory: ObjectStoragePath, partition: int, next_offset: int) -> None:
+        """Remove the partition's files that start at or after ``next_offset`` (written by a try
+        that died before committing them: this try writes those messages again) and its
+        temporary files."""
+        prefix = partition_prefix(self.stream, partition)
+        suffix = WRITE_FORMATS[str(self.format)]
+        for found in list(directory.glob(prefix + "*")) + list(directory.glob("." + prefix + "*")):
+            name = found.name
+            if name.startswith("."):
+                stale = name.endswith(".tmp")
+            else:
+                match = _FILE_REST.fullmatch(name[len(prefix) :])
+                stale = bool(match) and match.group(3) == suffix and int(match.group(1)) >= next_offset
+            if stale:
+                self.log.info("Removing %s: from a try that did not commit it; rewritten now", found)
+                found.unlink(missing_ok=True)
+
+    def _files_before(
+        self, directory: ObjectStoragePath, partition: int, first: int, before: int
+    ) -> list[ArchivedFile]:
+        """The partition's files holding offsets from ``first`` to before ``before`` (what earlier
+        tries of this run wrote and committed), read from their names."""
+        prefix = partition_prefix(self.stream, partition)
+        suffix = WRITE_FORMATS[str(self.format)]
+        found = []
+        for path in directory.glob(prefix + "*"):
+            match = _FILE_REST.fullmatch(path.name[len(prefix) :])
+            if match and match.group(3) == suffix:
+                low, high = int(match.group(1)), int(match.group(2))
+                if low >= first and high < before:
+                    found.append(ArchivedFile(str(path), self.stream, partition, low, high, -1))
+        return sorted(found, key=lambda f: f.first_offset)
+
+    # -- the batches --------------------------------------------------------------------------
+    def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
+        """Each batch (one partition's messages) becomes one file; the position moves after it.
+
+        :raises LiftbridgeFileError: the directory cannot be written.
+        :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
+        """
+        directory = self._writable_directory()
+        options = self._write_options()
+        dead: DeadLetters | None = None
+        if self.on_error == "dead_letter":
+            dead = DeadLetters(client, str(self.dead_letter_stream))
+            dead.check(create=self.create_dead_letter_stream)
+        on_file = resolve_callable("on_file", self.on_file) if self.on_file is not None else None
+        on_file_kwargs = dict(self.on_file_kwargs or {})
+        cleaned: set[int] = set()
+        self._files = []
+        self._directory = directory
+
+        def handle(batch: list[Message]) -> int:
+            partition = batch[0].partition
+            if partition not in cleaned:
+                self._clean_partition(directory, partition, batch[0].offset)
+                cleaned.add(partition)
+            rejected = 0
+
+            def reject(message: Message, why: ArchiveValueError) -> None:
+                nonlocal rejected
+                assert dead is not None
+                dead.send(message, why)
+                rejected += 1
+
+            try:
+                written = write_range(
+                    directory,
+                    self.stream,
+                    partition,
+                    _chunks(batch, options.batch_rows),
+                    options,
+                    reject if dead else None,
+                )
+            except ArchiveValueError as bad:
+                failed = BatchFailed(0, bad.message, bad.problem)  # nothing of the file counts
+                raise failed from bad
+            if written is not None:
+                self._files.append(written)
+                self.log.info(
+                    "Wrote %s: offsets %d..%d, %d row(s)",
+                    written.path,
+                    written.first_offset,
+                    written.last_offset,
+                    written.rows,
+                )
+                if on_file is not None:
+                    on_file(written.to_dict(), **on_file_kwargs)
+            return rejected
+
+        return handle
+
+    def describe_failure(self, failed: BatchFailed) -> str:
+        m = failed.message
+        cause = failed.__cause__
+        if isinstance(cause, LiftbridgeFileError) and not isinstance(cause, ArchiveValueError):
+            return f"{cause}. The position stays before offset {m.offset} of partition {m.partition}"
+        return (
+            f"cannot archive stream {m.stream!r} partition {m.partition} offset {m.offset}: {failed}. The position "
+            "stays before this message, so the next try starts there; use on_error='dead_letter' to set such "
+            "messages aside instead"
+        )
+
+    # -- the result ---------------------------------------------------------------------------
+    def result(self, reports: dict[int, PartitionReport]) -> dict[str, Any]:
+        """The reading summary plus ``files``: this try's files, and the ones earlier tries of the
+        run committed (found by name between the plan's start and this try's first offset)."""
+        summary = super().result(reports)
+        files = list(self._files)
+        for partition, report in reports.items():
+            plan_start = report.plan_start
+            if report.resumed and plan_start >= 0:
+                resumed_at = report.first_offset if report.first_offset is not None else report.committed + 1
+                files.extend(self._files_before(self._directory, partition, plan_start, resumed_at))
+        files.sort(key=lambda f: (f.partition, f.first_offset))
+        summary["files"] = [f.to_dict() for f in files]
+        return summary
+
+    def execute(self, context: Context) -> Any:
+        summary = super().execute(context)
+        paths = [f["path"] for f in summary["files"]]
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = {"stream": self.stream, "files": paths}
+        return summary
+
+    def lineage_datasets(self, *, complete: bool) -> Datasets:
+        """OpenLineage: reads the stream, writes the directory."""
+        inputs, _ = super().lineage_datasets(complete=complete)
+        return inputs, [file_dataset(self.directory())]
