@@ -9,7 +9,8 @@ unknown. No I/O of its own: the caller passes the step to run and the reads it n
 - Anything else (read-only partition, message too large, bad argument, cursors off) fails at once.
 - A failed send whose ack timed out over gRPC leaves its records in the broker it went to (the
   partition's leader), which may be stopped: that broker is a *suspect* until it answers again or
-  is gone (see :mod:`.tail`).
+  is gone (see :mod:`.tail`). A try resuming an earlier one suspects the replicas out of the ISR
+  of the partitions that try wrote to: one may be its stopped former leader.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..errors import (
     ServerError,
     UnavailableError,
 )
+from ..types import PartitionInfo
 from .errors import (
     BrokerStillSilent,
     ConcurrentProducerError,
@@ -43,7 +45,7 @@ from .errors import (
 from .state import ExactlyOnceResult
 from .tail import Timer
 
-__all__ = ["MISSING", "RESUMABLE", "Resumption", "suspects_after", "unwrap"]
+__all__ = ["MISSING", "RESUMABLE", "Resumption", "suspects_after", "suspects_at_start", "unwrap"]
 
 log = logging.getLogger("airflow_provider_liftbridge.client.exactly_once")
 
@@ -67,14 +69,21 @@ def unwrap(exc: PublishError) -> LiftbridgeError:
 
 def suspects_after(
     error: LiftbridgeError, path: str, partitions: Iterable[int], leaders: Mapping[int, str]
-) -> dict[int, str]:
-    """Partition -> broker that may still store records of ``partitions`` later: after an ack
+) -> dict[int, set[str]]:
+    """Partition -> brokers that may still store records of ``partitions`` later: after an ack
     timeout over gRPC, the leader they were sent to (it may be stopped, with the records unread
     in its socket; it forwards them when it wakes). Over NATS the records wait in the leader's
     NATS subscription, which a leader that lost its leadership meanwhile does not append to."""
     if path == "nats" or not isinstance(error, RequestTimeoutError):
         return {}
-    return {p: leaders[p] for p in partitions if leaders.get(p)}
+    return {p: {leaders[p]} for p in partitions if leaders.get(p)}
+
+
+def suspects_at_start(partitions: Mapping[int, PartitionInfo], resumed: Iterable[int]) -> dict[int, set[str]]:
+    """Partition -> replicas out of the ISR, for the ``resumed`` partitions (an earlier try wrote
+    there): one of them may be a former leader that was stopped with that try's records unread
+    and has not woken yet. A healthy partition has none."""
+    return {p: set(info.replicas) - set(info.isr) for p, info in partitions.items() if p in resumed}
 
 
 class Resumption:

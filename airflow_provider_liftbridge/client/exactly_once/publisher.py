@@ -52,7 +52,7 @@ from ..publishing.resend import NO_RESEND
 from ..publishing.summary import PartitionRange
 from ..sync_client import LiftbridgeClient
 from ..types import Ack, AckPolicy, Record, StreamInfo
-from .decision import Resumption, suspects_after, unwrap
+from .decision import Resumption, suspects_after, suspects_at_start, unwrap
 from .identity import PRODUCER_HEADER, SeqWires, check_producer_id, producer_cursor_id, record_wire
 from .state import Batch, ExactlyOnceResult, PartitionState, ProducerState, merge, note
 from .tail import TailReader, Timer, Waits
@@ -314,7 +314,8 @@ class ExactlyOncePublisher:
                 leader = info.partitions[p].leader if p in info.partitions else ""
                 parts[p] = PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start, leader=leader)
         if parts:
-            self.reader.settle(sorted(parts), history=True, observe=self.reader.waits.quiet)
+            suspects = suspects_at_start(info.partitions, parts)
+            self.reader.settle(sorted(parts), history=True, observe=self.reader.waits.quiet, suspects=suspects)
         self._resumed = True
         seen = self.state.seen
         if len(seen):
@@ -444,7 +445,7 @@ class ExactlyOncePublisher:
     def _publish_batch(self, batch: Batch, result: ExactlyOnceResult) -> None:
         pending = batch
         recover = False
-        suspects: dict[int, str] = {}
+        suspects: dict[int, set[str]] = {}
 
         def attempt() -> bool:
             nonlocal pending, recover, suspects
@@ -540,7 +541,7 @@ class ExactlyOncePublisher:
                 for offset in got:
                     state.acked(offset)
 
-    def _recover(self, pending: Batch, result: ExactlyOnceResult, suspects: dict[int, str]) -> Batch:
+    def _recover(self, pending: Batch, result: ExactlyOnceResult, suspects: dict[int, set[str]]) -> Batch:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""
         if self._sender is not None:
             self._sender.reset()

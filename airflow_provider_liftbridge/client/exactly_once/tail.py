@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..diagnostics import refuses_connections
@@ -105,6 +105,7 @@ class TailReader:
         self.addresses: dict[str, tuple[str, int]] = {}
         #: Records of this producer that scans found written by someone else while this publisher ran.
         self.arrivals = 0
+        self._probed: dict[str, float] = {}  # broker -> when its port was last tried
 
     def scan(
         self, partition: int, wanted: Container[int], info: PartitionInfo, watch: _Watch | None = None
@@ -155,7 +156,7 @@ class TailReader:
         *,
         history: bool = False,
         observe: float = 0.0,
-        suspects: Mapping[int, str] | None = None,
+        suspects: Mapping[int, Iterable[str]] | None = None,
     ) -> dict[int, dict[int, int]]:
         """Wait until each of ``partitions`` has settled (see module doc), reading it meanwhile;
         return ``{partition: {seq: offset}}`` of the ``wanted`` sequence numbers found.
@@ -164,8 +165,9 @@ class TailReader:
             now (the scan at the start of a try).
         :param observe: read for at least this long (a try resuming an earlier one looks for a
             zombie that is still writing).
-        :param suspects: partition -> the broker that got records of this partition and stopped
-            answering before acknowledging them.
+        :param suspects: partition -> brokers that may hold records of this partition unread (one
+            that got records and stopped answering before acknowledging them; a replica out of the
+            ISR when an earlier try's records are in the partition).
         :raises TailNotSettled: a tail was still uncommitted after ``tail_wait``.
         :raises BrokerStillSilent: a suspect broker neither answered nor went away in ``tail_wait``.
         :raises ProducerStillWriting: records of this producer kept arriving for ``zombie_wait``,
@@ -173,7 +175,7 @@ class TailReader:
         """
         waits, now = self.waits, self.timer.now
         started = now()
-        suspects = dict(suspects or {})
+        suspected = {p: set(brokers) for p, brokers in (suspects or {}).items() if brokers}
         watches = {p: _Watch() for p in partitions}
         found: dict[int, dict[int, int]] = {p: {} for p in partitions}
         settled: set[int] = set()
@@ -192,7 +194,7 @@ class TailReader:
                 state.hw_seen = max(state.hw_seen, info.high_watermark)
                 if state.hw_seen == info.high_watermark:
                     self._read(p, wanted, info, watch, found[p], history=first and history)
-                if self._ready(p, info, watch, committed, now() - started, observe, suspects):
+                if self._ready(p, info, watch, committed, now() - started, observe, suspected):
                     settled.add(p)
                 else:
                     watch.previous = info.newest_offset
@@ -200,7 +202,7 @@ class TailReader:
             first = False
             if not waiting:
                 return found
-            self._check_bounds(waiting, watches, suspects, now() - started)
+            self._check_bounds(waiting, watches, suspected, now() - started)
             self.timer.sleep(waits.settle if waits.settle > 0 else 0.2)
 
     def _read(
@@ -233,33 +235,38 @@ class TailReader:
         committed: bool,
         elapsed: float,
         observe: float,
-        suspects: dict[int, str],
+        suspects: dict[int, set[str]],
     ) -> bool:
         waits = self.waits
         if not committed or elapsed < observe:
             return False
         if watch.arrived_last is not None and self.timer.now() - watch.arrived_last < waits.quiet:
             return False  # this producer's records are still arriving from elsewhere
-        suspect = suspects.get(p)
-        if suspect is not None:
-            if not self._answered(suspect, info):
+        brokers = suspects.get(p)
+        if brokers:
+            brokers.difference_update([b for b in brokers if self._answered(b, info)])
+            if brokers:
                 return False
-            del suspects[p]
-            watch.previous = None  # it may have delivered just now: see the newest offset hold still
+            watch.previous = None  # they may have delivered just now: see the newest offset hold still
             return False
         return waits.settle <= 0 or watch.previous == info.newest_offset or elapsed >= waits.timeout
 
     def _answered(self, broker: str, info: PartitionInfo) -> bool:
         """Whether ``broker`` has carried out what it held: it answers as the leader (only the
-        leader answers partition metadata), has rejoined the ISR under another leader, or is
-        gone (its port refuses connections, so nothing it held will be delivered)."""
+        leader answers partition metadata), is in the ISR under another leader (it runs and has
+        caught up), or is gone (its port refuses connections, so nothing it held will be
+        delivered; asked at most once a second per broker)."""
         if info.leader == broker or (broker in info.isr and info.leader != broker):
             return True
         address = self.addresses.get(broker)
-        return address is not None and refuses_connections(*address, timeout=min(1.0, self.waits.timeout))
+        now = self.timer.now()
+        if address is None or now - self._probed.get(broker, -1e9) < 1.0:
+            return False
+        self._probed[broker] = now
+        return refuses_connections(*address, timeout=min(1.0, self.waits.timeout))
 
     def _check_bounds(
-        self, waiting: list[PartitionInfo], watches: dict[int, _Watch], suspects: dict[int, str], elapsed: float
+        self, waiting: list[PartitionInfo], watches: dict[int, _Watch], suspects: dict[int, set[str]], elapsed: float
     ) -> None:
         waits, now = self.waits, self.timer.now()
         for info in waiting:
@@ -273,8 +280,8 @@ class TailReader:
         tails = [i for i in waiting if not parts[i.id].hw_seen <= i.high_watermark >= i.newest_offset]
         if tails:
             raise TailNotSettled(max(tails, key=lambda i: i.newest_offset - i.high_watermark), waits.tail_wait)
-        silent = [i.id for i in waiting if i.id in suspects]
+        silent = [i.id for i in waiting if suspects.get(i.id)]
         if silent:
-            raise BrokerStillSilent(suspects[silent[0]], silent[0], waits.tail_wait)
+            raise BrokerStillSilent(min(suspects[silent[0]]), silent[0], waits.tail_wait)
         if all(watches[i.id].arrived_last is None for i in waiting):
             raise TailNotSettled(waiting[0], waits.tail_wait)
