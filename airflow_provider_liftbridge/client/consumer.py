@@ -6,12 +6,15 @@ partitions of those streams; the member reads its partitions from the group's co
 rebalances and coordinator changes, and leaves. See ``docs/consumer-groups.md``.
 
 How reading works: a *poll* first does the group's bookkeeping when due (heartbeat = fetching the
-assignments, committing, rejoining, reporting a dead coordinator), then reads, per assigned
-partition, what is committed there now (up to ``max_batch`` messages, bounded by the high watermark
-it just fetched), and ends. :meth:`~.group_consumer.GroupConsumer.messages` polls in a loop, waiting ``idle_wait``
-between empty polls. Messages handed to the caller count as consumed: ``commit()`` stores the
-position after the last one of each partition; with ``auto_commit_interval`` the next poll does it,
-which is at-least-once as long as a message is processed before the caller asks for the next poll.
+assignments, at least every ``assignment_check`` seconds; committing, rejoining, reporting a dead
+coordinator), then reads, per assigned partition, what is committed there now (up to ``max_batch``
+messages, bounded by the high watermark it just fetched), and ends, early if the next check is due.
+A partition taken over from another member is read only after a hand-over wait, from the group's
+position as its previous owner left it (see :func:`_reassign`). :meth:`~.group_consumer.GroupConsumer.messages`
+polls in a loop, waiting ``idle_wait`` between empty polls. Messages handed to the caller count as
+consumed: ``commit()`` stores the position after the last one of each partition; with
+``auto_commit_interval`` the next poll does it, which is at-least-once as long as a message is
+processed before the caller asks for the next poll.
 
 The state lives in :class:`GroupMember` (no I/O); the operations take the client's core and the
 member; :class:`~.group_consumer.GroupConsumer` and :class:`~.group_consumer.AsyncGroupConsumer` run them on a
@@ -48,6 +51,12 @@ _AUTO_OFFSETS = ("new_only", "earliest", "latest", "none")
 _NS = 1e9
 #: Fraction of the server's consumer timeout between two heartbeats (the Go client's default).
 HEARTBEAT_FRACTION = 0.7
+#: Seconds between two assignment checks of a consuming member: how long a member may go on
+#: reading a partition the group gave to another (docs/consumer-groups.md, "Rebalance").
+ASSIGNMENT_CHECK = 1.0
+#: A newly assigned partition is read this many assignment checks after the assignment, from the
+#: group's position then: by that time its previous owner has noticed and committed where it stopped.
+HANDOVER_CHECKS = 1.5
 
 
 class ConsumerGroupError(LiftbridgeError):
@@ -94,6 +103,10 @@ class GroupMember:
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     next_heartbeat: float = 0.0
     next_commit: float = 0.0
+    #: Seconds between two assignment checks while consuming (see :data:`ASSIGNMENT_CHECK`).
+    assignment_check: float = ASSIGNMENT_CHECK
+    #: Newly assigned partitions not read yet, with when reading them may start (see ``_reassign``).
+    handover: dict[tuple[str, int], float] = field(default_factory=dict)
     #: Since when the coordinator has not answered (monotonic seconds), or ``None``.
     coordinator_silent_since: float | None = None
 
@@ -246,7 +259,7 @@ def heartbeat(core: ClientCore, member: GroupMember) -> Op[None]:
         return
     member.coordinator_silent_since = None
     member.epoch = max(member.epoch, int(response.epoch))
-    member.next_heartbeat = now + HEARTBEAT_FRACTION * member.consumer_timeout
+    member.next_heartbeat = now + min(HEARTBEAT_FRACTION * member.consumer_timeout, member.assignment_check)
     assignments = {a.stream: sorted(a.partitions) for a in response.assignments if a.partitions}
     yield from _reassign(core, member, assignments)
 
@@ -286,7 +299,14 @@ def _heartbeat_failed(core: ClientCore, member: GroupMember, failure: RpcFailure
 
 
 def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list[int]]) -> Op[None]:
-    """Adopt new assignments: commit and forget revoked partitions, find where new ones start."""
+    """Adopt new assignments: commit and forget revoked partitions, find where new ones start.
+
+    A new partition may still be read by its previous owner until that member's next assignment
+    check; it then commits where it stopped (with auto-commit). So the new owner reads it only
+    after :data:`HANDOVER_CHECKS` checks, and first moves its position to the group's cursor if
+    that went past it (see :func:`_take_over`); its position is fixed now all the same, so that
+    ``auto_offset="new_only"`` misses nothing published meanwhile.
+    """
     old = set(member.assigned())
     member.assignments = assignments
     new = set(member.assigned())
@@ -296,13 +316,26 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
     for key in revoked:
         member.positions.pop(key, None)
         member.committed.pop(key, None)
+        member.handover.pop(key, None)
+    start_at = time.monotonic() + HANDOVER_CHECKS * member.assignment_check
     for stream, partition in sorted(new - old):
+        member.handover[(stream, partition)] = start_at
         cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
         member.committed[(stream, partition)] = cursor
         if cursor >= 0:
             member.positions[(stream, partition)] = cursor + 1
         else:
             member.positions[(stream, partition)] = yield from _auto_position(core, member, stream, partition)
+
+
+def _take_over(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[None]:
+    """Start reading a partition after its hand-over wait: past the group's position if the
+    previous owner committed beyond where this member would start."""
+    key = (stream, partition)
+    cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
+    if cursor + 1 > member.positions.get(key, 0):
+        member.positions[key], member.committed[key] = cursor + 1, cursor
+    member.handover.pop(key, None)
 
 
 def _auto_position(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[int]:
@@ -364,14 +397,15 @@ def leave(core: ClientCore, member: GroupMember) -> Op[None]:
 
 
 class _TrackingSink:
-    """A subscription's sink that records each message it hands out."""
+    """A subscription's sink that records each message it hands out, and is done at ``until``
+    (monotonic seconds) at the latest."""
 
-    def __init__(self, inner: Any, record: Callable[[Message], None]) -> None:
-        self._inner, self._record = inner, record
+    def __init__(self, inner: Any, record: Callable[[Message], None], until: float) -> None:
+        self._inner, self._record, self._until = inner, record, until
 
     @property
     def done(self) -> bool:
-        return bool(self._inner.done)
+        return bool(self._inner.done) or time.monotonic() >= self._until
 
     @done.setter
     def done(self, value: bool) -> None:
@@ -384,8 +418,9 @@ class _TrackingSink:
         return item
 
 
-def _tracked(op: Op[None], record: Callable[[Message], None]) -> Op[None]:
-    """Run ``op`` (a subscription), recording every message it hands out just before it goes."""
+def _tracked(op: Op[None], record: Callable[[Message], None], until: float) -> Op[None]:
+    """Run ``op`` (a subscription), recording every message it hands out just before it goes,
+    and ending it after the first message handed out at or after ``until``."""
     send: Any = None
     error: BaseException | None = None
     while True:
@@ -397,7 +432,7 @@ def _tracked(op: Op[None], record: Callable[[Message], None]) -> Op[None]:
         if isinstance(effect, Emit):
             record(effect.item)
         elif isinstance(effect, Pump):
-            effect = Pump(effect.handle, _TrackingSink(effect.sink, record))
+            effect = Pump(effect.handle, _TrackingSink(effect.sink, record, until))
         try:
             send = yield effect
         except GeneratorExit:
@@ -428,14 +463,20 @@ def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[
 
     for stream, partition in member.assigned():
         room = member.max_batch if limit is None else min(member.max_batch, limit - emitted)
-        if room <= 0:
-            break
+        if room <= 0 or time.monotonic() >= member.next_heartbeat:
+            break  # the next poll checks the assignments first
+        handover = member.handover.get((stream, partition))
+        if handover is not None:
+            if time.monotonic() < handover:
+                continue
+            yield from _take_over(core, member, stream, partition)
         start = member.positions.get((stream, partition), 0)
         hw = (yield from operations.fetch_partition_metadata(core, stream, partition)).high_watermark
         if start > hw:
             continue
         stop = min(hw, start + room - 1)
-        yield from _tracked(subscribe(core, stream, partition=partition, start_at=start, stop_at=stop), record)
+        reading = subscribe(core, stream, partition=partition, start_at=start, stop_at=stop)
+        yield from _tracked(reading, record, member.next_heartbeat)
     return emitted
 
 
