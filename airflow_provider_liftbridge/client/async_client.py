@@ -634,6 +634,7 @@ class AsyncLiftbridgeClient(ClientBase):
         auto_commit_interval: float | None = 5.0,
         max_batch: int = 512,
         idle_wait: float = 0.2,
+        handover: bool = True,
     ) -> AsyncGroupConsumer:
         """Like :meth:`LiftbridgeClient.group_consumer`: same arguments and errors; the member's
         ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator."""
@@ -648,6 +649,7 @@ class AsyncLiftbridgeClient(ClientBase):
             auto_commit_interval=auto_commit_interval,
             max_batch=max_batch,
             idle_wait=idle_wait,
+            handover=handover,
         )
 
     async def publish_to_subject(

@@ -80,6 +80,9 @@ class GroupMember:
     :param auto_commit_interval: seconds between automatic commits (``None`` or 0: commit only
         when :func:`commit` is called, and not when a partition is taken away).
     :param max_batch: messages read per partition per poll, at most.
+    :param handover: read a partition taken over only after the hand-over wait (see
+        :func:`_reassign`); ``False`` reads it at once from the group's position (a one-shot
+        reader, such as a sensor's poke, that would otherwise read nothing).
     :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
         a ``max_batch`` below 1.
     """
@@ -90,6 +93,7 @@ class GroupMember:
     auto_offset: AutoOffset = "new_only"
     auto_commit_interval: float | None = 5.0
     max_batch: int = 512
+    handover: bool = True
     coordinator: str = ""
     epoch: int = 0
     consumer_timeout: float = 15.0
@@ -106,7 +110,7 @@ class GroupMember:
     #: Seconds between two assignment checks while consuming (see :data:`ASSIGNMENT_CHECK`).
     assignment_check: float = ASSIGNMENT_CHECK
     #: Newly assigned partitions not read yet, with when reading them may start (see ``_reassign``).
-    handover: dict[tuple[str, int], float] = field(default_factory=dict)
+    handover_due: dict[tuple[str, int], float] = field(default_factory=dict)
     #: Since when the coordinator has not answered (monotonic seconds), or ``None``.
     coordinator_silent_since: float | None = None
 
@@ -316,10 +320,11 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
     for key in revoked:
         member.positions.pop(key, None)
         member.committed.pop(key, None)
-        member.handover.pop(key, None)
+        member.handover_due.pop(key, None)
     start_at = time.monotonic() + HANDOVER_CHECKS * member.assignment_check
     for stream, partition in sorted(new - old):
-        member.handover[(stream, partition)] = start_at
+        if member.handover:
+            member.handover_due[(stream, partition)] = start_at
         cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
         member.committed[(stream, partition)] = cursor
         if cursor >= 0:
@@ -335,7 +340,7 @@ def _take_over(core: ClientCore, member: GroupMember, stream: str, partition: in
     cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
     if cursor + 1 > member.positions.get(key, 0):
         member.positions[key], member.committed[key] = cursor + 1, cursor
-    member.handover.pop(key, None)
+    member.handover_due.pop(key, None)
 
 
 def _auto_position(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[int]:
@@ -465,9 +470,9 @@ def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[
         room = member.max_batch if limit is None else min(member.max_batch, limit - emitted)
         if room <= 0 or time.monotonic() >= member.next_heartbeat:
             break  # the next poll checks the assignments first
-        handover = member.handover.get((stream, partition))
-        if handover is not None:
-            if time.monotonic() < handover:
+        due = member.handover_due.get((stream, partition))
+        if due is not None:
+            if time.monotonic() < due:
                 continue
             yield from _take_over(core, member, stream, partition)
         start = member.positions.get((stream, partition), 0)

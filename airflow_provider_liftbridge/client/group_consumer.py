@@ -39,6 +39,7 @@ class _Consumer:
         auto_commit_interval: float | None = 5.0,
         max_batch: int = 512,
         idle_wait: float = 0.2,
+        handover: bool = True,
     ) -> None:
         self._run = run
         self._drive = drive
@@ -50,6 +51,7 @@ class _Consumer:
             auto_offset,
             auto_commit_interval,
             max_batch,
+            handover,
         )
         self.idle_wait = idle_wait
 

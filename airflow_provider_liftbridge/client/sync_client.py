@@ -468,6 +468,7 @@ class LiftbridgeClient(ClientBase):
         auto_commit_interval: float | None = 5.0,
         max_batch: int = 512,
         idle_wait: float = 0.2,
+        handover: bool = True,
     ) -> GroupConsumer:
         """A member of consumer group ``group_id`` reading ``streams`` on this client's connections
         (see :mod:`.consumer` and ``docs/consumer-groups.md``): ``join()`` / ``with`` joins,
@@ -483,6 +484,9 @@ class LiftbridgeClient(ClientBase):
             (``None``: only ``commit()``, and no commit when a partition is taken away).
         :param max_batch: messages read per partition per poll, at most.
         :param idle_wait: seconds between polls that found nothing.
+        :param handover: read a partition taken over from another member only 1.5 s after the
+            assignment, from where that member stopped (at most about a second of messages read
+            twice after a rebalance); ``False``: read it at once from the group's position.
         :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
             a ``max_batch`` below 1.
         """
@@ -497,6 +501,7 @@ class LiftbridgeClient(ClientBase):
             auto_commit_interval=auto_commit_interval,
             max_batch=max_batch,
             idle_wait=idle_wait,
+            handover=handover,
         )
 
     def publish_to_subject(

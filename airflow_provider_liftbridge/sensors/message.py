@@ -181,6 +181,9 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
                 consumer_id=self.consumer_id,
                 auto_offset=group_auto_offset(self.start_at),
                 auto_commit_interval=None,
+                # A poke is one look at what is committed now; with a hand-over wait it would see
+                # nothing of its partitions (a rescheduled sensor joins anew at every poke).
+                handover=False,
             )
         func = resolve_apply_function(self.apply_function)
         args, kwargs = self.apply_function_args or (), self.apply_function_kwargs or {}
