@@ -18,6 +18,7 @@ from .conversion import metadata_from_pb, partition_from_pb
 from .effects import Op, RpcFailure, Sleep, Unary
 from .error_mapping import map_rpc_error
 from .errors import (
+    CursorsDisabledError,
     InvalidArgumentError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -338,7 +339,9 @@ def _cursor_unary(
     stream's metadata is then refreshed and the call re-routed, up to ``max_retries`` times.
     Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) the
     call goes to any broker; one that answers "not leader" shows the stream exists after all (a
-    restarting cluster lists no streams for a moment), so that also looks it up again."""
+    restarting cluster lists no streams for a moment), so that also looks it up again. So does
+    "Cursors stream does not exist" once metadata has listed the cursors stream: a cluster right
+    after a full restart answers that for a moment too (it is believed when never seen)."""
     refreshes = 0
     while True:
         if core.cursors_unknown():
@@ -348,8 +351,10 @@ def _cursor_unary(
         preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
         try:
             return (yield from unary(core, method, request, preferred=preferred, stream=stream, partition=partition))
-        except NotLeaderError:
-            if refreshes >= core.retry.max_retries:
+        except (NotLeaderError, CursorsDisabledError) as exc:
+            if refreshes >= core.retry.max_retries or (
+                isinstance(exc, CursorsDisabledError) and CURSORS_STREAM not in core.seen_streams
+            ):
                 raise
             refreshes += 1
             yield Sleep(core.backoff(refreshes))

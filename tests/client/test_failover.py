@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from airflow_provider_liftbridge.client import KeyPartitioner, Record
-from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.client import KeyPartitioner, LiftbridgeClient, Record
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 
 
 def _leader_index(c: Any, cluster: DevServer, stream: str, partition: int = 0) -> int:
@@ -111,3 +111,14 @@ def test_cursor_calls_follow_the_leader_of_the_owning_cursors_partition(
     for i, address in enumerate(cluster.addresses):  # any live broker as the seed: routed to the leader
         if i != stopped:
             assert make_client(address, timeout=5.0).fetch_cursor("reader", stream_name, 1) == 8
+
+
+def test_cursor_calls_wait_out_a_full_restart_that_lists_no_cursors_stream(stream_name: str) -> None:
+    # Right after a full restart the brokers list no streams, so a cursor call answers INTERNAL
+    # "Cursors stream does not exist", as with cursors off; a client that has seen the cursors
+    # stream retries instead of reporting cursors as disabled (the window is stretched to 0.8 s).
+    timings = ClusterTimings.fast(restart_no_streams=0.8, restart_no_leaders=1.0, restart_hw_unknown=1.2)
+    with DevServer(brokers=3, timings=timings) as srv, LiftbridgeClient(srv.addresses, timeout=5.0) as c:
+        c.set_cursor("reader", stream_name, 0, 4)
+        srv.restart_cluster()
+        assert c.fetch_cursor("reader", stream_name, 0) == 4
