@@ -19,6 +19,7 @@ from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 
 from .errors import (
     LiftbridgeSparkError,
+    SparkDataLossError,
     SparkOptionError,
     SparkPublishError,
     SparkReadError,
@@ -41,6 +42,7 @@ __all__ = [
     "PartitionRange",
     "PublishPlan",
     "PublishSummary",
+    "SparkDataLossError",
     "SparkOptionError",
     "SparkPublishError",
     "SparkReadError",

@@ -21,6 +21,15 @@ class SparkStreamError(LiftbridgeSparkError):
     """
 
 
+class SparkDataLossError(SparkStreamError):
+    """A streaming query's checkpoint no longer matches its stream (recreated, an offset beyond the
+    newest, messages removed by retention): reading on would skip or re-read messages.
+
+    The message names the stream, what changed, and the two ways out (a new checkpoint, or the
+    ``failOnDataLoss=false`` source option).
+    """
+
+
 class SparkPublishError(LiftbridgeSparkError):
     """At least one row was not acknowledged by Liftbridge.
 

@@ -2,9 +2,11 @@
 ``writeStream.format("liftbridge")`` (PySpark 4.2 Python streaming data source API).
 
 Source
-    The source offset is, per stream partition, the **next offset to read** (``{"0": 120, "1": 98}``,
-    partition ids as strings). The latest offset is each partition's high watermark + 1, so a
-    micro-batch reads only committed messages. A micro-batch ``(start, end)`` reads, per
+    The source offset is, per stream partition, the **next offset to read** (partition ids as
+    strings), with the stream's identity (:mod:`.stream_offsets`): every trigger checks the
+    checkpoint still matches the stream, and fails the query when it does not (``failOnDataLoss``,
+    the default) or goes on from the earliest available offsets. The latest offset is each
+    partition's high watermark + 1, so a micro-batch reads only committed messages. A micro-batch ``(start, end)`` reads, per
     partition, offsets ``start[p] .. end[p] - 1`` with one Spark partition per stream partition:
     the same offsets on every run, which is what makes a restart from the checkpoint exact (Spark
     re-plans a logged batch with the logged offsets: no gap, no duplicate). ``maxMessagesPerPartition``
@@ -40,17 +42,30 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .datasource import LiftbridgeSplit, ReadBounds, parse_time_ns, read_split, requested_partitions
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeError, StartPosition
+
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
 from .publish import merge_summaries, publish_partition, resolve_plan, stream_info
+from .reading import LiftbridgeSplit, ReadBounds, parse_time_ns, read_split, requested_partitions
 from .settings import from_options
+from .stream_offsets import (
+    FAIL_ON_DATA_LOSS,
+    Offsets,
+    PartitionNow,
+    SourceOffset,
+    StreamIdentity,
+    data_loss_error,
+    describe_change,
+    parse_fail_on_data_loss,
+    resolve_starts,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from airflow_provider_liftbridge.client import LiftbridgeClient
+    from airflow_provider_liftbridge.client import LiftbridgeClient, StreamInfo
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +75,6 @@ DEFAULT_PRODUCER_PREFIX = "spark-stream"
 # TaskContext local properties Spark's micro-batch engine sets for every task of a batch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-
-Offsets = dict[str, int]
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -82,6 +95,8 @@ class StreamReadOptions:
     :param starting_offsets: with ``"offsets"``: next offset per partition (others: earliest).
     :param starting_time_ns: with ``"timestamp"``: first message time, epoch ns.
     :param max_per_partition: most messages one micro-batch takes from a partition.
+    :param fail_on_data_loss: fail the query when its checkpoint no longer matches the stream
+        (:mod:`.stream_offsets`); false: log a warning and go on from the earliest available offsets.
     """
 
     stream: str
@@ -90,6 +105,7 @@ class StreamReadOptions:
     starting_offsets: Mapping[int, int] | None = None
     starting_time_ns: int | None = None
     max_per_partition: int | None = None
+    fail_on_data_loss: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> StreamReadOptions:
@@ -108,16 +124,20 @@ class StreamReadOptions:
                 limit = 0
             if limit < 1:
                 raise SparkOptionError(f"option 'maxMessagesPerPartition' must be an integer >= 1, got {raw_limit!r}")
+        common: dict[str, Any] = {
+            "stream": stream,
+            "partitions": bounds.partitions,
+            "max_per_partition": limit,
+            "fail_on_data_loss": parse_fail_on_data_loss(lowered.get(FAIL_ON_DATA_LOSS.lower())),
+        }
         raw_start = lowered.get("startingoffsets", "").strip()
         raw_time = lowered.get("startingtimestamp")
         if raw_time and raw_start:
             raise SparkOptionError("give either option 'startingOffsets' or 'startingTimestamp', not both")
         if raw_time:
-            return cls(
-                stream, bounds.partitions, "timestamp", None, parse_time_ns("startingTimestamp", raw_time), limit
-            )
+            return cls(**common, starting="timestamp", starting_time_ns=parse_time_ns("startingTimestamp", raw_time))
         if raw_start.lower() in ("", "latest", "earliest"):
-            return cls(stream, bounds.partitions, raw_start.lower() or "latest", None, None, limit)
+            return cls(**common, starting=raw_start.lower() or "latest")
         try:
             given = json.loads(raw_start)
             offsets = {int(p): int(o) for p, o in given.items()}
@@ -128,7 +148,7 @@ class StreamReadOptions:
             ) from None
         if any(o < 0 for o in offsets.values()):
             raise SparkOptionError(f"option 'startingOffsets' holds a negative offset: {raw_start!r}")
-        return cls(stream, bounds.partitions, "offsets", offsets, None, limit)
+        return cls(**common, starting="offsets", starting_offsets=offsets)
 
 
 def cap_offsets(
@@ -172,59 +192,80 @@ class StreamSplit(InputPartition):
         return f"StreamSplit(partition={self.partition}, offsets={self.start}..{self.end - 1})"
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """The stream at one trigger: its identity and the partitions the query reads."""
+
+    identity: StreamIdentity
+    partitions: dict[str, PartitionNow]
+
+    @property
+    def latest(self) -> Offsets:
+        return {p: now.next_offset for p, now in self.partitions.items()}
+
+    def offset(self, next_offsets: Offsets, reset_from: Offsets | None = None) -> dict[str, Any]:
+        return SourceOffset(self.identity, next_offsets, reset_from or {}).to_json()
+
+
 class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``readStream.format("liftbridge")``: per-partition offsets, high watermark as the latest.
 
     Runs on the driver (in a Python worker Spark keeps for the query); ``read`` runs on executors.
+    Every trigger checks the checkpoint's last offsets against the stream (:mod:`.stream_offsets`).
 
     :raises SparkOptionError: bad options.
     :raises SparkStreamError: the stream does not exist (at start), was deleted, or a partition
         is paused (whenever the source looks for new data).
+    :raises SparkDataLossError: the checkpoint no longer matches the stream (recreated stream,
+        offset beyond the newest, messages removed by retention) and ``failOnDataLoss`` is true.
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = StreamReadOptions.from_options(options)
         self.stream = self.options.stream
         self.settings = from_options(options)
-        self._target: Offsets | None = None
-        self._latest: Offsets | None = None
+        self._target: _Snapshot | None = None
+        self._latest: dict[str, Any] | None = None
+        self._planned: dict[str, Any] | None = None
         with self._client() as client:
-            self.partition_ids = self._partition_ids(client)
+            count = len(self._info(client).partitions)
+            self.partition_ids = requested_partitions(self.stream, count, self.options.partitions)
 
     # -- helpers (driver side) ------------------------------------------------------------
 
     def _client(self) -> LiftbridgeClient:
         return self.settings.client()
 
-    def _partition_ids(self, client: LiftbridgeClient) -> tuple[int, ...]:
-        from airflow_provider_liftbridge.client import LiftbridgeError
-
+    def _info(self, client: LiftbridgeClient) -> StreamInfo:
         try:
-            count = len(stream_info(client, self.stream).partitions)
+            return stream_info(client, self.stream)
         except SparkStreamError:
             raise SparkStreamError(
                 f"stream {self.stream!r} does not exist (or was deleted): a streaming query can only read an "
-                "existing stream; create it, and start a new query (new checkpoint) if it was deleted and "
-                "recreated, since its offsets start again at 0"
+                "existing stream; create it (a recreated stream is detected against the checkpoint when "
+                f"the query reads on: see option {FAIL_ON_DATA_LOSS!r})"
             ) from None
         except LiftbridgeError as exc:
             raise SparkStreamError(f"cannot look up stream {self.stream!r}: {type(exc).__name__}: {exc}") from exc
-        return requested_partitions(self.stream, count, self.options.partitions)
 
-    def _next_offsets(self) -> Offsets:
-        """Each partition's high watermark + 1 (the next offset that is not committed yet)."""
-        from airflow_provider_liftbridge.client import LiftbridgeError
+    def _identity(self, client: LiftbridgeClient) -> tuple[StreamIdentity, tuple[int, ...]]:
+        info = self._info(client)
+        count = len(info.partitions)
+        wanted = requested_partitions(self.stream, count, self.options.partitions)
+        return StreamIdentity(self.stream, info.creation_timestamp, count), wanted
 
-        ends: Offsets = {}
+    def _snapshot(self) -> _Snapshot:
+        """The stream's identity and, per partition read, its high watermark + 1 and newest offset."""
+        parts: dict[str, PartitionNow] = {}
         with self._client() as client:
-            self._partition_ids(client)  # a deleted stream fails here, with its own message
-            for partition in self.partition_ids:
+            identity, wanted = self._identity(client)
+            for partition in wanted:
                 try:
                     info = client.fetch_partition_metadata(self.stream, partition)
                 except LiftbridgeError as exc:
                     raise self._partition_error(client, partition, exc) from exc
-                ends[str(partition)] = info.high_watermark + 1
-        return ends
+                parts[str(partition)] = PartitionNow(info.high_watermark + 1, info.newest_offset)
+        return _Snapshot(identity, parts)
 
     def _partition_error(self, client: LiftbridgeClient, partition: int, exc: Exception) -> SparkStreamError:
         try:
@@ -242,6 +283,25 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             f"{type(exc).__name__}: {exc}"
         )
 
+    def _earliest(self, client: LiftbridgeClient, partition: str, now: PartitionNow) -> int:
+        """The earliest offset retention left in ``partition`` (its next offset when it holds none).
+
+        Liftbridge's metadata does not report it: a subscription from EARLIEST to the high
+        watermark gets the first message, or INVALID_ARGUMENT when EARLIEST is past the high
+        watermark (every committed message was removed).
+        """
+        if now.next_offset == 0:
+            return 0
+        try:
+            messages = client.subscribe(
+                self.stream, partition=int(partition), start_at=StartPosition.EARLIEST, stop_at=now.next_offset - 1
+            )
+            for message in messages:
+                return min(message.offset, now.next_offset)
+        except InvalidArgumentError:
+            pass
+        return now.next_offset
+
     def _time_offsets(self, time_ns: int, latest: Offsets) -> Offsets:
         """Per partition, the offset of the first committed message at or after ``time_ns`` (else latest)."""
         start_at = dt.datetime.fromtimestamp(time_ns / 1e9, tz=dt.UTC)
@@ -257,18 +317,55 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                         break
         return found
 
+    def _data_loss(self, losses: list[str]) -> None:
+        """Fail the query (``failOnDataLoss``, the default), or log the losses and go on."""
+        if self.options.fail_on_data_loss:
+            raise data_loss_error(self.stream, losses)
+        log.warning(
+            "stream %r: %s. %s=false: the query goes on from the earliest available offsets, so messages were "
+            "skipped or will be read again",
+            self.stream,
+            "; ".join(losses),
+            FAIL_ON_DATA_LOSS,
+        )
+
+    def _resolve(self, previous: SourceOffset, snapshot: _Snapshot) -> Offsets:
+        """Where the next micro-batch starts in each partition, after checking the checkpoint."""
+        if previous.identity is None:
+            log.warning(
+                "stream %r: the checkpoint's offsets carry no stream identity (written by an earlier version of "
+                "this source), so a deleted and recreated stream cannot be detected for this micro-batch; the "
+                "next offsets record it",
+                self.stream,
+            )
+        with self._client() as client:
+            found = resolve_starts(
+                previous,
+                snapshot.identity,
+                snapshot.partitions,
+                lambda p: self._earliest(client, p, snapshot.partitions[p]),
+            )
+        if found.added:
+            log.info(
+                "stream %r: partition(s) %s are not in the checkpoint; reading them from their earliest offset",
+                self.stream,
+                ", ".join(found.added),
+            )
+        if found.losses:
+            self._data_loss(found.losses)
+        return found.starts
+
     # -- DataSourceStreamReader ----------------------------------------------------------
 
-    def initialOffset(self) -> dict[str, int]:
-        latest = self._next_offsets()
+    def initialOffset(self) -> dict[str, Any]:
+        snapshot = self._snapshot()
+        latest = snapshot.latest
         start = self.options.starting
         if start == "latest":
-            return latest
-        if start == "earliest":
-            return dict.fromkeys(latest, 0)
+            return snapshot.offset(latest)
         if start == "timestamp":
             assert self.options.starting_time_ns is not None
-            return self._time_offsets(self.options.starting_time_ns, latest)
+            return snapshot.offset(self._time_offsets(self.options.starting_time_ns, latest))
         given = self.options.starting_offsets or {}
         unknown = sorted(set(given) - {int(p) for p in latest})
         if unknown:
@@ -276,34 +373,65 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"option 'startingOffsets' names partition(s) {unknown} that this query does not read "
                 f"(stream {self.stream!r}, partitions {sorted(int(p) for p in latest)})"
             )
-        return {p: min(given.get(int(p), 0), end) for p, end in latest.items()}
+        with self._client() as client:
+            return snapshot.offset(
+                {
+                    p: min(given[int(p)], end) if int(p) in given else self._earliest(client, p, snapshot.partitions[p])
+                    for p, end in latest.items()
+                }
+            )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_per_partition is None:
             return ReadAllAvailable()
         return ReadMaxRows(self.options.max_per_partition * len(self.partition_ids))
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        latest = self._target if self._target is not None else self._next_offsets()
-        self._latest = latest
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        previous = SourceOffset.parse(start)
+        snapshot = self._target if self._target is not None else self._snapshot()
+        starts = self._resolve(previous, snapshot)
+        latest = snapshot.latest
+        self._latest = snapshot.offset(latest)
         if isinstance(limit, ReadAllAvailable):
-            return cap_offsets(start, latest, None, None)
-        total = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return cap_offsets(start, latest, self.options.max_per_partition, total)
+            end = cap_offsets(starts, latest, None, None)
+        else:
+            total = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            end = cap_offsets(starts, latest, self.options.max_per_partition, total)
+        reset = {p: s for p, s in starts.items() if previous.next.get(p) != s}
+        if not reset and end == previous.next and previous.identity == snapshot.identity:
+            return start  # nothing new: the very same offset tells Spark so
+        self._planned = snapshot.offset(end, reset)
+        return self._planned
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Bounded run: what is committed now, and nothing written later.
-        self._target = self._next_offsets()
+        self._target = self._snapshot()
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        return [
-            StreamSplit(int(p), start.get(p, 0), stop)
-            for p, stop in sorted(end.items(), key=lambda item: int(item[0]))
-            if stop > start.get(p, 0)
-        ]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        previous, until = SourceOffset.parse(start), SourceOffset.parse(end)
+        if end != self._planned and not self._still_matches(until):
+            return []  # a replayed batch of a stream since recreated, with failOnDataLoss=false
+        splits = []
+        for p, stop in sorted(until.next.items(), key=lambda item: int(item[0])):
+            first = until.start_of(p, previous)
+            if stop > first:
+                splits.append(StreamSplit(int(p), first, stop))
+        return splits
+
+    def _still_matches(self, until: SourceOffset) -> bool:
+        """Whether a micro-batch Spark replays from its offset log (planned before a restart) still
+        reads the stream incarnation it was planned on."""
+        if until.identity is None:
+            return True
+        with self._client() as client:
+            identity, _ = self._identity(client)
+        if identity == until.identity:
+            return True
+        self._data_loss([describe_change(until.identity, identity)])
+        return False
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamSplit)
@@ -321,14 +449,20 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             ) from exc
         expected = partition.end - partition.start
         if delivered != expected:
-            # Offsets below the high watermark are committed: fewer means retention removed them.
-            raise SparkReadError(
+            # Offsets below the high watermark are committed: fewer means retention removed them
+            # between planning and reading.
+            message = (
                 f"stream {self.stream!r} partition {partition.partition} delivered {delivered} message(s) for "
                 f"offsets {partition.start}..{partition.end - 1} ({expected} expected): messages were removed "
                 "(retention, compaction) before the query read them"
             )
+            if self.options.fail_on_data_loss:
+                raise SparkReadError(
+                    f"{message}; set the source option {FAIL_ON_DATA_LOSS}=false to go on without them"
+                )
+            log.warning("%s; %s=false: going on", message, FAIL_ON_DATA_LOSS)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         # Liftbridge keeps the log; the query's checkpoint is the source of truth for positions.
         return None
 

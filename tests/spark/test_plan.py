@@ -20,8 +20,8 @@ from airflow_provider_liftbridge.spark import (
     from_options,
     to_options,
 )
-from airflow_provider_liftbridge.spark.datasource import ReadBounds, parse_time_ns
 from airflow_provider_liftbridge.spark.plan import RecordBuilder, plan_from_options
+from airflow_provider_liftbridge.spark.reading import ReadBounds, parse_time_ns
 
 SCHEMA = StructType(
     [

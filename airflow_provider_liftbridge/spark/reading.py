@@ -1,0 +1,206 @@
+"""The read side both ``liftbridge`` sources share (batch reads in :mod:`.datasource`, micro-batches in
+:mod:`.streaming`): a split (one stream partition's offset range), the parsed read bounds, and
+reading one split into Arrow batches.
+
+Both source modules import this one and neither imports the other's internals, so the batch
+source can hand out the streaming reader and writer without an import cycle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import InputPartition
+
+from .errors import SparkOptionError, SparkStreamError
+from .settings import ConnectionSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Rows per Arrow batch handed to Spark by the reader.
+READ_BATCH_ROWS = 8192
+
+
+class LiftbridgeSplit(InputPartition):
+    """One Spark read partition: a stream partition from a start position to an inclusive stop offset."""
+
+    def __init__(
+        self,
+        partition: int,
+        start_offset: int,
+        stop_offset: int,
+        start_time_ns: int | None = None,
+        stop_time_ns: int | None = None,
+    ) -> None:
+        super().__init__(partition)
+        self.partition = partition
+        self.start_offset = start_offset
+        self.stop_offset = stop_offset
+        self.start_time_ns = start_time_ns
+        self.stop_time_ns = stop_time_ns
+
+    def __repr__(self) -> str:
+        return f"LiftbridgeSplit(partition={self.partition}, offsets={self.start_offset}..{self.stop_offset})"
+
+
+def parse_time_ns(name: str, raw: str) -> int:
+    """An option holding a time: ISO-8601 (naive means UTC) or integer epoch milliseconds, as epoch ns.
+
+    :raises SparkOptionError: when it is neither.
+    """
+    text = raw.strip()
+    if text.lstrip("-").isdigit():
+        return int(text) * 1_000_000
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SparkOptionError(f"option {name!r} must be an ISO-8601 time or epoch milliseconds, got {raw!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000
+
+
+@dataclass(frozen=True)
+class ReadBounds:
+    """Read options after parsing: which partitions and which offsets / times.
+
+    :param partitions: stream partitions to read (``None``: all).
+    :param starting_offset: first offset (inclusive).
+    :param ending_offset: last offset (inclusive); capped at the high watermark at planning time.
+    :param starting_time_ns: first message time (inclusive), epoch ns.
+    :param ending_time_ns: last message time (inclusive), epoch ns.
+    :param max_records_per_split: split a stream partition into offset ranges of this size.
+    """
+
+    partitions: tuple[int, ...] | None = None
+    starting_offset: int = 0
+    ending_offset: int | None = None
+    starting_time_ns: int | None = None
+    ending_time_ns: int | None = None
+    max_records_per_split: int | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ReadBounds:
+        """:raises SparkOptionError: on a value that does not parse or is negative."""
+        lowered = {key.lower(): value for key, value in options.items() if value not in (None, "")}
+
+        def number(name: str) -> int | None:
+            raw = lowered.get(name.lower())
+            if raw is None:
+                return None
+            try:
+                value = int(raw)
+            except ValueError:
+                raise SparkOptionError(f"option {name!r} must be an integer, got {raw!r}") from None
+            if value < 0:
+                raise SparkOptionError(f"option {name!r} must be >= 0, got {value}")
+            return value
+
+        parts = lowered.get("partitions")
+        try:
+            partitions = tuple(int(p) for p in parts.split(",") if p.strip()) if parts else None
+        except ValueError:
+            raise SparkOptionError(f"option 'partitions' must be comma-separated integers, got {parts!r}") from None
+        split = number("maxRecordsPerSplit")
+        if split == 0:
+            raise SparkOptionError("option 'maxRecordsPerSplit' must be >= 1")
+        start_time = lowered.get("startingTimestamp")
+        end_time = lowered.get("endingTimestamp")
+        return cls(
+            partitions=partitions,
+            starting_offset=number("startingOffset") or 0,
+            ending_offset=number("endingOffset"),
+            starting_time_ns=parse_time_ns("startingTimestamp", start_time) if start_time else None,
+            ending_time_ns=parse_time_ns("endingTimestamp", end_time) if end_time else None,
+            max_records_per_split=split,
+        )
+
+    def splits(self, partition: int, high_watermark: int) -> list[LiftbridgeSplit]:
+        """The read ranges of one stream partition whose high watermark is ``high_watermark``."""
+        stop = high_watermark if self.ending_offset is None else min(self.ending_offset, high_watermark)
+        start = self.starting_offset
+        if stop < 0 or start > stop:
+            return []
+        times = {"start_time_ns": self.starting_time_ns, "stop_time_ns": self.ending_time_ns}
+        # A start time maps to an offset only on the server, so such reads are not split.
+        if not self.max_records_per_split or self.starting_time_ns is not None:
+            return [LiftbridgeSplit(partition, start, stop, **times)]
+        size = self.max_records_per_split
+        return [
+            LiftbridgeSplit(partition, lo, min(lo + size - 1, stop), **times) for lo in range(start, stop + 1, size)
+        ]
+
+
+def requested_partitions(stream: str, count: int, wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The partitions option checked against the stream's ``count`` partitions (``None``: all).
+
+    :raises SparkStreamError: naming the partitions the stream does not have.
+    """
+    chosen = wanted if wanted is not None else tuple(range(count))
+    missing = [p for p in chosen if not 0 <= p < count]
+    if missing:
+        raise SparkStreamError(
+            f"stream {stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
+        )
+    return chosen
+
+
+def _arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("stream", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("headers", pa.map_(pa.string(), pa.binary())),
+        ]
+    )
+
+
+def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:
+    """The messages of ``split`` as Arrow batches of the read schema (batch reads and micro-batches)."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    start_at: Any = split.start_offset
+    if split.start_time_ns is not None:
+        start_at = dt.datetime.fromtimestamp(split.start_time_ns / 1e9, tz=dt.UTC)
+    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+
+    def flush() -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(columns, schema=schema)
+        for values in columns.values():
+            values.clear()
+        return batch
+
+    with settings.client() as client:
+        messages = client.subscribe(stream, partition=split.partition, start_at=start_at, stop_at=split.stop_offset)
+        for message in messages:
+            if message.offset > split.stop_offset:
+                break
+            if message.offset < split.start_offset:
+                continue
+            if split.start_time_ns is not None and message.timestamp < split.start_time_ns:
+                continue
+            if split.stop_time_ns is None or message.timestamp <= split.stop_time_ns:
+                columns["stream"].append(message.stream)
+                columns["partition"].append(message.partition)
+                columns["offset"].append(message.offset)
+                columns["key"].append(message.key)
+                columns["value"].append(message.value)
+                columns["timestamp"].append(message.timestamp // 1000)
+                columns["headers"].append(list((message.headers or {}).items()))
+                if len(columns["offset"]) >= READ_BATCH_ROWS:
+                    yield flush()
+            if message.offset >= split.stop_offset:
+                break
+    if columns["offset"]:
+        yield flush()
