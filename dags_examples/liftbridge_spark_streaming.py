@@ -17,9 +17,20 @@ Runs end to end on ``local[2]`` and the dev server::
                                              "extra": {"nats_servers": "nats://127.0.0.1:4222"}}'
     airflow dags test liftbridge_spark_streaming
 
-Params: ``source`` / ``target`` stream names, ``checkpoint_root`` (a directory every run of the
-job can reach: HDFS / S3 / a shared disk on a cluster). ``LIFTBRIDGE_SPARK_CONN`` names a Spark
-provider connection to run on (default: ``local[2]``).
+Params: ``source`` / ``target`` stream names, ``checkpoint_root``. ``LIFTBRIDGE_SPARK_CONN`` names
+a Spark provider connection to run on (default: ``local[2]``).
+
+**The checkpoint belongs to this DAG and this pair of streams.** The query's checkpoint is
+``<checkpoint_root>/<dag id>/<source>-to-<target>``: every run of this DAG with the same streams
+goes on from it, and nothing else shares it (a checkpoint left behind by an unrelated demo in a
+shared ``/tmp`` folder made a query read nothing). ``checkpoint_root`` empty (the default) means
+``<AIRFLOW_HOME>/liftbridge-examples/checkpoints``: local disk, right for ``airflow dags test`` and
+deployments on one host. Where runs may land on different workers, or the Spark driver runs on a
+cluster, set it to storage every run's driver reaches (``s3a://bucket/checkpoints``,
+``hdfs://...``); otherwise a run on another worker starts a new query from ``earliest`` and
+publishes every order again. If the streams are deleted and created again, the query fails
+and says so, instead of reading nothing: delete the checkpoint folder (or change
+``checkpoint_root``) to start over.
 """
 
 from __future__ import annotations
@@ -56,6 +67,14 @@ ORDER_SCHEMA = "order_id string, customer string, amount double, status string"
 VAT = 0.2
 
 
+def checkpoint_location(checkpoint_root: str, dag_id: str, source: str, target: str) -> str:
+    """Where the query of ``dag_id`` from ``source`` to ``target`` keeps its checkpoint (see above)."""
+    if not checkpoint_root:
+        home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+        checkpoint_root = f"{home}/liftbridge-examples/checkpoints"
+    return f"{checkpoint_root.rstrip('/')}/{dag_id}/{source}-to-{target}"
+
+
 def price(orders: Any) -> Any:
     """The transformation: parse the JSON orders, keep the paid ones, add the price with VAT."""
     from pyspark.sql import functions as F
@@ -74,7 +93,7 @@ def price(orders: Any) -> Any:
     schedule=None,
     start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
-    params={"source": "orders", "target": "orders-priced", "checkpoint_root": "/tmp/liftbridge-spark-streaming"},
+    params={"source": "orders", "target": "orders-priced", "checkpoint_root": ""},
     tags=["liftbridge", "spark", "streaming", "example"],
 )
 def liftbridge_spark_streaming() -> None:
@@ -85,14 +104,16 @@ def liftbridge_spark_streaming() -> None:
     seed = LiftbridgePublishOperator(task_id="seed_orders", stream=source, records=ORDERS, key_field="customer")
 
     @task
-    def price_orders(source: str, target: str, checkpoint_root: str) -> dict[str, Any]:
-        """Run the bounded streaming query; return what it read and how many micro-batches it took."""
+    def price_orders(source: str, target: str, checkpoint_root: str, dag: Any = None) -> dict[str, Any]:
+        """Run the bounded streaming query; return what it read, how many micro-batches it took and
+        where its checkpoint is."""
         from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
         from airflow_provider_liftbridge.operators.spark import spark_settings_from_connection
         from airflow_provider_liftbridge.spark import to_options
         from airflow_provider_liftbridge.spark.session import spark_session_scope
 
         liftbridge = to_options(LiftbridgeHook().settings)
+        checkpoint = checkpoint_location(checkpoint_root, dag.dag_id, source, target)
         master, config = spark_settings_from_connection(SPARK_CONN) if SPARK_CONN else ("local[2]", dict(LOCAL_SPARK))
         with spark_session_scope(master, app_name="liftbridge-streaming", config=config) as spark:
             orders = (
@@ -110,7 +131,7 @@ def liftbridge_spark_streaming() -> None:
                 .option("stream", target)
                 .option("keyColumn", "customer")
                 .option("deliveryGuarantee", "exactlyOnce")
-                .option("checkpointLocation", f"{checkpoint_root}/{source}-to-{target}")
+                .option("checkpointLocation", checkpoint)
                 .trigger(availableNow=True)
                 .start()
             )
@@ -120,6 +141,7 @@ def liftbridge_spark_streaming() -> None:
                 "batches": len(progress),
                 "input_rows": sum(p.numInputRows for p in progress),
                 "query_id": str(query.id),
+                "checkpoint": checkpoint,
             }
 
     @task

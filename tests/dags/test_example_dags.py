@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from typing import Any
 
 import pytest
@@ -82,6 +83,13 @@ def test_failed_publish_fails_the_run_and_teardown_still_deletes(
 def test_publish_files_end_to_end(dagbag: Any, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     dag_run, states, xcoms = run(dagbag, "liftbridge_publish_files", stream=stream_name)
     assert dag_run.state == "success", states
+    # The files went from task to task through the files_url folder (default: under AIRFLOW_HOME),
+    # one per run, removed by the teardown.
+    folder = xcoms["write_sample_files"]
+    assert folder.startswith(f"file://{os.environ['AIRFLOW_HOME']}/liftbridge-examples/files/")
+    from airflow.sdk import ObjectStoragePath
+
+    assert states["remove_sample_files"] == "success" and not ObjectStoragePath(folder).exists()
     jsonl = xcoms["publish_jsonl"]
     assert jsonl["count"] == jsonl["acknowledged"] == 50
     assert [f["count"] for f in jsonl["files"]] == [25, 25]
@@ -110,7 +118,7 @@ def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeCli
     dag_run, states, xcoms = run(dagbag, "liftbridge_spark_pipeline")
     assert dag_run.state == "success", states
     published = xcoms["transform_and_publish"]
-    assert published["count"] == published["acknowledged"] == xcoms["ensure_input"]["paid"]
+    assert published["count"] == published["acknowledged"] == 800  # the built-in sample's paid orders
     assert xcoms["read_back"] == published["count"]  # gzip-compressed, read back whole
     assert published["write_stats"]["acks"] == published["count"]
     for partition, span in published["partitions"].items():
@@ -123,13 +131,18 @@ def test_spark_pipeline_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeCli
 @pytest.mark.spark
 @pytest.mark.timeout(400)
 def test_spark_streaming_end_to_end(
-    dagbag: Any, liftbridge_client: LiftbridgeClient, spark_session: Any, stream_name: str, tmp_path: Any
+    dagbag: Any, liftbridge_client: LiftbridgeClient, spark_session: Any, stream_name: str
 ) -> None:
     """A bounded streaming job (availableNow) from one stream into another through a transformation,
     on the standalone test cluster; a second run goes on from the checkpoint."""
-    conf = {"source": f"{stream_name}-orders", "target": f"{stream_name}-priced", "checkpoint_root": str(tmp_path)}
+    conf = {"source": f"{stream_name}-orders", "target": f"{stream_name}-priced"}
     dag_run, states, xcoms = run(dagbag, "liftbridge_spark_streaming", **conf)
     assert dag_run.state == "success", states
+    # The default checkpoint: this DAG's own folder under AIRFLOW_HOME, named after the two streams.
+    assert xcoms["price_orders"]["checkpoint"] == (
+        f"{os.environ['AIRFLOW_HOME']}/liftbridge-examples/checkpoints/liftbridge_spark_streaming/"
+        f"{conf['source']}-to-{conf['target']}"
+    )
     paid = [o for o in ORDERS if o["status"] == "paid"]
     # 60 orders keyed over 2 partitions, at most 20 per partition per micro-batch: several batches.
     assert xcoms["price_orders"]["input_rows"] == 60 and xcoms["price_orders"]["batches"] >= 2
