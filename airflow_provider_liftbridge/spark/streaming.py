@@ -6,13 +6,13 @@ Source
     strings), with the stream's identity (:mod:`.stream_offsets`): every trigger checks the
     checkpoint still matches the stream, and fails the query when it does not (``failOnDataLoss``,
     the default) or goes on from the earliest available offsets. The latest offset is each
-    partition's high watermark + 1, so a micro-batch reads only committed messages. A micro-batch ``(start, end)`` reads, per
-    partition, offsets ``start[p] .. end[p] - 1`` with one Spark partition per stream partition:
-    the same offsets on every run, which is what makes a restart from the checkpoint exact (Spark
-    re-plans a logged batch with the logged offsets: no gap, no duplicate). ``maxMessagesPerPartition``
-    caps what one trigger takes from each partition (``Trigger.AvailableNow`` honours it too,
-    in several batches). Start positions: ``earliest``, ``latest`` (default, as Kafka), per
-    partition offsets (JSON), or a time (``startingTimestamp``).
+    partition's high watermark + 1, so a micro-batch reads only committed messages. A micro-batch
+    ``(start, end)`` reads, per partition, offsets ``start[p] .. end[p] - 1`` with one Spark
+    partition per stream partition: the same offsets on every run, which is what makes a restart
+    from the checkpoint exact (Spark re-plans a logged batch with the logged offsets: no gap, no
+    duplicate). ``maxMessagesPerPartition`` caps what one trigger takes from each partition
+    (``Trigger.AvailableNow`` honours it too, in several batches). Start positions: ``earliest``,
+    ``latest`` (default, as Kafka), per partition offsets (JSON), or a time (``startingTimestamp``).
 
 Sink
     Each micro-batch partition publishes with its own client, exactly as ``publish_dataframe``.
