@@ -153,7 +153,8 @@ def run_transport(transport: str, args: argparse.Namespace, tag: str) -> list[Ro
         # Each stream's load goes to its partition's leader (broker 0 when there is one broker).
         meta = api_pb2_grpc.APIStub(admin).FetchMetadata(pb.FetchMetadataRequest(), timeout=10)
         hosts = {b.id: f"{b.host}:{b.port}" for b in meta.brokers}
-        leaders = {sm.name: hosts[sm.partitions[0].leader] for sm in meta.streamMetadata}
+        streams = [sm for sm in meta.streamMetadata if not sm.name.startswith("__")]  # not __cursors
+        leaders = {sm.name: hosts[sm.partitions[0].leader] for sm in streams}
         channels = {name: grpc.insecure_channel(address) for name, address in leaders.items()}
         pub_stub = api_pb2_grpc.APIStub(channels["pub"])
         cases: list[tuple[str, int, Callable[[], float]]] = [

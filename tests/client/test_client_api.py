@@ -270,6 +270,19 @@ def test_subscribe_errors(client: Any, stream_name: str) -> None:
     assert [m.offset for m in client.subscribe(stream_name, stop_at=1, resume=True)] == [0, 1]
 
 
+def test_pause_under_a_subscription_ends_it_with_the_paused_error(client: Any, stream_name: str) -> None:
+    # The other form: paused while reading, the server ends the stream with FAILED_PRECONDITION
+    # after the handshake (subscribing to a paused partition fails before it: test_subscribe_errors).
+    client.create_stream(stream_name, stream_name)
+    _fill(client, stream_name, 1)
+    got = []
+    with pytest.raises(PartitionPausedError, match="resume=True"):
+        for message in client.subscribe(stream_name):
+            got.append(message.offset)
+            client.pause_stream(stream_name)
+    assert got == [0]
+
+
 def test_subscribe_read_isr_replica(client: Any, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     _fill(client, stream_name, 2)
