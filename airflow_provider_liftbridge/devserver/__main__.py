@@ -28,6 +28,7 @@ CONTROL_COMMANDS = {
     "start": ("start_broker", True),
     "stop": ("stop_broker", True),
     "restart": ("restart_cluster", False),
+    "metadata-leader": ("move_metadata_leader", True),
 }
 
 PROG = "liftbridge-devserver"
@@ -95,10 +96,35 @@ def build_parser() -> argparse.ArgumentParser:
         "and high watermarks are known (default: %(default)s, as observed on Liftbridge)",
     )
     cluster.add_argument(
+        "--metadata-election-timeout",
+        type=float,
+        default=_DEFAULTS.metadata_election_timeout,
+        metavar="SECONDS",
+        help="a stalled or dead metadata leader is replaced after this long; metadata changes wait "
+        "meanwhile (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--metadata-cache-max-age",
+        type=float,
+        default=_DEFAULTS.metadata_cache_max_age,
+        metavar="SECONDS",
+        help="FetchMetadata asks every broker (and waits for a stalled one) unless its broker list is "
+        "younger than this (default: %(default)s)",
+    )
+    cluster.add_argument(
+        "--stream-propagation",
+        type=float,
+        default=_DEFAULTS.stream_propagation,
+        metavar="SECONDS",
+        help="a new stream reaches the brokers other than the creating one and the metadata leader "
+        "this long after creation (default: %(default)s)",
+    )
+    cluster.add_argument(
         "--control",
         choices=("stdin",),
         help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
-        "restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or 'error COMMAND: REASON'",
+        "metadata-leader I, restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or "
+        "'error COMMAND: REASON'",
     )
     p.add_argument(
         "--groups-consumer-timeout",
@@ -143,6 +169,9 @@ def _timings(args: argparse.Namespace) -> ClusterTimings:
             restart_no_streams=phases[0],
             restart_no_leaders=phases[1],
             restart_hw_unknown=phases[2],
+            metadata_election_timeout=args.metadata_election_timeout,
+            metadata_cache_max_age=args.metadata_cache_max_age,
+            stream_propagation=args.stream_propagation,
         )
     except ValueError as exc:
         raise DevServerError(f"bad cluster timings ({exc}); see --help for --restart-window and the others") from exc

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from .faults import MetadataLeader, StreamPropagation
 from .log import PartitionLog
 from .model import BrokerSlot, ClusterTimings
 from .partition import Partition, Stream
@@ -22,6 +23,7 @@ class ClusterStore(Protocol):
     """What the cluster asks of the store (:class:`~.state.Store`)."""
 
     streams: dict[str, Stream]
+    brokers: list[BrokerSlot]
 
     def save(self) -> None: ...
 
@@ -59,6 +61,10 @@ class Cluster:
         #: Monotonic time of the last full-cluster restart (the restart window runs from it).
         self.restarted_at: float | None = None
         self._resumed: dict[int, asyncio.Event] = {}
+        #: The metadata (Raft) leader: metadata changes wait while it does not run (faults.py).
+        self.metadata = MetadataLeader(self, store.brokers)
+        #: Which brokers know a just-created stream (faults.py).
+        self.propagation = StreamPropagation(timings.stream_propagation)
 
     async def until_running(self, broker: BrokerSlot) -> None:
         """Return once ``broker`` is not stalled (at once when it is not)."""
@@ -130,6 +136,7 @@ class Cluster:
             part.notify()  # subscribers that waited with a high watermark of -1
 
     def stop(self) -> None:
+        self.metadata.close()
         if self._task is not None:
             self._task.cancel()
             self._task = None
@@ -169,7 +176,10 @@ class Cluster:
                 log.exception("cluster check failed")
 
     def check(self) -> None:
-        """Shrink the ISR of followers that fell behind; replace leaders that are gone too long."""
+        """Shrink the ISR of followers that fell behind; replace leaders that are gone too long.
+        Both are metadata changes: they wait while no metadata leader runs."""
+        if not self.metadata.available:
+            return
         now = time.monotonic()
         lag = self.timings.replica_max_lag_time
         changed = False
@@ -223,6 +233,7 @@ class Cluster:
     def broker_stopped(self, broker: BrokerSlot, *, controlled: bool) -> None:
         """``broker`` stopped serving. A controlled stop hands its leaderships over at once (after
         the new leader caught up) and leaves the ISRs; a kill leaves everything to the time-outs."""
+        self.metadata.broker_lost(broker, controlled=controlled)
         if not controlled:
             for part in self.partitions():
                 repl = replication_of(part)
@@ -255,6 +266,7 @@ class Cluster:
 
     def broker_started(self, broker: BrokerSlot) -> None:
         """``broker`` serves again: its replicas catch up (cut back first if leadership moved) and rejoin."""
+        self.metadata.broker_back(broker)
         for part in self.partitions():
             repl = replication_of(part)
             rep = repl.replicas.get(broker.id)
@@ -273,6 +285,7 @@ class Cluster:
     def broker_stalled(self, broker: BrokerSlot) -> None:
         """``broker`` freezes (like SIGSTOP): it stops fetching, serving fetches and answering calls."""
         broker.stalled = True
+        self.metadata.broker_lost(broker, controlled=False)
         now = time.monotonic()
         for part in self.partitions():
             repl = replication_of(part)
@@ -285,6 +298,7 @@ class Cluster:
         event = self._resumed.pop(broker.index, None)
         if event is not None:
             event.set()
+        self.metadata.broker_back(broker)
         for part in self.partitions():
             repl = replication_of(part)
             if part.leader == broker.id:

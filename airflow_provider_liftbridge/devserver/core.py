@@ -271,6 +271,14 @@ class ServerCore:
         """
         self._cluster("resume a broker").broker_resumed(self.brokers[index])
 
+    async def move_metadata_leader(self, index: int) -> None:
+        """Make broker ``index`` the metadata (Raft) leader at once.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("move the metadata leader").metadata.move_to(index)
+
     async def restart_cluster(self, down: float = 0.0) -> None:
         """Stop every broker at once (calls end, nothing unwritten survives), wait ``down`` seconds,
         and start them all from the data directory; they go through the restart window.

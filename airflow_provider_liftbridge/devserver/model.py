@@ -105,6 +105,12 @@ class ClusterTimings:
         Publish/PublishAsync answer NOT_FOUND "no such stream".
     :param restart_hw_unknown: until this long after the restart, high watermarks read -1 and
         nothing commits (ALL acks and subscribers wait).
+    :param metadata_election_timeout: a stalled or dead metadata (Raft) leader is replaced after
+        this long; until then metadata changes wait (about Raft's heartbeat plus election time).
+    :param metadata_cache_max_age: FetchMetadata surveys the other brokers (and waits for a stalled
+        one) unless its broker list is younger than this (Liftbridge's ``metadata.cache.max.age``).
+    :param stream_propagation: a new stream is known at once by the broker that created it and the
+        metadata leader, by the others this long after (they answer "no such stream" until then).
     :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
     """
 
@@ -114,9 +120,15 @@ class ClusterTimings:
     restart_no_streams: float = 0.3
     restart_no_leaders: float = 1.5
     restart_hw_unknown: float = 9.0
+    metadata_election_timeout: float = 2.0
+    metadata_cache_max_age: float = 120.0
+    stream_propagation: float = 0.0
 
     def __post_init__(self) -> None:
         durations = (
+            self.metadata_election_timeout,
+            self.metadata_cache_max_age,
+            self.stream_propagation,
             self.replica_max_lag_time,
             self.replica_max_leader_timeout,
             self.restart_no_streams,
@@ -137,10 +149,11 @@ class ClusterTimings:
     @classmethod
     def fast(cls, **overrides: Any) -> ClusterTimings:
         """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
-        real one (0.03 s, 0.15 s, 0.9 s). Keywords override single values."""
+        real one (0.03 s, 0.15 s, 0.9 s), metadata election 0.2 s. Keywords override single values."""
         base = cls(
             replica_max_lag_time=0.5,
             replica_max_leader_timeout=0.5,
+            metadata_election_timeout=0.2,
             restart_no_streams=0.03,
             restart_no_leaders=0.15,
             restart_hw_unknown=0.9,

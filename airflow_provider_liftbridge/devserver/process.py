@@ -59,7 +59,8 @@ class DevServerProcess:
 
     The child reads fault commands on its stdin (``--control stdin``), so the cluster fault hooks of
     :class:`DevServer` work on it too: :meth:`stall_broker`, :meth:`resume_broker`,
-    :meth:`kill_broker`, :meth:`start_broker`, :meth:`stop_broker`, :meth:`restart_cluster`.
+    :meth:`kill_broker`, :meth:`start_broker`, :meth:`stop_broker`, :meth:`restart_cluster`,
+    :meth:`move_metadata_leader`.
     """
 
     def __init__(
@@ -98,6 +99,12 @@ class DevServerProcess:
                 str(timings.min_insync_replicas),
                 "--restart-window",
                 timings.restart_window(),
+                "--metadata-election-timeout",
+                str(timings.metadata_election_timeout),
+                "--metadata-cache-max-age",
+                str(timings.metadata_cache_max_age),
+                "--stream-propagation",
+                str(timings.stream_propagation),
             ]
         self.data_dir = Path(data_dir)
         self.brokers = brokers
@@ -217,6 +224,10 @@ class DevServerProcess:
     def stop_broker(self, index: int) -> None:
         """Stop one broker cleanly (see :meth:`DevServer.stop_broker`)."""
         self._command(f"stop {index}")
+
+    def move_metadata_leader(self, index: int) -> None:
+        """Make broker ``index`` the metadata leader (see :meth:`DevServer.move_metadata_leader`)."""
+        self._command(f"metadata-leader {index}")
 
     def restart_cluster(self, down: float = 0.0) -> None:
         """Restart every broker inside the child process through the restart window (see

@@ -58,7 +58,9 @@ class DevServer:
     - :meth:`kill_broker`: SIGKILL of one broker (leadership moves after the leader timeout);
       :meth:`start_broker` brings it back;
     - :meth:`stop_broker`: a clean stop (leadership moves at once);
-    - :meth:`restart_cluster`: every broker down, then up through the restart window.
+    - :meth:`restart_cluster`: every broker down, then up through the restart window;
+    - :attr:`metadata_leader` / :meth:`move_metadata_leader`: which broker is the metadata leader
+      (metadata changes wait while it is stalled or dead, until another is elected).
     """
 
     def __init__(
@@ -275,6 +277,23 @@ class DevServer:
         :raises ServerStateError: a single-broker server.
         """
         self._run(self._running_core().resume_broker(index))
+
+    @property
+    def metadata_leader(self) -> int:
+        """Index of the broker that is the metadata (Raft) leader (broker 0 at start; another one
+        after it was stalled or dead for ``timings.metadata_election_timeout``).
+
+        :raises ServerStateError: a single-broker server.
+        """
+        return self._running_core()._cluster("read the metadata leader").metadata.index
+
+    def move_metadata_leader(self, index: int) -> None:
+        """Make broker ``index`` the metadata leader at once (then stall it to hang metadata changes).
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().move_metadata_leader(index))
 
     def restart_cluster(self, down: float = 0.0) -> None:
         """Restart every broker at once after ``down`` seconds, from the data directory, through the

@@ -23,6 +23,7 @@ from airflow_provider_liftbridge.codec import encode_message
 
 from .cursors_stream import check_cursor_owner
 from .errors import ApiError, IncorrectOffsetError
+from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
 from .model import BrokerSlot, is_valid_subject
 from .partition import Partition
@@ -92,18 +93,6 @@ class _AsyncSession:
 def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
     if not fut.done():
         fut.set_result(commit_ts)
-
-
-async def _leader_back(part: Partition) -> bool:
-    """Cluster mode, the partition's leader does not serve: wait while it is only stalled (NATS
-    holds what a frozen process has not read yet); ``False`` when it is dead (the message is lost)."""
-    repl = part.replication
-    assert repl is not None
-    while not repl.leader_serving:
-        if not repl.leader_stalled:
-            return False
-        await part.wait_change()
-    return True
 
 
 async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoReturn:
@@ -178,55 +167,43 @@ class ApiService:
             api_pb2.ReportConsumerGroupCoordinatorRequest,
         )
         if self.store.cluster is not None:
-            handlers = {name: self._gated(h) for name, h in handlers.items()}
+            # A stalled broker answers nothing, and carries out what it received when it resumes.
+            handlers = {name: frozen_gate(self.store.cluster, self.broker, h) for name, h in handlers.items()}
         return handlers
 
-    def _gated(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """``handler`` waiting while this broker is stalled (cluster mode only: a frozen process answers nothing)."""
-        cluster, broker = self.store.cluster, self.broker
-        assert cluster is not None
-        opts = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            unary = handler.unary_unary
-
-            async def gated_unary(req: Any, context: Any) -> Any:
-                await cluster.until_running(broker)
-                return await unary(req, context)
-
-            return grpc.unary_unary_rpc_method_handler(gated_unary, **opts)
-        streaming = handler.unary_stream or handler.stream_stream
-        assert streaming is not None
-
-        async def gated_stream(req: Any, context: Any) -> AsyncIterator[Any]:
-            await cluster.until_running(broker)
-            async for item in streaming(req, context):
-                yield item
-
-        make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-        return make(gated_stream, **opts)
-
-    async def _call(self, context: aio.ServicerContext[Any, Any], action: Awaitable[Any]) -> None:
+    async def _call(self, context: aio.ServicerContext[Any, Any], action: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a metadata change (once a metadata leader runs, in cluster mode); an ApiError aborts the call."""
+        cluster = self.store.cluster
+        if cluster is not None:
+            await cluster.metadata.until_available()
         try:
-            await action
+            return await action()
         except ApiError as err:
             await _abort(context, err)
 
+    def _knows(self, stream: str) -> bool:
+        """Whether this broker knows ``stream`` yet (a just-created one reaches the others later)."""
+        cluster = self.store.cluster
+        return cluster is None or cluster.propagation.known(stream, self.broker.id)
+
     # -- admin ----------------------------------------------------------------
     async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._call(context, self.store.create_stream(req))
+        await self._call(context, lambda: self.store.create_stream(req))
+        cluster = self.store.cluster
+        if cluster is not None:
+            cluster.propagation.created(req.name, (self.broker.id, cluster.metadata.broker.id))
         return api_pb2.CreateStreamResponse()
 
     async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._call(context, self.store.delete_stream(req.name))
+        await self._call(context, lambda: self.store.delete_stream(req.name))
+        if self.store.cluster is not None:
+            self.store.cluster.propagation.forget(req.name)
         return api_pb2.DeleteStreamResponse()
 
     async def PauseStream(self, req: api_pb2.PauseStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
-        await self._call(context, self.store.pause(req.name, req.partitions, req.resumeAll))
+        await self._call(context, lambda: self.store.pause(req.name, req.partitions, req.resumeAll))
         return api_pb2.PauseStreamResponse()
 
     async def SetStreamReadonly(
@@ -234,7 +211,7 @@ class ApiService:
     ) -> Any:
         if not req.partitions and req.name not in self.store.streams:
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "stream not found"))
-        await self._call(context, self.store.set_readonly(req.name, req.partitions, req.readonly))
+        await self._call(context, lambda: self.store.set_readonly(req.name, req.partitions, req.readonly))
         return api_pb2.SetStreamReadonlyResponse()
 
     # -- metadata -------------------------------------------------------------
@@ -245,6 +222,9 @@ class ApiService:
         # partitions that have no leader yet (docs/devserver.md, "Restart window").
         no_streams = cluster is not None and cluster.no_streams
         no_leaders = cluster is not None and cluster.no_leaders
+        if cluster is not None:
+            # Liftbridge asks every peer for its address first; a stalled one holds the answer.
+            await cluster.metadata.survey(self.broker, context.time_remaining())
         hosted, led = store.leader_counts()
         resp = api_pb2.FetchMetadataResponse()
         for b in store.live_brokers():
@@ -255,8 +235,8 @@ class ApiService:
                 partitionCount=hosted.get(b.id, 0),
                 leaderCount=0 if no_leaders else led.get(b.id, 0),
             )
-        for name in req.streams or ([] if no_streams else list(store.streams)):
-            stream = None if no_streams else store.streams.get(name)
+        for name in req.streams or ([] if no_streams else [n for n in store.streams if self._knows(n)]):
+            stream = None if no_streams or not self._knows(name) else store.streams.get(name)
             if stream is None:
                 resp.streamMetadata.add(name=name, error=api_pb2.StreamMetadata.UNKNOWN_STREAM)
                 continue
@@ -275,7 +255,7 @@ class ApiService:
     ) -> Any:
         part = self.store.get_partition(req.stream, req.partition)
         cluster = self.store.cluster
-        if part is None or (cluster is not None and cluster.no_streams):
+        if part is None or (cluster is not None and (cluster.no_streams or not self._knows(req.stream))):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
         if part.paused or part.leader != self.broker.id or (cluster is not None and cluster.no_leaders):
             # A paused partition is closed on its leader: the real server answers as for a non-leader.
@@ -294,7 +274,7 @@ class ApiService:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "no stream provided", ASYNC_BAD_REQUEST)
         stream = self.store.streams.get(req.stream)
         cluster = self.store.cluster
-        if stream is None or (cluster is not None and cluster.no_leaders):
+        if stream is None or (cluster is not None and (cluster.no_leaders or not self._knows(req.stream))):
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such stream: {req.stream}", ASYNC_NOT_FOUND)
         if not 0 <= req.partition < len(stream.partitions):
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"no such partition: {req.partition}", ASYNC_NOT_FOUND)
@@ -320,15 +300,23 @@ class ApiService:
         # Without a deadline the real server does not wait: fire and forget, even with LEADER/ALL.
         wait = req.ackPolicy != _NONE and context.time_remaining() is not None
         repl = part.replication
-        if repl is not None and not repl.leader_serving and not await _leader_back(part):
-            # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
-            if not wait:
-                return _EMPTY_PUBLISH_RESPONSE
-            await asyncio.sleep(max(0.0, context.time_remaining() or 0.0))
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         now = time.time_ns()
         try:
-            offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
+            if repl is not None and not repl.leader_serving:
+                if not repl.leader_stalled:
+                    # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
+                    if not wait:
+                        return _EMPTY_PUBLISH_RESPONSE
+                    await asyncio.sleep(max(0.0, context.time_remaining() or 0.0))
+                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                # Forwarded through NATS to a stalled leader: it appends the message when it runs
+                # again (still its leader), whether or not this call is still waiting.
+                offset = await parked(
+                    repl.parked,
+                    lambda: part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now),
+                )
+            else:
+                offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
         except IncorrectOffsetError:
             if not wait:
                 return _EMPTY_PUBLISH_RESPONSE
@@ -363,8 +351,11 @@ class ApiService:
         reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
         reader.add_done_callback(lambda _t: session.wakeup.set())
         drain_deadline: float | None = None
+        cluster = self.store.cluster
         try:
             while True:
+                if cluster is not None and self.broker.stalled:
+                    await cluster.until_running(self.broker)  # a frozen process sends nothing
                 if session.out:
                     out, session.out = session.out, []
                     for item in out:
@@ -392,37 +383,63 @@ class ApiService:
     async def _publish_async_reader(
         self, requests: AsyncIterator[api_pb2.PublishRequest], session: _AsyncSession
     ) -> None:
-        inflight_done = session.committed
-        refused = session.refused
+        cluster = self.store.cluster
+        if cluster is None:
+            async for req in requests:
+                await self._publish_one(req, session)
+            return
+        # A stalled broker holds what it received and carries it out when it runs again, even
+        # after the call ended (faults.py): the held requests outlive this reader.
+        held = HeldRequests(cluster, self.broker)
         async for req in requests:
-            try:
-                part = self._publish_target(req)
-            except ApiError as err:
-                session.out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
-                session.wakeup.set()
-                continue
-            if part.paused:
-                await self.store.resume_for_publish(part)
-            repl = part.replication
-            if repl is not None:
-                await self.store.cluster.until_running(self.broker)  # type: ignore[union-attr]
-                if not repl.leader_serving and not await _leader_back(part):
-                    continue  # lost on the way to a dead leader: no response, the client times out
-            now = time.time_ns()
-            policy = req.ackPolicy
-            try:
-                offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
-            except IncorrectOffsetError:
-                # Through the commit queue, so the refusal keeps its place among earlier acks.
+            if held.holding:
+                await held.add(req.ByteSize(), lambda r=req: self._publish_one(r, session))  # type: ignore[misc]
+            else:
+                await self._publish_one(req, session)
+        await held.finished()  # the call stays open while its requests wait for a stalled broker
+
+    async def _publish_one(self, req: api_pb2.PublishRequest, session: _AsyncSession) -> None:
+        """Take one PublishAsync request: append it, or queue its refusal; its ack goes to ``session``."""
+        try:
+            part = self._publish_target(req)
+        except ApiError as err:
+            session.out.append(async_error_bytes(req.correlationId, err.async_code, err.message))
+            session.wakeup.set()
+            return
+        if part.paused:
+            await self.store.resume_for_publish(part)
+        repl = part.replication
+        if repl is not None and not repl.leader_serving:
+            if repl.leader_stalled:
+                # Forwarded to a stalled leader: taken when it runs again (and still leads), even
+                # if the call has ended by then. Counted as owed so the call waits for its ack.
                 session.inflight += 1
-                part.after_commit(refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))
-                continue
-            if policy != _NONE:
-                session.inflight += 1
-                if repl is not None and policy == _ALL:
-                    repl.after_hw(offset, inflight_done, (part, offset, req.correlationId, policy, now))
-                else:
-                    part.after_commit(inflight_done, (part, offset, req.correlationId, policy, now))
+
+                def late() -> None:
+                    session.inflight -= 1
+                    self._take(req, part, session, time.time_ns())
+
+                repl.parked.append(late)
+            return  # a dead leader: lost on the way, no response, the client times out
+        self._take(req, part, session, time.time_ns())
+
+    def _take(self, req: api_pb2.PublishRequest, part: Partition, session: _AsyncSession, now: int) -> None:
+        """Append one PublishAsync request to ``part`` and arrange its ack (or refusal) on ``session``."""
+        repl = part.replication
+        policy = req.ackPolicy
+        try:
+            offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
+        except IncorrectOffsetError:
+            # Through the commit queue, so the refusal keeps its place among earlier acks.
+            session.inflight += 1
+            part.after_commit(session.refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))
+            return
+        if policy != _NONE:
+            session.inflight += 1
+            if repl is not None and policy == _ALL:
+                repl.after_hw(offset, session.committed, (part, offset, req.correlationId, policy, now))
+            else:
+                part.after_commit(session.committed, (part, offset, req.correlationId, policy, now))
 
     async def PublishToSubject(
         self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]
@@ -491,7 +508,7 @@ class ApiService:
         store = self.store
         cluster = store.cluster
         part = store.get_partition(req.stream, req.partition)
-        if part is None or (cluster is not None and cluster.no_streams):
+        if part is None or (cluster is not None and (cluster.no_streams or not self._knows(req.stream))):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "No such partition"))
         if (part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr)) or (
             cluster is not None and cluster.no_leaders

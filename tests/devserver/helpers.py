@@ -66,6 +66,18 @@ def create(stub: api_pb2_grpc.APIStub, name: str, **kwargs: object) -> None:
     stub.CreateStream(pb.CreateStreamRequest(name=name, **kwargs), timeout=TIMEOUT)  # type: ignore[arg-type]
 
 
+def known_everywhere(stubs: list[api_pb2_grpc.APIStub], stream: str, timeout: float = TIMEOUT) -> None:
+    """Wait until every broker lists ``stream``: in cluster mode a new stream reaches the brokers
+    other than the creating one a moment later, as on a real cluster (and each broker's
+    FetchMetadata has then surveyed the others, as a real broker caches)."""
+    deadline = time.monotonic() + timeout
+    for stub in stubs:
+        while stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream]), timeout=TIMEOUT).streamMetadata[0].error:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stream {stream!r} did not reach every broker within {timeout:g} s")
+            time.sleep(0.01)
+
+
 def publish(stub: api_pb2_grpc.APIStub, stream: str, value: bytes, **kwargs: object) -> pb.PublishResponse:
     """Publish with a deadline (so LEADER/ALL wait for the ack)."""
     return stub.Publish(pb.PublishRequest(stream=stream, value=value, **kwargs), timeout=TIMEOUT)  # type: ignore[arg-type]

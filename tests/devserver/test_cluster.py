@@ -8,7 +8,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import DevServer
 
-from .helpers import TIMEOUT, create, partition_meta, publish, rpc_error, subscribe, user_streams
+from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish, rpc_error, subscribe, user_streams
 
 
 def _stubs(cluster: DevServer) -> list[api_pb2_grpc.APIStub]:
@@ -19,6 +19,7 @@ def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> 
     stubs = _stubs(cluster)
     # Five partitions and the __cursors partition (led by broker 0): two leaderships each.
     create(stubs[1], "spread", partitions=5, replicationFactor=3)  # admin calls work on any broker
+    known_everywhere(stubs, "spread")
     meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT)
     assert [(b.id, f"{b.host}:{b.port}") for b in meta.brokers] == list(
         zip(cluster.broker_ids, cluster.addresses, strict=True)
@@ -33,6 +34,7 @@ def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> 
 def test_non_leader_refuses_subscribe_and_partition_metadata(cluster: DevServer) -> None:
     stubs = _stubs(cluster)
     create(stubs[0], "lead", replicationFactor=3)
+    known_everywhere(stubs, "lead")
     publish(stubs[2], "lead", b"v")  # publish works on any broker
     leader = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0].leader
     li = cluster.broker_ids.index(leader)
@@ -53,6 +55,7 @@ def test_non_leader_refuses_subscribe_and_partition_metadata(cluster: DevServer)
 def test_leader_failover_and_restart(cluster: DevServer) -> None:
     stubs = _stubs(cluster)
     create(stubs[0], "fail", replicationFactor=2)
+    known_everywhere(stubs, "fail")
     for i in range(3):
         publish(stubs[0], "fail", b"%d" % i)
     old = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0]
