@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,3 +32,18 @@ def note_and_match(message: object, target: str) -> bool:
     """Apply function for the trigger tests: remember the offset, match the value ``target``."""
     SEEN.append(message.offset)  # type: ignore[attr-defined]
     return message.value == target.encode()  # type: ignore[attr-defined]
+
+
+def kill_first_try_after_file(entry: dict[str, object], after: int) -> None:
+    """``on_file`` of the archive DAG: on the first try (no ``EO_MARKER`` file yet), SIGKILL this
+    process once ``after`` files are complete: the last one renamed into place, its position not
+    committed. Records each file it is shown in ``EO_MARKER`` (one line per file)."""
+    marker = Path(os.environ["EO_MARKER"])
+    lines = marker.read_text().splitlines() if marker.exists() else []
+    first_try = not lines or lines[0] != "retry"
+    if first_try:
+        lines.append(str(entry["path"]))
+        marker.write_text("\n".join(lines) + "\n")
+        if len(lines) == after:
+            marker.write_text("retry\n" + "\n".join(lines) + "\n")  # the next process is the retry
+            os.kill(os.getpid(), signal.SIGKILL)  # no handler, no cleanup, no task state update

@@ -1,5 +1,6 @@
-"""Run the reliability DAG once with ``dag.test()`` (fixed logical date, so every run is the same
-DAG run and the same producer id) and write the states and XComs to ``EO_OUT``."""
+"""Run a reliability DAG (``EO_DAG_ID``, default the publish one) once with ``dag.test()`` (fixed
+logical date, so every run is the same DAG run and the same producer id) and write the states and
+XComs to ``EO_OUT``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def main() -> None:
     bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    dag = bag.get_dag("liftbridge_reliability_publish")
+    dag = bag.get_dag(os.environ.get("EO_DAG_ID", "liftbridge_reliability_publish"))
     # run_after fixes the run id too (it is built from run_after): every run is the same DAG run.
     dag_run = dag.test(logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)
     with create_session() as session:
@@ -27,7 +28,7 @@ def main() -> None:
         xcoms = {row.task_id: XComModel.deserialize_value(row) for row in rows}
         tries = {ti.task_id: ti.try_number for ti in dag_run.get_task_instances(session=session)}
     Path(os.environ["EO_OUT"]).write_text(
-        json.dumps({"state": str(dag_run.state), "publish": xcoms.get("publish"), "tries": tries})
+        json.dumps({"state": str(dag_run.state), "publish": xcoms.get("publish"), "xcoms": xcoms, "tries": tries})
     )
 
 

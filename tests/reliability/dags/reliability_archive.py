@@ -1,0 +1,33 @@
+"""The DAG of the archive-kill scenario: one LiftbridgeStreamToFileOperator (retried once) whose
+first try SIGKILLs its own process after a file is complete (``EO_*`` environment variables,
+tests/reliability/test_archive_killed.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from airflow.sdk import DAG
+
+from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
+
+with DAG(
+    "liftbridge_reliability_archive",
+    schedule=None,
+    start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+):
+    LiftbridgeStreamToFileOperator(
+        task_id="archive",
+        stream=os.environ.get("EO_STREAM", "reliability"),
+        cursor_id="archive",
+        path=os.environ.get("EO_ARCHIVE", "/tmp/reliability-archive"),
+        format="parquet",
+        value_format="json",
+        max_rows_per_file=int(os.environ.get("EO_ROWS_PER_FILE", "1000")),
+        row_group_rows=250,
+        on_file="tests.reliability.dag_support.kill_first_try_after_file",
+        on_file_kwargs={"after": int(os.environ.get("EO_KILL_AFTER_FILE", "2"))},
+        retries=1,
+        retry_delay=dt.timedelta(seconds=0),
+    )
