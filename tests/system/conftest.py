@@ -22,7 +22,12 @@ from scripts.deployment import EXAMPLE_DAGS, Deployment
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = ["liftbridge_stream_lifecycle", "liftbridge_publish_files", "liftbridge_spark_pipeline"]
-SYSTEM_DAGS = ["liftbridge_event_consumer", "system_burst_consumer", "system_wait_for_message"]
+SYSTEM_DAGS = [
+    "liftbridge_event_consumer",
+    "system_burst_consumer",
+    "system_wait_for_message",
+    "system_private_task_dirs",
+]
 
 
 @pytest.fixture(scope="package")  # stopped once tests/system is done, not at the end of the whole run
@@ -34,7 +39,12 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     for source in [*EXAMPLE_DAGS.glob("*.py"), *(HERE / "dags").glob("*.py")]:
         (dags / source.name).symlink_to(source)
     failed_before = request.session.testsfailed
-    deployment = Deployment(home / "airflow", dags_folder=dags)
+    # Every task in a working / temporary directory of its own (plugins/private_task_dirs.py), so
+    # a DAG whose tasks share files through a worker's disk fails here as on workers on several hosts.
+    task_dirs = home / "task-dirs"
+    task_dirs.mkdir()
+    isolation = {"AIRFLOW__CORE__PLUGINS_FOLDER": str(HERE / "plugins"), "LIFTBRIDGE_PRIVATE_TASK_DIRS": str(task_dirs)}
+    deployment = Deployment(home / "airflow", dags_folder=dags, config=isolation)
     try:
         deployment.start()
         deployment.wait_for_dags(EXAMPLES + SYSTEM_DAGS)
@@ -45,3 +55,9 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
             print(f"\nsystem tier: logs kept in {deployment.log_dir}")
         else:
             shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def private_task_dirs(deployment: Deployment) -> Path:
+    """The folder under which each task of the deployment gets its own scratch directory."""
+    return Path(deployment.config["LIFTBRIDGE_PRIVATE_TASK_DIRS"])
