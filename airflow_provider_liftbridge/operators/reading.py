@@ -236,7 +236,8 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     # -- what subclasses say ------------------------------------------------------------------
     def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
         """The batch handler (see :data:`~airflow_provider_liftbridge.client.reading.runner.BatchHandler`);
-        called once per try, after the plan, before the first batch."""
+        called once per try, before the plan is made (so its checks fail before anything is
+        planned or read)."""
         raise NotImplementedError
 
     def describe_failure(self, failed: BatchFailed) -> str:
@@ -276,9 +277,9 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             )
             partitions = planner.check_partitions(partitions)
             self._wait_for_messages(planner, partitions, context)
+            handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
             plans = planner.plan(partitions)
             self._log_plans(plans)
-            handler = self.make_handler(client, context)
             try:
                 reports = read_plan(
                     client,

@@ -3,12 +3,18 @@ they were given (the DAG runs in the test's process, so the test reads the recor
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import get_current_context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 
+#: The logical date (so the run id) of the killable DAG's one run.
+KILLABLE_DATE = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
 #: (try number, offset, value) of every message handed over.
 SEEN: list[tuple[int, int, Any]] = []
 #: Batches handed to ``record_batch``: lists of offsets.
@@ -59,3 +65,44 @@ def fail_on_odd(message: Message) -> None:
     SEEN.append((0, message.offset, message.value))
     if message.value["n"] % 2:
         raise KeyError(f"odd n {message.value['n']}")
+
+
+def record_to_file(message: Message) -> None:
+    """For the killed-try test (two processes): append ``try offset`` to ``$CONSUME_SEEN``; the
+    first try SIGKILLs its own process at offset ``$CONSUME_KILL_AT`` (no handler runs, nothing
+    is cleaned up: as a worker killed by the OOM killer)."""
+    try_number = get_current_context()["ti"].try_number
+    with open(os.environ["CONSUME_SEEN"], "a") as seen:
+        seen.write(f"{try_number} {message.offset}\n")
+    if message.offset == int(os.environ["CONSUME_KILL_AT"]) and not os.path.exists(os.environ["CONSUME_MARKER"]):
+        Path(os.environ["CONSUME_MARKER"]).write_text("killed once\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_killable_dag() -> Any:
+    """Run the killable DAG (tests/operators/dags) for its one fixed DAG run; return the run."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.airflow_support import register_dag
+
+    bag = DagBag(str(Path(__file__).parent / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag("liftbridge_consume_killable")
+    register_dag(dag)
+    return dag.test(logical_date=KILLABLE_DATE, run_after=KILLABLE_DATE)
+
+
+if __name__ == "__main__":
+    run_killable_dag()
+
+
+def reject_odd_batches(messages: list[Message]) -> None:
+    """A batch function that refuses any batch holding an odd ``n``."""
+    BATCHES.append([m.offset for m in messages])
+    if any(m.value["n"] % 2 for m in messages):
+        raise RuntimeError("odd batch")
+
+
+def record_plain(message: Message) -> None:
+    """Record the message (a JSON value ``{"n": ...}``, as bytes)."""
+    SEEN.append((0, message.offset, message.value))

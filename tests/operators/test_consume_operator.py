@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
-from tests.airflow_support import register_dag, xcom_of
+from airflow_provider_liftbridge.operators.reading import parse_partitions, parse_reading_start
+from tests.airflow_support import REPO, register_dag, xcom_of
 from tests.operators import consume_support as support
+from tests.operators.helpers import read_all
 
-pytestmark = [pytest.mark.usefixtures("airflow_db", "liftbridge_conn"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.usefixtures("airflow_db", "liftbridge_conn"), pytest.mark.timeout(180)]
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
@@ -110,3 +118,305 @@ def test_retry_resumes_at_the_failed_message_and_reads_only_the_plan(
     dag_run, result = run(dag)  # a new run: plans afresh from the position
     assert [(o, v) for _, o, v in support.SEEN] == [(5 + i, b"late-%d" % i) for i in range(4)]
     assert result["partitions"]["0"]["resumed"] is False and result["partitions"]["0"]["committed"] == 8
+
+
+def test_a_sigkilled_try_then_a_retry(
+    stream_name: str, liftbridge_client: LiftbridgeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try's process is SIGKILLed at offset 6 (batches of 4): the position stays at 3;
+    the retry (same DAG run, another process) reads 4..9 and not what arrived after the plan."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    publish(liftbridge_client, stream_name, 10)
+    seen = tmp_path / "seen.txt"
+    for name, value in {
+        "CONSUME_STREAM": stream_name,
+        "CONSUME_SEEN": str(seen),
+        "CONSUME_KILL_AT": "6",
+        "CONSUME_MARKER": str(tmp_path / "killed"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.operators.consume_support"],
+        cwd=REPO,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert liftbridge_client.fetch_cursor("killable", stream_name, 0) == 3
+    publish(liftbridge_client, stream_name, 3, start=10)  # after the plan: for the next run
+    dag_run = support.run_killable_dag()  # the same DAG run: its task instance was left running
+    assert str(dag_run.state) == "success"
+    offsets = [int(line.split()[1]) for line in seen.read_text().splitlines()]
+    restart = next(i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1])
+    assert offsets[:restart] == list(range(7)) and offsets[restart:] == list(range(4, 10))
+    result = xcom_of(dag_run, "consume")
+    assert result["partitions"]["0"] | {} == {
+        "first_offset": 4,
+        "last_offset": 9,
+        "processed": 6,
+        "dead_lettered": 0,
+        "committed": 9,
+        "plan_end": 10,
+        "resumed": True,
+        "lag": 3,
+    }
+
+
+def test_dead_letters_carry_the_error_and_the_source(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    """Per message: odd values raise and a value that is not JSON cannot be decoded; both go to
+    the dead-letter stream (created on demand) and processing goes on. Per batch: a raising batch
+    function sends its whole batch."""
+    from airflow.sdk import DAG
+
+    liftbridge_client.create_stream(stream_name, stream_name)
+    values = [b'{"n": 0}', b'{"n": 1}', b"not json", b'{"n": 3}', b'{"n": 4}', b'{"n": 6}']
+    liftbridge_client.publish_many(stream_name, values)
+    liftbridge_client.publish(stream_name, b'{"n": 9}', key=b"k", headers={"trace": b"t-1"})
+    support.reset()
+    common = dict(stream=stream_name, value_format="json", on_error="dead_letter", max_batch_size=2)
+    with DAG(f"dead_letters_{stream_name}", schedule=None, start_date=START) as dag:
+        LiftbridgeConsumeOperator(
+            task_id="per_message",
+            cursor_id="m",
+            apply_function="tests.operators.consume_support.fail_on_odd",
+            dead_letter_stream=f"{stream_name}-dlq",
+            create_dead_letter_stream=True,
+            **common,
+        )
+        liftbridge_client.create_stream(f"{stream_name}-dlq2", f"{stream_name}-dlq2")
+        LiftbridgeConsumeOperator(
+            task_id="per_batch",
+            cursor_id="b",
+            apply_function_batch="tests.operators.consume_support.reject_odd_batches",
+            dead_letter_stream=f"{stream_name}-dlq2",
+            **common,
+        )
+    register_dag(dag)
+    dag_run = dag.test()
+    assert str(dag_run.state) == "success"
+    assert [o for _, o, _ in support.SEEN] == [0, 1, 3, 4, 5, 6]  # offset 2 never reached the function
+    per_message = xcom_of(dag_run, "per_message")
+    assert (per_message["processed"], per_message["dead_lettered"]) == (7, 4)
+    assert per_message["partitions"]["0"]["committed"] == 6
+    dead = read_all(liftbridge_client, f"{stream_name}-dlq")
+    assert [(m.value, m.headers["dead-letter-source-offset"]) for m in dead] == [
+        (b'{"n": 1}', b"1"),
+        (b"not json", b"2"),
+        (b'{"n": 3}', b"3"),
+        (b'{"n": 9}', b"6"),
+    ]
+    assert (dead[3].key, dead[3].headers["trace"]) == (b"k", b"t-1")
+    assert dead[0].headers["dead-letter-error-type"] == b"KeyError"
+    assert dead[0].headers["dead-letter-error"] == b"'odd n 1'"
+    assert dead[0].headers["dead-letter-source-stream"] == stream_name.encode()
+    assert dead[0].headers["dead-letter-source-partition"] == b"0"
+    assert dead[1].headers["dead-letter-error-type"] == b"NotJsonError"
+    assert b"offset 2 is not JSON" in dead[1].headers["dead-letter-error"]
+    # Per batch: [0, 1] raises -> both dead; [2 (not JSON), 3] -> 2 dead as not JSON, [3] raises;
+    # [4, 5] passes, [6] raises.
+    per_batch = xcom_of(dag_run, "per_batch")
+    assert (per_batch["processed"], per_batch["dead_lettered"]) == (7, 5)
+    assert support.BATCHES == [[0, 1], [3], [4, 5], [6]]
+    assert [m.headers["dead-letter-source-offset"] for m in read_all(liftbridge_client, f"{stream_name}-dlq2")] == [
+        b"0",
+        b"1",
+        b"2",
+        b"3",
+        b"6",
+    ]
+
+
+def test_bad_input_at_run_time_fails_before_reading_and_names_the_fix(
+    stream_name: str, liftbridge_client: LiftbridgeClient, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Independent tasks of one DAG run, each with one bad input, retried never: each fails with
+    words that name the problem, and none moves a position past what it processed."""
+    from airflow.sdk import DAG
+
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.publish_many(stream_name, [b'{"n": 0}', b"<xml/>", b'{"n": 2}'])
+    support.reset()
+    record = "tests.operators.consume_support.fail_on_odd"
+    with DAG(f"bad_input_{stream_name}", schedule=None, start_date=START) as dag:
+        LiftbridgeConsumeOperator(
+            task_id="not_json", stream=stream_name, cursor_id="j", apply_function=record, value_format="json"
+        )
+        LiftbridgeConsumeOperator(
+            task_id="no_dead_letter_stream",
+            stream=stream_name,
+            cursor_id="d",
+            apply_function=record,
+            on_error="dead_letter",
+            dead_letter_stream=f"{stream_name}-missing",
+        )
+        LiftbridgeConsumeOperator(
+            task_id="no_partition", stream=stream_name, cursor_id="p", apply_function=record, partitions="{{ 3 }}"
+        )
+        LiftbridgeConsumeOperator(
+            task_id="no_stream", stream=f"{stream_name}-missing", cursor_id="s", apply_function=record
+        )
+    register_dag(dag)
+    dag_run = dag.test()
+    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    assert set(states.values()) == {"failed"}, states
+    assert [o for _, o, _ in support.SEEN] == [0]  # the not_json task, before offset 1
+    assert liftbridge_client.fetch_cursor("j", stream_name, 0) == 0
+    assert [liftbridge_client.fetch_cursor(c, stream_name, 0) for c in "dps"] == [-1, -1, -1]
+    logs = capfd.readouterr().out
+    for words in (
+        f"apply_function failed at stream '{stream_name}' partition 0 offset 1: NotJsonError",
+        f"dead-letter stream '{stream_name}-missing' does not exist: create it, or pass create_dead_letter_stream=True",
+        f"stream '{stream_name}' has no partition 3 (it has partitions 0..0): fix partitions",
+        f"stream '{stream_name}-missing' does not exist: create it first, or fix the stream name",
+    ):
+        assert words in logs, words
+
+
+def test_group_mode_reads_the_partitions_the_group_assigns(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """Another member of the group holds one of the two partitions; the task reads the other one
+    from the group's position and commits it to the group's cursor."""
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    publish(liftbridge_client, stream_name, 3, partition=0)
+    publish(liftbridge_client, stream_name, 4, partition=1)
+    group = f"g-{stream_name}"
+    support.reset()
+    with liftbridge_client.group_consumer(group, [stream_name], auto_commit_interval=None) as other:
+        assert other.assignments == {stream_name: [0, 1]}
+        dag_run, result = run_dag(
+            stream_name, cursor_id=None, group_id=group, apply_function="tests.operators.consume_support.record_plain"
+        )
+    assert str(dag_run.state) == "success"
+    assert result["group_id"] == group and len(result["partitions"]) == 1
+    (mine,) = (int(p) for p in result["partitions"])
+    assert sorted(o for _, o, _ in support.SEEN) == list(range([3, 4][mine]))
+    assert liftbridge_client.fetch_cursor(f"__group:{group}", stream_name, mine) == [2, 3][mine]
+    assert liftbridge_client.fetch_cursor(f"__group:{group}", stream_name, 1 - mine) == -1
+
+
+@pytest.mark.parametrize("present", [5, 3])
+def test_min_messages_defers_only_when_they_are_not_there(
+    present: int, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """min_messages=5, deferrable: with 5 there it reads at once, never deferred; with 3 it
+    defers, and once two more arrive (published when the task is seen waiting on its trigger)
+    the trigger resumes it and it reads all 5."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    publish(liftbridge_client, stream_name, present)
+    support.reset()
+    dag = make_dag(
+        stream_name,
+        apply_function="tests.operators.consume_support.record_plain",
+        min_messages=5,
+        deferrable=True,
+        poll_timeout=120,
+    )
+    stop, deferred = threading.Event(), threading.Event()
+    feeder = threading.Thread(
+        target=publish_when_deferred, args=(dag.dag_id, liftbridge_client, stream_name, stop, deferred)
+    )
+    feeder.start()
+    try:
+        dag_run, result = run(dag)
+    finally:
+        stop.set()
+        feeder.join()
+    assert str(dag_run.state) == "success"
+    assert deferred.is_set() is (present < 5)
+    assert result["processed"] == 5 and sorted(o for _, o, _ in support.SEEN) == list(range(5))
+
+
+def publish_when_deferred(
+    dag_id: str, client: LiftbridgeClient, stream: str, stop: threading.Event, deferred: threading.Event
+) -> None:
+    """Publish two messages once the DAG's task has deferred (never, if it does not): dag.test()
+    marks the task instance running, then deferred and at once queued while it runs the trigger
+    in line, so "queued after running" is the trigger waiting."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    was_running = False
+    while not stop.wait(0.05):
+        with create_session() as session:
+            states = {str(s) for (s,) in session.query(TaskInstance.state).filter(TaskInstance.dag_id == dag_id)}
+        was_running = was_running or "running" in states
+        if was_running and states & {"deferred", "queued"}:
+            deferred.set()
+            publish(client, stream, 2, start=3)
+            return
+
+
+def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+    from airflow.sdk import DAG
+
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    publish(liftbridge_client, stream_name, 2, partition=0)
+    publish(liftbridge_client, stream_name, 3, partition=1)
+    support.reset()
+    with DAG(f"mapped_{stream_name}", schedule=None, start_date=START) as dag:
+        LiftbridgeConsumeOperator.partial(
+            task_id="consume",
+            stream=stream_name,
+            cursor_id="c",
+            apply_function="tests.operators.consume_support.record_plain",
+        ).expand(partitions=[[0], [1]])
+    register_dag(dag)
+    dag_run = dag.test()
+    assert str(dag_run.state) == "success"
+    assert [list(xcom_of(dag_run, "consume", i)["partitions"]) for i in (0, 1)] == [["0"], ["1"]]
+    assert [xcom_of(dag_run, "consume", i)["processed"] for i in (0, 1)] == [2, 3]
+    end_id, _ = plan_cursor_ids("c", f"{dag.dag_id}/consume/1")  # each mapped instance has its own plan
+    assert liftbridge_client.fetch_cursor(end_id, stream_name, 1) == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({}, "give exactly one of apply_function (called per message) and apply_function_batch"),
+        ({"apply_function": print, "apply_function_batch": print}, "got both"),
+        ({"apply_function": "no_such_pkg.handle"}, "apply_function 'no_such_pkg.handle' cannot be imported"),
+        ({"apply_function_batch": "json"}, "must be a callable or a dotted path"),
+        ({"apply_function": "json.JSONDecoder.nope"}, "cannot be imported"),
+        ({"max_batch_size": 0}, "max_batch_size must be a whole number of at least 1, got 0"),
+        ({"max_batch_size": -5}, "max_batch_size must be a whole number of at least 1, got -5"),
+        ({"max_messages": 0}, "max_messages must be at least 1"),
+        ({"commit_cadence": "sometimes"}, "commit_cadence must be one of end_of_batch, end_of_operator, never"),
+        ({"cursor_id": None}, "give cursor_id (the cursor that keeps this task's position) or group_id"),
+        ({"group_id": "g"}, "give cursor_id or group_id, not both"),
+        ({"cursor_id": None, "group_id": "g", "partitions": [0]}, "with group_id the consumer group assigns"),
+        ({"on_error": "dead_letter"}, "on_error='dead_letter' needs dead_letter_stream"),
+        ({"on_error": "skip"}, "on_error must be one of fail, dead_letter"),
+        ({"value_format": "avro"}, "value_format must be one of bytes, json"),
+        ({"start_at": "yesterday-ish"}, "start_at 'yesterday-ish' is not an offset"),
+        ({"partitions": [0, -1]}, "partitions must not be negative"),
+        ({"poll_timeout": 0}, "poll_timeout must be a positive number of seconds"),
+    ],
+)
+def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], words: str) -> None:
+    from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+
+    args: dict[str, Any] = {"task_id": "c", "stream": "s", "cursor_id": "c"}
+    if not {"apply_function", "apply_function_batch"} & set(kwargs) and kwargs:
+        args["apply_function"] = print
+    with pytest.raises(LiftbridgeArgumentError) as info:
+        LiftbridgeConsumeOperator(**(args | kwargs))
+    assert words in str(info.value)
+
+
+def test_templated_values_wait_for_rendering_and_times_parse() -> None:
+    op = LiftbridgeConsumeOperator(
+        task_id="c",
+        stream="{{ params.stream }}",
+        cursor_id="c",
+        partitions="{{ params.partitions }}",
+        start_at="{{ params.start }}",
+        apply_function=print,
+    )
+    assert op.partitions == "{{ params.partitions }}"
+    assert parse_partitions("[0, 2]") == [0, 2] and parse_partitions("1, 0") == [0, 1] and parse_partitions(3) == [3]
+    assert parse_reading_start("1700000000000ms") == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    assert parse_reading_start("new_only") is StartPosition.LATEST
+    assert parse_reading_start("2024-06-01T00:00:00") == dt.datetime(2024, 6, 1, tzinfo=dt.UTC)

@@ -16,6 +16,7 @@ from airflow.providers.openlineage.extractors.base import DefaultExtractor
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.lineage import file_dataset, stream_namespace
+from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
@@ -50,6 +51,23 @@ def test_file_operator_reads_each_file_and_writes_the_stream(tmp_path: Path, lb_
     assert lineage is not None
     assert sorted(_names(lineage.inputs)) == [("file", str(tmp_path / "a.jsonl")), ("file", str(tmp_path / "b.jsonl"))]
     assert _names(lineage.outputs) == [(f"liftbridge://{lb_address}", "orders")]
+
+
+def test_consume_operator_reads_the_stream_and_writes_its_dead_letters(lb_address: str) -> None:
+    plain = LiftbridgeConsumeOperator(task_id="c", stream="orders", cursor_id="c", apply_function=print)
+    lineage = DefaultExtractor(plain).extract()
+    assert lineage is not None and lineage.outputs == []
+    assert _names(lineage.inputs) == [(f"liftbridge://{lb_address}", "orders")]
+    dead = LiftbridgeConsumeOperator(
+        task_id="d",
+        stream="orders",
+        cursor_id="c",
+        apply_function=print,
+        on_error="dead_letter",
+        dead_letter_stream="dlq",
+    )
+    lineage = DefaultExtractor(dead).extract()
+    assert lineage is not None and _names(lineage.outputs) == [(f"liftbridge://{lb_address}", "dlq")]
 
 
 def test_spark_operator_reports_its_input_path(lb_address: str) -> None:

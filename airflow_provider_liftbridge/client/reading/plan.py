@@ -206,7 +206,11 @@ class RangePlanner:
         if end != NO_PLAN and client.fetch_cursor(self.tag_cursor, stream, partition) == self.tag:
             start = client.fetch_cursor(self.start_cursor, stream, partition)
             return PartitionPlan(stream, partition, position + 1, end, hw, resumed=True, start=start)
-        if position < 0:
+        if position < 0 and end != NO_PLAN:
+            # An earlier run planned without a position: it started at offset 0 (any later start
+            # is stored as a position below), e.g. "latest" on a partition that was empty then.
+            start = 0
+        elif position < 0:
             start = self._start_offset(partition, hw)
             if start > 0:  # where the first run starts is a position: later runs go on from it
                 client.set_cursor(self.position_cursor, stream, partition, start - 1)
@@ -229,10 +233,14 @@ class RangePlanner:
             return start
         if hw < 0:
             return 0
-        # The first message at or after the time: one bounded read of what is committed now.
+        # The first message at or after the time: one bounded read of what is committed now. A
+        # time after the last committed message makes the server refuse the read (its start is
+        # past the stop): nothing is there yet, so the partition starts after the high watermark.
         messages = self.client.subscribe(self.stream, partition=partition, start_at=start, stop_at=hw)
         try:
             first = next(messages, None)
+        except InvalidArgumentError:
+            first = None
         finally:
             messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
         return hw + 1 if first is None else first.offset

@@ -1,0 +1,176 @@
+"""client/reading against the dev server: plans kept across tries of a run and made afresh by a
+new run, start positions, commit cadences, bad input, cursors off."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_provider_liftbridge.client import (
+    CursorsDisabledError,
+    InvalidArgumentError,
+    LiftbridgeClient,
+    Message,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    StartPosition,
+)
+from airflow_provider_liftbridge.client.reading import (
+    BatchFailed,
+    NotJsonError,
+    RangePlanner,
+    json_value,
+    plan_cursor_ids,
+    read_plan,
+)
+from airflow_provider_liftbridge.devserver import DevServer
+
+
+@pytest.fixture
+def lb(lb_address: str) -> Iterator[LiftbridgeClient]:
+    with LiftbridgeClient(lb_address) as client:
+        yield client
+
+
+def planner(client: LiftbridgeClient, stream: str, run: str = "run-1", **kwargs: object) -> RangePlanner:
+    return RangePlanner(client, stream, position_cursor="pos", plan_key="dag/task", run_id=run, **kwargs)  # type: ignore[arg-type]
+
+
+def fill(client: LiftbridgeClient, stream: str, n: int, partition: int = 0) -> None:
+    client.publish_many(stream, [b"m%d" % i for i in range(n)], partition=partition)
+
+
+def test_a_retry_keeps_the_plan_and_a_new_run_plans_afresh(lb: LiftbridgeClient, stream_name: str) -> None:
+    lb.create_stream(stream_name, stream_name, partitions=2)
+    fill(lb, stream_name, 10)
+    first = planner(lb, stream_name, max_messages=6).plan([0, 1])
+    assert [(p.next_offset, p.end, p.resumed) for p in first] == [(0, 6, False), (0, 0, False)]
+    lb.set_cursor("pos", stream_name, 0, 2)  # the first try finished offsets 0..2
+    fill(lb, stream_name, 5)  # arrives after the plan
+    retry = planner(lb, stream_name, max_messages=6).plan([0, 1])
+    assert [(p.next_offset, p.end, p.resumed, p.remaining) for p in retry] == [(3, 6, True, 3), (0, 0, True, 0)]
+    new_run = planner(lb, stream_name, run="run-2", max_messages=6).plan([0])
+    assert [(p.next_offset, p.end, p.resumed) for p in new_run] == [(3, 9, False)]
+    end_id, _ = plan_cursor_ids("pos", "dag/task")
+    assert lb.fetch_cursor(end_id, stream_name, 0) == 9  # one key per task, overwritten by each run
+
+
+def test_a_half_stored_plan_is_made_again(lb: LiftbridgeClient, stream_name: str) -> None:
+    """A try that died after storing the end but before the run tag: the retry plans afresh."""
+    lb.create_stream(stream_name, stream_name)
+    fill(lb, stream_name, 3)
+    end_id, _ = plan_cursor_ids("pos", "dag/task")
+    lb.set_cursor(end_id, stream_name, 0, 1)  # an end without this run's tag
+    (plan,) = planner(lb, stream_name).plan([0])
+    assert (plan.next_offset, plan.end, plan.resumed) == (0, 3, False)
+
+
+def test_start_positions_of_a_partition_without_a_position(lb: LiftbridgeClient, stream_name: str) -> None:
+    lb.create_stream(stream_name, stream_name, partitions=4)
+    for p in range(4):
+        fill(lb, stream_name, 4, partition=p)
+    stamps = [m.timestamp for m in lb.subscribe(stream_name, partition=3, stop_at=3)]
+    at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=stamps[2] // 1000)
+    first_at = next(i for i, ns in enumerate(stamps) if ns >= stamps[2] // 1000 * 1000)  # 2, or 1 in the same µs
+    starts = [StartPosition.EARLIEST, StartPosition.LATEST, 1, at]
+    plans = [planner(lb, stream_name, start_at=s, run=f"r{i}").plan([i])[0] for i, s in enumerate(starts)]
+    assert [(p.next_offset, p.end) for p in plans] == [(0, 4), (4, 4), (1, 4), (first_at, 4)]
+    # The start is stored as the position, so the next run goes on from it.
+    assert [lb.fetch_cursor("pos", stream_name, p) for p in range(4)] == [-1, 3, 0, first_at - 1]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    lb.create_stream(stream_name + "-t", stream_name + "-t")
+    fill(lb, stream_name + "-t", 2)
+    (plan,) = planner(lb, stream_name + "-t", start_at=later).plan([0])
+    assert (plan.next_offset, plan.end) == (2, 2)  # nothing at or after that time yet
+
+
+def test_latest_on_an_empty_partition_reads_what_arrives_before_the_next_run(
+    lb: LiftbridgeClient, stream_name: str
+) -> None:
+    lb.create_stream(stream_name, stream_name)
+    (plan,) = planner(lb, stream_name, start_at=StartPosition.LATEST).plan([0])
+    assert (plan.next_offset, plan.end) == (0, 0)
+    fill(lb, stream_name, 3)
+    (plan,) = planner(lb, stream_name, run="run-2", start_at=StartPosition.LATEST).plan([0])
+    assert (plan.next_offset, plan.end) == (0, 3)
+
+
+def commits_of(lb: LiftbridgeClient, stream: str, cadence: str, fail_at: int | None) -> tuple[int, list[int]]:
+    """Read 10 messages in batches of 4 with ``cadence``; the handler fails at ``fail_at``."""
+    seen: list[int] = []
+
+    def handler(batch: list[Message]) -> int:
+        for i, m in enumerate(batch):
+            if m.offset == fail_at:
+                raise BatchFailed(i, m, "boom")
+            seen.append(m.offset)
+        return 0
+
+    plans = planner(lb, stream, run=cadence + str(fail_at)).plan([0])
+    try:
+        read_plan(lb, plans, handler, position_cursor="pos", max_batch_size=4, commit_cadence=cadence)  # type: ignore[arg-type]
+    except BatchFailed as failed:
+        assert failed.message.offset == fail_at and failed.reports[0].processed == len(seen)
+    position = lb.fetch_cursor("pos", stream, 0)
+    lb.set_cursor("pos", stream, 0, -1)
+    return position, seen
+
+
+def test_commit_cadences(lb: LiftbridgeClient, stream_name: str) -> None:
+    lb.create_stream(stream_name, stream_name)
+    fill(lb, stream_name, 10)
+    assert commits_of(lb, stream_name, "end_of_batch", None) == (9, list(range(10)))
+    assert commits_of(lb, stream_name, "end_of_batch", 6) == (5, list(range(6)))  # never past offset 6
+    assert commits_of(lb, stream_name, "end_of_operator", None) == (9, list(range(10)))
+    assert commits_of(lb, stream_name, "end_of_operator", 6) == (-1, list(range(6)))  # nothing on failure
+    assert commits_of(lb, stream_name, "never", None) == (-1, list(range(10)))
+
+
+def test_an_exception_other_than_batch_failed_fails_at_the_batch_start(lb: LiftbridgeClient, stream_name: str) -> None:
+    lb.create_stream(stream_name, stream_name)
+    fill(lb, stream_name, 6)
+
+    def handler(batch: list[Message]) -> int:
+        if batch[0].offset == 4:
+            raise OSError("disk full")
+        return 0
+
+    with pytest.raises(BatchFailed, match="OSError: disk full") as info:
+        read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=2)
+    assert (info.value.done, info.value.message.offset) == (0, 4)
+    assert isinstance(info.value.__cause__, OSError)
+    assert lb.fetch_cursor("pos", stream_name, 0) == 3
+
+
+def test_unknown_stream_or_partition_and_bad_arguments(lb: LiftbridgeClient, stream_name: str) -> None:
+    with pytest.raises(NoSuchStreamError, match=f"stream '{stream_name}' does not exist: create it first"):
+        planner(lb, stream_name).check_partitions(None)
+    lb.create_stream(stream_name, stream_name, partitions=2)
+    assert planner(lb, stream_name).check_partitions(None) == [0, 1]
+    with pytest.raises(NoSuchPartitionError, match=r"has no partition 2, 5 \(it has partitions 0..1\): fix partitions"):
+        planner(lb, stream_name).check_partitions([0, 2, 5])
+    with pytest.raises(InvalidArgumentError, match="max_messages must be at least 1"):
+        planner(lb, stream_name, max_messages=0)
+    with pytest.raises(InvalidArgumentError, match="max_batch_size must be a whole number of at least 1"):
+        read_plan(lb, [], lambda b: 0, position_cursor="pos", max_batch_size=0)
+    with pytest.raises(InvalidArgumentError, match="commit_cadence must be one of"):
+        read_plan(lb, [], lambda b: 0, position_cursor="pos", commit_cadence="sometimes")  # type: ignore[arg-type]
+
+
+def test_json_value_names_the_offset() -> None:
+    message = Message("s", 1, 7, None, b"{not json", 0, "s", "")
+    with pytest.raises(NotJsonError, match="stream 's' partition 1 offset 7 is not JSON"):
+        json_value(message)
+    assert json_value(Message("s", 0, 0, None, b'{"a": 1}', 0, "s", "")) == {"a": 1}
+
+
+def test_cursors_off_is_the_typed_error_naming_the_setting(stream_name: str) -> None:
+    with DevServer(brokers=1, cursors=False) as server, LiftbridgeClient(server.address) as client:
+        client.create_stream(stream_name, stream_name)
+        started = time.monotonic()
+        with pytest.raises(CursorsDisabledError, match="cursors.stream.partitions"):
+            planner(client, stream_name).plan([0])
+        assert time.monotonic() - started < 5  # not retried
