@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -73,8 +74,24 @@ class _Consumer:
     def _consume_op(self, max_messages: int | None, timeout: float | None) -> Op[None]:
         return consume(self._core, self.member, max_messages=max_messages, timeout=timeout, idle_wait=self.idle_wait)
 
+    @property
+    def handover_wait(self) -> float:
+        """Seconds until every assigned partition may be read (0: now): a partition taken over
+        from another member waits for the hand-over (see ``docs/consumer-groups.md``), so its
+        previous owner has stopped and committed. For a caller that reads its partitions itself
+        (planned ranges), which should read the group's positions only after this wait."""
+        now = time.monotonic()
+        return (
+            max((due - now for due in self.member.handover_due.values()), default=0.0) if self.member.handover else 0.0
+        )
+
     def _commit_op(self) -> Op[int]:
         return commit(self._core, self.member)
+
+    def _check_op(self) -> Op[dict[str, list[int]]]:
+        if not self.member.joined or time.monotonic() >= self.member.next_heartbeat:
+            yield from heartbeat(self._core, self.member)
+        return self.assignments
 
     def _leave_op(self) -> Op[None]:
         return leave(self._core, self.member)
@@ -108,6 +125,15 @@ class GroupConsumer(_Consumer):
         """Store the group's positions (after the last message handed out); returns how many partitions moved."""
         return int(self._run(self._commit_op()))
 
+    def check_assignments(self) -> dict[str, list[int]]:
+        """Fetch this member's assignments if the assignment check is due (as a poll does) and
+        return them: for a caller that reads its partitions itself between polls (planned
+        ranges), so it stops reading a partition the group moved away within one check.
+
+        :raises ConsumerGroupError: / :raises UnavailableError: see :func:`~.consumer.heartbeat`.
+        """
+        return self._run(self._check_op())  # type: ignore[no-any-return]
+
     def leave(self) -> None:
         """Commit (with auto-commit on) and leave the group."""
         self._run(self._leave_op())
@@ -138,6 +164,10 @@ class AsyncGroupConsumer(_Consumer):
     async def commit(self) -> int:
         """See :meth:`GroupConsumer.commit`."""
         return int(await self._run(self._commit_op()))
+
+    async def check_assignments(self) -> dict[str, list[int]]:
+        """See :meth:`GroupConsumer.check_assignments`."""
+        return await self._run(self._check_op())  # type: ignore[no-any-return]
 
     async def leave(self) -> None:
         """See :meth:`GroupConsumer.leave`."""

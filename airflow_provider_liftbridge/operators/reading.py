@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -42,6 +42,8 @@ from .base import LiftbridgeBaseOperator
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
+#: Asked before each batch in a consumer group: is the plan's partition still this task's?
+KeepReading = Callable[[PartitionPlan], bool]
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
 MIN_MESSAGES_POLL = 1.0
 #: Log lines of the wait for ``min_messages`` (the same words as the sensors' check-before-deferring).
@@ -264,7 +266,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             partition and offset), or ``min_messages`` were not there within ``poll_timeout``.
         """
         self.check_arguments(rendered=True)
-        with self._partitions(client) as partitions:
+        with self._partitions(client) as (partitions, keep_reading):
             plan_key, run_id = plan_key_of(context)
             planner = RangePlanner(
                 client,
@@ -288,6 +290,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                     position_cursor=self.position_cursor,
                     max_batch_size=int(self.max_batch_size),
                     commit_cadence=check_cadence(self.commit_cadence),
+                    keep_reading=keep_reading,
                 )
             except BatchFailed as failed:
                 message = failed.message
@@ -321,14 +324,22 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return self.execute(context)
 
     @contextmanager
-    def _partitions(self, client: LiftbridgeClient) -> Iterator[list[int] | None]:
-        """The partitions to read: the given ones (``None``: all), or the group's assignment of
-        this stream (the member leaves the group when the block ends)."""
+    def _partitions(self, client: LiftbridgeClient) -> Iterator[tuple[list[int] | None, KeepReading | None]]:
+        """The partitions to read (the given ones, ``None``: all) and, in a consumer group, the
+        check that a partition is still this task's; the member leaves the group when the block ends.
+
+        A group member reads only after the hand-over wait of the partitions it took over, so
+        their previous owner has stopped and committed before the plan reads the group's positions.
+        """
         if not self.group_id:
-            yield parse_partitions(self.partitions)
+            yield parse_partitions(self.partitions), None
             return
         with client.group_consumer(self.group_id, [self.stream], auto_commit_interval=None) as member:
-            assigned = member.assignments.get(self.stream, [])
+            wait = member.handover_wait
+            if wait > 0:
+                self.log.info("Waiting %.1f s for the partitions' previous owners to hand them over", wait)
+                time.sleep(wait)
+            assigned = member.check_assignments().get(self.stream, [])
             self.log.info(
                 "Consumer group %r assigned partition(s) %s of stream %r to member %s",
                 self.group_id,
@@ -336,7 +347,11 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 self.stream,
                 member.consumer_id,
             )
-            yield assigned
+
+            def keep_reading(plan: PartitionPlan) -> bool:
+                return plan.partition in member.check_assignments().get(self.stream, [])
+
+            yield assigned, keep_reading
 
     def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
         """Return once ``min_messages`` are there to read; defer or poll until then.

@@ -174,3 +174,42 @@ def test_cursors_off_is_the_typed_error_naming_the_setting(stream_name: str) -> 
         with pytest.raises(CursorsDisabledError, match="cursors.stream.partitions"):
             planner(client, stream_name).plan([0])
         assert time.monotonic() - started < 5  # not retried
+
+
+def test_reading_stops_where_keep_reading_says_the_partition_moved(lb: LiftbridgeClient, stream_name: str) -> None:
+    lb.create_stream(stream_name, stream_name, partitions=2)
+    fill(lb, stream_name, 6, partition=0)
+    fill(lb, stream_name, 6, partition=1)
+    seen: list[tuple[int, int]] = []
+
+    def handler(batch: list[Message]) -> int:
+        seen.extend((m.partition, m.offset) for m in batch)
+        return 0
+
+    asked: list[int] = []
+
+    def keep_reading(plan: object) -> bool:  # partition 1 moves away after its first batch
+        asked.append(plan.partition)  # type: ignore[attr-defined]
+        return not (plan.partition == 1 and asked.count(1) > 1)  # type: ignore[attr-defined]
+
+    plans = planner(lb, stream_name).plan([0, 1])
+    reports = read_plan(lb, plans, handler, position_cursor="pos", max_batch_size=4, keep_reading=keep_reading)
+    assert seen == [(0, o) for o in range(6)] + [(1, o) for o in range(4)]
+    assert reports[1].to_dict()["moved_away"] is True and reports[1].committed == 3
+    assert "moved_away" not in reports[0].to_dict() and reports[0].committed == 5
+
+
+def test_a_member_learns_a_rebalance_and_waits_for_the_hand_over(lb: LiftbridgeClient, stream_name: str) -> None:
+    """check_assignments() follows a join within about one assignment check; the member that
+    took partitions over reports a hand-over wait before it may read them."""
+    lb.create_stream(stream_name, stream_name, partitions=2)
+    group = f"g-{stream_name}"
+    with lb.group_consumer(group, stream_name, auto_commit_interval=None) as first:
+        assert first.check_assignments() == {stream_name: [0, 1]}
+        with lb.group_consumer(group, stream_name, auto_commit_interval=None) as second:
+            taken = second.check_assignments()[stream_name]
+            assert len(taken) == 1 and 0 < second.handover_wait <= 2.0
+            deadline = time.monotonic() + 10
+            while first.check_assignments()[stream_name] != [1 - taken[0]]:
+                assert time.monotonic() < deadline, "the first member never learnt of the rebalance"
+                time.sleep(0.05)

@@ -11,7 +11,7 @@ Imports neither Airflow nor PySpark.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -128,7 +128,7 @@ class PartitionReport:
 BatchHandler = Callable[[list[Message]], int]
 
 
-def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) -> Iterator[list[Message]]:
+def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) -> Generator[list[Message], None, None]:
     """The messages of ``plan``'s remaining range, in lists of up to ``max_batch_size``, over one
     subscription (closed when this generator is closed or exhausted).
 
@@ -164,6 +164,7 @@ def read_plan(
     position_cursor: str,
     max_batch_size: int = 1000,
     commit_cadence: CommitCadence = "end_of_batch",
+    keep_reading: Callable[[PartitionPlan], bool] | None = None,
 ) -> dict[int, PartitionReport]:
     """Read every plan in batches, hand each batch to ``handler``, commit as the cadence says.
 
@@ -171,6 +172,9 @@ def read_plan(
     finished; when it raises :class:`BatchFailed`, to the last message before the failing one
     (never past it) before the error goes on. With ``end_of_operator`` every partition's position
     moves once, after all plans are done (a failure commits nothing). With ``never`` nothing moves.
+
+    ``keep_reading(plan)`` is asked before each batch (a consumer group's assignment check): when
+    it says no, the partition's reading stops there (its report gets ``moved_away``).
 
     :return: a report per partition (XCom material, see :class:`PartitionReport`).
     :raises BatchFailed: the handler failed (``__cause__``: its error); the reports so far are in
@@ -202,19 +206,33 @@ def read_plan(
                     plan.end,
                     plan.remaining,
                 )
-            for batch in batches(client, plan, max_batch_size):
-                try:
-                    dead = handler(batch)
-                except BatchFailed as failed:
-                    report.note(batch[: failed.done], 0)
-                    if failed.done and commit_cadence == "end_of_batch":
-                        commit(report, batch[failed.done - 1].offset)
-                    raise
-                except Exception as exc:
-                    raise BatchFailed(0, batch[0], f"{type(exc).__name__}: {exc}") from exc
-                report.note(batch, dead)
-                if commit_cadence == "end_of_batch":
-                    commit(report, batch[-1].offset)
+            reader = batches(client, plan, max_batch_size)
+            try:
+                for batch in reader:
+                    if keep_reading is not None and not keep_reading(plan):
+                        log.info(
+                            "stream %r partition %d: no longer this reader's (moved to another group member);"
+                            " stopping before offset %d",
+                            plan.stream,
+                            plan.partition,
+                            batch[0].offset,
+                        )
+                        report.extra["moved_away"] = True
+                        break
+                    try:
+                        dead = handler(batch)
+                    except BatchFailed as failed:
+                        report.note(batch[: failed.done], 0)
+                        if failed.done and commit_cadence == "end_of_batch":
+                            commit(report, batch[failed.done - 1].offset)
+                        raise
+                    except Exception as exc:
+                        raise BatchFailed(0, batch[0], f"{type(exc).__name__}: {exc}") from exc
+                    report.note(batch, dead)
+                    if commit_cadence == "end_of_batch":
+                        commit(report, batch[-1].offset)
+            finally:
+                reader.close()  # the subscription ends now, not when the generator is collected
         if commit_cadence == "end_of_operator":
             for report in reports.values():
                 if report.last_offset is not None:
