@@ -362,6 +362,9 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         wanted = _positive_or_none("min_messages", self.min_messages, zero=True)
         if not wanted or not partitions:
             return
+        if planner.has_plan(partitions):
+            self.log.info("This run planned already (an earlier try): reading the rest of its plan without waiting")
+            return
         deadline = time.monotonic() + float(self.poll_timeout)
         while True:
             pending = planner.pending(partitions)

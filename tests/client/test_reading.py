@@ -52,6 +52,7 @@ def test_a_retry_keeps_the_plan_and_a_new_run_plans_afresh(lb: LiftbridgeClient,
     fill(lb, stream_name, 5)  # arrives after the plan
     retry = planner(lb, stream_name, max_messages=6).plan([0, 1])
     assert [(p.next_offset, p.end, p.resumed, p.remaining) for p in retry] == [(3, 6, True, 3), (0, 0, True, 0)]
+    assert planner(lb, stream_name).has_plan([1]) and not planner(lb, stream_name, run="run-2").has_plan([0, 1])
     new_run = planner(lb, stream_name, run="run-2", max_messages=6).plan([0])
     assert [(p.next_offset, p.end, p.resumed) for p in new_run] == [(3, 9, False)]
     end_id, _ = plan_cursor_ids("pos", "dag/task")

@@ -420,3 +420,22 @@ def test_templated_values_wait_for_rendering_and_times_parse() -> None:
     assert parse_reading_start("1700000000000ms") == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
     assert parse_reading_start("new_only") is StartPosition.LATEST
     assert parse_reading_start("2024-06-01T00:00:00") == dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+
+
+def test_a_retry_reads_the_rest_of_its_plan_without_waiting_for_min_messages(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """min_messages=5 held for the first try; its retry has 2 left, and reads them at once."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    publish(liftbridge_client, stream_name, 5)
+    support.reset(fail_at=3)
+    dag_run, result = run_dag(
+        stream_name,
+        apply_function="tests.operators.consume_support.fail_at_offset",
+        max_batch_size=2,
+        min_messages=5,
+        poll_timeout=30,
+    )
+    assert str(dag_run.state) == "success"
+    assert [(t, o) for t, o, _ in support.SEEN] == [(1, 0), (1, 1), (1, 2), (1, 3), (2, 3), (2, 4)]
+    assert result["partitions"]["0"]["resumed"] is True

@@ -187,6 +187,14 @@ class RangePlanner:
             out[partition] = max(0, hw + 1 - start)
         return out
 
+    def has_plan(self, partitions: Iterable[int]) -> bool:
+        """Whether this run stored a plan for any of ``partitions`` (an earlier try made it)."""
+        return any(
+            self.client.fetch_cursor(self.tag_cursor, self.stream, p) == self.tag
+            and self.client.fetch_cursor(self.end_cursor, self.stream, p) != NO_PLAN
+            for p in partitions
+        )
+
     # -- planning -----------------------------------------------------------------------------
     def plan(self, partitions: Sequence[int]) -> list[PartitionPlan]:
         """This try's plan of every partition: the run's stored plan where there is one, else a
