@@ -95,6 +95,11 @@ class LiftbridgeAckSensor(LiftbridgeBaseSensor):
             self.hook.close()
         return self.complete(context, payload)
 
+    def check_before_deferring(self, context: Context) -> PokeReturnValue | bool:
+        """The summary form reads committed offsets once; the inbox form has nothing to look at
+        (NATS keeps no history of acks), so it defers at once."""
+        return self.poke(context) if self.publish_summary is not None else False
+
     def poke(self, context: Context) -> PokeReturnValue:
         trigger = self._trigger
         assert trigger is not None and trigger.partition_offsets is not None and trigger.stream is not None

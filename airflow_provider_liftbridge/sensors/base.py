@@ -7,11 +7,12 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, conf
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeTriggerEventError
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.operators.deferral import defer_unless_reached
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
 
 __all__ = ["LiftbridgeBaseSensor"]
@@ -22,6 +23,9 @@ class LiftbridgeBaseSensor(BaseSensorOperator):
     worker slot. Either way the XCom value is the same.
 
     The sensor's ``timeout`` is passed to ``defer()``, so a deferred wait times out like a poking one.
+    Before deferring it looks once (:meth:`check_before_deferring`, one poke): a target that is
+    already reached finishes in the worker, without a trip through the triggerer
+    (:func:`~airflow_provider_liftbridge.operators.deferral.defer_unless_reached`).
 
     :param liftbridge_conn_id: the connection to use. (templated)
     :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
@@ -53,13 +57,19 @@ class LiftbridgeBaseSensor(BaseSensorOperator):
         """The trigger the deferrable path waits on."""
         raise NotImplementedError
 
+    def check_before_deferring(self, context: Context) -> PokeReturnValue | bool:
+        """One look at the condition before deferring (default: one :meth:`poke`); a sensor
+        without a cheap check returns ``False`` (it then defers at once)."""
+        return self.poke(context)
+
     def execute(self, context: Context) -> Any:
         try:
             self.prepare(context)
             if self.deferrable:
-                self.defer(
-                    trigger=self.make_trigger(context),
-                    method_name="execute_complete",
+                return defer_unless_reached(
+                    self,
+                    check=lambda: self.check_before_deferring(context),
+                    trigger=lambda: self.make_trigger(context),
                     timeout=timedelta(seconds=self.timeout),
                 )
             return super().execute(context)

@@ -155,6 +155,19 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
             self._start = start
         self.log.info("Looking for a matching message in %r partition %d from %s", self.stream, partition, self._start)
 
+    def check_before_deferring(self, context: Context) -> PokeReturnValue | bool:
+        """One read of what is committed now (one poke). Without a match the trigger goes on after
+        what the check read; a group member commits what it looked at and leaves, so the trigger
+        can join as the same member."""
+        try:
+            result = self.poke(context)
+        finally:
+            if self._group is not None and self._group.member.joined:
+                self._group.leave()
+        if not result and not self.consumer_group and self._next_offset is not None:
+            self._start = self._next_offset
+        return result
+
     def make_trigger(self, context: Context) -> LiftbridgeMessageTrigger:
         return LiftbridgeMessageTrigger(
             stream=self.stream,

@@ -55,7 +55,7 @@ def test_stream_lifecycle_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeC
     assert xcoms["create_stream"]["created"] is True
     assert xcoms["publish_records"]["count"] == 4
     assert xcoms["publish_records"]["partitions"] == {"0": {"first_offset": 0, "last_offset": 3, "count": 4}}
-    # The deferrable sensors went through their triggers and execute_complete.
+    # The deferrable sensors found their targets committed (one look each, no deferral).
     assert xcoms["wait_for_offset"] == {"stream": stream, "partition": 0, "target_offset": 3, "offset": 3}
     found = xcoms["find_ready_order"]
     assert found["match"] == {"order": 3, "status": "ready"}

@@ -99,3 +99,29 @@ def test_group_arguments_are_checked() -> None:
     classpath, kwargs = trigger.serialize()
     assert LiftbridgeMessageTrigger(**kwargs).serialize() == (classpath, kwargs)
     assert (kwargs["consumer_group"], kwargs["consumer_id"]) == ("g", "m")
+
+
+@pytest.mark.usefixtures("liftbridge_conn")
+def test_a_group_member_checks_once_leaves_and_its_trigger_joins_as_it(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    _put(liftbridge_client, stream_name, 0, b"no")
+    group = f"{stream_name}-g"
+    with pytest.raises(TaskDeferred) as info:
+        _sensor(stream_name, group, "a", deferrable=True, timeout=30).execute({})
+    # The check looked at partition 0's "no" for the group, committed it, and left.
+    assert liftbridge_client.fetch_cursor(group_cursor_id(group), stream_name, 0) == 0
+    _put(liftbridge_client, stream_name, 1, b"x-1")
+
+    async def first() -> dict[str, Any]:
+        async for event in info.value.trigger.run():  # joins as member "a" again
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    event = asyncio.run(asyncio.wait_for(first(), 30))
+    assert event["status"] == "success" and (event["message"]["partition"], event["message"]["offset"]) == (1, 0)
+    already = _sensor(stream_name, group, "b", deferrable=True, timeout=30)
+    _put(liftbridge_client, stream_name, 0, b"x-0")
+    # Committed before this member looked: it finishes without deferring.
+    assert already.execute({})["message"]["partition"] == 0

@@ -152,14 +152,26 @@ def test_ack_sensor_confirms_a_publish_summary_by_poking(stream_name: str, liftb
     }
 
 
-def test_ack_sensor_defers_on_a_summary(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
+def test_ack_sensor_on_a_committed_summary_does_not_defer(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
     summary = summary_of(liftbridge_client, stream_name)
+    # The publish happened before the sensor started: committed state says so, one look suffices.
+    result = LiftbridgeAckSensor(task_id="a", publish_summary=summary, deferrable=True, timeout=30).execute({})
+    assert result["mode"] == "offsets" and set(result["partitions"]) == {"0", "1"}
+
+
+def test_ack_sensor_defers_on_a_summary_not_yet_committed(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    summary = summary_of(liftbridge_client, stream_name)
+    summary["partitions"]["1"]["last_offset"] = 4  # two more to come on partition 1
     sensor = LiftbridgeAckSensor(task_id="a", publish_summary=summary, deferrable=True, timeout=30)
     deferred = defer(sensor)
     assert isinstance(deferred.trigger, LiftbridgeAckTrigger) and deferred.timeout == timedelta(seconds=30)
-    # The publish happened before the sensor started: committed state still says so.
+    liftbridge_client.publish_many(stream_name, [b"x", b"y"], partition=1)
     result = sensor.execute_complete({}, run_trigger(deferred))
-    assert result["mode"] == "offsets" and set(result["partitions"]) == {"0", "1"}
+    assert result["partitions"]["1"] == {"target_offset": 4, "offset": 4}
 
 
 def test_ack_sensor_listens_on_an_inbox_in_the_worker(
@@ -293,3 +305,31 @@ def test_publish_many_direct_is_seen_by_the_offset_sensor(
     assert (
         LiftbridgeOffsetSensor(task_id="o", stream=stream_name, target_offset=1, timeout=5).execute({})["offset"] == 1
     )
+
+
+# -- the check before deferring ----------------------------------------------------------------------
+
+
+def test_a_failing_check_defers_as_before(stream_name: str) -> None:
+    # No such stream yet: the check fails, and the trigger (which reports errors) decides instead.
+    sensor = LiftbridgeOffsetSensor(task_id="s", stream=stream_name, target_offset=0, deferrable=True)
+    deferred = defer(sensor)
+    assert isinstance(deferred.trigger, LiftbridgeOffsetTrigger)
+
+
+def test_message_sensor_trigger_goes_on_after_what_the_check_read(
+    stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.publish_many(stream_name, [b"no", b"no"])
+    sensor = LiftbridgeMessageSensor(
+        task_id="m",
+        stream=stream_name,
+        apply_function=f"{MATCHERS}.value_contains",
+        apply_function_args=["yes"],
+        deferrable=True,
+    )
+    deferred = defer(sensor)
+    assert deferred.trigger.serialize()[1]["start_at"] == 2
+    liftbridge_client.publish(stream_name, b"yes")
+    assert sensor.execute_complete({}, run_trigger(deferred))["message"]["offset"] == 2
