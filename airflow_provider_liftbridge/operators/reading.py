@@ -39,6 +39,7 @@ from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
 from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
 
 from .base import LiftbridgeBaseOperator
+from .deferral import DEFERRING, NOT_DEFERRING
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
@@ -46,9 +47,6 @@ __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start
 KeepReading = Callable[[PartitionPlan], bool]
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
 MIN_MESSAGES_POLL = 1.0
-#: Log lines of the wait for ``min_messages`` (the same words as the sensors' check-before-deferring).
-NOT_DEFERRING = "target already reached: not deferring"
-DEFERRING = "deferring to the triggerer"
 
 
 def _later(value: Any) -> bool:
