@@ -206,6 +206,10 @@ class Deployment:
             # issue #72716). The worker reports that exit up to min_heartbeat_interval (5 s) late;
             # at 1 s the report comes before the trigger has fired and the task is queued again.
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            # A worker's call to the execution API times out after 5 s by default and is then
+            # sent again; a slow first `/run` (the api-server stalled 25 s at load 13 here) that
+            # succeeded makes its retry a 400 and the task fails before it starts.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         }
         return base | settings | self.config
 
@@ -340,10 +344,15 @@ class Deployment:
     # -- REST API --------------------------------------------------------------------------------
 
     def _api_up(self) -> bool:
+        """Both APIs answer: the REST API, and the execution API the workers call (asked here so
+        its first, slow answer is not a worker's)."""
         self.check_running()
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as response:
-                return bool(response.status == 200)
+            for path in ("/api/v2/monitor/health", "/execution/health"):
+                with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as response:
+                    if response.status != 200:
+                        return False
+            return True
         except (urllib.error.URLError, OSError):
             return False
 
