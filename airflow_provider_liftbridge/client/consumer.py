@@ -281,8 +281,11 @@ def _heartbeat_failed(core: ClientCore, member: GroupMember, failure: RpcFailure
         member.next_heartbeat = 0.0
         return
     if failure.code == C.FAILED_PRECONDITION and ("coordinator" in details or "epoch" in details):
+        before = (member.coordinator, member.epoch)
         if not (yield from _refresh_coordinator(core, member)):
             member.joined = False
+        elif (member.coordinator, member.epoch) != before:
+            member.next_heartbeat = 0.0  # a rebalance (new epoch) or a new coordinator: ask at once
         return
     if not is_transient(failure) and failure.code != C.DEADLINE_EXCEEDED:
         raise _refused("FetchConsumerGroupAssignments", member, failure) from failure.__cause__

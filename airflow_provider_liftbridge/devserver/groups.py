@@ -14,8 +14,9 @@ down in ``docs/consumer-groups.md``; in short:
 - Assignments: for each stream the group consumes (in name order), each partition goes to the
   subscribed member with the fewest assignments so far (ties: the smaller consumer id), as upstream
   balances. They are recomputed from scratch on every change.
-- ``FetchConsumerGroupAssignments`` is the members' heartbeat. It is answered by the coordinator only;
-  a member that has not fetched for ``consumer_timeout`` is removed (a rebalance), unless the
+- ``FetchConsumerGroupAssignments`` is the members' heartbeat. It is answered by the coordinator only,
+  for the group's current epoch only (a member learns a new one from FetchMetadata, as on v1.9); a
+  member that has not fetched for ``consumer_timeout`` is removed (a rebalance), unless the
   coordinator broker itself is down (its liveness timers stopped with it, as upstream).
 - ``ReportConsumerGroupCoordinator``: when more than half of the members reported the coordinator
   within ``coordinator_timeout`` of each other, another live broker becomes coordinator and the epoch grows.
@@ -155,7 +156,8 @@ class ConsumerGroups:
         """The member's assignments and the group epoch; counts as the member's heartbeat.
 
         :raises ApiError: NOT_FOUND for an unknown group; FAILED_PRECONDITION when ``broker_id``
-            is not the coordinator, the epoch is newer than the group's, or the consumer is no member.
+            is not the coordinator, the epoch is not the group's (Liftbridge v1.9: a member learns a
+            new epoch from FetchMetadata), or the consumer is no member.
         """
         group = self.groups.get(group_id)
         if group is None:
@@ -163,7 +165,7 @@ class ConsumerGroups:
         if group.coordinator != broker_id:
             raise _precondition("broker is not the consumer group coordinator")
         self._refresh(group)
-        if epoch > group.epoch:
+        if epoch != group.epoch:
             raise _precondition("client-provided group epoch differs from broker group epoch")
         member = group.members.get(consumer_id)
         if member is None:

@@ -78,7 +78,14 @@ def test_join_and_leave_rebalance_and_bump_the_epoch(stub: Stub, stream_name: st
     assert a1 == {stream_name: [0, 2], other: [0]}
     assert a2 == {stream_name: [1]}
     leave(stub, group, "c2")
-    assert fetch(stub, group, "c1", 1) == ({stream_name: [0, 1, 2], other: [0]}, 2)
+    # The leave moved the epoch: a fetch with the old one is refused (v1.9), the metadata has the new one.
+    err = rpc_error(fetch, stub, group, "c1", 1)
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "client-provided group epoch differs from broker group epoch",
+    )
+    assert group_meta(stub, group).epoch == 2
+    assert fetch(stub, group, "c1", 2) == ({stream_name: [0, 1, 2], other: [0]}, 2)
     leave(stub, group, "c1")
     assert group_meta(stub, group).error == pb.ConsumerGroupMetadata.UNKNOWN_GROUP  # the last member deletes it
 
@@ -142,7 +149,9 @@ def test_deleting_a_stream_takes_its_partitions_out_of_the_assignments(stub: Stu
     group = _group()
     join(stub, group, "c", stream_name, other)
     stub.DeleteStream(pb.DeleteStreamRequest(name=other), timeout=TIMEOUT)
-    assert fetch(stub, group, "c") == ({stream_name: [0]}, 1)
+    assert rpc_error(fetch, stub, group, "c", 0).code() == grpc.StatusCode.FAILED_PRECONDITION  # a new epoch
+    assert group_meta(stub, group).epoch == 1
+    assert fetch(stub, group, "c", 1) == ({stream_name: [0]}, 1)
     leave(stub, group, "c")
 
 
@@ -170,11 +179,15 @@ def test_silent_member_times_out_and_its_partitions_move(quick_cluster: DevServe
     assert rpc_error(fetch, others[0], group, "busy").code() == grpc.StatusCode.FAILED_PRECONDITION
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        assignments, epoch = fetch(coord, group, "busy", 1)  # heartbeats keep "busy" in
+        # Heartbeats keep "busy" in, with the epoch the metadata says (a stale one is refused).
+        epoch = group_meta(coord, group).epoch
+        assignments, epoch = fetch(coord, group, "busy", epoch)
         if epoch == 2:
             break
         time.sleep(0.1)
     assert (assignments, epoch) == ({stream_name: [0, 1]}, 2)
+    err = rpc_error(fetch, coord, group, "busy", 1)  # as Liftbridge v1.9: the epoch must be the group's
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "epoch" in (err.details() or "")
     assert rpc_error(fetch, coord, group, "silent").code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
