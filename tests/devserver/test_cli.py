@@ -37,7 +37,8 @@ def _pid_alive(pid: int) -> bool:
 
 def test_ready_line_serves_and_sigterm_stops_server_and_nats(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*CMD, "--port", "0", "--nats-port", "0", "--brokers", "2", "--data-dir", str(tmp_path)],
+        [*CMD, "--port", "0", "--nats-port", "0", "--brokers", "2", "--data-dir", str(tmp_path)]
+        + ["--cursors-partitions", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -50,6 +51,8 @@ def test_ready_line_serves_and_sigterm_stops_server_and_nats(tmp_path: Path) -> 
         with grpc.insecure_channel(addresses[1]) as ch:
             meta = api_pb2_grpc.APIStub(ch).FetchMetadata(pb.FetchMetadataRequest(), timeout=5)
         assert len(meta.brokers) == 2
+        cursors = [s for s in meta.streamMetadata if s.name == "__cursors"]
+        assert [sorted(s.partitions) for s in cursors] == [[0, 1, 2]]  # --cursors-partitions
         nats_port = int(nats_url.rsplit(":", 1)[1])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
