@@ -43,7 +43,9 @@ def run(dagbag: Any, dag_id: str, **conf: Any) -> tuple[Any, dict[str, str], dic
 
 
 def test_example_dags_parse(dagbag: Any) -> None:
-    assert {"liftbridge_stream_lifecycle", "liftbridge_publish_files"} <= set(dagbag.dag_ids)
+    assert {"liftbridge_stream_lifecycle", "liftbridge_publish_files", "liftbridge_stream_archive"} <= set(
+        dagbag.dag_ids
+    )
 
 
 def test_stream_lifecycle_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient) -> None:
@@ -163,3 +165,31 @@ def test_spark_streaming_end_to_end(
     assert dag_run.state == "success", states
     assert xcoms["price_orders"]["input_rows"] == 60
     assert xcoms["count_priced"] == 2 * len(paid)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_stream_archive_end_to_end(
+    dagbag: Any, liftbridge_client: LiftbridgeClient, spark_session: Any, tmp_path: Any
+) -> None:
+    """Sample orders -> consume and clean -> Parquet archive -> Spark reads it back. The simulated
+    crash is off here (``dag.test()`` runs tasks in this process); tests/system runs it on."""
+    import pyarrow.parquet as pq
+
+    conf = {"sample_orders": 300, "simulate_crash": False, "archive_url": (tmp_path / "archive").as_uri()}
+    dag_run, states, xcoms = run(dagbag, "liftbridge_stream_archive", **conf)
+    assert dag_run.state == "success", states
+    assert xcoms["sample_orders"]["count"] == 300
+    assert xcoms["clean_orders"]["processed"] >= 300  # what arrived since the last run: these at least
+    files = xcoms["archive_orders"]["files"]
+    rows = [row for f in files for row in pq.read_table(f["path"]).to_pylist()]
+    this_run = [r for r in rows if r["order_id"].startswith(dag_run.run_id)]
+    assert len(this_run) == 240  # every 5th order is cancelled and dropped by clean_batch
+    assert all(r["amount_with_vat"] == round(r["amount"] * 1.2, 2) for r in this_run)
+    assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows)
+    report = xcoms["spark_report"]
+    assert (report["files"], report["rows"]) == (len(files), len(rows))
+    for partition in (0, 1):
+        assert liftbridge_client.fetch_cursor("shop-orders-archive", "shop-orders-clean", partition) == max(
+            (f["last_offset"] for f in files if f["partition"] == partition), default=-1
+        )
