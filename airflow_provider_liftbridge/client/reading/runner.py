@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Literal
 
 from ..errors import InvalidArgumentError
@@ -139,18 +140,18 @@ def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) 
     messages = client.subscribe(
         plan.stream, partition=plan.partition, start_at=plan.next_offset, stop_at=plan.last_offset
     )
+    last = plan.last_offset
     try:
-        batch: list[Message] = []
-        append = batch.append
-        for message in messages:
-            if message.offset > plan.last_offset:  # a compacted range can end past the stop
-                break
-            append(message)
-            if len(batch) >= max_batch_size:
-                yield batch
-                batch = []
-                append = batch.append
-        if batch:
+        while True:
+            batch = list(islice(messages, max_batch_size))  # at C speed: this loop is the hot path
+            if not batch:
+                return
+            if batch[-1].offset >= last:
+                # The subscription ends at the stop offset; a compacted range can end past it.
+                batch = [m for m in batch if m.offset <= last]
+                if batch:
+                    yield batch
+                return
             yield batch
     finally:
         messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
