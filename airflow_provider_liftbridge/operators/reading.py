@@ -39,7 +39,7 @@ from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
 from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
 
 from .base import LiftbridgeBaseOperator
-from .deferral import DEFERRING, NOT_DEFERRING
+from .deferral import defer_unless_reached
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
@@ -363,22 +363,31 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         if planner.has_plan(partitions):
             self.log.info("This run planned already (an earlier try): reading the rest of its plan without waiting")
             return
+        if self.deferrable:
+            pending: dict[int, int] = {}
+
+            def enough() -> bool:
+                pending.update(planner.pending(partitions))
+                return sum(pending.values()) >= wanted
+
+            def trigger() -> LiftbridgeOffsetTrigger:
+                now = pending or planner.pending(partitions)
+                return self._offset_trigger(planner, now, wanted - sum(now.values()))
+
+            defer_unless_reached(  # returns when they are there; else raises TaskDeferred
+                self,
+                check=enough,
+                trigger=trigger,
+                timeout=timedelta(seconds=float(self.poll_timeout)),
+                method_name="execute_complete",
+            )
+            return
         deadline = time.monotonic() + float(self.poll_timeout)
         while True:
-            pending = planner.pending(partitions)
-            have = sum(pending.values())
+            have = sum(planner.pending(partitions).values())
             if have >= wanted:
-                if self.deferrable:
-                    self.log.info(NOT_DEFERRING)
                 self.log.info("%d message(s) to read (min_messages %d)", have, wanted)
                 return
-            if self.deferrable:
-                self.log.info(DEFERRING)
-                self.defer(
-                    trigger=self._offset_trigger(planner, pending, wanted - have),
-                    method_name="execute_complete",
-                    timeout=timedelta(seconds=float(self.poll_timeout)),
-                )
             if time.monotonic() >= deadline:
                 raise LiftbridgeAirflowError(
                     f"only {have} of min_messages={wanted} message(s) arrived on stream {self.stream!r} partitions"
