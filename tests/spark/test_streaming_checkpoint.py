@@ -93,10 +93,10 @@ def test_old_checkpoint_without_identity_goes_on_and_an_offset_beyond_the_newest
 
     # Partition 0 holds offsets 0..11: a checkpoint at 60 is beyond it (no identity to blame).
     rewrite_last_offsets(checkpoint, json.dumps({"0": 60, "1": 12}))
+    # (failOnDataLoss=false then reads partition 0 from its earliest offset: the same reset as in
+    # the two tests above, left out here to save a query run.)
     with pytest.raises(StreamingQueryException, match=r"partition 0: the checkpoint's next offset 60 is beyond"):
         run_available_now(df, checkpoint)
-    opted_out = source(spark, lb_settings, stream, failOnDataLoss="false")
-    assert values_read(run_available_now(opted_out, checkpoint)) == list(range(0, 24, 2))  # partition 0 again
 
 
 def test_a_partition_added_to_the_query_is_read_from_its_earliest_offset(
