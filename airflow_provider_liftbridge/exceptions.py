@@ -16,6 +16,7 @@ __all__ = [
     "LiftbridgeAirflowError",
     "LiftbridgeConnectionConfigError",
     "LiftbridgeArgumentError",
+    "LiftbridgeUnknownArgumentError",
     "LiftbridgePublishNotAcknowledgedError",
     "LiftbridgeFileError",
     "LiftbridgeTriggerEventError",
@@ -52,6 +53,11 @@ class LiftbridgeConnectionConfigError(LiftbridgeAirflowError, ValueError):
 
 class LiftbridgeArgumentError(LiftbridgeAirflowError, ValueError):
     """An operator, sensor or trigger was given an invalid argument (the message names it)."""
+
+
+class LiftbridgeUnknownArgumentError(LiftbridgeArgumentError, TypeError):
+    """An operator or sensor was given a keyword it does not take (the message names the closest
+    parameter). A ``TypeError`` too, like Airflow's own "Invalid arguments were passed"."""
 
 
 class LiftbridgePublishNotAcknowledgedError(LiftbridgeAirflowError):

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["NatsSecurity", "NatsSecurityError", "redact_url", "redact_urls"]
+__all__ = ["NATS_SCHEMES", "NatsSecurity", "NatsSecurityError", "check_nats_url", "redact_url", "redact_urls"]
 
 
 class NatsSecurityError(ValueError):
@@ -38,6 +38,34 @@ def redact_url(url: str) -> str:
 def redact_urls(urls: Iterable[str]) -> str:
     """The URLs, redacted, joined with ", " (for messages and logs)."""
     return ", ".join(redact_url(u) for u in urls)
+
+
+#: URL schemes nats-py connects with.
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def check_nats_url(entry: str) -> str:
+    """A NATS server URL, ``scheme://[user[:password]@]host[:port]``; a bare ``host[:port]`` means
+    ``nats://host[:port]``. Returns the URL with its scheme.
+
+    :raises ValueError: another scheme, or no usable host and port (``"nats//x"`` reads as no
+        URL at all: its host would be ``nats//x``).
+    """
+    text = str(entry).strip()
+    url = text if "://" in text else f"nats://{text}"
+    scheme, _, rest = url.partition("://")
+    if scheme not in NATS_SCHEMES:
+        raise ValueError(f"{redact_url(text)!r} has scheme {scheme!r}; use nats://host:port (or tls://, ws://, wss://)")
+    where = rest.rsplit("@", 1)[-1].rstrip("/")
+    if where.startswith("["):
+        host, _, port = where.partition("]")
+        host, port = host + "]", port.removeprefix(":")
+    else:
+        host, _, port = where.partition(":")
+    if not _HOST.fullmatch(host) or (port and (not port.isdigit() or not 0 < int(port) < 65536)):
+        raise ValueError(f"{redact_url(text)!r} is not a NATS URL; use nats://host:port, e.g. nats://127.0.0.1:4222")
+    return url
 
 
 @dataclass(frozen=True)

@@ -1,49 +1,320 @@
-"""Argument checks shared by the Airflow rooms (sensors, triggers, queues, operators): one neutral
+"""Argument checks shared by the Airflow rooms (operators, sensors, triggers, queues): one neutral
 module, so a sensor validating its arguments at DAG parse time does not import the triggers.
-Each raises :class:`~airflow_provider_liftbridge.exceptions.LiftbridgeArgumentError` naming the
-argument and what it accepts.
+
+Every option has one validator, ``check_x(value, name) -> value as used``. It runs twice: in the
+operator's constructor for a literal value, so a bad DAG fails when it is parsed, and again once
+templates are rendered (a value holding ``{{`` waits for that; see :func:`waits_for_rendering`).
+Each raises :class:`~airflow_provider_liftbridge.exceptions.LiftbridgeArgumentError` whose message
+names the parameter, the value given and what to give instead.
+
+:class:`ArgumentChecks` is how an operator or sensor declares its validators (``argument_checks``)
+and runs them at both moments; it also turns an unknown keyword into a suggestion of the closest
+parameter. See ``docs/validation.md`` for the rules (coercions, ``None``, what is checked when).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import difflib
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
 
-from airflow_provider_liftbridge.client import StartPosition
-from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.client import AckPolicy, StartPosition
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeUnknownArgumentError
 
-__all__ = ["START_NAMES", "check_partition", "check_stream", "parse_start_at"]
+__all__ = [
+    "START_NAMES",
+    "ArgumentChecks",
+    "Check",
+    "bad_argument",
+    "check_ack_policy",
+    "check_bool",
+    "check_choice",
+    "check_duration",
+    "check_header_value",
+    "check_headers",
+    "check_key",
+    "check_name",
+    "check_non_negative_int",
+    "check_offset",
+    "check_optional_name",
+    "check_optional_partition",
+    "check_partition",
+    "check_partition_count",
+    "check_partition_list",
+    "check_positive_int",
+    "check_replication_factor",
+    "check_start_at",
+    "check_stream",
+    "check_subject",
+    "check_timeout",
+    "optional",
+    "parse_start_at",
+    "suggest_parameter",
+    "waits_for_rendering",
+]
 
 START_NAMES = {p.value: p for p in StartPosition}
 
+#: ``check(value, name)``: the value as it is used, or :class:`LiftbridgeArgumentError`.
+Check = Callable[[Any, str], Any]
 
-def check_stream(value: Any) -> str:
+_TEMPLATE_MARKS = ("{{", "{%")
+
+
+def waits_for_rendering(value: Any) -> bool:
+    """Whether ``value`` is not known before the task runs: a string holding a Jinja expression
+    (``{{``/``{%``), also inside a list, tuple, set or dict, or an Airflow object resolved at run
+    time (an ``XComArg`` such as ``task.output``)."""
+    if isinstance(value, str):
+        return any(mark in value for mark in _TEMPLATE_MARKS)
+    if isinstance(value, Mapping):
+        return any(waits_for_rendering(k) or waits_for_rendering(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(waits_for_rendering(v) for v in value)
+    # XComArg, MappedArgument, ...: resolved by Airflow when the task runs (no import of Airflow here).
+    return type(value).__module__.split(".")[0] == "airflow"
+
+
+def bad_argument(name: str, value: Any, expected: str, fix: str = "") -> LiftbridgeArgumentError:
+    """The error for ``name=value``: what was expected and, when given, what to do."""
+    return LiftbridgeArgumentError(f"{name}={value!r} is not valid: {expected}" + (f"; {fix}" if fix else ""))
+
+
+def _whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is one or a string of digits (rendered templates are strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def optional(check: Check) -> Check:
+    """``check`` that lets ``None`` (and an empty rendered string) through as ``None``."""
+
+    def checked(value: Any, name: str) -> Any:
+        return None if value is None or value == "" else check(value, name)
+
+    checked.__doc__ = f"``None`` or: {check.__doc__}"
+    return checked
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def check_stream(value: Any, name: str = "stream") -> str:
     """A stream name: a non-empty string.
 
     :raises LiftbridgeArgumentError: not a string, or empty.
     """
-    if not isinstance(value, str) or not value:
-        raise LiftbridgeArgumentError(f"stream must be a stream name, got {value!r}")
+    if not isinstance(value, str) or not value.strip():
+        raise bad_argument(name, value, "a stream name is required", f"give the stream's name, e.g. {name}='orders'")
     return value
 
 
-def check_partition(value: Any, what: str = "partition") -> int:
+def check_name(value: Any, name: str) -> str:
+    """A non-empty string (a connection id, a cursor id, a producer id, a field name...).
+
+    :raises LiftbridgeArgumentError: not a string, or blank.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise bad_argument(name, value, "a non-empty string is required")
+    return value
+
+
+check_optional_name = optional(check_name)
+
+
+def check_subject(value: Any, name: str = "subject") -> str | None:
+    """A NATS subject (no whitespace, no empty token), or ``None`` for the stream's name.
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or re.search(r"\s", value) or not all(value.split(".")):
+        raise bad_argument(
+            name,
+            value,
+            "a NATS subject has no spaces and no empty '.'-separated token",
+            f"e.g. {name}='orders.eu', or leave it unset to use the stream's name",
+        )
+    return value
+
+
+# -- numbers --------------------------------------------------------------------------------------
+
+
+def check_partition(value: Any, name: str = "partition") -> int:
     """A partition number (``int`` or digit string).
 
     :raises LiftbridgeArgumentError: not a non-negative whole number.
     """
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(value)
-    except (TypeError, ValueError):
-        raise LiftbridgeArgumentError(f"{what} must be a partition number, got {value!r}") from None
-    if number < 0:
-        raise LiftbridgeArgumentError(f"{what} must not be negative, got {value!r}")
+    number = _whole_number(value)
+    if number is None or number < 0:
+        raise bad_argument(name, value, "a partition number (a whole number, 0 or more) is required", f"e.g. {name}=0")
     return number
 
 
-def parse_start_at(value: Any) -> StartPosition | int | dt.datetime:
+check_optional_partition = optional(check_partition)
+
+
+def check_offset(value: Any, name: str = "target_offset") -> int:
+    """An offset: a whole number, 0 or more (``int`` or digit string).
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    number = _whole_number(value)
+    if number is None or number < 0:
+        raise bad_argument(name, value, "an offset (a whole number, 0 or more) is required", f"e.g. {name}=41")
+    return number
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """A whole number, 1 or more.
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    number = _whole_number(value)
+    if number is None or number < 1:
+        raise bad_argument(name, value, "a whole number, 1 or more, is required")
+    return number
+
+
+def check_non_negative_int(value: Any, name: str) -> int:
+    """A whole number, 0 or more.
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    number = _whole_number(value)
+    if number is None or number < 0:
+        raise bad_argument(name, value, "a whole number, 0 or more, is required")
+    return number
+
+
+def check_partition_count(value: Any, name: str = "partitions") -> int:
+    """How many partitions a new stream gets: a whole number; 0 means Liftbridge's default, 1.
+
+    :raises LiftbridgeArgumentError: not a whole number, or negative.
+    """
+    number = _whole_number(value)
+    if number is None or number < 0:
+        raise bad_argument(name, value, "the number of partitions is a whole number, 1 or more", f"e.g. {name}=3")
+    return number
+
+
+def check_replication_factor(value: Any, name: str = "replication_factor") -> int:
+    """Copies of each partition: 1 or more, or -1 for every broker. 0 is what Liftbridge reads as
+    "not set" and turns into its default, 1 (its API has no way to say 0), so it is accepted as 1.
+
+    :raises LiftbridgeArgumentError: not a whole number, or below -1.
+    """
+    number = _whole_number(value)
+    if number is None or number < -1:
+        raise bad_argument(name, value, "copies of each partition: 1 or more, or -1 for every broker", f"e.g. {name}=3")
+    return number
+
+
+def check_timeout(value: Any, name: str) -> float | None:
+    """Seconds to wait: a positive number, or ``None`` for the default.
+
+    :raises LiftbridgeArgumentError: zero, negative or not a number.
+    """
+    if value is None or value == "":
+        return None
+    seconds = _number(value)
+    if seconds is None or not seconds > 0:
+        raise bad_argument(
+            name,
+            value,
+            "a positive number of seconds is required",
+            f"e.g. {name}=30, or leave it unset for the default",
+        )
+    return seconds
+
+
+def check_duration(value: Any, name: str) -> dt.timedelta | None:
+    """A duration: a ``timedelta`` or a number of seconds, not negative; ``None`` leaves it unset.
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.timedelta):
+        seconds: float | None = value.total_seconds()
+    else:
+        seconds = _number(value)
+    if seconds is None or seconds < 0:
+        raise bad_argument(
+            name, value, "a timedelta or a number of seconds, 0 or more", f"e.g. {name}=timedelta(hours=1) or 3600"
+        )
+    return dt.timedelta(seconds=seconds)
+
+
+# -- choices --------------------------------------------------------------------------------------
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``True`` or ``False`` (not ``1``, ``"yes"`` or ``"false"``: a non-empty string is true to
+    Python, so ``"false"`` would silently mean yes).
+
+    :raises LiftbridgeArgumentError: anything but a ``bool``.
+    """
+    if isinstance(value, bool):
+        return value
+    raise bad_argument(name, value, "True or False is required", f"e.g. {name}=True")
+
+
+def check_choice(choices: Iterable[str]) -> Check:
+    """A validator accepting one of ``choices`` (exactly as written)."""
+    allowed = tuple(choices)
+
+    def checked(value: Any, name: str) -> str:
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else ""
+            raise bad_argument(name, value, f"use one of {', '.join(map(repr, allowed))}", hint)
+        return str(value)
+
+    checked.__doc__ = f"One of {', '.join(allowed)}."
+    return checked
+
+
+def check_ack_policy(value: Any, name: str = "ack_policy") -> AckPolicy:
+    """An ack policy: ``"leader"``, ``"all"`` or ``"none"`` (any case), its wire number, or an
+    :class:`AckPolicy`.
+
+    :raises LiftbridgeArgumentError: anything else (a ``ValueError``).
+    """
+    if isinstance(value, AckPolicy):
+        return value
+    number = _whole_number(value)
+    if number is not None and number in {p.value for p in AckPolicy}:
+        return AckPolicy(number)
+    if isinstance(value, str) and value.strip().upper() in AckPolicy.__members__:
+        return AckPolicy[value.strip().upper()]
+    raise bad_argument(name, value, "not an ack policy: use one of 'leader', 'all', 'none'", f"e.g. {name}='all'")
+
+
+def parse_start_at(value: Any, name: str = "start_at") -> StartPosition | int | dt.datetime:
     """Read a start position: an offset (``int`` or digits), ``"earliest"``, ``"latest"``,
     ``"new_only"``, a :class:`StartPosition`, or an ISO 8601 timestamp (naive means UTC).
 
@@ -53,20 +324,231 @@ def parse_start_at(value: Any) -> StartPosition | int | dt.datetime:
         return value
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise LiftbridgeArgumentError(f"start offset must not be negative, got {value}")
-        return value
+    offset = _whole_number(value)
+    if offset is not None and offset >= 0:
+        return offset
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
-            return int(text)
         if text.lower() in START_NAMES:
             return START_NAMES[text.lower()]
         try:
-            return parse_start_at(dt.datetime.fromisoformat(text))
+            return parse_start_at(dt.datetime.fromisoformat(text), name)
         except ValueError:
             pass
-    raise LiftbridgeArgumentError(
-        f"start_at {value!r} is not an offset, 'earliest', 'latest', 'new_only' or an ISO 8601 timestamp"
+    raise bad_argument(
+        name,
+        value,
+        "a start position is an offset (0 or more), 'earliest', 'latest', 'new_only' or an ISO 8601 timestamp",
+        f"e.g. {name}='earliest' or {name}='2024-05-01T00:00:00Z'",
     )
+
+
+check_start_at = parse_start_at
+
+
+# -- keys and headers -----------------------------------------------------------------------------
+
+
+def check_key(value: Any, name: str = "key") -> bytes | None:
+    """A record key: ``bytes``, ``str`` (UTF-8) or an ``int`` (its decimal digits, ``123`` ->
+    ``b"123"``, so whole-number ids partition as their text does); ``None`` for no key.
+
+    :raises LiftbridgeArgumentError: anything else (``bool``, ``float``, a container...), which has
+        no single obvious text.
+    """
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode("ascii")
+    raise bad_argument(
+        name,
+        value,
+        f"a key is bytes, str or int, not {type(value).__name__}",
+        "convert it yourself, e.g. str(value) or json.dumps(value)",
+    )
+
+
+def check_header_value(value: Any, name: str) -> bytes:
+    """A header value: ``bytes``, ``str`` (UTF-8) or ``int`` (decimal digits), as :func:`check_key`.
+
+    :raises LiftbridgeArgumentError: ``None`` or another type.
+    """
+    if value is None:
+        raise bad_argument(name, value, "a header value is bytes, str or int", "give b'' for an empty value")
+    key = check_key(value, name)
+    assert key is not None
+    return key
+
+
+def check_headers(value: Any, name: str = "headers") -> dict[str, bytes] | None:
+    """Headers: a mapping of non-empty ``str`` names to values :func:`check_header_value` accepts;
+    ``None`` for none.
+
+    :raises LiftbridgeArgumentError: not a mapping, a name that is not a string, or a bad value.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise bad_argument(name, value, "headers are a dict of name -> value", f"e.g. {name}={{'source': 'billing'}}")
+    headers: dict[str, bytes] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise bad_argument(name, value, f"header names are non-empty strings, got {key!r}")
+        headers[key] = check_header_value(item, f"{name}[{key!r}]")
+    return headers
+
+
+# -- partitions -----------------------------------------------------------------------------------
+
+
+def check_partition_list(value: Any, name: str = "partitions") -> list[int] | None:
+    """Partition numbers: one, or a list of them (digit strings too); ``None`` for all.
+
+    :raises LiftbridgeArgumentError: anything else, or a negative number.
+    """
+    if value is None or value == "":
+        return None
+    items = [value] if isinstance(value, int | str) else value
+    if not isinstance(items, Iterable) or isinstance(items, Mapping):
+        raise bad_argument(name, value, "partition numbers: one, or a list of them", f"e.g. {name}=[0, 2]")
+    numbers = [_whole_number(p) for p in items]
+    if any(n is None or n < 0 for n in numbers):
+        raise bad_argument(
+            name, value, "partition numbers are whole numbers, 0 or more", f"e.g. {name}=[0, 2], or None for all"
+        )
+    return [n for n in numbers if n is not None]
+
+
+# -- unknown keywords -----------------------------------------------------------------------------
+
+#: What DAG authors coming from other providers or clients write, and what it is called here.
+SYNONYMS: dict[str, str] = {
+    "batch_size": "window",
+    "max_batch_size": "window",
+    "fail_if_not_exists": "fail_if_missing",
+    "fail_if_not_exist": "fail_if_missing",
+    "ignore_if_exists": "fail_if_exists",
+    "topic": "stream",
+    "stream_name": "stream",
+    "conn_id": "liftbridge_conn_id",
+    "liftbridge_conn": "liftbridge_conn_id",
+    "ack": "ack_policy",
+    "acks": "ack_policy",
+    "timeout_seconds": "publish_timeout",
+    "num_partitions": "partitions",
+    "offset": "target_offset",
+    "start_position": "start_at",
+    "start_offset": "start_at",
+}
+
+
+def suggest_parameter(unknown: str, own: Iterable[str], inherited: Iterable[str] = ()) -> str | None:
+    """The parameter ``unknown`` most likely meant: a known synonym, else the closest of the
+    class's ``own`` parameters, else the closest ``inherited`` one (Airflow's); ``None`` if none is close."""
+    own, inherited = list(own), list(inherited)
+    meant = SYNONYMS.get(unknown)
+    if meant in own or meant in inherited:
+        return meant
+    for names in (own, inherited):
+        close = difflib.get_close_matches(unknown, names, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+    return None
+
+
+class ArgumentChecks:
+    """Mixin of the provider's operators and sensors: validators declared per class, run on the
+    literal values in the constructor and on every value once templates are rendered.
+
+    A class lists its parameters' validators in ``argument_checks`` (merged along the class
+    hierarchy), calls :meth:`reject_unknown_arguments` before ``BaseOperator.__init__`` and
+    :meth:`check_literal_arguments` at the end of its ``__init__``; :meth:`render_template_fields`
+    runs every validator again on the rendered values, and :meth:`check_combination` (override it)
+    checks what depends on several parameters at both moments.
+    """
+
+    #: Parameter name -> validator, for this class's own parameters.
+    argument_checks: ClassVar[Mapping[str, Check]] = {}
+
+    @classmethod
+    def all_argument_checks(cls) -> dict[str, Check]:
+        """The validators of this class and its bases (a subclass's entry wins)."""
+        merged: dict[str, Check] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("argument_checks", {}))
+        return merged
+
+    def _run_checks(self, checks: Mapping[str, Check], *, rendered: bool) -> None:
+        for name, check in checks.items():
+            value = getattr(self, name, None)
+            if rendered or not waits_for_rendering(value):
+                check(value, name)
+        self.check_combination(rendered=rendered)
+
+    def check_literal_arguments(self, owner: type | None = None) -> None:
+        """Run the validators of ``owner``'s own parameters (default: all) on the values that are
+        known now; a value that waits for rendering is checked after rendering.
+
+        :raises LiftbridgeArgumentError: a value is invalid (the DAG fails to parse).
+        """
+        checks = vars(owner).get("argument_checks", {}) if owner is not None else self.all_argument_checks()
+        self._run_checks(checks, rendered=False)
+
+    def check_rendered_arguments(self) -> None:
+        """Run every validator on the rendered values.
+
+        :raises LiftbridgeArgumentError: a value is invalid (the task fails before any I/O).
+        """
+        self._run_checks(self.all_argument_checks(), rendered=True)
+
+    def check_combination(self, *, rendered: bool) -> None:
+        """Check what depends on several parameters (a value waiting for rendering is skipped
+        before rendering: use :func:`waits_for_rendering`). Default: nothing. It runs at the end
+        of every class's ``__init__``, so an attribute a subclass sets may be missing yet."""
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render the templated fields (Airflow), then validate every argument."""
+        super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+        self.check_rendered_arguments()
+
+    @classmethod
+    def accepted_parameters(cls) -> tuple[list[str], list[str]]:
+        """``(own, inherited)``: the keywords this class's Liftbridge constructors take, and those of
+        the Airflow classes it builds on."""
+        own: list[str] = []
+        inherited: list[str] = []
+        for klass in cls.__mro__:
+            init = vars(klass).get("__init__")
+            if init is None or klass is object:
+                continue
+            try:
+                params = inspect.signature(init).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            names = [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"]
+            (own if klass.__module__.startswith("airflow_provider_liftbridge") else inherited).extend(names)
+        return own, inherited
+
+    def reject_unknown_arguments(self, kwargs: Mapping[str, Any]) -> None:
+        """Fail on keywords no class of this operator takes, naming the closest parameter (Airflow's
+        own check, which runs after this, says only "Invalid arguments were passed").
+
+        :raises LiftbridgeUnknownArgumentError: an unknown keyword (also a ``TypeError``).
+        """
+        own, inherited = self.accepted_parameters()
+        known = set(own) | set(inherited) | {"_airflow_mapped_validation_only", "_airflow_from_mapped"}
+        unknown = [name for name in kwargs if name not in known]
+        if not unknown:
+            return
+        hints = []
+        for name in unknown:
+            meant = suggest_parameter(name, own, inherited)
+            hints.append(f"{name!r} (did you mean {meant!r}?)" if meant else repr(name))
+        raise LiftbridgeUnknownArgumentError(
+            f"{type(self).__name__} (task_id {kwargs.get('task_id', '?')!r}) takes no parameter "
+            f"{', '.join(hints)}; its own parameters are {', '.join(sorted(set(own)))}"
+        )

@@ -9,6 +9,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from airflow_provider_liftbridge.nats_security import check_nats_url
+
 from .errors import InvalidArgumentError
 from .partitioners import partition_for_key
 from .retry import RetryPolicy
@@ -80,6 +82,19 @@ class MetadataCache:
             return [b.address for b in self._brokers.values()]
 
 
+def _nats_urls(servers: str | Sequence[str]) -> tuple[str, ...]:
+    """The NATS URLs, checked (a URL that is not one would otherwise read as a host name and the
+    NATS path fail later, or quietly fall back to gRPC).
+
+    :raises InvalidArgumentError: one is not a NATS URL.
+    """
+    entries = [s for s in servers.split(",") if s.strip()] if isinstance(servers, str) else list(servers)
+    try:
+        return tuple(check_nats_url(entry) for entry in entries)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"nats_servers: {exc}") from None
+
+
 class ClientCore:
     """Configuration and state shared by both clients; no I/O happens here."""
 
@@ -108,7 +123,7 @@ class ClientCore:
         self.resubscribe_wait = float(resubscribe_wait)
         self.cache = MetadataCache()
         #: NATS URLs: when given, ``publish_many`` takes the NATS-direct bulk path (see ``bulk``).
-        self.nats_servers: tuple[str, ...] = tuple(nats_servers)
+        self.nats_servers: tuple[str, ...] = _nats_urls(nats_servers)
         self.rng = random.Random()
         #: When metadata last showed no cursors stream (monotonic seconds), or None.
         self.cursors_absent_since: float | None = None

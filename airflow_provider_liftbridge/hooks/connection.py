@@ -14,9 +14,11 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
-from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_url
+from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from ..connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
+from ..nats_security import check_nats_url
+from ..validation import check_ack_policy
 
 __all__ = ["ConnectionLike", "parse_ack_policy", "settings_from_connection"]
 
@@ -41,24 +43,11 @@ class ConnectionLike(Protocol):
 
 def parse_ack_policy(value: object, *, what: str = "ack_policy") -> AckPolicy:
     """Read an ack policy given as ``"leader"``/``"all"``/``"none"`` (any case), its wire number, or
-    an :class:`AckPolicy`.
+    an :class:`AckPolicy` (:func:`~airflow_provider_liftbridge.validation.check_ack_policy`).
 
     :raises ValueError: the value names no ack policy (the message lists the accepted ones).
     """
-    if isinstance(value, AckPolicy):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return AckPolicy(value)
-        except ValueError:
-            pass
-    elif isinstance(value, str):
-        name = value.strip().upper()
-        if name in AckPolicy.__members__:
-            return AckPolicy[name]
-        if name.isdigit() and int(name) in {p.value for p in AckPolicy}:
-            return AckPolicy(int(name))
-    raise ValueError(f"{what} {value!r} is not an ack policy: use one of 'leader', 'all', 'none'")
+    return check_ack_policy(value, what)
 
 
 def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
@@ -310,14 +299,10 @@ def _parse_nats_servers(value: Any, fail: Any) -> tuple[str, ...]:
         raise fail("extra.nats_servers", f"{type(value).__name__} is neither a comma-separated string nor a list")
     servers: list[str] = []
     for entry in entries:
-        url = entry if "://" in entry else f"nats://{entry}"
-        scheme, _, rest = url.partition("://")
-        if scheme not in {"nats", "tls", "ws", "wss"}:
-            raise fail("extra.nats_servers", f"{redact_url(entry)!r} has scheme {scheme!r}; use nats://host:port")
-        host, port_text = _split_host_port(rest.rsplit("@", 1)[-1].rstrip("/"))
-        if not host or (port_text is not None and (not port_text.isdigit() or not 0 < int(port_text) < 65536)):
-            raise fail("extra.nats_servers", f"{redact_url(entry)!r} is not host:port; use nats://host:port")
-        servers.append(url)
+        try:
+            servers.append(check_nats_url(entry))
+        except ValueError as exc:
+            raise fail("extra.nats_servers", str(exc)) from None
     return tuple(servers)
 
 

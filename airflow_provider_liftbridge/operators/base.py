@@ -12,6 +12,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.exactly_once import producer_id_for
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.validation import ArgumentChecks, check_name, check_stream
 
 __all__ = ["LiftbridgeBaseOperator", "producer_id_of"]
 
@@ -25,10 +26,14 @@ def producer_id_of(context: Context, given: str | None = None) -> str:
     return producer_id_for(ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", None))
 
 
-class LiftbridgeBaseOperator(BaseOperator):
+class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
     """Run one piece of work against a stream with the client of a ``liftbridge`` connection.
 
-    Subclasses implement :meth:`run`; the client is closed when it returns or raises.
+    Subclasses implement :meth:`run`; the client is closed when it returns or raises. Arguments
+    are validated when the DAG is parsed (literal values) and again once templates are rendered
+    (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`): a subclass lists its
+    parameters' validators in ``argument_checks`` and calls ``self.check_literal_arguments(Cls)``
+    at the end of its ``__init__``.
 
     :param stream: the stream's name. (templated)
     :param liftbridge_conn_id: the connection to use. (templated)
@@ -36,11 +41,14 @@ class LiftbridgeBaseOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("stream", "liftbridge_conn_id")
     ui_color = "#e8f1fb"
+    argument_checks = {"stream": check_stream, "liftbridge_conn_id": check_name}
 
     def __init__(self, *, stream: str, liftbridge_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        self.reject_unknown_arguments(kwargs)
         super().__init__(**kwargs)
         self.stream = stream
         self.liftbridge_conn_id = liftbridge_conn_id
+        self.check_literal_arguments(LiftbridgeBaseOperator)
 
     @cached_property
     def hook(self) -> LiftbridgeHook:

@@ -11,6 +11,7 @@ from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import Record
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.validation import check_optional_name
 
 from .publishing import LiftbridgePublishingOperator
 from .records import build_record
@@ -30,7 +31,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
 
     Each record is ``bytes`` (published as it is), ``str`` (UTF-8), a
     :class:`~airflow_provider_liftbridge.client.Record` (full control), or any other JSON value
-    (published as compact JSON).
+    (published as compact JSON). ``None`` is refused (not published as ``null``).
 
     :param stream: the stream to publish to. (templated)
     :param records: the records, see above. (templated)
@@ -63,6 +64,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         "producer_id",
     )
     template_fields_renderers = {"records": "json", "headers": "json"}
+    argument_checks = {"key_field": check_optional_name}
 
     def __init__(
         self,
@@ -87,6 +89,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         self.records_callable_args = records_callable_args
         self.records_callable_kwargs = records_callable_kwargs
         self.key_field = key_field
+        self.check_literal_arguments(LiftbridgePublishOperator)
 
     def source_records(self, context: Context) -> Iterator[Record]:
         """The records to publish, from ``records`` or ``records_callable``, built lazily.
@@ -95,7 +98,15 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
             record cannot be encoded.
         """
         source = self._source()  # checked now, before anything is published
-        return (build_record(item, key=self.key, key_field=self.key_field, headers=self.headers) for item in source)
+        return (self._record(number, item) for number, item in enumerate(source))
+
+    def _record(self, number: int, item: Any) -> Record:
+        if item is None:
+            # JSON null would be published as b"null": almost always a list with a hole in it.
+            raise LiftbridgeArgumentError(
+                f"records[{number}] is None; give b'' for an empty value, or 'null' to publish JSON null"
+            )
+        return build_record(item, key=self.key, key_field=self.key_field, headers=self.headers)
 
     def _source(self) -> Iterable[Any]:
         """The user's values, from ``records`` or ``records_callable``.

@@ -11,6 +11,7 @@ from airflow.sdk import Context, ObjectStoragePath
 from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, PublishSummary, Record
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
+from airflow_provider_liftbridge.validation import bad_argument, check_choice, check_optional_name, check_positive_int
 
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
 from .publishing import LiftbridgePublishingOperator
@@ -59,6 +60,23 @@ def expand_paths(paths: str | Sequence[str], conn_id: str | None) -> list[Object
             raise LiftbridgeFileError(f"{entry!r} is a directory; give a pattern such as {entry.rstrip('/') + '/*'!r}")
         files.append(path)
     return files
+
+
+def check_paths(value: Any, name: str = "path") -> list[str]:
+    """A file, a glob pattern, or a non-empty list of them (strings).
+
+    :raises LiftbridgeArgumentError: empty, or not strings.
+    """
+    entries = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(entries, list | tuple)
+        or not entries
+        or not all(isinstance(e, str | ObjectStoragePath) and str(e) for e in entries)
+    ):
+        raise bad_argument(
+            name, value, "a file, a glob pattern or a list of them is required", f"e.g. {name}='/data/orders/*.jsonl'"
+        )
+    return [str(e) for e in entries]
 
 
 class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
@@ -113,6 +131,14 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         "producer_id",
     )
 
+    argument_checks = {
+        "path": check_paths,
+        "format": check_choice(("auto", *FORMATS)),
+        "storage_conn_id": check_optional_name,
+        "key_field": check_optional_name,
+        "progress_every": check_positive_int,
+    }
+
     def __init__(
         self,
         *,
@@ -130,10 +156,6 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)  # the publishing options: see the base class
-        if format != "auto" and "{{" not in format and format not in FORMATS:
-            raise LiftbridgeArgumentError(f"format {format!r} is unknown; use auto or one of {', '.join(FORMATS)}")
-        if progress_every < 1:
-            raise LiftbridgeArgumentError(f"progress_every must be at least 1, got {progress_every}")
         self.path = path
         self.format = format
         self.storage_conn_id = storage_conn_id
@@ -147,14 +169,23 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
             batch_rows=max(1, self.window),
             max_whole_file_bytes=max_whole_file_bytes,
         )
+        self.check_literal_arguments(LiftbridgePublishFileOperator)
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
         name = str(path)
         for number, (value, fields) in enumerate(read_rows(handle, name, fmt, self.read_options)):
             key = self.key
             if self.key_field:
-                if fields is None or self.key_field not in fields:
-                    raise LiftbridgeFileError(f"{name}: record {number} has no field {self.key_field!r} for the key")
+                if fields is None:
+                    raise LiftbridgeFileError(
+                        f"{name}: key_field={self.key_field!r}, but {fmt!r} rows have no fields; "
+                        "use jsonl, csv or parquet, or drop key_field"
+                    )
+                if self.key_field not in fields:
+                    raise LiftbridgeFileError(
+                        f"{name}: key_field={self.key_field!r} is not a field of record {number}; its fields are "
+                        f"{sorted(map(str, fields))}: set key_field to one of them"
+                    )
                 key = fields[self.key_field]
             yield build_record(
                 value,
@@ -189,6 +220,8 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         except (OSError, UnicodeDecodeError) as exc:
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)
+        if summary.count == 0:
+            self.log.warning("%s holds no records: nothing was published from it", path)
         return fmt, summary
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
@@ -212,4 +245,6 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
                     total = PublishSummary(self.stream, summary.ack_policy)
                 total.merge(summary)
         assert total is not None  # expand_paths never returns an empty list
+        if total.count == 0:
+            self.log.warning("There were no records to publish: the %d file(s) are empty", len(files))
         return total.to_dict() | {"files": per_file} | self.write_stats(publisher)

@@ -32,12 +32,26 @@ from airflow_provider_liftbridge.client.publishing.batch import PUBLISH_PATHS
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
-from airflow_provider_liftbridge.hooks.connection import parse_ack_policy
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.nats_security import redact_urls
+from airflow_provider_liftbridge.validation import (
+    Check,
+    bad_argument,
+    check_ack_policy,
+    check_bool,
+    check_choice,
+    check_headers,
+    check_key,
+    check_optional_name,
+    check_optional_partition,
+    check_positive_int,
+    check_timeout,
+    optional,
+    waits_for_rendering,
+)
 
 from .base import LiftbridgeBaseOperator, producer_id_of
-from .records import make_partitioner
+from .records import PARTITIONERS, make_partitioner
 
 __all__ = ["MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
 
@@ -45,41 +59,74 @@ __all__ = ["MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
 MAX_IN_FLIGHT = 1024
 
 
+def check_compression_argument(value: Any, name: str = "compression") -> str | None:
+    """``None``, ``"gzip"`` or ``"zstd"`` (the client's check, with the parameter named).
+
+    :raises LiftbridgeArgumentError: anything else, or ``"zstd"`` without the ``zstd`` extra.
+    """
+    try:
+        return check_compression(value)
+    except InvalidArgumentError as exc:
+        raise bad_argument(name, value, str(exc)) from None
+
+
+#: The publishing options' validators (run when the DAG is parsed and after rendering).
+PUBLISHING_CHECKS: dict[str, Check] = {
+    "key": check_key,
+    "headers": check_headers,
+    "partition": check_optional_partition,
+    "partitioner": optional(check_choice(PARTITIONERS)),
+    "ack_policy": optional(check_ack_policy),
+    "window": check_positive_int,
+    "publish_timeout": check_timeout,
+    "publish_path": check_choice(PUBLISH_PATHS),
+    "exactly_once": check_bool,
+    "producer_id": check_optional_name,
+    "compression": check_compression_argument,
+}
+
+
 class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     """Publish records to a stream and fail unless every one is acknowledged; subclasses say
     where the records come from.
 
     :param stream: the stream to publish to. (templated)
-    :param key: the key of every record. (templated)
-    :param headers: headers of every record (str or bytes values). (templated)
+    :param key: the key of every record: ``str`` (UTF-8), ``bytes``, or an ``int`` (its decimal
+        digits); anything else is refused. (templated)
+    :param headers: headers of every record: ``str`` names, values ``str``, ``bytes`` or ``int``
+        (decimal digits); ``None`` or any other type is refused. (templated)
     :param partition: publish every record to this partition. (templated)
     :param partitioner: ``"key"`` (CRC-32 of the key, like the Go client) or ``"round_robin"``;
         unset: partition 0 unless ``partition`` is set.
     :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
         ``"none"`` nothing is acknowledged and the summary has no offsets.
-    :param window: records published (and acknowledged) per batch; bounds memory.
-    :param publish_timeout: how long to wait for each ack, seconds (default: the connection's timeout).
+    :param window: records published (and acknowledged) per batch, 1 or more; bounds memory.
+    :param publish_timeout: how long to wait for each ack, positive seconds (default: the
+        connection's timeout).
     :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
         ``"grpc"`` or ``"nats"``.
     :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md;
         needs cursors enabled on the cluster, else ``CursorsDisabledError`` at once):
         every record carries the producer id and its position in the input, and a retry skips
         what an earlier try already put in the stream. The input must be the same, in the same
-        order, on every try.
+        order, on every try. Needs acknowledgements: ``ack_policy="none"`` is refused with it.
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
     :param compression: ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): compress every value before it
         is sent, marked by a ``content-encoding`` header; this provider's readers (subscriptions,
         sensors, triggers, the Spark data source) decompress it again. Combines with ``exactly_once``
         (a retry recognises records by their headers, not their values).
     :param liftbridge_conn_id: the connection to use. (templated)
-    :raises LiftbridgeArgumentError: an unknown ``publish_path``, ``partitioner`` or ``compression``
-        (when the DAG is parsed).
+    :raises LiftbridgeArgumentError: an invalid option: when the DAG is parsed for a literal value,
+        once templates are rendered for a templated one (the message names the option, the value
+        and the fix).
 
     The XCom summary has ``write_stats`` (unless nothing is acknowledged): latencies from the acks,
     in milliseconds, from publish to leader reception and to commit (``p50``, ``p99``, ``max``), and
     the throughput (``records_per_second``, ``bytes_per_second`` of values as sent); the task log
     prints them in one line.
     """
+
+    argument_checks = PUBLISHING_CHECKS
 
     def __init__(
         self,
@@ -99,14 +146,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
-        try:
-            self.compression = check_compression(compression)
-        except InvalidArgumentError as exc:
-            raise LiftbridgeArgumentError(str(exc)) from None
-        if publish_path not in PUBLISH_PATHS:
-            raise LiftbridgeArgumentError(
-                f"publish_path {publish_path!r} is unknown; use one of {', '.join(PUBLISH_PATHS)}"
-            )
+        self.compression = compression
         self.publish_path = publish_path
         self.key = key
         self.headers = headers
@@ -115,10 +155,24 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.ack_policy = ack_policy
         self.window = window
         self.publish_timeout = publish_timeout
-        self.exactly_once = bool(exactly_once)
+        self.exactly_once = exactly_once
         self.producer_id = producer_id
         self._exactly_once: tuple[BatchPublisher, ExactlyOncePublisher] | None = None
-        make_partitioner(partitioner)  # fail at DAG parse time on a bad name
+        self.check_literal_arguments(LiftbridgePublishingOperator)
+
+    def check_combination(self, *, rendered: bool) -> None:
+        """Exactly-once needs acknowledgements: it is refused with ``ack_policy="none"``."""
+        super().check_combination(rendered=rendered)
+        # Called at the end of every class's __init__: the subclass's attributes may not be set yet.
+        policy, exactly_once = getattr(self, "ack_policy", None), getattr(self, "exactly_once", False)
+        if exactly_once is True and policy not in (None, "") and not waits_for_rendering(policy):
+            if check_ack_policy(policy) is AckPolicy.NONE:
+                raise bad_argument(
+                    "ack_policy",
+                    policy,
+                    "exactly_once=True needs acknowledgements to know what is in the stream",
+                    "use ack_policy='all' (or 'leader'), or exactly_once=False",
+                )
 
     # -- what subclasses say ------------------------------------------------------------------
     def source_records(self, context: Context) -> Iterable[Record]:
@@ -157,10 +211,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         """
         if self.ack_policy is None or self.ack_policy == "":
             return default
-        try:
-            return parse_ack_policy(self.ack_policy)
-        except ValueError as exc:
-            raise LiftbridgeArgumentError(str(exc)) from None
+        return check_ack_policy(self.ack_policy)
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
@@ -173,11 +224,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         """
         settings = self.hook.settings
         # A templated partition renders to a string; an empty one means "not set".
-        raw: Any = self.partition
-        try:
-            partition = None if raw is None or raw == "" else int(raw)
-        except ValueError:
-            raise LiftbridgeArgumentError(f"partition must be a whole number, got {raw!r}") from None
+        partition = check_optional_partition(self.partition, "partition")
         if self.publish_path == "nats" and not settings.nats_servers:
             raise LiftbridgeArgumentError(
                 "publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'"
@@ -188,9 +235,9 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             partition=partition,
             partitioner=make_partitioner(self.partitioner),
             ack_policy=self.resolved_ack_policy(settings.ack_policy),
-            window=min(int(self.window), MAX_IN_FLIGHT),
-            timeout=self.publish_timeout if self.publish_timeout is not None else settings.timeout,
-            compression=self.compression,
+            window=min(check_positive_int(self.window, "window"), MAX_IN_FLIGHT),
+            timeout=check_timeout(self.publish_timeout, "publish_timeout") or settings.timeout,
+            compression=check_compression_argument(self.compression),
             write_stats=True,
             # Exactly-once decides itself what to send again, after reading the partition.
             resend=NO_RESEND if self.exactly_once else None,
@@ -201,10 +248,12 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             self.stream,
             f"NATS ({redact_urls(settings.nats_servers)})" if path == "nats" else "gRPC PublishAsync",
             publisher.options.ack_policy.name,
-            f", {self.compression} compression" if self.compression else "",
+            f", {self.compression} compression" if check_compression_argument(self.compression) else "",
         )
         if publisher.fallback_reason:
-            self.log.warning("gRPC is used: %s", publisher.fallback_reason)
+            self.log.warning(
+                "The connection lists NATS servers, but this publish goes over gRPC: %s", publisher.fallback_reason
+            )
         if self.exactly_once:
             self._wrap_exactly_once(client, publisher)
         return publisher

@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import KeyPartitioner, Partitioner, Record, RoundRobinPartitioner
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.validation import check_header_value, check_key
 
 __all__ = ["PARTITIONERS", "build_record", "json_default", "make_partitioner", "to_bytes"]
 
@@ -67,14 +68,6 @@ def to_bytes(value: Any, *, what: str = "value") -> bytes:
         raise LiftbridgeArgumentError(f"cannot encode {what}: {exc}") from None
 
 
-def _key_bytes(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    return str(value).encode("utf-8")
-
-
 def build_record(
     item: Any,
     *,
@@ -90,16 +83,19 @@ def build_record(
     the value of ``key_field``.
 
     :param item: the value, or a ready :class:`Record`.
-    :param key: a key for every record (str or bytes).
-    :param key_field: the field of a mapping value to use as its key (wins over ``key``).
-    :param headers: headers for every record (values str or bytes).
+    :param key: a key for every record (str, bytes or int; see
+        :func:`~airflow_provider_liftbridge.validation.check_key`).
+    :param key_field: the field of a mapping value to use as its key (wins over ``key``; its
+        value follows the same rule, ``None`` meaning no key).
+    :param headers: headers for every record (values str, bytes or int).
     :param extra_headers: per-record headers (file name, record number, ...).
-    :raises LiftbridgeArgumentError: ``key_field`` is set but the value is not a mapping or lacks it.
+    :raises LiftbridgeArgumentError: ``key_field`` is set but the value is not a mapping or lacks
+        it, or a key or header value of another type.
     """
     merged: dict[str, bytes] = {}
-    for source in (headers, extra_headers):
+    for source, what in ((headers, "headers"), (extra_headers, "header")):
         if source:
-            merged.update({str(k): _key_bytes(v) or b"" for k, v in source.items()})
+            merged.update({str(k): check_header_value(v, f"{what}[{k!r}]") for k, v in source.items()})
     if isinstance(item, Record):
         if not merged:
             return item
@@ -112,13 +108,16 @@ def build_record(
             expected_offset=item.expected_offset,
             correlation_id=item.correlation_id,
         )
-    record_key = _key_bytes(key)
+    record_key = check_key(key)
     if key_field:
         if not isinstance(item, Mapping):
             raise LiftbridgeArgumentError(
                 f"key_field {key_field!r} needs records that are mappings, got a {type(item).__name__}"
             )
         if key_field not in item:
-            raise LiftbridgeArgumentError(f"key_field {key_field!r} is missing from record with fields {list(item)}")
-        record_key = _key_bytes(item[key_field])
+            raise LiftbridgeArgumentError(
+                f"key_field={key_field!r} is not a field of this record; its fields are {sorted(map(str, item))}: "
+                "set key_field to one of them"
+            )
+        record_key = check_key(item[key_field], f"key (the record's {key_field!r} field)")
     return Record(value=to_bytes(item), key=record_key, headers=merged or None)

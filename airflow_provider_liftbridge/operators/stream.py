@@ -7,14 +7,33 @@ them fatal). Each operator returns a small JSON-safe dict describing what it did
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, NoSuchStreamError, StreamExistsError
-from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
+from airflow_provider_liftbridge.client import (
+    LiftbridgeClient,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    StreamExistsError,
+)
+from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
+from airflow_provider_liftbridge.validation import (
+    Check,
+    check_bool,
+    check_duration,
+    check_name,
+    check_non_negative_int,
+    check_partition_count,
+    check_partition_list,
+    check_positive_int,
+    check_replication_factor,
+    check_subject,
+    optional,
+)
 
 from .base import LiftbridgeBaseOperator
 
@@ -40,31 +59,48 @@ _PLAIN_OPTIONS = (
 )
 #: Stream options that are durations: a ``timedelta`` or a number of seconds.
 _DURATION_OPTIONS = ("retention_max_age", "cleaner_interval", "segment_max_age", "auto_pause_time")
+_CREATE_CHECKS: dict[str, Check] = {
+    "subject": check_subject,
+    "partitions": check_partition_count,
+    "replication_factor": check_replication_factor,
+    "group": optional(check_name),
+    "retention_max_bytes": optional(check_non_negative_int),
+    "retention_max_messages": optional(check_non_negative_int),
+    "segment_max_bytes": optional(check_non_negative_int),
+    "compact_max_goroutines": optional(check_positive_int),
+    "min_isr": optional(check_positive_int),
+    "fail_if_exists": check_bool,
+    **{name: check_duration for name in _DURATION_OPTIONS},
+    **{
+        name: optional(check_bool)
+        for name in (
+            "compact_enabled",
+            "auto_pause_disable_if_subscribers",
+            "optimistic_concurrency_control",
+            "encryption",
+        )
+    },
+}
 
 
-def _duration(name: str, value: Any) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):
-        return value
+@contextlib.contextmanager
+def _missing_partitions_named(client: LiftbridgeClient, stream: str, partitions: list[int] | None) -> Iterator[None]:
+    """Liftbridge answers NOT_FOUND for a missing stream and for a missing partition alike; when
+    the stream is there, say which partitions it lacks.
+
+    :raises NoSuchPartitionError: the stream exists but lacks some of ``partitions``.
+    """
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise LiftbridgeArgumentError(f"{name} must be a timedelta or a number of seconds, got {value!r}") from None
-    if seconds < 0:
-        raise LiftbridgeArgumentError(f"{name} must not be negative, got {value!r}")
-    return timedelta(seconds=seconds)
-
-
-def _partitions(value: Any) -> list[int] | None:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int | str) else list(value)
-    try:
-        parts = [int(p) for p in items]
-    except (TypeError, ValueError):
-        raise LiftbridgeArgumentError(f"partitions must be partition numbers, got {value!r}") from None
-    if any(p < 0 for p in parts):
-        raise LiftbridgeArgumentError(f"partitions must not be negative, got {value!r}")
-    return parts
+        yield
+    except NoSuchStreamError:
+        info = client.fetch_metadata([stream]).streams.get(stream) if partitions else None
+        if info is None:
+            raise
+        missing = sorted(set(partitions or ()) - set(info.partitions))
+        raise NoSuchPartitionError(
+            f"stream {stream!r} has no partition {', '.join(map(str, missing))}: it has partitions "
+            f"0 to {len(info.partitions) - 1}; fix partitions (or leave it unset for all)"
+        ) from None
 
 
 class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
@@ -75,8 +111,11 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
 
     :param stream: the stream's name. (templated)
     :param subject: the NATS subject it is attached to (default: the stream's name). (templated)
-    :param partitions: number of partitions (partition N listens on ``subject.N``). (templated)
-    :param replication_factor: copies of each partition (``-1``: every broker).
+    :param partitions: number of partitions (partition N listens on ``subject.N``; 0 means 1, as
+        on Liftbridge). (templated)
+    :param replication_factor: copies of each partition (``-1``: every broker). ``0`` is taken as
+        ``1``, as Liftbridge does (0 is "not set" on its API); more than the cluster's brokers is
+        refused by the server when the task runs.
     :param group: NATS queue group name.
     :param retention_max_bytes: / :param retention_max_messages: / :param retention_max_age:
         retention limits (age as ``timedelta`` or seconds).
@@ -93,9 +132,11 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
     :return: ``{"stream", "subject", "partitions", "created"}``; ``created`` is false when it existed.
     :raises StreamExistsError: the stream exists and ``fail_if_exists`` is set.
     :raises LiftbridgeAirflowError: the stream exists with another subject.
+    :raises LiftbridgeArgumentError: an invalid argument (when the DAG is parsed for literal values).
     """
 
     template_fields: Sequence[str] = ("stream", "subject", "partitions", "liftbridge_conn_id")
+    argument_checks = _CREATE_CHECKS
 
     def __init__(
         self,
@@ -140,24 +181,24 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
         self.optimistic_concurrency_control = optimistic_concurrency_control
         self.encryption = encryption
         self.fail_if_exists = fail_if_exists
+        self.check_literal_arguments(LiftbridgeCreateStreamOperator)
 
     def stream_options(self) -> dict[str, Any]:
         """The keyword arguments of ``create_stream`` this operator passes (unset ones left out)."""
         options: dict[str, Any] = {name: getattr(self, name) for name in _PLAIN_OPTIONS}
-        options.update({name: _duration(name, getattr(self, name)) for name in _DURATION_OPTIONS})
+        options.update({name: check_duration(getattr(self, name), name) for name in _DURATION_OPTIONS})
         return {name: value for name, value in options.items() if value is not None}
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         subject = self.subject or self.stream
-        partitions = int(self.partitions)
-        if partitions < 0:
-            raise LiftbridgeArgumentError(f"partitions must not be negative, got {self.partitions!r}")
+        partitions = check_partition_count(self.partitions)
+        replication_factor = check_replication_factor(self.replication_factor) or 1  # 0: Liftbridge's 1
         try:
             client.create_stream(
                 subject,
                 self.stream,
                 partitions=partitions,
-                replication_factor=int(self.replication_factor),
+                replication_factor=replication_factor,
                 **self.stream_options(),
             )
         except StreamExistsError:
@@ -199,9 +240,12 @@ class LiftbridgeDeleteStreamOperator(LiftbridgeBaseOperator):
     :raises NoSuchStreamError: there is no such stream and ``fail_if_missing`` is set.
     """
 
+    argument_checks = {"fail_if_missing": check_bool}
+
     def __init__(self, *, stream: str, fail_if_missing: bool = False, **kwargs: Any) -> None:
         super().__init__(stream=stream, **kwargs)
         self.fail_if_missing = fail_if_missing
+        self.check_literal_arguments(LiftbridgeDeleteStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         try:
@@ -228,6 +272,7 @@ class LiftbridgePauseStreamOperator(LiftbridgeBaseOperator):
     """
 
     template_fields: Sequence[str] = ("stream", "partitions", "liftbridge_conn_id")
+    argument_checks = {"partitions": check_partition_list, "resume_all": check_bool}
 
     def __init__(
         self, *, stream: str, partitions: Sequence[int] | None = None, resume_all: bool = False, **kwargs: Any
@@ -235,10 +280,12 @@ class LiftbridgePauseStreamOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.resume_all = resume_all
+        self.check_literal_arguments(LiftbridgePauseStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
-        partitions = _partitions(self.partitions)
-        client.pause_stream(self.stream, partitions=partitions, resume_all=self.resume_all)
+        partitions = check_partition_list(self.partitions)
+        with _missing_partitions_named(client, self.stream, partitions):
+            client.pause_stream(self.stream, partitions=partitions, resume_all=self.resume_all)
         self.log.info("Paused stream %r, partitions %s", self.stream, partitions or "all")
         return {"stream": self.stream, "partitions": partitions, "resume_all": self.resume_all}
 
@@ -255,6 +302,7 @@ class LiftbridgeSetStreamReadonlyOperator(LiftbridgeBaseOperator):
     """
 
     template_fields: Sequence[str] = ("stream", "partitions", "liftbridge_conn_id")
+    argument_checks = {"partitions": check_partition_list, "readonly": check_bool}
 
     def __init__(
         self, *, stream: str, partitions: Sequence[int] | None = None, readonly: bool = True, **kwargs: Any
@@ -262,10 +310,12 @@ class LiftbridgeSetStreamReadonlyOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.readonly = readonly
+        self.check_literal_arguments(LiftbridgeSetStreamReadonlyOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
-        partitions = _partitions(self.partitions)
-        client.set_stream_readonly(self.stream, partitions=partitions, readonly=self.readonly)
+        partitions = check_partition_list(self.partitions)
+        with _missing_partitions_named(client, self.stream, partitions):
+            client.set_stream_readonly(self.stream, partitions=partitions, readonly=self.readonly)
         self.log.info(
             "Stream %r, partitions %s: %s",
             self.stream,

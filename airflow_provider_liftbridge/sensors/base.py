@@ -14,18 +14,22 @@ from airflow_provider_liftbridge.exceptions import LiftbridgeTriggerEventError
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.operators.deferral import defer_unless_reached
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
+from airflow_provider_liftbridge.validation import ArgumentChecks, bad_argument, check_name, waits_for_rendering
 
 __all__ = ["LiftbridgeBaseSensor"]
 
 
-class LiftbridgeBaseSensor(BaseSensorOperator):
+class LiftbridgeBaseSensor(ArgumentChecks, BaseSensorOperator):
     """Poke with the sync client, or (``deferrable=True``) hand the wait to a trigger and free the
     worker slot. Either way the XCom value is the same.
 
-    The sensor's ``timeout`` is passed to ``defer()``, so a deferred wait times out like a poking one.
+    The sensor's ``timeout`` is passed to ``defer()``, so a deferred wait times out like a poking one;
+    a deferrable sensor's ``timeout`` must be positive (``timeout=0`` would defer with no deadline).
     Before deferring it looks once (:meth:`check_before_deferring`, one poke): a target that is
     already reached finishes in the worker, without a trip through the triggerer
     (:func:`~airflow_provider_liftbridge.operators.deferral.defer_unless_reached`).
+    Arguments are validated when the DAG is parsed and again after rendering, as the operators'
+    (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`).
 
     :param liftbridge_conn_id: the connection to use. (templated)
     :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
@@ -33,6 +37,7 @@ class LiftbridgeBaseSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("liftbridge_conn_id",)
     ui_color = "#d7ecfb"
+    argument_checks = {"liftbridge_conn_id": check_name}
 
     def __init__(
         self,
@@ -41,9 +46,23 @@ class LiftbridgeBaseSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
+        self.reject_unknown_arguments(kwargs)
         super().__init__(**kwargs)
         self.liftbridge_conn_id = liftbridge_conn_id
         self.deferrable = deferrable
+        self.check_literal_arguments(LiftbridgeBaseSensor)
+
+    def check_combination(self, *, rendered: bool) -> None:
+        """A deferrable sensor needs a positive ``timeout``: the trigger waits until it, and with
+        ``timeout=0`` (or less) it would wait with no deadline at all."""
+        deferrable = getattr(self, "deferrable", False)
+        if deferrable is True and not waits_for_rendering(self.timeout) and not self.timeout > 0:
+            raise bad_argument(
+                "timeout",
+                self.timeout,
+                "a deferrable sensor needs a positive timeout (seconds until it gives up)",
+                "e.g. timeout=3600, or deferrable=False to poke",
+            )
 
     @cached_property
     def hook(self) -> LiftbridgeHook:

@@ -18,7 +18,15 @@ from airflow_provider_liftbridge.triggers.message import (
     match_event,
     resolve_apply_function,
 )
-from airflow_provider_liftbridge.validation import check_partition, parse_start_at
+from airflow_provider_liftbridge.validation import (
+    check_bool,
+    check_name,
+    check_optional_name,
+    check_partition,
+    check_start_at,
+    check_stream,
+    parse_start_at,
+)
 
 from .base import LiftbridgeBaseSensor
 
@@ -76,6 +84,16 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         "consumer_group",
         "consumer_id",
     )
+    argument_checks = {
+        "stream": check_stream,
+        "apply_function": check_name,
+        "partition": check_partition,
+        "start_at": check_start_at,
+        "cursor_id": check_optional_name,
+        "commit_cursor": check_bool,
+        "consumer_group": check_optional_name,
+        "consumer_id": check_optional_name,
+    }
 
     def __init__(
         self,
@@ -106,6 +124,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         self.apply_function_kwargs = apply_function_kwargs
         self._start: int | str = "earliest"
         self._next_offset: int | None = None
+        self.check_literal_arguments(LiftbridgeMessageSensor)
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: reads the stream."""

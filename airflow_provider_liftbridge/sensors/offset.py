@@ -7,10 +7,18 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue
 
+from airflow_provider_liftbridge.client import PartitionPausedError
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
-from airflow_provider_liftbridge.validation import check_partition
+from airflow_provider_liftbridge.validation import (
+    bad_argument,
+    check_offset,
+    check_partition,
+    check_stream,
+    optional,
+    waits_for_rendering,
+)
 
 from .base import LiftbridgeBaseSensor
 
@@ -36,6 +44,14 @@ def summary_offsets(summary: Any) -> tuple[str, dict[str, int]]:
     return str(summary["stream"]), offsets
 
 
+def check_target(value: Any, name: str = "target_offset") -> Any:
+    """An offset (0 or more), or a publish summary (a mapping, checked when the sensor runs).
+
+    :raises LiftbridgeArgumentError: anything else (``"latest-ish"``, ``-1``, ``None``...).
+    """
+    return value if isinstance(value, Mapping) else check_offset(value, name)
+
+
 class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     """Wait until ``stream``/``partition`` has committed ``target_offset`` (high watermark ≥ target).
 
@@ -45,6 +61,8 @@ class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
 
     Poking reads the partition's metadata; the deferrable path subscribes from the target offset in
     the triggerer (:class:`~airflow_provider_liftbridge.triggers.offset.LiftbridgeOffsetTrigger`).
+    A paused partition is waited out without resuming it (nothing is committed to it until a
+    publish resumes it); meanwhile the high watermark is read from the stream metadata.
 
     :param stream: the stream. (templated)
     :param target_offset: the offset, or a publish summary. (templated)
@@ -56,6 +74,7 @@ class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     """
 
     template_fields: Sequence[str] = ("stream", "target_offset", "partition", "liftbridge_conn_id")
+    argument_checks = {"stream": optional(check_stream), "target_offset": check_target, "partition": check_partition}
 
     def __init__(
         self,
@@ -70,6 +89,18 @@ class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         self.target_offset = target_offset
         self.partition = partition
         self._target: tuple[str, int, int] | None = None
+        self.check_literal_arguments(LiftbridgeOffsetSensor)
+
+    def check_combination(self, *, rendered: bool) -> None:
+        """Without a publish summary to take it from, ``stream`` is needed."""
+        super().check_combination(rendered=rendered)
+        if not hasattr(self, "target_offset"):
+            return  # called from a base class's __init__, before this one set its attributes
+        if not self.stream and not isinstance(self.target_offset, Mapping):
+            if rendered or not waits_for_rendering(self.target_offset):
+                raise bad_argument(
+                    "stream", self.stream, "a stream is required", "name it, or give a publish summary as target_offset"
+                )
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: reads the stream (named, or the one of the publish summary)."""
@@ -104,7 +135,18 @@ class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     def poke(self, context: Context) -> PokeReturnValue:
         assert self._target is not None
         stream, partition, target = self._target
-        high_watermark = self.hook.client.fetch_partition_metadata(stream, partition).high_watermark
+        client = self.hook.client
+        try:
+            high_watermark = client.fetch_partition_metadata(stream, partition).high_watermark
+        except PartitionPausedError:
+            info = client.fetch_metadata([stream]).streams.get(stream)
+            part = info.partitions.get(partition) if info is not None else None
+            high_watermark = part.high_watermark if part is not None else -1
+            self.log.info(
+                "Stream %r partition %d is paused: waiting without resuming it (a publish resumes it)",
+                stream,
+                partition,
+            )
         self.log.info(
             "Stream %r partition %d: high watermark %d, waiting for %d", stream, partition, high_watermark, target
         )

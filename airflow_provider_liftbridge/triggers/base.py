@@ -7,6 +7,7 @@ Every trigger yields exactly one event, ``{"status": "success", ...}`` or
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -16,7 +17,13 @@ from typing import Any, TypeVar
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeError, Message
+from airflow_provider_liftbridge.client import (
+    AsyncLiftbridgeClient,
+    LiftbridgeError,
+    Message,
+    PartitionInfo,
+    PartitionPausedError,
+)
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 
@@ -77,17 +84,53 @@ async def closing_subscription(iterator: AsyncIterator[_T]) -> AsyncIterator[Asy
             await aclose()
 
 
-async def wait_for_offset(client: AsyncLiftbridgeClient, stream: str, partition: int, target: int) -> int:
+#: How often a wait on a paused partition looks again (it does not resume the partition).
+PAUSED_POLL_SECONDS = 2.0
+
+
+async def wait_for_offset(
+    client: AsyncLiftbridgeClient, stream: str, partition: int, target: int, *, paused_poll: float = PAUSED_POLL_SECONDS
+) -> int:
     """Wait until ``partition``'s high watermark reaches ``target``; return the committed offset seen.
 
     Checks the partition metadata first (so a target reached long ago returns at once), then
     subscribes from ``target``: subscribers only see committed messages, so the first message
-    delivered at or after ``target`` proves the high watermark got there. No polling.
+    delivered at or after ``target`` proves the high watermark got there.
+
+    A paused partition is waited out, not resumed: subscribing with ``resume=True`` would undo
+    the pause as a side effect, and nothing is committed to a paused partition anyway (a publish
+    resumes it). While it is paused the stream metadata's high watermark is read every
+    ``paused_poll`` seconds.
 
     :raises LiftbridgeAirflowError: the partition is (or becomes) read-only before the target.
     :raises LiftbridgeError: the stream or partition does not exist, or the cluster failed.
     """
-    info = await client.fetch_partition_metadata(stream, partition)
+    while True:
+        try:
+            info = await client.fetch_partition_metadata(stream, partition)
+        except PartitionPausedError:
+            high_watermark = await _paused_high_watermark(client, stream, partition)
+            if high_watermark >= target:
+                return high_watermark
+            await asyncio.sleep(paused_poll)
+            continue
+        try:
+            return await _subscribe_until(client, stream, partition, target, info)
+        except PartitionPausedError:
+            await asyncio.sleep(paused_poll)  # paused while waiting: wait it out as above
+
+
+async def _paused_high_watermark(client: AsyncLiftbridgeClient, stream: str, partition: int) -> int:
+    """A paused partition's high watermark, from the stream metadata (its leader does not answer
+    FetchPartitionMetadata while it is paused)."""
+    info = (await client.fetch_metadata([stream])).streams.get(stream)
+    part = info.partitions.get(partition) if info is not None else None
+    return part.high_watermark if part is not None else -1
+
+
+async def _subscribe_until(
+    client: AsyncLiftbridgeClient, stream: str, partition: int, target: int, info: PartitionInfo
+) -> int:
     if info.high_watermark >= target:
         return info.high_watermark
     if info.readonly:

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.validation import check_partition, check_stream
+from airflow_provider_liftbridge.validation import check_offset, check_partition, check_stream
 
 from .base import LiftbridgeBaseTrigger, wait_for_offset
 
@@ -33,7 +33,7 @@ class LiftbridgeOffsetTrigger(LiftbridgeBaseTrigger):
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
         self.stream = check_stream(stream)
         self.partition = check_partition(partition)
-        self.target_offset = check_partition(target_offset, "target_offset")
+        self.target_offset = check_offset(target_offset, "target_offset")
 
     def serialize_args(self) -> dict[str, Any]:
         return {

@@ -167,7 +167,7 @@ def test_missing_stream(path: str, stream_name: str) -> None:
         ({}, "exactly one of records and records_callable"),
         ({"records": [], "records_callable": "x.y"}, "exactly one"),
         ({"records_callable": print}, "dotted path"),
-        ({"records": ["x"], "partitioner": "random"}, "partitioner 'random' is unknown"),
+        ({"records": ["x"], "partitioner": "random"}, "partitioner='random' is not valid: use one of 'key'"),
         ({"records": ["x"], "publish_path": "carrier-pigeon"}, "publish_path"),
     ],
 )
@@ -183,7 +183,10 @@ def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, object], words: str)
         ({"records": {"a": 1}}, "must be a list"),
         ({"records_callable": "tests.operators.helpers.nope"}, "records_callable"),
         ({"records": ["x"], "ack_policy": "maybe"}, "not an ack policy"),
-        ({"records": [{"a": 1}], "key_field": "id"}, "key_field 'id' is missing"),
+        (
+            {"records": [{"a": 1}], "key_field": "id"},
+            r"key_field='id' is not a field of this record; its fields are \['a'\]",
+        ),
     ],
 )
 def test_bad_records_fail_the_task(stream_name: str, kwargs: dict[str, object], words: str) -> None:

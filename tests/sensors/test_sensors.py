@@ -122,7 +122,7 @@ def test_execute_complete_raises_the_trigger_error() -> None:
         ({"stream": "s", "partitions": {"0": {"last_offset": 1}}, "ack_policy": "NONE"}, "ack policy NONE"),
         ({"stream": "s", "partitions": {"3": {"last_offset": 1}}}, "no offsets for partition 0"),
         ({"count": 3}, "expected a publish summary"),
-        ("soon", "target_offset must be"),
+        ("soon", "target_offset='soon' is not valid: an offset"),
     ],
 )
 def test_offset_sensor_rejects_bad_targets(target: Any, words: str) -> None:

@@ -110,9 +110,9 @@ def test_message_trigger_serializes_exactly() -> None:
 @pytest.mark.parametrize(
     ("factory", "words"),
     [
-        (lambda: LiftbridgeOffsetTrigger(stream="", target_offset=1), "stream must be"),
-        (lambda: LiftbridgeOffsetTrigger(stream="s", target_offset=-1), "target_offset must not be negative"),
-        (lambda: LiftbridgeOffsetTrigger(stream="s", target_offset=1, partition="x"), "partition must be"),
+        (lambda: LiftbridgeOffsetTrigger(stream="", target_offset=1), "stream='' is not valid"),
+        (lambda: LiftbridgeOffsetTrigger(stream="s", target_offset=-1), "target_offset=-1 is not valid: an offset"),
+        (lambda: LiftbridgeOffsetTrigger(stream="s", target_offset=1, partition="x"), "partition='x' is not valid"),
         (lambda: LiftbridgeOffsetTrigger(stream="s", target_offset=1, liftbridge_conn_id=""), "liftbridge_conn_id"),
         (lambda: LiftbridgeAckTrigger(), "give either"),
         (lambda: LiftbridgeAckTrigger(stream="s", partition_offsets={0: 1}, ack_inbox="x"), "give either"),
@@ -125,7 +125,7 @@ def test_message_trigger_serializes_exactly() -> None:
         (lambda: LiftbridgeMessageTrigger(stream="s", apply_function=f"{MATCHERS}.__doc__"), "not callable"),
         (
             lambda: LiftbridgeMessageTrigger(stream="s", apply_function=f"{MATCHERS}.any_message", start_at="soon"),
-            "start_at 'soon'",
+            "start_at='soon' is not valid",
         ),
     ],
 )

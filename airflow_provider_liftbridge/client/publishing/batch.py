@@ -111,7 +111,8 @@ def resolve_path(core: ClientCore, path: str) -> Literal["nats", "grpc"]:
 def _log_path(core: ClientCore, stream: str, path: str, why: str = "") -> None:
     seen = _LOGGED.setdefault(core, set())
     if why:
-        log.info("publish_many to stream %r over %s: %s", stream, path, why)
+        # The client was given NATS servers and they are not used: say so where it is seen.
+        log.warning("publish_many to stream %r over %s, not NATS: %s", stream, path, why)
     elif path not in seen:
         seen.add(path)
         where = f"NATS-direct ({redact_urls(core.nats_servers)})" if path == "nats" else "gRPC PublishAsync"
