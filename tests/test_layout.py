@@ -201,11 +201,7 @@ def f():
 
 #: Cycles still open when this test came in, each with the part of issue 27 that breaks it; the
 #: lead decides. An entry goes once its cycle is broken (this test then warns that it is stale).
-CYCLES_FOR_NOW: dict[frozenset[str], str] = {
-    frozenset({"airflow_provider_liftbridge.spark.datasource", "airflow_provider_liftbridge.spark.streaming"}): (
-        "issue 27 point 6: the split and bounds types of the Spark source get a module of their own"
-    ),
-}
+CYCLES_FOR_NOW: dict[frozenset[str], str] = {}
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
