@@ -390,8 +390,8 @@ def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbri
         ({"on_error": "dead_letter"}, "on_error='dead_letter' needs dead_letter_stream"),
         ({"on_error": "skip"}, "on_error must be one of fail, dead_letter"),
         ({"value_format": "avro"}, "value_format must be one of bytes, json"),
-        ({"start_at": "yesterday-ish"}, "start_at 'yesterday-ish' is not an offset"),
-        ({"partitions": [0, -1]}, "partitions must not be negative"),
+        ({"start_at": "yesterday-ish"}, "start_at='yesterday-ish' is not valid: a start position is an offset"),
+        ({"partitions": [0, -1]}, "partitions=-1 is not valid: a partition number"),
         ({"poll_timeout": 0}, "poll_timeout must be a positive number of seconds"),
     ],
 )
