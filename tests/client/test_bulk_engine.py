@@ -23,11 +23,10 @@ from airflow_provider_liftbridge import codec, nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy, InvalidArgumentError, PublishError, Record
 from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
+from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.publishing.nats_engine import (
     BulkOutcome,
-    CorrelationIds,
     _Frames,
-    correlation_ids,
     publish_enveloped,
 )
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher

@@ -20,7 +20,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, Record
 from airflow_provider_liftbridge.client.conversion import ack_from_pb
 from airflow_provider_liftbridge.client.publishing import nats_engine
-from airflow_provider_liftbridge.client.publishing.nats_engine import CorrelationIds, correlation_ids
+from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 

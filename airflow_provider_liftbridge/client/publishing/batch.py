@@ -46,10 +46,9 @@ from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record, StreamInfo
 from . import grpc_batch
 from .columns import RecordColumns
+from .correlation import CorrelationIds, correlation_ids
 from .nats_engine import (
     BulkOutcome,
-    CorrelationIds,
-    correlation_ids,
     outcome_acks,
     partition_subject,
     publish_on_link,

@@ -15,7 +15,8 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity
 from ..conversion import ack_from_pb
 from ..errors import InvalidArgumentError
 from ..types import Ack, AckPolicy, Record
-from .nats_engine import correlation_ids, outcome_acks, partition_subject, publish_enveloped
+from .correlation import correlation_ids
+from .nats_engine import outcome_acks, partition_subject, publish_enveloped
 from .nats_link import connect_nats
 from .resend import NO_RESEND, ResendPolicy
 
