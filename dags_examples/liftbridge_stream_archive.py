@@ -28,16 +28,16 @@ the archive task's worker and the Spark job must both reach. The default, ``file
 ``local[N]`` Spark (the demo, ``airflow dags test``, a LocalExecutor).
 
 **The simulated crash:** under a scheduler the task process is SIGKILLed and Airflow retries it
-(``retries=1``). ``airflow dags test`` runs tasks in its own process, so the kill ends the command;
-running the same command again for the same logical date (``airflow dags test
-liftbridge_stream_archive 2025-01-01``) is the retry (``scripts/demo.py`` does that).
+(``retries=1``), once per DAG run. ``airflow dags test`` runs tasks in its own process, so the
+kill would end the command, and each command is a new run (and a new crash): give it
+``-c '{"simulate_crash": false}'``. ``scripts/demo.py`` shows the crash with ``dag.test()``: it
+runs one fixed DAG run, and after the kill runs that same run again, as Airflow's retry would.
 
 Runs on the dev server and ``local[2]``::
 
     liftbridge-devserver --port 9292 --nats-port 4222 --data-dir /tmp/lb &
     export AIRFLOW_CONN_LIFTBRIDGE_DEFAULT='{"conn_type": "liftbridge", "host": "127.0.0.1", "port": 9292}'
-    airflow dags test liftbridge_stream_archive 2025-01-01   # dies with the simulated crash
-    airflow dags test liftbridge_stream_archive 2025-01-01   # the retry finishes the run
+    airflow dags test liftbridge_stream_archive -c '{"simulate_crash": false}'
 
 ``LIFTBRIDGE_SPARK_CONN`` names a Spark provider connection to run on (default: ``local[2]``).
 """

@@ -9,10 +9,14 @@ What it does, in order:
 3. runs ``airflow dags test liftbridge_stream_lifecycle`` (create -> publish -> deferred offset
    sensor -> deferred message sensor -> pause -> delete) under a timeout, because
    ``airflow dags test`` ignores the timeouts given to deferred tasks;
-4. prints what happened (task states, offsets, the message found) from the run's metadata;
-5. stops the server and exits non-zero if anything failed.
+4. beside it (unless ``--skip-archive``), runs ``liftbridge_stream_archive`` (consume, clean,
+   archive to Parquet, read with Spark) with its archive task SIGKILLed mid-run and the same DAG
+   run retried (``scripts/demo_archive.py``), in a copy of the database;
+5. prints what happened (task states, offsets, the message found, the archive's files and what
+   Spark found) from the runs' metadata;
+6. stops the server and exits non-zero if anything failed.
 
-Usage: ``python scripts/demo.py [--dag-id ID] [--timeout SECONDS] [--keep-home] [--verbose]``.
+Usage: ``python scripts/demo.py [--dag-id ID] [--timeout SECONDS] [--skip-archive] [--keep-home] [--verbose]``.
 
 ``--ui [--port PORT]`` instead starts a whole deployment to look at in a browser (the one the
 system tests use, ``scripts/deployment.py``): the dev server, then ``airflow api-server``,
@@ -35,6 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from demo_archive import DAG_ID as ARCHIVE_DAG
+from demo_archive import ArchiveDemo
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS_FOLDER = REPO / "dags_examples"
@@ -206,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds allowed for the DAG run (default 300)")
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary AIRFLOW_HOME (logs, database)")
     parser.add_argument("--verbose", action="store_true", help="print Airflow's output at the end")
+    parser.add_argument("--skip-archive", action="store_true", help=f"do not run {ARCHIVE_DAG} beside it")
     parser.add_argument("--ui", action="store_true", help="run the whole deployment with the UI until Ctrl-C")
     parser.add_argument("--port", type=int, default=8080, help="--ui: the UI's port (default 8080; 0: any free one)")
     args = parser.parse_args(argv)
@@ -235,6 +243,15 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(f"airflow     home {home} (SQLite), migrating the database ...")
             run_airflow(["db", "migrate"], env, timeout=240, log=log)
+            archive = None
+            if not args.skip_archive:
+                # Its own home (a copy of the migrated database): the two DAGs run side by side.
+                archive_home = home / "archive-home"
+                archive_home.mkdir()
+                shutil.copy(home / "airflow.db", archive_home / "airflow.db")
+                archive = ArchiveDemo(env | {"AIRFLOW_HOME": str(archive_home)}, home / "archive.log", args.timeout)
+                print(f"airflow     {ARCHIVE_DAG} beside it: its archive task is SIGKILLed once, then retried ...")
+                archive.start()
             print(f"airflow     dags test {args.dag_id} (timeout {args.timeout:.0f}s) ...")
             failure: DemoError | None = None
             try:
@@ -248,11 +265,18 @@ def main(argv: list[str] | None = None) -> int:
                 with LiftbridgeClient(server.address) as client:
                     left = stream in client.fetch_metadata([stream]).streams
                 print(f"check       stream {'still exists' if left else 'is gone from the server'}")
+            if archive is not None:
+                archive.join()
+                _, archive_state, archive_states, archive_xcoms = read_run(archive_home / "airflow.db", ARCHIVE_DAG)
+                archive.report(archive_states, archive_xcoms)
             if failure is not None:
                 raise failure
             bad = {t: s for t, s in states.items() if s != "success"}
             if state != "success" or bad:
                 raise DemoError(f"the run ended {state}; tasks not successful: {bad or 'none'} (log: {log})")
+            if archive is not None and (archive.error or archive_state != "success"):
+                log = home / "archive.log"
+                raise DemoError(f"{ARCHIVE_DAG}: {archive.error or 'the run ended ' + archive_state} (log: {log})")
             ok = True
     except DemoError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
