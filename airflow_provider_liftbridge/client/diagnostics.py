@@ -16,6 +16,7 @@ import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from airflow_provider_liftbridge.nats_security import redact_urls
 
@@ -28,7 +29,7 @@ __all__ = [
     "explain_unreachable",
     "is_cursors_disabled",
     "is_nats_refusal",
-    "refuses_connections",
+    "probe_port",
     "nats_connect_error",
     "sniff_protocol",
     "unavailable_error",
@@ -152,20 +153,18 @@ def sniff_protocol(host: str, port: int, timeout: float = 1.0) -> str | None:
         return None
 
 
-def refuses_connections(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Whether nothing listens on ``host:port``: the connection is refused (or reset) at once.
-
-    A stopped (SIGSTOP) process keeps its listening socket, and the kernel still accepts
-    connections for it, so ``False`` means "running or stopped", and ``True`` means the process
-    is gone, together with whatever it had received but not read. A timeout counts as ``False``
-    (unknown). Never raises."""
+def probe_port(host: str, port: int, timeout: float = 1.0) -> Literal["open", "refused", "silent"]:
+    """What a TCP connection to ``host:port`` meets: ``"open"`` (accepted: a running process, or a
+    stopped (SIGSTOP) one, whose kernel still accepts connections), ``"refused"`` (refused or reset
+    at once: nothing listens, the process is gone together with whatever it had received but not
+    read), or ``"silent"`` (no answer within ``timeout``: the host is down or cut off). Never raises."""
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return False
+            return "open"
     except (ConnectionRefusedError, ConnectionResetError):
-        return True
+        return "refused"
     except OSError:
-        return False
+        return "silent"
 
 
 #: (substrings of nats-py's error text, lower case; cause; what to check; whether the server was

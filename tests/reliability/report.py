@@ -16,7 +16,7 @@ from tests.airflow_support import configure_airflow, init_db
 def _rows() -> list[tuple[str, Callable[[], object]]]:
     from airflow_provider_liftbridge.devserver import DevServer
 
-    from . import scenarios
+    from . import exactly_once_frozen, scenarios
 
     server = DevServer().start()
 
@@ -25,6 +25,9 @@ def _rows() -> list[tuple[str, Callable[[], object]]]:
 
     def _restart(kind: str) -> Callable[[], object]:
         return lambda: scenarios.full_restart(kind)
+
+    def _frozen(role: str, occ: bool) -> Callable[[], object]:
+        return lambda: exactly_once_frozen.frozen_broker(role, occ)
 
     return [
         ("server_kill_eo", lambda: scenarios.server_kill(exactly_once=True)),
@@ -38,6 +41,12 @@ def _rows() -> list[tuple[str, Callable[[], object]]]:
         ("cluster_stalled_follower_occ", lambda: scenarios.stalled_follower(occ=True)),
         ("cluster_leader_killed_tail", scenarios.leader_killed_with_tail),
         *((f"cluster_restart_{kind.replace(' ', '_')}", _restart(kind)) for kind in scenarios.WAITERS),
+        *(
+            (f"cluster_frozen_{role.replace(' ', '_')}{'_occ' if occ else ''}", _frozen(role, occ))
+            for role in exactly_once_frozen.ROLES
+            for occ in (False, True)
+        ),
+        ("overlapping_tries", exactly_once_frozen.overlapping_tries),
     ]
 
 

@@ -315,7 +315,9 @@ class ExactlyOncePublisher:
                 parts[p] = PartitionState(scan_start=start, scanned_to=start - 1, next_offset=start, leader=leader)
         if parts:
             suspects = suspects_at_start(info.partitions, parts)
-            self.reader.settle(sorted(parts), history=True, observe=self.reader.waits.quiet, suspects=suspects)
+            self.reader.settle(
+                sorted(parts), history=True, observe=self.reader.waits.quiet, suspects=suspects, unreachable_ok=True
+            )
         self._resumed = True
         seen = self.state.seen
         if len(seen):

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..diagnostics import refuses_connections
+from ..diagnostics import probe_port
 from ..sync_client import LiftbridgeClient
 from ..types import PartitionInfo
 from .errors import BrokerStillSilent, ProducerStillWriting, TailNotSettled
@@ -64,6 +64,7 @@ class _Watch:
     arrived_last: float | None = None  # ... and last seen
     offsets: list[int] = field(default_factory=list)  # their offsets
     duplicates: int = 0
+    read: bool = False  # whether the partition has been read once during this wait
 
 
 def read_producer_records(
@@ -157,17 +158,20 @@ class TailReader:
         history: bool = False,
         observe: float = 0.0,
         suspects: Mapping[int, Iterable[str]] | None = None,
+        unreachable_ok: bool = False,
     ) -> dict[int, dict[int, int]]:
         """Wait until each of ``partitions`` has settled (see module doc), reading it meanwhile;
         return ``{partition: {seq: offset}}`` of the ``wanted`` sequence numbers found.
 
-        :param history: the first reading's records are an earlier try's, not a writer running
-            now (the scan at the start of a try).
+        :param history: the first read's records are an earlier try's, not a writer running now
+            (the scan at the start of a try).
         :param observe: read for at least this long (a try resuming an earlier one looks for a
             zombie that is still writing).
         :param suspects: partition -> brokers that may hold records of this partition unread (one
             that got records and stopped answering before acknowledging them; a replica out of the
             ISR when an earlier try's records are in the partition).
+        :param unreachable_ok: a suspect whose host does not answer at all counts as gone (for
+            the replicas suspected at the start of a try, which may simply be down).
         :raises TailNotSettled: a tail was still uncommitted after ``tail_wait``.
         :raises BrokerStillSilent: a suspect broker neither answered nor went away in ``tail_wait``.
         :raises ProducerStillWriting: records of this producer kept arriving for ``zombie_wait``,
@@ -179,7 +183,6 @@ class TailReader:
         watches = {p: _Watch() for p in partitions}
         found: dict[int, dict[int, int]] = {p: {} for p in partitions}
         settled: set[int] = set()
-        first = True
         while True:
             waiting: list[PartitionInfo] = []
             for p in partitions:
@@ -193,13 +196,13 @@ class TailReader:
                 committed = state.hw_seen <= info.high_watermark >= info.newest_offset
                 state.hw_seen = max(state.hw_seen, info.high_watermark)
                 if state.hw_seen == info.high_watermark:
-                    self._read(p, wanted, info, watch, found[p], history=first and history)
-                if self._ready(p, info, watch, committed, now() - started, observe, suspected):
+                    self._read(p, wanted, info, watch, found[p], history=history and not watch.read)
+                    watch.read = True
+                if self._ready(p, info, watch, committed, now() - started, observe, suspected, unreachable_ok):
                     settled.add(p)
                 else:
                     watch.previous = info.newest_offset
                     waiting.append(info)
-            first = False
             if not waiting:
                 return found
             self._check_bounds(waiting, watches, suspected, now() - started)
@@ -236,6 +239,7 @@ class TailReader:
         elapsed: float,
         observe: float,
         suspects: dict[int, set[str]],
+        unreachable_ok: bool,
     ) -> bool:
         waits = self.waits
         if not committed or elapsed < observe:
@@ -244,18 +248,19 @@ class TailReader:
             return False  # this producer's records are still arriving from elsewhere
         brokers = suspects.get(p)
         if brokers:
-            brokers.difference_update([b for b in brokers if self._answered(b, info)])
+            brokers.difference_update([b for b in brokers if self._answered(b, info, unreachable_ok)])
             if brokers:
                 return False
             watch.previous = None  # they may have delivered just now: see the newest offset hold still
             return False
         return waits.settle <= 0 or watch.previous == info.newest_offset or elapsed >= waits.timeout
 
-    def _answered(self, broker: str, info: PartitionInfo) -> bool:
+    def _answered(self, broker: str, info: PartitionInfo, unreachable_ok: bool) -> bool:
         """Whether ``broker`` has carried out what it held: it answers as the leader (only the
         leader answers partition metadata), is in the ISR under another leader (it runs and has
-        caught up), or is gone (its port refuses connections, so nothing it held will be
-        delivered; asked at most once a second per broker)."""
+        caught up), or is gone: its port refuses connections, so nothing it held will be
+        delivered (or, with ``unreachable_ok``, does not answer at all: the host is down, which is
+        not the stopped process this waits for). Ports are tried at most once a second."""
         if info.leader == broker or (broker in info.isr and info.leader != broker):
             return True
         address = self.addresses.get(broker)
@@ -263,7 +268,8 @@ class TailReader:
         if address is None or now - self._probed.get(broker, -1e9) < 1.0:
             return False
         self._probed[broker] = now
-        return refuses_connections(*address, timeout=min(1.0, self.waits.timeout))
+        found = probe_port(*address, timeout=min(1.0, self.waits.timeout))
+        return found == "refused" or (unreachable_ok and found == "silent")
 
     def _check_bounds(
         self, waiting: list[PartitionInfo], watches: dict[int, _Watch], suspects: dict[int, set[str]], elapsed: float

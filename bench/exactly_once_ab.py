@@ -1,0 +1,93 @@
+"""A/B of exactly-once publishing between two checkouts, in one run against one dev server.
+
+``python bench/exactly_once_ab.py --a /path/to/old/checkout --b .`` starts a dev server (from
+this checkout), then in interleaved rounds runs, in a child process per checkout and round, an
+exactly-once publish (a fresh producer, over NATS, as ``bench/run.py`` does) and an at-least-once
+publish of the same records with the same client and path, and prints the best rate of each and
+the ratios as a table. Children take turns, so both checkouts see the same load; the load average
+is printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from airflow_provider_liftbridge.devserver import DevServer  # noqa: E402
+
+#: What each child runs (``sys.argv``: broker address, NATS URL, record count, tag).
+CHILD = """
+import json, sys, time, uuid
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+
+address, url, n, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+values = [b"x" * 100] * n
+with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as client:
+    rates = {}
+    for case in ("exactly-once", "at-least-once", "exactly-once, read lazily", "at-least-once, read lazily"):
+        stream = f"ab-{tag}-{uuid.uuid4().hex[:8]}"
+        client.create_stream(stream, stream)
+        client.publish(stream, b"warm-up")
+        lazy = (v for v in values) if "lazily" in case else values
+        started = time.perf_counter()
+        if case.startswith("exactly-once"):
+            result = ExactlyOncePublisher(client, stream, f"ab-{uuid.uuid4().hex}").publish(lazy)
+            assert result.written == n, result
+        elif "lazily" in case:
+            with client.batch_publisher(stream, path="nats") as publisher:
+                publisher.publish(lazy)
+        else:
+            client.publish_many(stream, lazy, path="nats")
+        rates[case] = n / (time.perf_counter() - started)
+print(json.dumps(rates))
+"""
+
+
+def _child(checkout: Path, address: str, url: str, n: int, tag: str) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, address, url, str(n), tag], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", type=Path, required=True, help="checkout A (e.g. a worktree of the old commit)")
+    parser.add_argument("--b", type=Path, default=HERE.parent, help="checkout B (default: this one)")
+    parser.add_argument("--messages", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    best: dict[str, dict[str, float]] = {"A": {}, "B": {}}
+    with DevServer() as server:
+        for r in range(args.rounds):
+            for name, checkout in (("A", args.a), ("B", args.b)) if r % 2 == 0 else (("B", args.b), ("A", args.a)):
+                rates = _child(checkout.resolve(), server.address, server.nats_url, args.messages, f"{name}{r}")
+                for case, rate in rates.items():
+                    best[name][case] = max(best[name].get(case, 0.0), rate)
+                print(name, {k: round(v) for k, v in rates.items()}, file=sys.stderr)
+    load = os.getloadavg()[0]
+    print(f"A = {args.a}, B = {args.b}; {args.messages:,} records per run, best of {args.rounds}; load1 {load:.1f}")
+    print("| case | A msgs/s | B msgs/s | B / A |")
+    print("|---|---:|---:|---:|")
+    for case in best["A"]:
+        a, b = best["A"][case], best["B"][case]
+        print(f"| {case} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× |")
+    for name in ("A", "B"):
+        got = best[name]
+        print(
+            f"| {name}: exactly-once / at-least-once | list {got['exactly-once'] / got['at-least-once']:.2f}× | "
+            f"lazily {got['exactly-once, read lazily'] / got['at-least-once, read lazily']:.2f}× | |"
+        )
+
+
+if __name__ == "__main__":
+    main()
