@@ -51,7 +51,7 @@ def frozen_broker(role: str, occ: bool, n: int = 400, stall: float = 3.0) -> Fig
     timings = ClusterTimings.fast(replica_max_lag_time=6.0, replica_max_leader_timeout=1.5)
     with DevServer(brokers=3, timings=timings) as cluster:
         ids, addresses = cluster.broker_ids, cluster.addresses
-        meta = int(getattr(cluster, "metadata_leader", 0))  # broker 0 when the cluster starts
+        meta = cluster.metadata_leader  # broker 0 when the cluster starts
         admin = LiftbridgeClient(addresses, timeout=5.0, max_retries=6)
         stream = _stream_not_led_by(admin, ids[meta], occ)
         leader = ids.index(_partition(admin, stream).leader)
