@@ -197,7 +197,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
     def write_stats(self, publisher: BatchPublisher) -> dict[str, Any]:
         """``{"write_stats": {...}}`` of what ``publisher`` sent, logged in one line (``{}`` when
-        nothing was acknowledged, e.g. ack policy NONE or exactly-once publishing)."""
+        nothing was acknowledged, e.g. ack policy NONE). With ``exactly_once`` it covers what this try
+        sent (the exactly-once publisher sends through ``publisher``)."""
         stats = publisher.stats
         if stats is None or not stats.acks:
             return {}
