@@ -174,6 +174,8 @@ def test_records_held_by_a_stopped_leader_are_waited_for_not_sent_again(
     assert [r.value for r in sender.sent] == [b"r0", b"r1", b"r2"]  # nothing sent a second time
     assert (result.written, result.skipped) == (2, 0)
     assert clock.now >= 12.0  # it waited for the stopped broker rather than for the new leader
+    # The client's routing cache names the new leader, so the next batch goes there.
+    assert client._core.route("s", 0) == f"127.0.0.1:{ports['b2'].getsockname()[1]}"
 
 
 def test_a_stopped_broker_that_stays_silent_stops_the_publish_loudly_and_a_retry_resumes(

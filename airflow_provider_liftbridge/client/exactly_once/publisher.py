@@ -549,6 +549,11 @@ class ExactlyOncePublisher:
             self._sender.reset()
         partitions = sorted({p for p in pending.records.partitions if p in self.state.parts})
         found = self.reader.settle(partitions, set(pending.seqs), suspects=suspects)
+        if self.reader.leader_moved:
+            # Batches go to the leader the client's metadata cache names: have it name the new
+            # one, not a former leader that may be stopped (and would hold what it is sent).
+            self.reader.leader_moved = False
+            self.client.fetch_metadata([self.stream])
         for p, seqs in found.items():
             for offset in seqs.values():
                 # Written by this attempt, ack lost: it is in the stream, so it counts as written.

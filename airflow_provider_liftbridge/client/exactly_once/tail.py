@@ -107,6 +107,9 @@ class TailReader:
         #: Records of this producer that scans found written by someone else while this publisher ran.
         self.arrivals = 0
         self._probed: dict[str, float] = {}  # broker -> when its port was last tried
+        #: Whether a reading found a partition led by another broker than before (the client's
+        #: routing cache may still name the old one: see ExactlyOncePublisher._recover).
+        self.leader_moved = False
 
     def scan(
         self, partition: int, wanted: Container[int], info: PartitionInfo, watch: _Watch | None = None
@@ -190,7 +193,9 @@ class TailReader:
                     continue
                 info = self.client.fetch_partition_metadata(self.stream, p)
                 watch, state = watches[p], self.state.parts[p]
-                state.leader = info.leader or state.leader
+                if info.leader and info.leader != state.leader:
+                    self.leader_moved = self.leader_moved or bool(state.leader)
+                    state.leader = info.leader
                 # A high watermark below one read before is a cluster still loading after a
                 # restart (it reads -1 for seconds), not a partition that lost committed records.
                 committed = state.hw_seen <= info.high_watermark >= info.newest_offset
