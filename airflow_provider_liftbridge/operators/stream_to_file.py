@@ -329,6 +329,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         return summary
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
-        """OpenLineage: reads the stream, writes the directory."""
+        """OpenLineage: reads the stream, writes the directory (and the dead-letter stream, if any)."""
         inputs, _ = super().lineage_datasets(complete=complete)
-        return inputs, [file_dataset(self.directory())]
+        dead = self.dead_letter_stream if self.on_error == "dead_letter" and self.dead_letter_stream else None
+        return inputs, [file_dataset(self.directory()), *([self.lineage_stream(dead)] if dead else [])]

@@ -20,6 +20,7 @@ from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOpera
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
 
@@ -68,6 +69,21 @@ def test_consume_operator_reads_the_stream_and_writes_its_dead_letters(lb_addres
     )
     lineage = DefaultExtractor(dead).extract()
     assert lineage is not None and _names(lineage.outputs) == [(f"liftbridge://{lb_address}", "dlq")]
+
+
+def test_archive_operator_reads_the_stream_and_writes_the_directory(tmp_path: Path, lb_address: str) -> None:
+    op = LiftbridgeStreamToFileOperator(
+        task_id="a",
+        stream="orders",
+        cursor_id="a",
+        path=str(tmp_path),
+        on_error="dead_letter",
+        dead_letter_stream="dlq",
+    )
+    lineage = DefaultExtractor(op).extract()
+    assert lineage is not None
+    assert _names(lineage.inputs) == [(f"liftbridge://{lb_address}", "orders")]
+    assert _names(lineage.outputs) == [("file", str(tmp_path)), (f"liftbridge://{lb_address}", "dlq")]
 
 
 def test_spark_operator_reports_its_input_path(lb_address: str) -> None:
