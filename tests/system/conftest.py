@@ -21,7 +21,12 @@ import pytest
 from scripts.deployment import EXAMPLE_DAGS, Deployment
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = ["liftbridge_stream_lifecycle", "liftbridge_publish_files", "liftbridge_spark_pipeline"]
+EXAMPLES = [
+    "liftbridge_stream_lifecycle",
+    "liftbridge_publish_files",
+    "liftbridge_spark_pipeline",
+    "liftbridge_stream_archive",
+]
 SYSTEM_DAGS = [
     "liftbridge_event_consumer",
     "system_burst_consumer",
