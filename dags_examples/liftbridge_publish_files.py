@@ -22,7 +22,7 @@ import csv
 import json
 import os
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import ObjectStoragePath, dag, task
@@ -124,8 +124,15 @@ def liftbridge_publish_files() -> None:
         partitioner="key",
         compression="gzip",  # readers of this provider get the rows back as they were
     )
+    # retries: a sensor Airflow 3.3.2 kills right after it resumed from deferral (apache/airflow#72716)
+    # is retried, and the retry finds its target reached at once (docs/airflow.md, Troubleshooting).
     committed = LiftbridgeAckSensor(
-        task_id="wait_until_committed", publish_summary=jsonl.output, deferrable=True, timeout=120
+        task_id="wait_until_committed",
+        publish_summary=jsonl.output,
+        deferrable=True,
+        timeout=120,
+        retries=1,
+        retry_delay=timedelta(seconds=5),
     )
     delete = LiftbridgeDeleteStreamOperator(task_id="delete_stream", stream=stream)
 

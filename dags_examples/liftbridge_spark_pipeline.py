@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from typing import Any
 
 import pendulum
@@ -111,6 +112,8 @@ def liftbridge_spark_pipeline() -> None:
         spark_config={} if SPARK_CONN else LOCAL_SPARK,
     )
 
+    # retries: a sensor Airflow 3.3.2 kills right after it resumed from deferral (apache/airflow#72716)
+    # is retried, and the retry finds its target reached at once (docs/airflow.md, Troubleshooting).
     waits = [
         LiftbridgeOffsetSensor(
             task_id=f"wait_partition_{partition}",
@@ -119,6 +122,8 @@ def liftbridge_spark_pipeline() -> None:
             deferrable=True,
             poke_interval=1,
             timeout=300,
+            retries=1,
+            retry_delay=timedelta(seconds=5),
         )
         for partition in range(PARTITIONS)
     ]

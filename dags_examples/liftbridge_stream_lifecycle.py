@@ -13,7 +13,7 @@ Each run uses its own stream (named after the run id) unless the ``stream`` para
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import dag
 
@@ -54,9 +54,17 @@ def liftbridge_stream_lifecycle() -> None:
 
     create = LiftbridgeCreateStreamOperator(task_id="create_stream", stream=stream, partitions=1)
     publish = LiftbridgePublishOperator(task_id="publish_records", stream=stream, records=ORDERS, key_field="order")
-    # Deferred: the worker slot is free while the triggerer waits for the offset to be committed.
+    # Deferred (unless already committed): the worker slot is free while the triggerer waits.
+    # retries: a sensor Airflow 3.3.2 kills right after it resumed from deferral (apache/airflow#72716)
+    # is retried, and the retry finds its target reached at once (docs/airflow.md, Troubleshooting).
     committed = LiftbridgeOffsetSensor(
-        task_id="wait_for_offset", stream=stream, target_offset=publish.output, deferrable=True, timeout=120
+        task_id="wait_for_offset",
+        stream=stream,
+        target_offset=publish.output,
+        deferrable=True,
+        timeout=120,
+        retries=1,
+        retry_delay=timedelta(seconds=5),
     )
     ready = LiftbridgeMessageSensor(
         task_id="find_ready_order",
@@ -66,6 +74,8 @@ def liftbridge_stream_lifecycle() -> None:
         start_at="earliest",
         deferrable=True,
         timeout=120,
+        retries=1,
+        retry_delay=timedelta(seconds=5),
     )
     pause = LiftbridgePauseStreamOperator(task_id="pause_stream", stream=stream)
     delete = LiftbridgeDeleteStreamOperator(task_id="delete_stream", stream=stream)

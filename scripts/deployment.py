@@ -415,6 +415,11 @@ class Deployment:
         body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         return {ti["task_id"]: ti["state"] for ti in body["task_instances"]}
 
+    def task_tries(self, dag_id: str, run_id: str) -> dict[str, int]:
+        """Task id -> try number of one run (1 unless the task was retried)."""
+        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        return {ti["task_id"]: int(ti["try_number"]) for ti in body["task_instances"]}
+
     # -- reading what happened -----------------------------------------------------------------
 
     @contextlib.contextmanager

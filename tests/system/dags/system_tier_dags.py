@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, AssetWatcher, dag
@@ -58,6 +58,8 @@ def system_wait_for_message() -> None:
         start_at="earliest",
         deferrable=True,
         timeout=600,
+        retries=1,  # as the examples: a retry after apache/airflow#72716 re-checks and finishes
+        retry_delay=timedelta(seconds=5),
     )
 
 
