@@ -61,6 +61,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher  # noqa: E402
 from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.publisher import DEFAULT_BATCH  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
@@ -326,7 +327,7 @@ def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str
 
 def at_least_once_publish(client: LiftbridgeClient, stream: str, values: Iterable[bytes]) -> int:
     """Publish ``values`` at least once with the client's batch publisher (the operators' path)."""
-    with client.batch_publisher(stream, path="nats") as publisher:
+    with client.batch_publisher(stream, PublishOptions(path="nats")) as publisher:
         return publisher.publish(values).count
 
 

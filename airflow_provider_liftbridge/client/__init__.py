@@ -30,6 +30,7 @@ from .errors import (
 )
 from .group_consumer import AsyncGroupConsumer, GroupConsumer
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
+from .publishing.options import PublishOptions
 from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .publishing.summary import PublishSummary
@@ -60,6 +61,7 @@ __all__ = [
     "AsyncGroupConsumer",
     "AsyncLiftbridgeClient",
     "BatchPublisher",
+    "PublishOptions",
     "ConsumerGroupError",
     "GroupConsumer",
     "LiftbridgeClient",

@@ -42,8 +42,8 @@ from .errors import ClientClosedError
 from .group_consumer import AsyncGroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
-from .publishing.batch import PublishPath
 from .publishing.nats_link import NatsLink
+from .publishing.options import PublishOptions, PublishPath
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
 from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition, TlsConfig
@@ -613,14 +613,7 @@ class AsyncLiftbridgeClient(ClientBase):
                 self._core,
                 stream,
                 records,
-                partition=partition,
-                partitioner=partitioner,
-                ack_policy=ack_policy,
-                window=window,
-                timeout=timeout,
-                path=path,
-                resend=resend,
-                compression=compression,
+                PublishOptions(path, partition, partitioner, ack_policy, window, timeout, resend, compression),
             )
         )
 

@@ -38,8 +38,8 @@ from .effects import (
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
-from .publishing.batch import PublishPath, batch_options
 from .publishing.nats_link import LoopThread, NatsLink
+from .publishing.options import PublishOptions, PublishPath
 from .publishing.publisher import BatchPublisher
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
@@ -405,58 +405,33 @@ class LiftbridgeClient(ClientBase):
                 self._core,
                 stream,
                 records,
-                partition=partition,
-                partitioner=partitioner,
-                ack_policy=ack_policy,
-                window=window,
-                timeout=timeout,
-                path=path,
-                resend=resend,
-                compression=compression,
+                PublishOptions(path, partition, partitioner, ack_policy, window, timeout, resend, compression),
             )
         )
 
     def batch_publisher(
         self,
         stream: str,
+        options: PublishOptions | None = None,
         *,
-        path: PublishPath = "auto",
-        partition: int | None = None,
-        partitioner: PartitionerFunc | None = None,
-        ack_policy: AckPolicy | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        resend: ResendPolicy | None = None,
         stream_info: StreamInfo | None = None,
-        compression: Compression = None,
         write_stats: bool = False,
     ) -> BatchPublisher:
-        """A publisher of batches to ``stream`` with these options, on this client's connections:
-        what ``publish_many`` does for one batch, for callers that send many batches (the
-        publishing operators, Spark executors, exactly-once publishing) or an input of any length
-        (:meth:`BatchPublisher.publish`, in bounded memory). The path is chosen once, when the
-        first batch is sent, as ``publish_many`` chooses it; a fallback to gRPC holds for the
-        later batches. The options are ``publish_many``'s, and ``stream_info``: the stream's
-        metadata if the caller has just fetched it (the NATS path then does not read it again);
-        ``write_stats``: measure latencies from the acks and the throughput
-        (:attr:`BatchPublisher.stats`, see :mod:`.write_stats`).
+        """A publisher of batches to ``stream`` with ``options`` (default: ``PublishOptions()``),
+        on this client's connections: what ``publish_many`` does for one batch, for callers that
+        send many batches (the publishing operators, Spark executors, exactly-once publishing) or
+        an input of any length (:meth:`BatchPublisher.publish`, in bounded memory). The path is
+        chosen once, when the first batch is sent, as ``publish_many`` chooses it; a fallback to
+        gRPC holds for the later batches. ``stream_info``: the stream's metadata if the caller has
+        just fetched it (the NATS path then does not read it again); ``write_stats``: measure
+        latencies from the acks and the throughput (:attr:`BatchPublisher.stats`, see
+        :mod:`.write_stats`).
 
-        :raises InvalidArgumentError: an empty stream, an unknown path, ``"nats"`` without NATS
-            servers, a window below 1, a non-positive timeout, an unknown compression.
+        :raises InvalidArgumentError: an empty stream, or path ``"nats"`` without NATS servers
+            (the options' own values are checked when the value is made).
         """
-        options = batch_options(
-            self._core,
-            stream,
-            path=path,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            window=window,
-            timeout=timeout,
-            resend=resend,
-            compression=compression,
-        )
-        return BatchPublisher(self._transport.run, self._core, options, stream_info, write_stats=write_stats)
+        resolved = batch.resolve_options(self._core, stream, options or PublishOptions())
+        return BatchPublisher(self._transport.run, self._core, stream, resolved, stream_info, write_stats=write_stats)
 
     def group_consumer(
         self,

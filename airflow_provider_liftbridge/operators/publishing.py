@@ -16,9 +16,11 @@ from airflow.sdk import Context, get_current_context
 from airflow_provider_liftbridge.client import (
     AckPolicy,
     BatchPublisher,
+    ConnectionSettings,
     InvalidArgumentError,
     LiftbridgeClient,
     PublishError,
+    PublishOptions,
     PublishSummary,
     Record,
 )
@@ -28,7 +30,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublishError,
     ExactlyOnceResult,
 )
-from airflow_provider_liftbridge.client.publishing.batch import PUBLISH_PATHS
+from airflow_provider_liftbridge.client.publishing.options import PUBLISH_PATHS
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
@@ -214,6 +216,26 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             return default
         return check_ack_policy(self.ack_policy)
 
+    def publish_options(self, settings: ConnectionSettings) -> PublishOptions:
+        """This operator's keywords (rendered) as the one options value, checked by the shared
+        validators; the connection's ack policy and timeout where the operator sets none.
+        With ``exactly_once`` nothing is re-sent blindly (it decides itself what to send again,
+        after reading the partition).
+
+        :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
+        """
+        return PublishOptions(
+            path=check_choice(PUBLISH_PATHS)(self.publish_path, "publish_path"),  # type: ignore[arg-type]
+            # A templated partition renders to a string; an empty one means "not set".
+            partition=check_optional_partition(self.partition, "partition"),
+            partitioner=make_partitioner(self.partitioner),
+            ack_policy=self.resolved_ack_policy(settings.ack_policy),
+            window=min(check_positive_int(self.window, "window"), MAX_IN_FLIGHT),
+            timeout=check_timeout(self.publish_timeout, "publish_timeout") or settings.timeout,
+            resend=NO_RESEND if self.exactly_once else None,
+            compression=check_compression_argument(self.compression),
+        )
+
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
         With ``exactly_once`` it never re-sends, and the exactly-once publisher that
@@ -224,32 +246,18 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
         """
         settings = self.hook.settings
-        # A templated partition renders to a string; an empty one means "not set".
-        partition = check_optional_partition(self.partition, "partition")
         if self.publish_path == "nats" and not settings.nats_servers:
             raise LiftbridgeArgumentError(
                 "publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'"
             )
-        publisher = client.batch_publisher(
-            self.stream,
-            path=self.publish_path,  # type: ignore[arg-type]  # checked in __init__
-            partition=partition,
-            partitioner=make_partitioner(self.partitioner),
-            ack_policy=self.resolved_ack_policy(settings.ack_policy),
-            window=min(check_positive_int(self.window, "window"), MAX_IN_FLIGHT),
-            timeout=check_timeout(self.publish_timeout, "publish_timeout") or settings.timeout,
-            compression=check_compression_argument(self.compression),
-            write_stats=True,
-            # Exactly-once decides itself what to send again, after reading the partition.
-            resend=NO_RESEND if self.exactly_once else None,
-        )
+        publisher = client.batch_publisher(self.stream, self.publish_options(settings), write_stats=True)
         path = publisher.path
         self.log.info(
             "Publishing to stream %r over %s (ack policy %s%s)",
             self.stream,
             f"NATS ({redact_urls(settings.nats_servers)})" if path == "nats" else "gRPC PublishAsync",
-            publisher.options.ack_policy.name,
-            f", {self.compression} compression" if check_compression_argument(self.compression) else "",
+            publisher.options.policy.name,
+            f", {publisher.options.compression} compression" if publisher.options.compression else "",
         )
         if publisher.fallback_reason:
             self.log.warning(
@@ -276,7 +284,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         """
         if self.exactly_once:
             return self._publish_exactly_once(publisher, records, on_progress)
-        summary = PublishSummary(self.stream, publisher.options.ack_policy)
+        summary = PublishSummary(self.stream, publisher.options.policy)
         try:
             return publisher.publish(records, batch=int(self.window), summary=summary, on_progress=on_progress)
         except PublishError as exc:
@@ -299,7 +307,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             result = eo.publish(records)
         except ExactlyOncePublishError as exc:
             raise LiftbridgePublishNotAcknowledgedError(self.stream, exc.result.count, str(exc)) from exc
-        summary = _summary_of(result, publisher.options.ack_policy, eo.found if first_call else {})
+        summary = _summary_of(result, publisher.options.policy, eo.found if first_call else {})
         if on_progress is not None:
             on_progress(summary)
         return summary

@@ -17,6 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
+from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
+from airflow_provider_liftbridge.client.types import AckPolicy
+
 from .errors import SparkOptionError
 
 if TYPE_CHECKING:
@@ -100,6 +104,19 @@ class PublishPlan:
             object.__setattr__(self, "compression", check_compression(self.compression))
         except InvalidArgumentError as exc:
             raise SparkOptionError(str(exc)) from None
+
+    def publish_options(self, default_timeout: float) -> PublishOptions:
+        """How each executor's batch publisher sends: the plan's ack policy, window, timeout
+        (``default_timeout``, the connection's, when unset) and compression, never re-sent
+        blindly (a lost ack is reported rather than risking a duplicate). Partitions are the
+        plan's, set on every record."""
+        return PublishOptions(
+            ack_policy=AckPolicy[str(self.ack_policy).upper()],
+            window=self.window,
+            timeout=self.timeout or default_timeout,
+            resend=NO_RESEND,
+            compression=self.compression,  # type: ignore[arg-type]  # checked in __post_init__
+        )
 
     @property
     def partition_col(self) -> str | None:

@@ -81,19 +81,8 @@ def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> tuple[Li
     """This Spark partition's client and its batch publisher: the client's path (NATS-direct when
     the settings list NATS servers, else gRPC PublishAsync), records already partitioned by the
     plan, never re-sent blindly (a lost ack is reported rather than risking a duplicate)."""
-    from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy
-
     client = settings.client()
-    publisher = client.batch_publisher(
-        plan.stream,
-        ack_policy=AckPolicy[plan.ack_policy.upper()],
-        window=plan.window,
-        timeout=plan.timeout or settings.timeout,
-        resend=NO_RESEND,
-        compression=plan.compression,  # type: ignore[arg-type]  # checked by the plan
-        write_stats=True,
-    )
-    return client, publisher
+    return client, client.batch_publisher(plan.stream, plan.publish_options(settings.timeout), write_stats=True)
 
 
 def _partition_state(client: LiftbridgeClient, stream: str, partition: int) -> str:
@@ -115,7 +104,6 @@ class _ExactlyOncePublisher:
     row order must be the same on every try."""
 
     def __init__(self, settings: ConnectionSettings, plan: PublishPlan, producer_id: str, spark_partition: int) -> None:
-        from airflow_provider_liftbridge.client import AckPolicy
         from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 
         self._client = settings.client()
@@ -123,11 +111,8 @@ class _ExactlyOncePublisher:
             self._client,
             plan.stream,
             f"{producer_id}/spark-{spark_partition}",
-            ack_policy=AckPolicy[plan.ack_policy.upper()],
+            options=plan.publish_options(settings.timeout),
             batch=1 << 30,  # each Arrow batch is one call already
-            window=plan.window,
-            timeout=plan.timeout or settings.timeout,
-            compression=plan.compression,  # type: ignore[arg-type]  # checked by the plan
         )
 
     def publish(self, records: list[Record]) -> Any:

@@ -30,6 +30,7 @@ from airflow_provider_liftbridge.client import (
     partition_for_key,
 )
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 
 CLIENT_LOG = "airflow_provider_liftbridge.client"
@@ -95,7 +96,7 @@ def test_path_choice(lb_address: str, nats_url: str, stream_name: str, caplog: p
         assert "over gRPC PublishAsync" in caplog.text
         with pytest.raises(InvalidArgumentError, match="nats_servers"):
             plain.publish_many(stream_name, [b"x"], path="nats")
-        with pytest.raises(InvalidArgumentError, match="'carrier-pigeon' is unknown"):
+        with pytest.raises(InvalidArgumentError, match="path='carrier-pigeon' is not valid"):
             plain.publish_many(stream_name, [b"x"], path="carrier-pigeon")  # type: ignore[arg-type]
     with LiftbridgeClient(lb_address, nats_servers=[nats_url]) as client:
         assert client.publish_many(stream_name, []) == []
@@ -169,7 +170,7 @@ async def test_too_large_ack_error_is_typed(nats_url: str, stream_name: str) -> 
     try:
         async with await NatsPublisher.connect(nats_url) as pub:
             with pytest.raises(PublishError) as caught:
-                await pub.publish_many(stream_name, [b"ok", b"huge"], window=1, timeout=5)
+                await pub.publish_many(stream_name, [b"ok", b"huge"], PublishOptions(window=1, timeout=5))
     finally:
         await responder.close()
     assert caught.value.index == 1 and caught.value.acked == 1
@@ -267,7 +268,7 @@ def test_batch_publisher_streams_an_input_of_any_length_in_bounded_batches(
             yield Record(b"v%d" % i, partition=i % 2)
 
     progress: list[tuple[int, int]] = []
-    publisher = bulk_client.batch_publisher(stream_name, path=path)  # type: ignore[arg-type]
+    publisher = bulk_client.batch_publisher(stream_name, PublishOptions(path=path))  # type: ignore[arg-type]
     summary = publisher.publish(source(2500), batch=1000, on_progress=lambda s: progress.append((s.count, pulled[0])))
     assert publisher.path == path
     # After each batch the source had been read exactly as far as that batch.

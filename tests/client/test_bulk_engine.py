@@ -30,6 +30,7 @@ from airflow_provider_liftbridge.client.publishing.nats_engine import (
     publish_enveloped,
 )
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 
 
 @pytest.fixture(params=[True, False], ids=["internals", "public-api"])
@@ -144,7 +145,7 @@ async def test_frames_on_the_wire_are_new_message_bytes(
     nc = await publisher(nats_url)
     try:
         out = await publish_enveloped(
-            nc, [broker.subject] * len(records), records, ids, window=3, ack_policy=AckPolicy.ALL
+            nc, [broker.subject] * len(records), records, ids, PublishOptions(window=3, ack_policy=AckPolicy.ALL)
         )
     finally:
         await nc.close()
@@ -190,7 +191,9 @@ async def test_columns_frame_as_their_records_do(
     broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), window=8)
+        out = await publish_enveloped(
+            nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), PublishOptions(window=8)
+        )
     finally:
         await nc.close()
     assert out.acked == 4 and not out.errors
@@ -237,7 +240,9 @@ async def test_acks_matched_under_reordering_duplicates_and_junk(
     values = [b"r%d" % i for i in range(100)]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(nc, [broker.subject] * 100, values, correlation_ids(values), window=8)
+        out = await publish_enveloped(
+            nc, [broker.subject] * 100, values, correlation_ids(values), PublishOptions(window=8)
+        )
         in_msgs = nc.stats["in_msgs"]
     finally:
         await nc.close()
@@ -285,7 +290,11 @@ async def test_late_ack_counts_and_resent_records_take_the_first_ack(
     nc = await publisher(nats_url)
     try:
         out = await publish_enveloped(
-            nc, [broker.subject] * 4, records, correlation_ids(records), window=4, ack_timeout=0.6, resend=AllButFirst()
+            nc,
+            [broker.subject] * 4,
+            records,
+            correlation_ids(records),
+            PublishOptions(window=4, timeout=0.6, resend=AllButFirst()),
         )
     finally:
         await nc.close()
@@ -310,7 +319,7 @@ async def test_no_resend_times_out_and_stops_new_sends(
     records = [b"ok0", b"lost", b"ok2", b"ok3"] + [b"unacked%d" % i for i in range(20)]
     async with NatsPublisher(await publisher(nats_url)) as pub:
         with pytest.raises(PublishError) as caught:
-            await pub.publish_many(broker.subject, records, window=4, timeout=0.3, resend=NO_RESEND)
+            await pub.publish_many(broker.subject, records, PublishOptions(window=4, timeout=0.3, resend=NO_RESEND))
     err = caught.value
     assert err.index == 1 and err.acked == 3
     assert {i: type(e).__name__ for i, e in err.errors.items()} == dict.fromkeys([1, 4, 5, 6], "AckTimeoutError")
@@ -329,7 +338,9 @@ async def test_ack_errors_are_typed_in_the_outcome(
     records = [b"fine", b"occ", b"big", b"enc"]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(nc, [broker.subject] * 4, records, correlation_ids(records), window=4)
+        out = await publish_enveloped(
+            nc, [broker.subject] * 4, records, correlation_ids(records), PublishOptions(window=4)
+        )
     finally:
         await nc.close()
     assert out.acks[0] is not None and out.acks[1:] == [None, None, None]
@@ -351,7 +362,9 @@ async def test_too_large_record_inside_a_burst_is_named_and_ends_the_burst(
     records = RecordColumns(values, [0] * 4, [b""] * 4, [-1] * 4) if as_columns else values
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(nc, [broker.subject] * 4, records, correlation_ids(records), window=8)
+        out = await publish_enveloped(
+            nc, [broker.subject] * 4, records, correlation_ids(records), PublishOptions(window=8)
+        )
     finally:
         await nc.close()
     assert list(out.errors) == [2] and type(out.errors[2]).__name__ == "MessageTooLargeError"
@@ -384,7 +397,9 @@ async def test_acks_after_the_call_returned_change_nothing(
     records = [b"a", b"b", b"c"]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(nc, [broker.subject] * 3, records, correlation_ids(records), window=3)
+        out = await publish_enveloped(
+            nc, [broker.subject] * 3, records, correlation_ids(records), PublishOptions(window=3)
+        )
         before = list(out.acks)
         await asyncio.sleep(0.2)  # the second, contradicting acks arrive on the (still open) connection
     finally:

@@ -24,6 +24,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import NO_RESEND, AckTimeoutError, LiftbridgeClient, PublishError, ResendUnacked
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import DevServerProcess
 
 
@@ -69,7 +70,7 @@ async def test_lost_acks_are_resent_until_acknowledged(server: DevServerProcess,
     async with await NatsPublisher.connect(server.nats_url) as pub:
         with frozen(server):
             task = asyncio.ensure_future(
-                pub.publish_many(stream, values, timeout=0.3, resend=ResendUnacked(max_resends=50))
+                pub.publish_many(stream, values, PublishOptions(timeout=0.3, resend=ResendUnacked(max_resends=50)))
             )
             await asyncio.sleep(1.2)  # about four ack timeouts: every record goes out again and again
             assert not task.done()
@@ -86,11 +87,11 @@ async def test_lost_acks_are_resent_until_acknowledged(server: DevServerProcess,
 async def test_no_resend_policy_fails_and_sends_once(server: DevServerProcess, stream: str, explicit: bool) -> None:
     # NatsPublisher never re-sends unless asked (exactly-once publishing relies on it).
     values = [b"o%d" % i for i in range(3)]
-    policy = {"resend": NO_RESEND} if explicit else {}
+    options = PublishOptions(timeout=0.3, resend=NO_RESEND if explicit else None)
     async with await NatsPublisher.connect(server.nats_url) as pub:
         with frozen(server):
             with pytest.raises(PublishError) as caught:
-                await pub.publish_many(stream, values, timeout=0.3, **policy)
+                await pub.publish_many(stream, values, options)
     err = caught.value
     assert err.index == 0 and err.acked == 0
     assert set(err.errors) == {0, 1, 2}
@@ -110,7 +111,9 @@ async def test_window_bounds_what_is_in_flight(server: DevServerProcess, stream:
     try:
         async with await NatsPublisher.connect(server.nats_url) as pub:
             with frozen(server):
-                task = asyncio.ensure_future(pub.publish_many(stream, [b"w%d" % i for i in range(50)], window=8))
+                task = asyncio.ensure_future(
+                    pub.publish_many(stream, [b"w%d" % i for i in range(50)], PublishOptions(window=8))
+                )
                 await asyncio.sleep(0.8)
                 assert len(seen) == 8  # no acks: the ninth record waits for room
             acks = await asyncio.wait_for(task, 20)

@@ -16,6 +16,7 @@ from airflow_provider_liftbridge.client.compression import (
     compress_record,
     compressor,
 )
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from tests.raw_read import stored_messages
 
 ROWS = [json.dumps({"id": i, "name": f"customer-{i}", "tags": ["a", "b", "c"] * 5}).encode() for i in range(20)]
@@ -83,7 +84,9 @@ def test_batch_publisher_measures_latencies_from_acks(lb_address: str, nats_url:
     with LiftbridgeClient(lb_address, nats_servers=[nats_url]) as client:
         client.create_stream(stream_name, stream_name)
         for path in ("nats", "grpc"):
-            publisher = client.batch_publisher(stream_name, path=path, write_stats=True, compression="gzip")
+            publisher = client.batch_publisher(
+                stream_name, PublishOptions(path=path, compression="gzip"), write_stats=True
+            )
             publisher.publish(ROWS, batch=7)
             assert publisher.stats is not None
             summary = publisher.stats.summary()

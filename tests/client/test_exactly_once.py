@@ -41,6 +41,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     producer_cursor_id,
     producer_id_for,
 )
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.codec import EncodedHeaders, header_field
 from tests.raw_read import stored_messages
 
@@ -132,7 +133,7 @@ class _Intruder:
 
 def _grpc(client: LiftbridgeClient, stream: str) -> BatchPublisher:
     return client.batch_publisher(
-        stream, path="grpc", ack_policy=AckPolicy.LEADER, window=64, timeout=5.0, resend=NO_RESEND
+        stream, PublishOptions(path="grpc", ack_policy=AckPolicy.LEADER, window=64, timeout=5.0, resend=NO_RESEND)
     )
 
 
@@ -265,9 +266,11 @@ def test_key_partitioning_across_attempts(client: LiftbridgeClient, stream_name:
     crash = _CrashAfter(_grpc(client, stream_name), 17)
     with pytest.raises(_Crash):
         ExactlyOncePublisher(
-            client, stream_name, "keys", partitioner=KeyPartitioner(), batch=10, publisher=crash
+            client, stream_name, "keys", batch=10, publisher=crash, options=PublishOptions(partitioner=KeyPartitioner())
         ).publish(records)
-    retry = ExactlyOncePublisher(client, stream_name, "keys", partitioner=KeyPartitioner(), batch=10).publish(records)
+    retry = ExactlyOncePublisher(
+        client, stream_name, "keys", batch=10, options=PublishOptions(partitioner=KeyPartitioner())
+    ).publish(records)
     assert (retry.written, retry.skipped) == (33, 17)
     everything = [m for p in range(3) for m in _read(client, stream_name, p)]
     assert sorted(_seqs(everything, "keys")) == list(range(50))
@@ -280,11 +283,18 @@ def test_round_robin_that_differs_between_attempts_still_skips(client: Liftbridg
     crash = _CrashAfter(_grpc(client, stream_name), 9)
     with pytest.raises(_Crash):
         ExactlyOncePublisher(
-            client, stream_name, "rr", partitioner=RoundRobinPartitioner(), batch=4, publisher=crash
+            client,
+            stream_name,
+            "rr",
+            batch=4,
+            publisher=crash,
+            options=PublishOptions(partitioner=RoundRobinPartitioner()),
         ).publish(_values(20))
     rr = RoundRobinPartitioner()
     rr(stream_name, None, b"", 2)  # shift the second attempt's round robin by one
-    retry = ExactlyOncePublisher(client, stream_name, "rr", partitioner=rr, batch=4).publish(_values(20))
+    retry = ExactlyOncePublisher(client, stream_name, "rr", batch=4, options=PublishOptions(partitioner=rr)).publish(
+        _values(20)
+    )
     assert (retry.written, retry.skipped) == (11, 9)
     everything = [m for p in range(2) for m in _read(client, stream_name, p)]
     assert Counter(_seqs(everything, "rr")) == Counter(range(20))
@@ -294,7 +304,7 @@ def test_nats_direct_path(client: LiftbridgeClient, stream_name: str, lb_address
     client.create_stream(stream_name, stream_name, partitions=2)
     records = [Record(f"v{i}".encode(), partition=i % 2) for i in range(40)]
     with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as over_nats:
-        publisher = ExactlyOncePublisher(over_nats, stream_name, "nats", path="nats")
+        publisher = ExactlyOncePublisher(over_nats, stream_name, "nats", options=PublishOptions(path="nats"))
         first = publisher.publish(records[:25])
         assert first.written == 25
         retry = ExactlyOncePublisher(over_nats, stream_name, "nats").publish(records)
@@ -318,7 +328,7 @@ def test_own_keys_and_headers_travel_beside_the_producer_headers(
         bytearray(b"bytearray"),
     ]
     with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as c:
-        result = ExactlyOncePublisher(c, stream_name, "forms", path=path).publish(records)  # type: ignore[arg-type]
+        result = ExactlyOncePublisher(c, stream_name, "forms", options=PublishOptions(path=path)).publish(records)  # type: ignore[arg-type]
     assert (result.written, result.skipped) == (5, 0)
     stored = _read(client, stream_name)
     assert [m.value for m in stored] == [b"plain", b"keyed", b"headed", b"clash", b"bytearray"]
@@ -349,9 +359,9 @@ def test_unknown_stream_is_reported(client: LiftbridgeClient) -> None:
     [
         ({"producer_id": ""}, "producer_id must be a non-empty string"),
         ({"producer_id": "x" * 600}, "keep it under"),
-        ({"ack_policy": AckPolicy.NONE}, "needs acknowledgements"),
+        ({"options": PublishOptions(ack_policy=AckPolicy.NONE)}, "needs acknowledgements"),
         ({"batch": 0}, "batch must be positive"),
-        ({"timeout": 0}, "timeout must be positive"),
+        ({"tail_wait": 0}, "tail_wait must be positive"),
     ],
 )
 def test_bad_arguments(client: LiftbridgeClient, kwargs: dict[str, object], message: str) -> None:
@@ -366,13 +376,15 @@ def test_partition_out_of_range(client: LiftbridgeClient, stream_name: str) -> N
         ExactlyOncePublisher(client, stream_name, "p").publish([Record(b"x", partition=4)])
     # Plain values take a faster way to their partition; the same check applies, before anything is sent.
     with pytest.raises(InvalidArgumentError, match=r"record 0 goes to partition 2, but stream .* has 1 partition"):
-        ExactlyOncePublisher(client, stream_name, "p", partition=2).publish([b"x", b"y"])
+        ExactlyOncePublisher(client, stream_name, "p", options=PublishOptions(partition=2)).publish([b"x", b"y"])
     assert client.fetch_partition_metadata(stream_name, 0).newest_offset == -1
 
 
 def test_plain_values_go_to_the_partition_asked_for(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=3)
-    result = ExactlyOncePublisher(client, stream_name, "p2", partition=2, batch=7).publish(_values(20))
+    result = ExactlyOncePublisher(client, stream_name, "p2", batch=7, options=PublishOptions(partition=2)).publish(
+        _values(20)
+    )
     assert (result.written, list(result.partitions)) == (20, [2])
     assert _seqs(_read(client, stream_name, 2), "p2") == list(range(20))
     assert _read(client, stream_name, 0) == [] and _read(client, stream_name, 1) == []
@@ -430,7 +442,7 @@ def test_a_fresh_producer_makes_only_the_round_trips_its_scan_start_needs(
 
         c._transport.execute = spy  # type: ignore[method-assign]
         records = [Record(f"v{i}".encode(), partition=i % 2) for i in range(100)]
-        result = ExactlyOncePublisher(c, stream_name, "lean", path=path).publish(records)
+        result = ExactlyOncePublisher(c, stream_name, "lean", options=PublishOptions(path=path)).publish(records)
     assert result.written == 100
     send = ["NATS batch"] if path == "nats" else ["PublishAsync"]
     assert calls == [
@@ -455,11 +467,13 @@ def test_compressed_values_resume_after_a_partial_publish(
         pytest.importorskip("zstandard")
     client.create_stream(stream_name, stream_name)
     values = [b'{"row": %d, "note": "%s"}' % (i, b"fragile " * 20) for i in range(40)]
-    crashing = client.batch_publisher(stream_name, path="grpc", resend=NO_RESEND, compression=codec)
+    crashing = client.batch_publisher(stream_name, PublishOptions(path="grpc", resend=NO_RESEND, compression=codec))
     first = ExactlyOncePublisher(client, stream_name, "zipped", batch=10, publisher=_CrashAfter(crashing, 17))
     with pytest.raises(_Crash):
         first.publish(values)
-    retry = ExactlyOncePublisher(client, stream_name, "zipped", batch=10, path="grpc", compression=codec)
+    retry = ExactlyOncePublisher(
+        client, stream_name, "zipped", batch=10, options=PublishOptions(path="grpc", compression=codec)
+    )
     result = retry.publish(values)
     assert (result.written, result.skipped, retry.duplicates_seen) == (23, 17, 0)
     messages = _read(client, stream_name)
@@ -474,4 +488,4 @@ def test_compressed_values_resume_after_a_partial_publish(
 
 def test_compression_is_checked(client: LiftbridgeClient) -> None:
     with pytest.raises(InvalidArgumentError, match="'gzip', 'zstd' or None"):
-        ExactlyOncePublisher(client, "s", "p", compression="lz4")  # type: ignore[arg-type]
+        ExactlyOncePublisher(client, "s", "p", options=PublishOptions(compression="lz4"))  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublisher,
     SilentBrokerError,
 )
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 
 from .scripted import scripted_client
 from .test_exactly_once_scripted import TIMEOUT, Clock, Partition, Sender
@@ -147,8 +148,9 @@ def _setup(ports: dict[str, socket.socket], occ: bool = False) -> tuple[Clock, C
 
 
 def _publisher(client: LiftbridgeClient, sender: Sender, clock: Clock, **kw: Any) -> ExactlyOncePublisher:
-    options: dict[str, Any] = {"timeout": TIMEOUT, "tail_wait": 30.0, "quiet": 1.0} | kw
-    publisher = ExactlyOncePublisher(client, "s", "p", publisher=sender, **options)
+    bounds: dict[str, Any] = {"tail_wait": 30.0, "quiet": 1.0} | kw
+    options = PublishOptions(timeout=TIMEOUT)
+    publisher = ExactlyOncePublisher(client, "s", "p", publisher=sender, options=options, **bounds)
     publisher.timer.now, publisher.timer.sleep = clock, clock.sleep
     return publisher
 

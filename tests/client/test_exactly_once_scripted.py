@@ -36,6 +36,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublishError,
     UncommittedTailError,
 )
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import AckError
 
 from .scripted import scripted_client
@@ -201,7 +202,7 @@ def _setup(occ: bool = False) -> tuple[Clock, Partition, Sender, LiftbridgeClien
 
 def _publisher(client: LiftbridgeClient, sender: Sender, clock: Clock, **kw: Any) -> ExactlyOncePublisher:
     publisher = ExactlyOncePublisher(
-        client, "s", "p", publisher=sender, timeout=TIMEOUT, ack_policy=AckPolicy.ALL, **kw
+        client, "s", "p", publisher=sender, **kw, options=PublishOptions(timeout=TIMEOUT, ack_policy=AckPolicy.ALL)
     )
     publisher.timer.now, publisher.timer.sleep = clock, clock.sleep
     return publisher

@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishError, Record, StopPosition
 from airflow_provider_liftbridge.client.publishing.nats_engine import partition_subject
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher, publish_many_direct
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 
 
 def test_partition_subject() -> None:
@@ -23,7 +24,7 @@ async def test_publish_many_returns_acks_in_order(nats_url: str, lb_address: str
         c.create_stream(stream_name, stream_name, partitions=2)
     records = [Record(b"v%d" % i, key=b"k", partition=i % 2, headers={"h": b"%d" % i}) for i in range(200)]
     async with await NatsPublisher.connect(nats_url) as pub:
-        acks = await pub.publish_many(stream_name, records, window=32)
+        acks = await pub.publish_many(stream_name, records, PublishOptions(window=32))
     assert [a.partition for a in acks] == [i % 2 for i in range(200)]
     assert [a.offset for a in acks if a.partition == 1] == list(range(100))
     with LiftbridgeClient(lb_address) as c:
@@ -53,5 +54,5 @@ def test_blocking_wrapper_and_timeouts(nats_url: str, lb_address: str, stream_na
         c.pause_stream(stream_name)
     # Raw NATS publishes to a paused partition are dropped: no ack comes back.
     with pytest.raises(PublishError) as exc:
-        publish_many_direct(nats_url, stream_name, [b"c"], timeout=0.5)
+        publish_many_direct(nats_url, stream_name, [b"c"], PublishOptions(timeout=0.5))
     assert (exc.value.acked, exc.value.index) == (0, 0)

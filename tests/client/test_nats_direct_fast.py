@@ -21,6 +21,7 @@ from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, 
 from airflow_provider_liftbridge.client.conversion import ack_from_pb
 from airflow_provider_liftbridge.client.publishing import nats_engine
 from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 
@@ -258,7 +259,9 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     records = [b"%d" % (i % len(shapes)) for i in range(8)]
     nc = await nats.connect(nats_url)
     try:
-        out = await nats_engine.publish_enveloped(nc, [subject] * 8, records, correlation_ids(records), window=8)
+        out = await nats_engine.publish_enveloped(
+            nc, [subject] * 8, records, correlation_ids(records), PublishOptions(window=8)
+        )
     finally:
         await nc.close()
         await responder.close()

@@ -14,6 +14,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, PublishError, UnavailableError
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError, redact_url
 from tests.tls_certs import SERVER_NAME, make_certs
@@ -92,7 +93,9 @@ def test_bulk_and_exactly_once_publish_over_secured_nats(
         client.create_stream(stream_name, stream_name)
         acks = client.publish_many(stream_name, [b"a", b"b", b"c"], path="nats")
         assert [a.offset for a in acks] == [0, 1, 2]
-        result = ExactlyOncePublisher(client, stream_name, "p", path="nats").publish([b"d", b"e"])
+        result = ExactlyOncePublisher(client, stream_name, "p", options=PublishOptions(path="nats")).publish(
+            [b"d", b"e"]
+        )
         assert result.written == 2
         assert client.fetch_partition_metadata(stream_name, 0).newest_offset == 4
 

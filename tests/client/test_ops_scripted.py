@@ -22,6 +22,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, Read, RpcFailure, Sleep, Unary, Write
 from airflow_provider_liftbridge.client.publishing import grpc_batch
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.routing import ClientCore
 from airflow_provider_liftbridge.client.subscription import subscribe
 
@@ -143,7 +144,7 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
             )
         return None
 
-    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 20, window=3), answer)
+    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 20, PublishOptions(window=3)), answer)
     assert peak == 3
     assert [a.offset for a in run.result] == list(range(20))
 

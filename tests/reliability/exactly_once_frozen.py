@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from airflow_provider_liftbridge.client import AckPolicy, BatchPublisher, LiftbridgeClient, Record
 from airflow_provider_liftbridge.client.exactly_once import ConcurrentProducerError, ExactlyOncePublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
@@ -69,13 +70,10 @@ def frozen_broker(role: str, occ: bool, n: int = 400, stall: float = 3.0) -> Fig
             client,
             stream,
             f"frozen-{role}",
-            path="grpc",
-            ack_policy=AckPolicy.ALL,
             batch=40,
-            window=16,
-            timeout=1.0,
             max_resumes=16,
             tail_wait=20.0,
+            options=PublishOptions(path="grpc", ack_policy=AckPolicy.ALL, window=16, timeout=1.0),
         )
         thread, result, failure = _in_thread(lambda: publisher.publish(records))
         _wait_until(lambda: _hw(admin, stream) >= n // 4, 60, "a quarter of the records")
@@ -130,12 +128,16 @@ def overlapping_tries(occ: bool = False, n: int = 2000) -> Figures:
         client.create_stream(stream, stream, optimistic_concurrency_control=occ)
         records = values(n)
         producer = "dag/publish/manual__2024-06-01"
-        inner = client.batch_publisher(stream, path="grpc", window=32, timeout=2.0, resend=NO_RESEND)
-        zombie = ExactlyOncePublisher(client, stream, producer, publisher=_Orphan(inner, 0.03), batch=25, timeout=2.0)
+        inner = client.batch_publisher(stream, PublishOptions(path="grpc", window=32, timeout=2.0, resend=NO_RESEND))
+        zombie = ExactlyOncePublisher(
+            client, stream, producer, publisher=_Orphan(inner, 0.03), batch=25, options=PublishOptions(timeout=2.0)
+        )
         thread, result, failure = _in_thread(lambda: zombie.publish(records))
         _wait_until(lambda: _hw(client, stream) >= n // 4, 60, "a quarter of try 1's records")
         retry_client = LiftbridgeClient(server.address, timeout=5.0)
-        retry = ExactlyOncePublisher(retry_client, stream, producer, batch=500, timeout=2.0, zombie_wait=60.0)
+        retry = ExactlyOncePublisher(
+            retry_client, stream, producer, batch=500, zombie_wait=60.0, options=PublishOptions(timeout=2.0)
+        )
         try:
             outcome = retry.publish(records)
             note = f"retry wrote {outcome.written}, skipped {outcome.skipped}"

@@ -31,6 +31,7 @@ from airflow_provider_liftbridge.client import (
     StopPosition,
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,7 +129,9 @@ def server_kill(exactly_once: bool, n: int = 6000, kill_at: int = 2000) -> Figur
         def publish() -> None:
             try:
                 if exactly_once:
-                    pub = ExactlyOncePublisher(client, stream, "kill-test", batch=500, timeout=3.0, max_resumes=12)
+                    pub = ExactlyOncePublisher(
+                        client, stream, "kill-test", batch=500, max_resumes=12, options=PublishOptions(timeout=3.0)
+                    )
                     result.append(pub.publish(records))
                 else:
                     _publish_at_least_once(client, stream, records, 500)
@@ -259,7 +262,9 @@ def cluster_failover(n: int = 3000) -> Figures:
 
         def publish() -> None:
             try:
-                pub = ExactlyOncePublisher(client, stream, "failover", batch=200, timeout=3.0, max_resumes=10)
+                pub = ExactlyOncePublisher(
+                    client, stream, "failover", batch=200, max_resumes=10, options=PublishOptions(timeout=3.0)
+                )
                 result.append(pub.publish(records))
             except BaseException as exc:
                 failure.append(exc)
@@ -309,7 +314,9 @@ def server_stall(n: int = 4000, stall: float = 2.5) -> Figures:
 
         def publish() -> None:
             try:
-                pub = ExactlyOncePublisher(client, stream, "stall", batch=400, timeout=1.0, max_resumes=12)
+                pub = ExactlyOncePublisher(
+                    client, stream, "stall", batch=400, max_resumes=12, options=PublishOptions(timeout=1.0)
+                )
                 result.append(pub.publish(records))
             except BaseException as exc:
                 failure.append(exc)
@@ -353,7 +360,9 @@ def nats_restart(n: int = 200) -> Figures:
             client = LiftbridgeClient(server.address, nats_servers=[url], timeout=3.0)
             client.create_stream(stream, stream)
             records = values(n)
-            pub = ExactlyOncePublisher(client, stream, "nats-restart", path="nats", timeout=1.0, backoff=0.2)
+            pub = ExactlyOncePublisher(
+                client, stream, "nats-restart", backoff=0.2, options=PublishOptions(path="nats", timeout=1.0)
+            )
             pub.publish(records[: n // 2])
             nats_proc.stop()
             nats_proc = NatsServerProcess(port=port)
@@ -433,7 +442,12 @@ def stalled_follower(occ: bool, n: int = 600, stall: float = 3.0) -> Figures:
         follower = next(r for r in part.replicas if r != part.leader)
         records = values(n)
         publisher = ExactlyOncePublisher(
-            client, stream, "stalled", ack_policy=AckPolicy.ALL, batch=50, window=16, timeout=1.0, max_resumes=12
+            client,
+            stream,
+            "stalled",
+            batch=50,
+            max_resumes=12,
+            options=PublishOptions(ack_policy=AckPolicy.ALL, window=16, timeout=1.0),
         )
         thread, result, failure = _in_thread(lambda: publisher.publish(records))
         _wait_until(lambda: _hw(client, stream) >= n // 4, 60, "a quarter of the records")
@@ -471,7 +485,12 @@ def leader_killed_with_tail(n: int = 600) -> Figures:
         stalled = next(r for r in part.replicas if r != part.leader)
         records = values(n)
         publisher = ExactlyOncePublisher(
-            client, stream, "killed", ack_policy=AckPolicy.ALL, batch=50, window=16, timeout=1.0, max_resumes=16
+            client,
+            stream,
+            "killed",
+            batch=50,
+            max_resumes=16,
+            options=PublishOptions(ack_policy=AckPolicy.ALL, window=16, timeout=1.0),
         )
         thread, result, failure = _in_thread(lambda: publisher.publish(records))
         _wait_until(lambda: _hw(client, stream) >= n // 4, 60, "a quarter of the records")

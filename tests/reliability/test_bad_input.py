@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, MessageTooLargeError, Record
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.exceptions import LiftbridgePublishNotAcknowledgedError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
@@ -59,7 +60,9 @@ def test_oversized_record_is_not_resumed_by_exactly_once(
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     with LiftbridgeClient(liftbridge_client.brokers, nats_servers=[nats_url]) as over_nats:
-        publisher = ExactlyOncePublisher(over_nats, stream_name, "big", path="nats", backoff=0.5)
+        publisher = ExactlyOncePublisher(
+            over_nats, stream_name, "big", backoff=0.5, options=PublishOptions(path="nats")
+        )
         started = time.monotonic()
         with pytest.raises(ExactlyOncePublishError, match="too large") as info:
             publisher.publish([Record(b"y" * BIG_NATS)])

@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
@@ -65,7 +66,7 @@ async def test_message_trigger_keeps_waiting_across_a_nats_server_restart(
             client.create_stream(stream, stream)
             dag_support.SEEN.clear()
             waiting = asyncio.ensure_future(_trigger(stream, records[-1].decode()).run().__anext__())
-            pub = ExactlyOncePublisher(client, stream, "trig", path="nats", timeout=1.0)
+            pub = ExactlyOncePublisher(client, stream, "trig", options=PublishOptions(path="nats", timeout=1.0))
             await asyncio.to_thread(pub.publish, records[:5])
             await _wait_seen(5)
             external_nats.stop()

@@ -41,12 +41,10 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge.codec import header_field
 
-from ..compression import Compression, check_compression
 from ..errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError, PublishError
-from ..partitioners import PartitionerFunc
 from ..presence import missing_confirmed
-from ..publishing.batch import PublishPath
 from ..publishing.columns import RecordColumns
+from ..publishing.options import PublishOptions
 from ..publishing.publisher import DEFAULT_BATCH, BatchPublisher
 from ..publishing.resend import NO_RESEND
 from ..publishing.summary import PartitionRange
@@ -98,19 +96,16 @@ class ExactlyOncePublisher:
     :param producer_id: stable across retries, unique per data set; see :func:`.producer_id_for`.
     :param publisher: the publisher to wrap (see :class:`Sender`; it must not re-send); default:
         ``client.batch_publisher(...)`` with the options below and ``resend=NO_RESEND``.
-    :param partition: partition of records that name none (else ``partitioner``, else 0).
-    :param partitioner: chooses the partition of records without one (``KeyPartitioner()``, ...).
-        A partitioner that is not deterministic (round robin) is fine: skipping does not depend on
-        where an earlier attempt put a record.
-    :param ack_policy: ``LEADER`` (default) or ``ALL`` (use ``ALL`` on a replicated cluster: a
-        record acknowledged by the leader alone can be lost when the leader fails).
+    :param options: how the batch publisher it opens sends (:class:`~..publishing.options.PublishOptions`;
+        its re-send policy is always ``NO_RESEND``). ``partition``, else ``partitioner``, else 0
+        is the partition of records naming none; a partitioner that is not deterministic (round
+        robin) is fine: skipping does not depend on where an earlier attempt put a record. The
+        ack policy defaults to ``LEADER`` (use ``ALL`` on a replicated cluster: a record
+        acknowledged by the leader alone can be lost when the leader fails); the timeout (default
+        10 s) also bounds how long a partition that other producers keep writing to is watched
+        before it counts as settled.
     :param batch: input records read and sent per batch (fewer are sent when some are in the stream
         already); every ack of a batch is in before the next batch is read.
-    :param window: records in flight at a time within a batch (default: the client's for the path).
-    :param timeout: how long to wait for each ack, seconds; also how long a partition that other
-        producers keep writing to is watched before it counts as settled.
-    :param path: the client's publish path (``"auto"``, ``"nats"``, ``"grpc"``).
-    :param compression: ``"gzip"`` or ``"zstd"``: values compressed by the batch publisher.
     :param max_resumes: how many times in a row a batch may fail and be resumed before giving up.
     :param backoff: first wait after a failed send, seconds (doubled per failure, at most 5 s).
     :param settle: how long a partition's newest offset must stay unchanged after a failed send
@@ -136,14 +131,8 @@ class ExactlyOncePublisher:
         producer_id: str,
         *,
         publisher: Sender | None = None,
-        partition: int | None = None,
-        partitioner: PartitionerFunc | None = None,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
+        options: PublishOptions | None = None,
         batch: int = DEFAULT_BATCH,
-        window: int | None = None,
-        timeout: float = 10.0,
-        path: PublishPath = "auto",
-        compression: Compression = None,
         max_resumes: int = 8,
         backoff: float = 0.2,
         settle: float = 0.2,
@@ -154,12 +143,13 @@ class ExactlyOncePublisher:
         if not stream:
             raise InvalidArgumentError("stream must be a non-empty stream name")
         self.producer_id = check_producer_id(producer_id)
-        if AckPolicy(ack_policy) is AckPolicy.NONE:
+        options = (options or PublishOptions()).replace(resend=NO_RESEND)
+        options = options.resolved(options.policy, options.wait)
+        if options.policy is AckPolicy.NONE:
             raise InvalidArgumentError(
                 "exactly-once publishing needs acknowledgements; use ack policy LEADER or ALL, not NONE"
             )
-        positive = (("batch", batch), ("window", window or 1), ("timeout", timeout), ("tail_wait", tail_wait),
-                    ("zombie_wait", zombie_wait))  # fmt: skip
+        positive = (("batch", batch), ("tail_wait", tail_wait), ("zombie_wait", zombie_wait))
         for name, value in positive:
             if value <= 0:
                 raise InvalidArgumentError(f"{name} must be positive, got {value!r}")
@@ -172,18 +162,13 @@ class ExactlyOncePublisher:
             )
         self.client = client
         self.stream = stream
-        self.partition = partition
-        self.partitioner = partitioner
-        self.ack_policy = AckPolicy(ack_policy)
+        #: How records are sent: the ack policy and timeout filled in, never re-sent blindly.
+        self.options = options
         self.batch = batch
-        self.window = window
-        self.timeout = float(timeout)
-        self.path: PublishPath = path
-        self.compression = check_compression(compression)
         #: The clock of every wait (a scripted test swaps in a virtual one).
         self.timer = Timer()
         self.state = ProducerState(self.producer_id)
-        waits = Waits(settle, self.timeout, float(tail_wait), float(quiet), float(zombie_wait))
+        waits = Waits(settle, options.wait, float(tail_wait), float(quiet), float(zombie_wait))
         self.reader = TailReader(client, stream, self.state, waits, self.timer)
         self.resumption = Resumption(
             self.producer_id,
@@ -211,29 +196,18 @@ class ExactlyOncePublisher:
 
     @classmethod
     def wrapping(
-        cls, client: LiftbridgeClient, publisher: BatchPublisher, producer_id: str, **options: Any
+        cls, client: LiftbridgeClient, publisher: BatchPublisher, producer_id: str, **bounds: Any
     ) -> ExactlyOncePublisher:
         """An exactly-once publisher around ``publisher``, the caller's batch publisher of
-        ``client`` (opened with ``resend=NO_RESEND``): its stream, partition, partitioner, ack
-        policy, ack timeout and path are used. ``options`` are the waits and bounds of the
-        constructor (``batch``, ``max_resumes``, ``tail_wait``, ``zombie_wait``, ...).
+        ``client`` (opened with ``resend=NO_RESEND``): its stream and options are used, with the
+        path it took. ``bounds`` are the waits and bounds of the constructor (``batch``,
+        ``max_resumes``, ``tail_wait``, ``zombie_wait``, ...).
 
         :raises InvalidArgumentError: as the constructor.
         :raises NoSuchStreamError: the publisher's NATS path was chosen and the stream does not exist.
         """
-        opts = publisher.options
-        return cls(
-            client,
-            opts.stream,
-            producer_id,
-            publisher=publisher,
-            partition=opts.partition,
-            partitioner=opts.partitioner,
-            ack_policy=opts.ack_policy,
-            timeout=opts.wait,
-            path=publisher.path,  # type: ignore[arg-type]  # "nats" or "grpc"
-            **options,
-        )
+        options = publisher.options.replace(path=publisher.path)
+        return cls(client, publisher.stream, producer_id, publisher=publisher, options=options, **bounds)
 
     # -- what the state knows ---------------------------------------------------------------
     @property
@@ -373,10 +347,10 @@ class ExactlyOncePublisher:
         first = self._next_seq
         self._next_seq += len(chunk)
         seen = self.state.seen
-        if first > seen.top() and self.partitioner is None and set(map(type, chunk)) == {bytes}:
+        if first > seen.top() and self.options.partitioner is None and set(map(type, chunk)) == {bytes}:
             # The bulk case, values only and none seen: columns made at C speed, headers later.
             seqs = range(first, first + len(chunk))
-            partition = self._checked_partition(0 if self.partition is None else self.partition, first)
+            partition = self._checked_partition(self.options.partition or 0, first)
             return Batch(seqs, RecordColumns(chunk, [partition] * len(chunk), SeqWires(self._producer_field, seqs)))
         kept: list[int] = []
         values: list[bytes] = []
@@ -405,15 +379,17 @@ class ExactlyOncePublisher:
         key: bytes | None
         own: Mapping[str, bytes] | None
         if isinstance(item, (bytes, bytearray, memoryview)):
-            value, key, own, partition = bytes(item), None, None, self.partition
+            value, key, own, partition = bytes(item), None, None, self.options.partition
         elif isinstance(item, Record):
             value, key, own = item.value, item.key, item.headers
-            partition = item.partition if item.partition is not None else self.partition
+            partition = item.partition if item.partition is not None else self.options.partition
         else:
             raise InvalidArgumentError(f"record {seq} is a {type(item).__name__}; pass Record objects or bytes")
         if partition is None:
             partition = (
-                0 if self.partitioner is None else self.partitioner(self.stream, key, value, self._partition_count)
+                0
+                if self.options.partitioner is None
+                else self.options.partitioner(self.stream, key, value, self._partition_count)
             )
         wire = record_wire(self._producer_field, self.state.producer, seq, own)
         return value, key, self._checked_partition(partition, seq), wire
@@ -428,16 +404,7 @@ class ExactlyOncePublisher:
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
-            self._sender = self.client.batch_publisher(
-                self.stream,
-                path=self.path,
-                ack_policy=self.ack_policy,
-                window=self.window,
-                timeout=self.timeout,
-                resend=NO_RESEND,
-                stream_info=self._info,
-                compression=self.compression,
-            )
+            self._sender = self.client.batch_publisher(self.stream, self.options, stream_info=self._info)
         return self._sender
 
     def _sender_path(self) -> str:

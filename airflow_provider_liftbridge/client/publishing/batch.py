@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.nats_security import redact_urls
 
-from ..compression import Compression, check_compression, compress_record, compressor
+from ..compression import compress_record, compressor
 from ..diagnostics import is_nats_refusal
 from ..effects import NatsCall, Op, Sleep
 from ..errors import (
@@ -43,7 +43,7 @@ from ..errors import (
 from ..operations import choose_partition, fetch_partition_metadata, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
-from ..types import Ack, AckPolicy, Record, StreamInfo
+from ..types import Ack, Record, StreamInfo
 from . import grpc_batch
 from .columns import RecordColumns
 from .correlation import CorrelationIds, correlation_ids
@@ -54,39 +54,23 @@ from .nats_engine import (
     publish_on_link,
 )
 from .nats_link import NatsLink
-from .resend import ResendPolicy
+from .options import PUBLISH_PATHS, PublishOptions
 
 if TYPE_CHECKING:
     from ..write_stats import WriteStats
 
 __all__ = [
-    "BatchOptions",
     "Route",
-    "batch_options",
     "discard_nats",
     "held",
     "open_route",
     "send_batch",
-    "GRPC_WINDOW",
-    "NATS_WINDOW",
-    "PUBLISH_PATHS",
-    "PublishPath",
     "publish_many",
+    "resolve_options",
     "resolve_path",
 ]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
-
-#: Default windows (records unacknowledged at a time). Over NATS the client, nats-server and the
-#: broker each work on batches, and 256 or 1024 records in flight leave them waiting on each
-#: other; 4096 keeps them busy (docs/bulk-publishing.md has the figures). Over gRPC the window
-#: is bounded by the server's per-message cost, and 256 is plenty.
-GRPC_WINDOW = 256
-NATS_WINDOW = 4096
-
-PublishPath = Literal["auto", "nats", "grpc"]
-#: Values of ``publish_many(path=...)``.
-PUBLISH_PATHS: tuple[str, ...] = ("auto", "nats", "grpc")
 
 # Which clients have logged their publish path already (once per client and path).
 _LOGGED: weakref.WeakKeyDictionary[ClientCore, set[str]] = weakref.WeakKeyDictionary()
@@ -118,56 +102,16 @@ def _log_path(core: ClientCore, stream: str, path: str, why: str = "") -> None:
         log.info("publish_many to stream %r over %s", stream, where)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchOptions:
-    """What a batch publisher was asked for, validated (see ``LiftbridgeClient.batch_publisher``)."""
+def resolve_options(core: ClientCore, stream: str, options: PublishOptions) -> PublishOptions:
+    """``options`` checked against the client (the path) and with its defaults filled in (ack
+    policy, timeout) for a publisher of ``stream``.
 
-    stream: str
-    path: PublishPath
-    partition: int | None
-    partitioner: PartitionerFunc | None
-    ack_policy: AckPolicy
-    window: int | None
-    wait: float
-    resend: ResendPolicy | None
-    compression: Compression = None
-
-
-def batch_options(
-    core: ClientCore,
-    stream: str,
-    *,
-    path: PublishPath = "auto",
-    partition: int | None = None,
-    partitioner: PartitionerFunc | None = None,
-    ack_policy: AckPolicy | None = None,
-    window: int | None = None,
-    timeout: float | None = None,
-    resend: ResendPolicy | None = None,
-    compression: Compression = None,
-) -> BatchOptions:
-    """Validate a batch publisher's options, with the client's defaults filled in.
-
-    :raises InvalidArgumentError: an empty stream name, an unknown path, ``"nats"`` without NATS
-        servers, a window below 1, a non-positive timeout, a compression other than ``"gzip"``,
-        ``"zstd"`` or ``None`` (or ``"zstd"`` without the zstandard package).
+    :raises InvalidArgumentError: an empty stream name, or ``"nats"`` without NATS servers.
     """
     if not isinstance(stream, str) or not stream:
         raise InvalidArgumentError(f"stream must be a non-empty stream name, got {stream!r}")
-    resolve_path(core, path)
-    if window is not None and window < 1:
-        raise InvalidArgumentError(f"window must be at least 1, got {window}")
-    return BatchOptions(
-        stream,
-        path,
-        partition,
-        partitioner,
-        core.resolve_ack_policy(ack_policy),
-        window,
-        core.call_timeout(timeout),
-        resend,
-        check_compression(compression),
-    )
+    resolve_path(core, options.path)
+    return options.resolved(core.resolve_ack_policy(options.ack_policy), core.call_timeout(options.timeout))
 
 
 @dataclass(slots=True)
@@ -187,7 +131,7 @@ class Route:
     why: str = ""
 
 
-def open_route(core: ClientCore, options: BatchOptions, info: StreamInfo | None = None) -> Op[Route]:
+def open_route(core: ClientCore, stream: str, options: PublishOptions, info: StreamInfo | None = None) -> Op[Route]:
     """Choose the path (NATS when asked, or for ``"auto"`` when the client knows NATS servers)
     and, for NATS, read the stream's metadata once (unless the caller has just read it: ``info``).
 
@@ -195,12 +139,13 @@ def open_route(core: ClientCore, options: BatchOptions, info: StreamInfo | None 
     """
     if resolve_path(core, options.path) == "grpc":
         return Route("grpc")
-    return Route("nats", info if info is not None else (yield from _stream_info(core, options.stream)))
+    return Route("nats", info if info is not None else (yield from _stream_info(core, stream)))
 
 
 def send_batch(
     core: ClientCore,
-    options: BatchOptions,
+    stream: str,
+    options: PublishOptions,
     route: Route,
     records: Iterable[Record | bytes],
     stats: WriteStats | None = None,
@@ -218,9 +163,9 @@ def send_batch(
     if options.compression is not None:
         items = _compressed(items, options.compression)
     if stats is None:
-        return (yield from _send_batch(core, options, route, items, None))
+        return (yield from _send_batch(core, stream, options, route, items, None))
     sent_ns = [0] * len(items)
-    acks = yield from _send_batch(core, options, route, items, sent_ns)
+    acks = yield from _send_batch(core, stream, options, route, items, sent_ns)
     _count_acks(stats, items, acks, sent_ns)
     return acks
 
@@ -231,7 +176,7 @@ def held(records: Iterable[Record | bytes]) -> Sequence[Record | bytes]:
 
 
 def _compressed(items: Sequence[Record | bytes], codec: str) -> list[Record | bytes]:
-    squeeze = compressor(codec)  # type: ignore[arg-type]  # validated by batch_options
+    squeeze = compressor(codec)  # type: ignore[arg-type]  # validated by PublishOptions
     assert squeeze is not None
     return [compress_record(grpc_batch.as_record(i, item), squeeze, codec) for i, item in enumerate(items)]
 
@@ -250,12 +195,13 @@ def _count_acks(
 
 def _send_batch(
     core: ClientCore,
-    options: BatchOptions,
+    stream: str,
+    options: PublishOptions,
     route: Route,
     items: Sequence[Record | bytes],
     sent_ns: list[int] | None,
 ) -> Op[list[Ack]]:
-    stream, path = options.stream, options.path
+    path = options.path
     # Columns name every record's partition and carry no correlation ids of their own; all bytes
     # (the bulk case) is checked at C speed; anything else item by item.
     columns = items if items.__class__ is RecordColumns else None
@@ -270,18 +216,7 @@ def _send_batch(
         if why:
             route.path, route.why = "grpc", why  # the publisher's later batches go this way too
         _log_path(core, stream, "grpc", why)
-        return grpc_batch.publish_many(
-            core,
-            stream,
-            items,
-            partition=options.partition,
-            partitioner=options.partitioner,
-            ack_policy=options.ack_policy,
-            window=GRPC_WINDOW if options.window is None else options.window,
-            timeout=options.wait,
-            resend=options.resend,
-            sent_ns=sent_ns,
-        )
+        return grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns)
 
     if route.path == "grpc":
         return (yield from grpc())
@@ -312,7 +247,7 @@ def _send_batch(
     # What each partition held before this batch, as far as the route's metadata knows: the base
     # against which an ack time-out is judged (see _send_unstored_again).
     before = {p: info.partitions[p].newest_offset for p in targets}
-    window = NATS_WINDOW if options.window is None else options.window
+    nats_options = options.replace(window=options.window_for("nats"))
 
     def nats(indices: Sequence[int] | None) -> Op[BulkOutcome]:
         picked = range(len(items)) if indices is None else indices
@@ -321,10 +256,7 @@ def _send_batch(
             subjects if indices is None else [subjects[i] for i in picked],
             items if indices is None else [items[i] for i in picked],
             ids if indices is None else [ids[i] for i in picked],
-            ack_policy=options.ack_policy,
-            window=window,
-            ack_timeout=options.wait,
-            resend=options.resend,
+            nats_options,
             # First sends are timed for the write statistics; a later re-send keeps its first time.
             sent_ns=sent_ns if indices is None else None,
         )
@@ -423,38 +355,16 @@ async def _discard(link: NatsLink) -> None:
 
 
 def publish_many(
-    core: ClientCore,
-    stream: str,
-    records: Iterable[Record | bytes],
-    *,
-    partition: int | None = None,
-    partitioner: PartitionerFunc | None = None,
-    ack_policy: AckPolicy | None = None,
-    window: int | None = None,
-    timeout: float | None = None,
-    path: PublishPath = "auto",
-    resend: ResendPolicy | None = None,
-    compression: Compression = None,
+    core: ClientCore, stream: str, records: Iterable[Record | bytes], options: PublishOptions
 ) -> Op[list[Ack]]:
     """The operation of ``LiftbridgeClient.publish_many`` (documented there): a batch publisher
     opened for one batch."""
-    options = batch_options(
-        core,
-        stream,
-        path=path,
-        partition=partition,
-        partitioner=partitioner,
-        ack_policy=ack_policy,
-        window=window,
-        timeout=timeout,
-        resend=resend,
-        compression=compression,
-    )
+    options = resolve_options(core, stream, options)
     items = records if isinstance(records, list) else list(records)
     if not items:
         return []
-    route = yield from open_route(core, options)
-    return (yield from send_batch(core, options, route, items))
+    route = yield from open_route(core, stream, options)
+    return (yield from send_batch(core, stream, options, route, items))
 
 
 def _partitions(

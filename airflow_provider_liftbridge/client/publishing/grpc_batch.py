@@ -18,11 +18,11 @@ from ..effects import END, Cancel, CloseWrite, Op, OpenStream, Read, ReadTimeout
 from ..error_mapping import check_ack, map_async_error, map_rpc_error, publish_error
 from ..errors import AckTimeoutError, InvalidArgumentError, LiftbridgeError, NoSuchPartitionError, NoSuchStreamError
 from ..operations import choose_partition, missing_confirmed_op
-from ..partitioners import PartitionerFunc
 from ..requests import build_publish
 from ..retry import is_transient
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record
+from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import ResendPolicy
 
 __all__ = ["as_record", "publish_many"]
@@ -32,25 +32,21 @@ def publish_many(
     core: ClientCore,
     stream: str,
     records: Iterable[Record | bytes],
+    options: PublishOptions = DEFAULT_OPTIONS,
     *,
-    partition: int | None = None,
-    partitioner: PartitionerFunc | None = None,
-    ack_policy: AckPolicy | None = None,
-    window: int = 256,
-    timeout: float | None = None,
-    resend: ResendPolicy | None = None,
     sent_ns: list[int] | None = None,
 ) -> Op[list[Ack]]:
     """Publish many records pipelined over one PublishAsync stream, at most ``window`` unacked
     at a time; return their acks in input order (an empty list with ``AckPolicy.NONE``, which
     gets no answers).
 
-    A record's own ``partition`` wins over ``partition``, which wins over ``partitioner``. If
+    A record's own ``partition`` wins over ``options.partition``, which wins over ``options.partitioner``. If
     the connection is lost (UNAVAILABLE) the unacknowledged records are sent again on another
-    broker, up to ``max_retries`` times, while ``resend`` allows it (default: always):
+    broker, up to ``max_retries`` times, while ``options.resend`` allows it (default: always):
     at-least-once. Records refused with "no such stream" for a stream this client has seen in
     metadata are sent again after a backoff, up to ``max_retries`` times, unless the metadata of
-    all streams confirms it is gone (see :mod:`..presence`). ``timeout`` bounds the wait for each ack.
+    all streams confirms it is gone (see :mod:`..presence`). ``options.timeout`` bounds the wait for each ack
+    (unset: the client's), ``options.window`` the records in flight (unset: 256).
     ``sent_ns``, when given, gets each record's first send time in wall-clock nanoseconds (for
     write statistics).
 
@@ -60,10 +56,9 @@ def publish_many(
     :raises InvalidArgumentError: a bad record, window or duplicate correlation id, before
         anything is sent.
     """
-    if window < 1:
-        raise InvalidArgumentError(f"window must be at least 1, got {window}")
-    policy = core.resolve_ack_policy(ack_policy)
-    wait = core.call_timeout(timeout)
+    policy = core.resolve_ack_policy(options.ack_policy)
+    wait = core.call_timeout(options.timeout)
+    partition, partitioner = options.partition, options.partitioner
     batch = uuid.uuid4().hex[:12]
     requests: list[api_pb2.PublishRequest] = []
     ids: list[str] = []
@@ -92,7 +87,8 @@ def publish_many(
     if policy == AckPolicy.NONE:
         yield from _send_unacknowledged(core, requests, wait)
         return []
-    return (yield from _pipeline(core, stream, requests, ids, window, wait, resend, sent_ns))
+    window = options.window_for("grpc")
+    return (yield from _pipeline(core, stream, requests, ids, window, wait, options.resend, sent_ns))
 
 
 def as_record(index: int, item: Record | bytes) -> Record:

@@ -44,6 +44,7 @@ from ..errors import (
 from ..types import Ack, AckError, AckPolicy, Record
 from .columns import RecordColumns
 from .correlation import CorrelationIds
+from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import DEFAULT_RESEND, ResendPolicy
 
 __all__ = [
@@ -108,20 +109,19 @@ async def publish_enveloped(
     subjects: Sequence[str],
     records: Sequence[Record | bytes],
     ids: Sequence[str],
+    options: PublishOptions = DEFAULT_OPTIONS,
     *,
-    ack_policy: AckPolicy = AckPolicy.LEADER,
-    window: int = 1024,
-    ack_timeout: float = 10.0,
-    resend: ResendPolicy = DEFAULT_RESEND,
     crc: bool = True,
     sent_ns: list[int] | None = None,
 ) -> BulkOutcome:
     """Publish ``records[i]`` as an enveloped message on ``subjects[i]`` with correlation id
     ``ids[i]`` and collect the acks on one fresh ack inbox.
 
-    At most ``window`` records are unacknowledged at any time. A record whose ack has not come
-    ``ack_timeout`` seconds after it was sent is re-sent (same frame, same correlation id) while
-    ``resend`` allows it, else it counts as timed out; the first ack of a correlation id wins,
+    ``options`` (partitions are the caller's: ``subjects``): at most ``options.window`` records
+    are unacknowledged at any time (unset: 1024). A record whose ack has not come
+    ``options.timeout`` seconds after it was sent (unset: 10 s) is re-sent (same frame, same
+    correlation id) while ``options.resend`` allows it (unset: up to two re-sends), else it
+    counts as timed out; the first ack of a correlation id wins,
     later copies are ignored. The first refused or timed-out record stops new sends; records
     already in flight are still waited for. With ``AckPolicy.NONE`` the records are published and
     flushed, and no ack is expected.
@@ -143,6 +143,9 @@ async def publish_enveloped(
     if len(ids) != n or len(subjects) != n:
         raise InvalidArgumentError(f"{n} records need {n} subjects and ids, got {len(subjects)} and {len(ids)}")
     cids = ids if isinstance(ids, CorrelationIds) else CorrelationIds.of(ids)
+    ack_policy, ack_timeout = options.policy, options.wait
+    window = 1024 if options.window is None else options.window
+    resend = DEFAULT_RESEND if options.resend is None else options.resend
     fast = fast_nats(nc)
     try:
         for subject in set(subjects):
@@ -171,12 +174,9 @@ async def publish_on_link(
     subjects: Sequence[str],
     records: Sequence[Record | bytes],
     ids: Sequence[str],
+    options: PublishOptions,
     link: NatsLink,
     *,
-    ack_policy: AckPolicy,
-    window: int,
-    ack_timeout: float,
-    resend: ResendPolicy | None,
     sent_ns: list[int] | None = None,
 ) -> BulkOutcome:
     """:func:`publish_enveloped` on the client's NATS connection (``link``, opened if needed);
@@ -186,18 +186,7 @@ async def publish_on_link(
         nc = await link.get()
     except UnavailableError as exc:
         return BulkOutcome([None] * len(records), failure=exc)
-    kwargs: dict[str, Any] = {} if resend is None else {"resend": resend}
-    return await publish_enveloped(
-        nc,
-        subjects,
-        records,
-        ids,
-        ack_policy=ack_policy,
-        window=window,
-        ack_timeout=ack_timeout,
-        sent_ns=sent_ns,
-        **kwargs,
-    )
+    return await publish_enveloped(nc, subjects, records, ids, options, sent_ns=sent_ns)
 
 
 def _check_subject(subject: str) -> None:

@@ -18,7 +18,8 @@ from ..types import Ack, AckPolicy, Record
 from .correlation import correlation_ids
 from .nats_engine import outcome_acks, partition_subject, publish_enveloped
 from .nats_link import connect_nats
-from .resend import NO_RESEND, ResendPolicy
+from .options import PublishOptions
+from .resend import NO_RESEND
 
 __all__ = ["NatsPublisher", "publish_many_direct"]
 
@@ -101,18 +102,16 @@ class NatsPublisher:
         self,
         subject: str,
         records: Iterable[Record | bytes],
-        *,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        window: int = 1024,
-        timeout: float = 10.0,
-        resend: ResendPolicy = NO_RESEND,
+        options: PublishOptions | None = None,
     ) -> list[Ack]:
         """Publish records on the partition subjects of the stream subject ``subject`` (a
-        record's ``partition`` picks ``subject.N``), at most ``window`` unacknowledged at a time,
-        and return their acks in input order (``[]`` with ``AckPolicy.NONE``).
+        record's ``partition`` picks ``subject.N``; ``options.partition`` and ``partitioner``
+        are not used) with ``options`` (ack policy default ``LEADER``, at most ``window``
+        unacknowledged at a time, default 1024), and return their acks in input order (``[]``
+        with ``AckPolicy.NONE``).
 
-        A record without an ack ``timeout`` seconds after it was sent fails the call with an
-        :class:`AckTimeoutError`, unless ``resend`` allows sending it again (e.g.
+        A record without an ack ``options.timeout`` seconds after it was sent (default 10) fails
+        the call with an :class:`AckTimeoutError`, unless ``options.resend`` allows sending it again (e.g.
         :data:`DEFAULT_RESEND`: at-least-once). This standalone publisher never re-sends unless
         asked, because exactly-once publishing builds on it; ``LiftbridgeClient.publish_many``
         re-sends by default. A message the broker drops without an ack (paused or read-only
@@ -121,11 +120,12 @@ class NatsPublisher:
         :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
             typed error of each (``IncorrectOffsetError``, ``MessageTooLargeError``,
             ``AckTimeoutError``, ...).
-        :raises InvalidArgumentError: a bad window, record or duplicate correlation id, before
+        :raises InvalidArgumentError: a bad record or duplicate correlation id, before
             anything is sent.
         """
-        if window < 1:
-            raise InvalidArgumentError(f"window must be at least 1, got {window}")
+        options = options or PublishOptions()
+        if options.resend is None:
+            options = options.replace(resend=NO_RESEND)
         items: list[Record | bytes] = list(records)
         kinds = set(map(type, items))  # at C speed: the per-record work below is for mixed input
         if not kinds <= {bytes, Record}:
@@ -146,17 +146,8 @@ class NatsPublisher:
                 if p not in subject_of:
                     subject_of[p] = partition_subject(subject, p)
                 subjects.append(subject_of[p])
-        out = await publish_enveloped(
-            self._nc,
-            subjects,
-            items,
-            correlation_ids(items),
-            ack_policy=ack_policy,
-            window=window,
-            ack_timeout=timeout,
-            resend=resend,
-        )
-        return outcome_acks(out, f"subject {subject!r} (ack timeout {timeout:g} s)")
+        out = await publish_enveloped(self._nc, subjects, items, correlation_ids(items), options)
+        return outcome_acks(out, f"subject {subject!r} (ack timeout {options.wait:g} s)")
 
 
 def _decode_ack(data: bytes) -> Ack | None:
@@ -171,11 +162,8 @@ def publish_many_direct(
     servers: str | Sequence[str],
     subject: str,
     records: Iterable[Record | bytes],
+    options: PublishOptions | None = None,
     *,
-    ack_policy: AckPolicy = AckPolicy.LEADER,
-    window: int = 1024,
-    timeout: float = 10.0,
-    resend: ResendPolicy = NO_RESEND,
     security: NatsSecurity | None = None,
 ) -> list[Ack]:
     """Blocking convenience for code without an event loop: connect (with ``security``: TLS and
@@ -187,8 +175,6 @@ def publish_many_direct(
 
     async def run() -> list[Ack]:
         async with await NatsPublisher.connect(servers, security=security) as pub:
-            return await pub.publish_many(
-                subject, records, ack_policy=ack_policy, window=window, timeout=timeout, resend=resend
-            )
+            return await pub.publish_many(subject, records, options)
 
     return asyncio.run(run())

@@ -18,7 +18,8 @@ from ..errors import InvalidArgumentError, PublishError
 from ..routing import ClientCore
 from ..types import Ack, Record, StreamInfo
 from ..write_stats import WriteStats
-from .batch import BatchOptions, Route, discard_nats, held, open_route, send_batch
+from .batch import Route, discard_nats, held, open_route, send_batch
+from .options import PublishOptions
 from .summary import PublishSummary
 
 __all__ = ["DEFAULT_BATCH", "BatchPublisher"]
@@ -36,7 +37,8 @@ class BatchPublisher:
 
     :param run: executes an operation on the client's transport.
     :param core: the client's shared state.
-    :param options: validated options (see :func:`.batch.batch_options`).
+    :param stream: the stream published to.
+    :param options: the options, with the client's defaults filled in (see :func:`.batch.resolve_options`).
     :param info: the stream's metadata if the caller has just read it (saves reading it again).
     :param write_stats: measure every acknowledged record's latency (publish -> leader reception,
         publish -> commit) and the throughput in :attr:`stats`.
@@ -46,27 +48,26 @@ class BatchPublisher:
         self,
         run: Callable[[Op[Any]], Any],
         core: ClientCore,
-        options: BatchOptions,
+        stream: str,
+        options: PublishOptions,
         info: StreamInfo | None = None,
         *,
         write_stats: bool = False,
     ) -> None:
         self._run = run
         self._core = core
+        #: The stream published to.
+        self.stream = stream
+        #: The options every batch is sent with (the client's defaults filled in).
         self.options = options
         self._info = info
         self._route: Route | None = None
         #: Latency and throughput of what this publisher sent (``None`` unless ``write_stats``).
         self.stats: WriteStats | None = WriteStats() if write_stats else None
 
-    @property
-    def stream(self) -> str:
-        """The stream published to."""
-        return self.options.stream
-
     def _open(self) -> Route:
         if self._route is None:
-            self._route = self._run(open_route(self._core, self.options, self._info))
+            self._route = self._run(open_route(self._core, self.stream, self.options, self._info))
         return self._route
 
     @property
@@ -92,7 +93,7 @@ class BatchPublisher:
         items = held(records)
         if not items:
             return []
-        acks: list[Ack] = self._run(send_batch(self._core, self.options, self._open(), items, self.stats))
+        acks: list[Ack] = self._run(send_batch(self._core, self.stream, self.options, self._open(), items, self.stats))
         return acks
 
     def publish(
@@ -118,7 +119,7 @@ class BatchPublisher:
         """
         if batch < 1:
             raise InvalidArgumentError(f"batch must be at least 1, got {batch}")
-        summary = summary if summary is not None else PublishSummary(self.stream, self.options.ack_policy)
+        summary = summary if summary is not None else PublishSummary(self.stream, self.options.policy)
         iterator = iter(records)
         start = 0
         while chunk := list(itertools.islice(iterator, batch)):
