@@ -14,11 +14,19 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, json_value
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets
-from airflow_provider_liftbridge.validation import check_stream
+from airflow_provider_liftbridge.validation import bad_argument, check_bool, check_choice, check_stream, optional
 
 from .reading import LiftbridgeReadingOperator
 
-__all__ = ["ON_ERROR", "VALUE_FORMATS", "LiftbridgeConsumeOperator", "resolve_callable"]
+__all__ = [
+    "ON_ERROR",
+    "VALUE_FORMATS",
+    "LiftbridgeConsumeOperator",
+    "check_args",
+    "check_callable",
+    "check_kwargs",
+    "resolve_callable",
+]
 
 ON_ERROR = ("fail", "dead_letter")
 VALUE_FORMATS = ("bytes", "json")
@@ -46,6 +54,35 @@ def resolve_callable(name: str, value: Any) -> Callable[..., Any]:
     if not callable(func):
         raise LiftbridgeArgumentError(f"{name} {value!r} is not callable: name a function")
     return func  # type: ignore[no-any-return]
+
+
+def check_callable(value: Any, name: str) -> Callable[..., Any]:
+    """A validator: :func:`resolve_callable` with the ``(value, name)`` signature of ``validation``."""
+    return resolve_callable(name, value)
+
+
+def check_args(value: Any, name: str) -> list[Any]:
+    """Positional arguments: a list or tuple (``None``: none).
+
+    :raises LiftbridgeArgumentError: anything else (a string would be spread into characters).
+    """
+    if value is None:
+        return []
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise bad_argument(name, value, "a list of positional arguments", f"e.g. {name}=['orders']")
+    return list(value)
+
+
+def check_kwargs(value: Any, name: str) -> dict[str, Any]:
+    """Keyword arguments: a dict (``None``: none).
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise bad_argument(name, value, "a dict of keyword arguments", f"e.g. {name}={{'table': 'orders'}}")
+    return dict(value)
 
 
 def _decoded(message: Message) -> Message:
@@ -90,6 +127,16 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         "apply_function_kwargs",
         "dead_letter_stream",
     )
+    argument_checks = {
+        "apply_function": optional(check_callable),
+        "apply_function_batch": optional(check_callable),
+        "apply_function_args": check_args,
+        "apply_function_kwargs": check_kwargs,
+        "value_format": check_choice(VALUE_FORMATS),
+        "on_error": check_choice(ON_ERROR),
+        "dead_letter_stream": optional(check_stream),
+        "create_dead_letter_stream": check_bool,
+    }
 
     def __init__(
         self,
@@ -111,12 +158,13 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         self.value_format = value_format
         self.on_error = on_error
         self.dead_letter_stream = dead_letter_stream
-        self.create_dead_letter_stream = bool(create_dead_letter_stream)
+        self.create_dead_letter_stream = create_dead_letter_stream
         super().__init__(**kwargs)
+        self.check_literal_arguments(LiftbridgeConsumeOperator)
 
     def check_arguments(self, *, rendered: bool) -> None:
-        """The reading arguments, and: exactly one function that imports, a known value format
-        and error handling, a dead-letter stream when dead-lettering.
+        """The reading arguments' combination, and: exactly one function, a dead-letter stream
+        when dead-lettering (each argument alone is checked by ``argument_checks``).
 
         :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
@@ -127,30 +175,8 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
                 "give exactly one of apply_function (called per message) and apply_function_batch (called per batch"
                 f" of up to max_batch_size messages); got {'both' if given else 'neither'}"
             )
-        resolve_callable(given[0], getattr(self, given[0]))
-        if self.value_format not in VALUE_FORMATS:
-            raise LiftbridgeArgumentError(
-                f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {self.value_format!r}"
-            )
-        if self.on_error not in ON_ERROR:
-            raise LiftbridgeArgumentError(f"on_error must be one of {', '.join(ON_ERROR)}; got {self.on_error!r}")
-        if self.on_error == "dead_letter":
-            if not self.dead_letter_stream:
-                raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
-            if rendered or "{{" not in str(self.dead_letter_stream):
-                check_stream(self.dead_letter_stream)
-        if self.apply_function_args is not None and (
-            isinstance(self.apply_function_args, str | bytes) or not isinstance(self.apply_function_args, Sequence)
-        ):
-            if rendered or "{{" not in str(self.apply_function_args):
-                raise LiftbridgeArgumentError(
-                    f"apply_function_args must be a list, got {type(self.apply_function_args).__name__}"
-                )
-        if self.apply_function_kwargs is not None and not isinstance(self.apply_function_kwargs, Mapping):
-            if rendered or "{{" not in str(self.apply_function_kwargs):
-                raise LiftbridgeArgumentError(
-                    f"apply_function_kwargs must be a dict, got {type(self.apply_function_kwargs).__name__}"
-                )
+        if self.on_error == "dead_letter" and not self.dead_letter_stream:
+            raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
 
     def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
         """The per-message or per-batch handler, with decoding and dead letters as asked.
@@ -160,9 +186,9 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         dead_letters: DeadLetters | None = None
         if self.on_error == "dead_letter":
             dead_letters = DeadLetters(client, str(self.dead_letter_stream))
-            dead_letters.check(create=self.create_dead_letter_stream)
-        args = list(self.apply_function_args or ())
-        kwargs = dict(self.apply_function_kwargs or {})
+            dead_letters.check(create=check_bool(self.create_dead_letter_stream, "create_dead_letter_stream"))
+        args = check_args(self.apply_function_args, "apply_function_args")
+        kwargs = check_kwargs(self.apply_function_kwargs, "apply_function_kwargs")
         decode = _decoded if self.value_format == "json" else None
         if self.apply_function is not None:
             func = resolve_callable("apply_function", self.apply_function)

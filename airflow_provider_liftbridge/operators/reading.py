@@ -20,23 +20,35 @@ from typing import Any
 
 from airflow.sdk import Context, conf
 
-from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, StartPosition
+from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
+    COMMIT_CADENCES,
     BatchFailed,
     BatchHandler,
     PartitionPlan,
     PartitionReport,
     RangePlanner,
     StartSpec,
-    check_batch_size,
     check_cadence,
     read_plan,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
-from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
+from airflow_provider_liftbridge.validation import (
+    bad_argument,
+    check_bool,
+    check_choice,
+    check_name,
+    check_non_negative_int,
+    check_partition_list,
+    check_positive_int,
+    check_timeout,
+    optional,
+    parse_start_at,
+    waits_for_rendering,
+)
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
@@ -45,41 +57,32 @@ __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start
 
 #: Asked before each batch in a consumer group: is the plan's partition still this task's?
 KeepReading = Callable[[PartitionPlan], bool]
+#: Seconds to wait for ``min_messages`` unless ``poll_timeout`` says otherwise (the Kafka operator's 60).
+DEFAULT_POLL_TIMEOUT = 60.0
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
 MIN_MESSAGES_POLL = 1.0
 
 
-def _later(value: Any) -> bool:
-    """A value Airflow will render before ``execute`` (checked then, not at parse time)."""
-    return isinstance(value, str) and "{{" in value
-
-
-def parse_partitions(value: Any) -> list[int] | None:
+def parse_partitions(value: Any, name: str = "partitions") -> list[int] | None:
     """``partitions`` as given or rendered: ``None``/``""`` (all), an int, a list of ints, or
-    their text (``"1"``, ``"0,2"``, ``"[0, 2]"``, what a template renders).
+    their text (``"1"``, ``"0,2"``, ``"[0, 2]"``, what a template renders), sorted, once each.
 
     :raises LiftbridgeArgumentError: anything else, or a negative number.
     """
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        text = value.strip()
+    if isinstance(value, str) and value.strip().startswith("["):
         try:
-            value = json.loads(text) if text.startswith("[") else [p for p in text.split(",") if p.strip()]
+            value = json.loads(value)
         except ValueError:
-            raise LiftbridgeArgumentError(
-                f"partitions {value!r} is not a list of partition numbers; give e.g. [0, 1] or '0,1'"
-            ) from None
-    if isinstance(value, int | str) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, Sequence) or not value:
-        raise LiftbridgeArgumentError(
-            f"partitions must be a non-empty list of partition numbers (or None for all), got {value!r}"
-        )
-    return sorted({check_partition(p, "partitions") for p in value})
+            raise bad_argument(name, value, "a list of partition numbers", f"e.g. {name}=[0, 1] or '0,1'") from None
+    elif isinstance(value, str) and "," in value:
+        value = [p.strip() for p in value.split(",") if p.strip()]
+    partitions = check_partition_list(value, name)
+    if partitions is not None and not partitions:
+        raise bad_argument(name, value, "at least one partition number", f"e.g. {name}=[0], or None for all")
+    return None if partitions is None else sorted(set(partitions))
 
 
-def parse_reading_start(value: Any) -> StartSpec:
+def parse_reading_start(value: Any, name: str = "start_at") -> StartSpec:
     """``start_at``: ``"earliest"``, ``"latest"`` (``"new_only"`` means the same here), an offset,
     an aware ``datetime``, an ISO 8601 timestamp, or epoch milliseconds as ``"<digits>ms"``.
 
@@ -87,22 +90,8 @@ def parse_reading_start(value: Any) -> StartSpec:
     """
     if isinstance(value, str) and value.strip().endswith("ms") and value.strip()[:-2].isdigit():
         return dt.datetime.fromtimestamp(int(value.strip()[:-2]) / 1000, dt.UTC)
-    start = parse_start_at(value)
+    start = parse_start_at(value, name)
     return StartPosition.LATEST if start is StartPosition.NEW_ONLY else start
-
-
-def _positive_or_none(name: str, value: Any, *, zero: bool = False) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(value)
-    except (TypeError, ValueError):
-        raise LiftbridgeArgumentError(f"{name} must be a whole number, got {value!r}") from None
-    if number < (0 if zero else 1):
-        raise LiftbridgeArgumentError(f"{name} must be at least {0 if zero else 1} (or None), got {value!r}")
-    return number
 
 
 def plan_key_of(context: Context) -> tuple[str, str]:
@@ -153,6 +142,18 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     """
 
     template_fields: Sequence[str] = ("stream", "partitions", "cursor_id", "group_id", "start_at", "liftbridge_conn_id")
+    argument_checks = {
+        "partitions": parse_partitions,
+        "cursor_id": optional(check_name),
+        "group_id": optional(check_name),
+        "start_at": parse_reading_start,
+        "max_messages": optional(check_positive_int),
+        "max_batch_size": check_positive_int,
+        "commit_cadence": check_choice(COMMIT_CADENCES),
+        "min_messages": optional(check_non_negative_int),
+        "poll_timeout": check_timeout,
+        "deferrable": check_bool,
+    }
 
     def __init__(
         self,
@@ -166,11 +167,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         max_batch_size: int = 1000,
         commit_cadence: str = "end_of_batch",
         min_messages: int | None = None,
-        poll_timeout: float = 60.0,
+        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
-        super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.cursor_id = cursor_id
         self.group_id = group_id
@@ -181,40 +181,24 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.min_messages = min_messages
         self.poll_timeout = poll_timeout
         self.deferrable = deferrable
-        self.check_arguments(rendered=False)
+        super().__init__(stream=stream, **kwargs)
+        self.check_literal_arguments(LiftbridgeReadingOperator)
 
     # -- arguments ----------------------------------------------------------------------------
+    def check_combination(self, *, rendered: bool) -> None:
+        """Runs :meth:`check_arguments` once the reading arguments are set (the base classes
+        call this before that, at the end of their ``__init__``)."""
+        super().check_combination(rendered=rendered)
+        if hasattr(self, "deferrable"):
+            self.check_arguments(rendered=rendered)
+
     def check_arguments(self, *, rendered: bool) -> None:
-        """Validate the arguments; before rendering, templated values (``{{ ... }}``) are left
-        for the check after rendering.
+        """What depends on several arguments (each one alone is checked by ``argument_checks``):
+        a position (``cursor_id`` or ``group_id``, one of them), no ``partitions`` with a group.
+        Subclasses add theirs; a value that waits for rendering is checked after rendering.
 
-        :raises LiftbridgeArgumentError: the argument at fault is named, with what it accepts.
+        :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
-
-        def literal(value: Any) -> bool:
-            return rendered or not _later(value)
-
-        if literal(self.stream):
-            check_stream(self.stream)
-        if literal(self.partitions):
-            parse_partitions(self.partitions)
-        if literal(self.start_at):
-            parse_reading_start(self.start_at)
-        _positive_or_none("max_messages", self.max_messages)
-        _positive_or_none("min_messages", self.min_messages, zero=True)
-        try:
-            check_batch_size(self.max_batch_size)
-            check_cadence(self.commit_cadence)
-        except InvalidArgumentError as exc:
-            raise LiftbridgeArgumentError(str(exc)) from None
-        if (
-            isinstance(self.poll_timeout, bool)
-            or not isinstance(self.poll_timeout, int | float)
-            or self.poll_timeout <= 0
-        ):
-            raise LiftbridgeArgumentError(
-                f"poll_timeout must be a positive number of seconds, got {self.poll_timeout!r}"
-            )
         cursor, group = self.cursor_id, self.group_id
         if not cursor and not group:
             raise LiftbridgeArgumentError(
@@ -223,10 +207,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             )
         if cursor and group:
             raise LiftbridgeArgumentError("give cursor_id or group_id, not both")
-        if group and literal(self.partitions) and parse_partitions(self.partitions) is not None:
+        partitions = self.partitions
+        if group and (rendered or not waits_for_rendering(partitions)) and parse_partitions(partitions) is not None:
             raise LiftbridgeArgumentError(
                 "with group_id the consumer group assigns the partitions: leave partitions unset"
             )
+
+    @property
+    def _poll_timeout(self) -> float:
+        return check_timeout(self.poll_timeout, "poll_timeout") or DEFAULT_POLL_TIMEOUT
 
     @property
     def position_cursor(self) -> str:
@@ -263,7 +252,6 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         :raises LiftbridgeAirflowError: the handler failed on a message (named by stream,
             partition and offset), or ``min_messages`` were not there within ``poll_timeout``.
         """
-        self.check_arguments(rendered=True)
         with self._partitions(client) as (partitions, keep_reading):
             plan_key, run_id = plan_key_of(context)
             planner = RangePlanner(
@@ -273,7 +261,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 plan_key=plan_key,
                 run_id=run_id,
                 start_at=parse_reading_start(self.start_at),
-                max_messages=_positive_or_none("max_messages", self.max_messages),
+                max_messages=optional(check_positive_int)(self.max_messages, "max_messages"),
             )
             partitions = planner.check_partitions(partitions)
             self._wait_for_messages(planner, partitions, context)
@@ -357,7 +345,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         :raises TaskDeferred: ``deferrable`` and not there yet.
         :raises LiftbridgeAirflowError: not there within ``poll_timeout`` (in the worker).
         """
-        wanted = _positive_or_none("min_messages", self.min_messages, zero=True)
+        wanted = optional(check_non_negative_int)(self.min_messages, "min_messages")
         if not wanted or not partitions:
             return
         if planner.has_plan(partitions):
@@ -378,11 +366,11 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 self,
                 check=enough,
                 trigger=trigger,
-                timeout=timedelta(seconds=float(self.poll_timeout)),
+                timeout=timedelta(seconds=self._poll_timeout),
                 method_name="execute_complete",
             )
             return
-        deadline = time.monotonic() + float(self.poll_timeout)
+        deadline = time.monotonic() + self._poll_timeout
         while True:
             have = sum(planner.pending(partitions).values())
             if have >= wanted:

@@ -14,7 +14,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, PartitionReport
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
-from airflow_provider_liftbridge.validation import check_stream
+from airflow_provider_liftbridge.validation import check_positive_int, check_stream, waits_for_rendering
 
 from .consume import ON_ERROR, resolve_callable
 from .file_writers import (
@@ -122,6 +122,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     ) -> None:
         if "max_batch_size" in kwargs:
             raise LiftbridgeArgumentError("give max_rows_per_file: a batch of the archiver is one file")
+        if not waits_for_rendering(max_rows_per_file):  # named as the archiver's parameter, not max_batch_size
+            check_positive_int(max_rows_per_file, "max_rows_per_file")
         self.path = path
         self.format = format
         self.value_format = value_format

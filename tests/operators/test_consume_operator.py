@@ -257,19 +257,23 @@ def test_bad_input_at_run_time_fails_before_reading_and_names_the_fix(
         LiftbridgeConsumeOperator(
             task_id="no_stream", stream=f"{stream_name}-missing", cursor_id="s", apply_function=record
         )
+        LiftbridgeConsumeOperator(  # checked by the same validator once rendered
+            task_id="bad_rendered", stream=stream_name, cursor_id="r", apply_function=record, partitions="{{ 'x,y' }}"
+        )
     register_dag(dag)
     dag_run = dag.test()
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
     assert set(states.values()) == {"failed"}, states
     assert [o for _, o, _ in support.SEEN] == [0]  # the not_json task, before offset 1
     assert liftbridge_client.fetch_cursor("j", stream_name, 0) == 0
-    assert [liftbridge_client.fetch_cursor(c, stream_name, 0) for c in "dps"] == [-1, -1, -1]
+    assert [liftbridge_client.fetch_cursor(c, stream_name, 0) for c in "dpsr"] == [-1, -1, -1, -1]
     logs = capfd.readouterr().out
     for words in (
         f"apply_function failed at stream '{stream_name}' partition 0 offset 1: NotJsonError",
         f"dead-letter stream '{stream_name}-missing' does not exist: create it, or pass create_dead_letter_stream=True",
         f"stream '{stream_name}' has no partition 3 (it has partitions 0..0): fix partitions",
         f"stream '{stream_name}-missing' does not exist: create it first, or fix the stream name",
+        "partitions=['x', 'y'] is not valid: partition numbers are whole numbers",
     ):
         assert words in logs, words
 
@@ -380,19 +384,25 @@ def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbri
         ({"apply_function": "no_such_pkg.handle"}, "apply_function 'no_such_pkg.handle' cannot be imported"),
         ({"apply_function_batch": "json"}, "must be a callable or a dotted path"),
         ({"apply_function": "json.JSONDecoder.nope"}, "cannot be imported"),
-        ({"max_batch_size": 0}, "max_batch_size must be a whole number of at least 1, got 0"),
-        ({"max_batch_size": -5}, "max_batch_size must be a whole number of at least 1, got -5"),
-        ({"max_messages": 0}, "max_messages must be at least 1"),
-        ({"commit_cadence": "sometimes"}, "commit_cadence must be one of end_of_batch, end_of_operator, never"),
+        ({"max_batch_size": 0}, "max_batch_size=0 is not valid: a whole number, 1 or more"),
+        ({"max_batch_size": -5}, "max_batch_size=-5 is not valid: a whole number, 1 or more"),
+        ({"max_messages": 0}, "max_messages=0 is not valid: a whole number, 1 or more"),
+        (
+            {"commit_cadence": "sometimes"},
+            "commit_cadence='sometimes' is not valid: use one of 'end_of_batch', 'end_of_operator', 'never'",
+        ),
         ({"cursor_id": None}, "give cursor_id (the cursor that keeps this task's position) or group_id"),
         ({"group_id": "g"}, "give cursor_id or group_id, not both"),
         ({"cursor_id": None, "group_id": "g", "partitions": [0]}, "with group_id the consumer group assigns"),
         ({"on_error": "dead_letter"}, "on_error='dead_letter' needs dead_letter_stream"),
-        ({"on_error": "skip"}, "on_error must be one of fail, dead_letter"),
-        ({"value_format": "avro"}, "value_format must be one of bytes, json"),
+        ({"on_error": "skip"}, "on_error='skip' is not valid: use one of 'fail', 'dead_letter'"),
+        ({"apply_function_args": "orders"}, "apply_function_args='orders' is not valid: a list of positional"),
+        ({"apply_function_kwargs": ["a"]}, "apply_function_kwargs=['a'] is not valid: a dict of keyword arguments"),
+        ({"partitions": "[0,"}, "partitions='[0,' is not valid: a list of partition numbers"),
+        ({"value_format": "avro"}, "value_format='avro' is not valid: use one of 'bytes', 'json'"),
         ({"start_at": "yesterday-ish"}, "start_at='yesterday-ish' is not valid: a start position is an offset"),
-        ({"partitions": [0, -1]}, "partitions=-1 is not valid: a partition number"),
-        ({"poll_timeout": 0}, "poll_timeout must be a positive number of seconds"),
+        ({"partitions": [0, -1]}, "partitions=[0, -1] is not valid: partition numbers are whole numbers, 0 or more"),
+        ({"poll_timeout": 0}, "poll_timeout=0 is not valid: a positive number of seconds"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], words: str) -> None:

@@ -195,7 +195,7 @@ def test_a_value_that_is_not_json_goes_to_the_dead_letter_stream(
     [
         ({"format": "avro"}, "format 'avro' is unknown"),
         ({"value_format": "xml"}, "value_format must be one of"),
-        ({"max_rows_per_file": 0}, "max_rows_per_file must be"),
+        ({"max_rows_per_file": 0}, "max_rows_per_file=0 is not valid"),
         ({"on_error": "dead_letter"}, "needs dead_letter_stream"),
         ({"cursor_id": None}, "give cursor_id"),
         ({"on_file": "no.such.module.func"}, "on_file 'no.such.module.func' cannot be imported"),
