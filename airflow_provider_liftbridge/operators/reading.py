@@ -388,7 +388,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         the exact condition; with several the task checks all of them again when it fires."""
         partition = min(pending)
         position = planner.client.fetch_cursor(planner.position_cursor, self.stream, partition)
-        hw = planner.client.fetch_partition_metadata(self.stream, partition).high_watermark
+        hw = planner.high_watermark(partition)
         start = position + 1 if position >= 0 else hw + 1 - pending[partition]
         target = start + pending[partition] + missing - 1
         return LiftbridgeOffsetTrigger(

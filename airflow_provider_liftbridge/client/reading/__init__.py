@@ -14,7 +14,16 @@ See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 from __future__ import annotations
 
 from .dead_letter import DEAD_LETTER_HEADERS, DeadLetters, NotJsonError, dead_letter_headers, json_value
-from .plan import NO_PLAN, PartitionPlan, RangePlanner, StartSpec, plan_cursor_ids, plan_start_cursor_id, run_tag
+from .plan import (
+    NO_PLAN,
+    PartitionPlan,
+    RangePlanner,
+    StartSpec,
+    high_watermark,
+    plan_cursor_ids,
+    plan_start_cursor_id,
+    run_tag,
+)
 from .runner import (
     COMMIT_CADENCES,
     BatchFailed,
@@ -44,6 +53,7 @@ __all__ = [
     "check_batch_size",
     "check_cadence",
     "dead_letter_headers",
+    "high_watermark",
     "json_value",
     "plan_cursor_ids",
     "plan_start_cursor_id",

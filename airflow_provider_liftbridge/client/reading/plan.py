@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
+from ..errors import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError, PartitionPausedError
 from ..sync_client import LiftbridgeClient
 from ..types import StartPosition
 
@@ -41,6 +41,7 @@ __all__ = [
     "PartitionPlan",
     "RangePlanner",
     "StartSpec",
+    "high_watermark",
     "plan_cursor_ids",
     "plan_start_cursor_id",
     "run_tag",
@@ -71,6 +72,22 @@ def plan_cursor_ids(position_cursor: str, plan_key: str) -> tuple[str, str]:
 def plan_start_cursor_id(position_cursor: str, plan_key: str) -> str:
     """The cursor id holding a plan's first offset (see the module docstring)."""
     return f"{position_cursor}|plan-start|{plan_key}"
+
+
+def high_watermark(client: LiftbridgeClient, stream: str, partition: int) -> int:
+    """The partition's high watermark; for a paused partition (whose leader does not answer for
+    it) the one in the cluster's metadata, without resuming it.
+
+    :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
+    """
+    try:
+        return client.fetch_partition_metadata(stream, partition).high_watermark
+    except PartitionPausedError:
+        info = client.fetch_metadata([stream]).streams.get(stream)
+        part = info.partitions.get(partition) if info is not None else None
+        if part is None:
+            raise
+        return part.high_watermark
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +189,10 @@ class RangePlanner:
             )
         return sorted(set(partitions))
 
+    def high_watermark(self, partition: int) -> int:
+        """:func:`high_watermark` of this stream's ``partition``."""
+        return high_watermark(self.client, self.stream, partition)
+
     def pending(self, partitions: Iterable[int]) -> dict[int, int]:
         """Per partition, how many committed messages lie after the position (nothing is stored).
 
@@ -181,7 +202,7 @@ class RangePlanner:
         """
         out = {}
         for partition in partitions:
-            hw = self.client.fetch_partition_metadata(self.stream, partition).high_watermark
+            hw = self.high_watermark(partition)
             position = self.client.fetch_cursor(self.position_cursor, self.stream, partition)
             start = position + 1 if position >= 0 else self._start_offset(partition, hw)
             out[partition] = max(0, hw + 1 - start)
@@ -209,7 +230,7 @@ class RangePlanner:
     def _plan_partition(self, partition: int) -> PartitionPlan:
         client, stream = self.client, self.stream
         position = client.fetch_cursor(self.position_cursor, stream, partition)  # CursorsDisabledError first
-        hw = client.fetch_partition_metadata(stream, partition).high_watermark
+        hw = self.high_watermark(partition)
         end = client.fetch_cursor(self.end_cursor, stream, partition)
         if end != NO_PLAN and client.fetch_cursor(self.tag_cursor, stream, partition) == self.tag:
             start = client.fetch_cursor(self.start_cursor, stream, partition)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..errors import InvalidArgumentError
 from ..sync_client import LiftbridgeClient
 from ..types import Message
-from .plan import PartitionPlan
+from .plan import PartitionPlan, high_watermark
 
 __all__ = [
     "COMMIT_CADENCES",
@@ -137,8 +137,10 @@ def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) 
     """
     if plan.remaining == 0:
         return
+    # resume=True: a paused partition (idle auto-pause, or paused by hand) still holds what the
+    # plan covers; reading it resumes it, as any Liftbridge reader that wants its data must.
     messages = client.subscribe(
-        plan.stream, partition=plan.partition, start_at=plan.next_offset, stop_at=plan.last_offset
+        plan.stream, partition=plan.partition, start_at=plan.next_offset, stop_at=plan.last_offset, resume=True
     )
     last = plan.last_offset
     try:
@@ -244,6 +246,6 @@ def read_plan(
     for plan in plans:
         report = reports[plan.partition]
         done_to = report.last_offset if report.last_offset is not None else plan.next_offset - 1
-        hw = client.fetch_partition_metadata(plan.stream, plan.partition).high_watermark
+        hw = high_watermark(client, plan.stream, plan.partition)
         report.lag = max(0, hw - done_to)
     return reports
