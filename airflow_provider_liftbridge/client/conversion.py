@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import fields
 from typing import Any
 
@@ -44,6 +44,16 @@ class LazyHeaders(Mapping[str, bytes]):
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._dict().get(name, default)
+
+    # The copy's own views: Mapping's generic ones look every value up again through __getitem__.
+    def keys(self) -> KeysView[str]:
+        return self._dict().keys()
+
+    def values(self) -> ValuesView[bytes]:
+        return self._dict().values()
+
+    def items(self) -> ItemsView[str, bytes]:
+        return self._dict().items()
 
     def __eq__(self, other: object) -> bool:
         return self._dict() == (dict(other.items()) if isinstance(other, Mapping) else other)
