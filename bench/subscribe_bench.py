@@ -88,6 +88,7 @@ def layers(n: int) -> None:
     """Print our layers' CPU per message over a fake call of ``n`` prebuilt messages."""
     from airflow_provider_liftbridge.client import AckPolicy, async_client, subscription, sync_client
     from airflow_provider_liftbridge.client.routing import ClientCore
+    from airflow_provider_liftbridge.client.settings import ConnectionSettings
     from airflow_provider_liftbridge.client.types import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 
     responses = [api_pb2.Message()] + [
@@ -96,7 +97,7 @@ def layers(n: int) -> None:
     ]
 
     def core() -> ClientCore:
-        core = ClientCore(["b:1"], timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER, resubscribe_wait=30.0)
+        core = ClientCore(ConnectionSettings(("b:1",), timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER))
         part = PartitionInfo("s", 0, "b1", ("b1",), ("b1",), n - 1, n - 1, False, False, 0, 0)
         core.cache.update(Metadata((BrokerInfo("b1", "b", 1, 1, 1),), {"s": StreamInfo("s", "s", 0, {0: part})}), None)
         return core

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
 
 from .channels import ChannelFactory
 from .errors import InvalidArgumentError
 from .routing import ClientCore
+from .settings import ConnectionSettings
 from .types import AckPolicy, TlsConfig
 
 #: How the asyncio client reads subscriptions (see :class:`ClientBase`).
 SubscriptionReader = Literal["thread", "aio"]
+
+_C = TypeVar("_C", bound="ClientBase")
 
 
 class ClientBase:
@@ -44,6 +47,9 @@ class ClientBase:
     :param backoff_max: longest retry wait in seconds.
     :raises InvalidArgumentError: a malformed broker address, unreadable TLS files, a certificate
         without its key, a non-positive timeout, an unknown ``subscription_reader``.
+
+    The connection keywords make a :class:`~.settings.ConnectionSettings`, which checks them;
+    :meth:`from_settings` takes one made elsewhere (the hook, Spark executors).
     """
 
     def __init__(
@@ -62,24 +68,65 @@ class ClientBase:
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
     ) -> None:
-        if subscription_reader not in ("thread", "aio"):
-            raise InvalidArgumentError(f"subscription_reader must be 'thread' or 'aio', got {subscription_reader!r}")
-        self.subscription_reader: SubscriptionReader = subscription_reader
-        nats = (nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers or ())
-        self._core = ClientCore(
-            brokers,
-            nats_servers=nats,
+        settings = ConnectionSettings(
+            brokers=brokers,  # type: ignore[arg-type]  # normalised to a tuple by the settings
+            tls=tls,
+            nats_servers=(nats_servers,) if isinstance(nats_servers, str) else tuple(nats_servers or ()),
+            nats_security=nats_security,
+            ack_policy=ack_policy,
             timeout=timeout,
             max_retries=max_retries,
-            ack_policy=ack_policy,
             resubscribe_wait=resubscribe_wait,
             backoff_base=backoff_base,
             backoff_max=backoff_max,
         )
-        self.tls = tls
-        self.nats_servers: tuple[str, ...] = nats
-        self.nats_security = nats_security
-        self._open(ChannelFactory(tls), subscription_channels)
+        self._start(settings, subscription_channels, subscription_reader)
+
+    @classmethod
+    def from_settings(
+        cls: type[_C],
+        settings: ConnectionSettings,
+        *,
+        subscription_channels: int = 2,
+        subscription_reader: SubscriptionReader = "thread",
+    ) -> _C:
+        """A client for ``settings`` (see the class for the other two options).
+
+        :raises InvalidArgumentError: unreadable TLS files, a certificate without its key, an
+            unknown ``subscription_reader``.
+        """
+        client = cls.__new__(cls)
+        client._start(settings, subscription_channels, subscription_reader)
+        return client
+
+    def _start(
+        self, settings: ConnectionSettings, subscription_channels: int, subscription_reader: SubscriptionReader
+    ) -> None:
+        if subscription_reader not in ("thread", "aio"):
+            raise InvalidArgumentError(f"subscription_reader must be 'thread' or 'aio', got {subscription_reader!r}")
+        self.subscription_reader: SubscriptionReader = subscription_reader
+        self._core = ClientCore(settings)
+        self._open(ChannelFactory(settings.tls), subscription_channels)
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        """The connection options this client was built from."""
+        return self._core.settings
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        """TLS settings of the gRPC channels (``None``: plaintext)."""
+        return self._core.settings.tls
+
+    @property
+    def nats_servers(self) -> tuple[str, ...]:
+        """The NATS URLs (empty: no NATS)."""
+        return self._core.settings.nats_servers
+
+    @property
+    def nats_security(self) -> NatsSecurity | None:
+        """TLS and authentication of the client's NATS connections."""
+        return self._core.settings.nats_security
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         """Set up the transport (the only thing the two clients do differently)."""

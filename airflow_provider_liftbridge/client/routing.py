@@ -9,11 +9,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-from airflow_provider_liftbridge.nats_security import check_nats_url
-
 from .errors import InvalidArgumentError
 from .partitioners import partition_for_key
 from .retry import RetryPolicy
+from .settings import ConnectionSettings
 from .types import AckPolicy, BrokerInfo, Metadata, PartitionInfo, StreamInfo
 
 #: The internal stream whose partitions hold the cursors; each cursor lives in one of them.
@@ -22,27 +21,6 @@ CURSORS_STREAM = "__cursors"
 #: How long the client trusts that the cluster has no cursors stream in its metadata before
 #: asking again, in seconds (a cluster without one takes cursor calls on any broker).
 CURSORS_RECHECK = 30.0
-
-
-def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
-    """Normalise ``"h:p"``, ``"h1:p1,h2:p2"`` or a list of those into a list of ``host:port``.
-
-    :raises InvalidArgumentError: no address, or one without a numeric port.
-    """
-    items = brokers.split(",") if isinstance(brokers, str) else [b for part in brokers for b in part.split(",")]
-    out: list[str] = []
-    for raw in items:
-        addr = raw.strip()
-        if not addr:
-            continue
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise InvalidArgumentError(f"broker address {addr!r} is not host:port; write it like '127.0.0.1:9292'")
-        if addr not in out:
-            out.append(addr)
-    if not out:
-        raise InvalidArgumentError(f"no broker address in {brokers!r}; give at least one 'host:port'")
-    return out
 
 
 class MetadataCache:
@@ -82,48 +60,24 @@ class MetadataCache:
             return [b.address for b in self._brokers.values()]
 
 
-def _nats_urls(servers: str | Sequence[str]) -> tuple[str, ...]:
-    """The NATS URLs, checked (a URL that is not one would otherwise read as a host name and the
-    NATS path fail later, or quietly fall back to gRPC).
-
-    :raises InvalidArgumentError: one is not a NATS URL.
-    """
-    entries = [s for s in servers.split(",") if s.strip()] if isinstance(servers, str) else list(servers)
-    try:
-        return tuple(check_nats_url(entry) for entry in entries)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"nats_servers: {exc}") from None
-
-
 class ClientCore:
-    """Configuration and state shared by both clients; no I/O happens here."""
+    """Configuration and state shared by both clients; no I/O happens here.
 
-    def __init__(
-        self,
-        brokers: str | Sequence[str],
-        *,
-        timeout: float,
-        max_retries: int,
-        ack_policy: AckPolicy,
-        resubscribe_wait: float,
-        backoff_base: float = 0.05,
-        backoff_max: float = 2.0,
-        nats_servers: Sequence[str] = (),
-    ) -> None:
-        if timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if max_retries < 0:
-            raise InvalidArgumentError(f"max_retries must be 0 or more, got {max_retries!r}")
-        if resubscribe_wait < 0:
-            raise InvalidArgumentError(f"resubscribe_wait must be 0 or more seconds, got {resubscribe_wait!r}")
-        self.seeds = parse_brokers(brokers)
-        self.timeout = float(timeout)
-        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
-        self.ack_policy = AckPolicy(ack_policy)
-        self.resubscribe_wait = float(resubscribe_wait)
+    :param settings: how to reach the cluster: the one place the connection options are read
+        (validated when the settings were made).
+    """
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        #: The connection options this core was built from.
+        self.settings = settings
+        self.seeds = list(settings.brokers)
+        self.timeout = settings.timeout
+        self.retry = RetryPolicy(settings.max_retries, settings.backoff_base, settings.backoff_max)
+        self.ack_policy = settings.ack_policy
+        self.resubscribe_wait = settings.resubscribe_wait
         self.cache = MetadataCache()
         #: NATS URLs: when given, ``publish_many`` takes the NATS-direct bulk path (see ``bulk``).
-        self.nats_servers: tuple[str, ...] = _nats_urls(nats_servers)
+        self.nats_servers: tuple[str, ...] = settings.nats_servers
         self.rng = random.Random()
         #: When metadata last showed no cursors stream (monotonic seconds), or None.
         self.cursors_absent_since: float | None = None

@@ -1,32 +1,60 @@
 """How to reach a Liftbridge cluster, as one plain, picklable value.
 
-The one settings type of the project: the Airflow hook parses a ``liftbridge`` connection into
-it, Spark ships it to executors (which have no Airflow), and the command-line job builds it from
-its arguments. It imports neither Airflow nor PySpark.
+The one settings type of the project, and the one place the connection options are read and
+checked: the Airflow hook parses a ``liftbridge`` connection into it, Spark ships it to executors
+(which have no Airflow), the command-line job builds it from its arguments, and both clients are
+built from it (``LiftbridgeClient.from_settings(settings)``; their keywords make one too;
+:class:`~.routing.ClientCore` reads it). It imports
+neither Airflow nor PySpark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
+from airflow_provider_liftbridge.nats_security import NatsSecurity, check_nats_url, redact_urls
 
 from .errors import InvalidArgumentError
-from .routing import parse_brokers
 from .types import AckPolicy, TlsConfig
 
-if TYPE_CHECKING:
-    from .async_client import AsyncLiftbridgeClient
-    from .sync_client import LiftbridgeClient
-
-__all__ = ["ConnectionSettings"]
+__all__ = ["ConnectionSettings", "parse_brokers"]
 
 
-def _split(value: str | Sequence[str]) -> tuple[str, ...]:
+def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
+    """Normalise ``"h:p"``, ``"h1:p1,h2:p2"`` or a list of those into a list of ``host:port``.
+
+    :raises InvalidArgumentError: no address, or one without a numeric port.
+    """
+    items = brokers.split(",") if isinstance(brokers, str) else [b for part in brokers for b in part.split(",")]
+    out: list[str] = []
+    for raw in items:
+        addr = raw.strip()
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise InvalidArgumentError(f"broker address {addr!r} is not host:port; write it like '127.0.0.1:9292'")
+        if addr not in out:
+            out.append(addr)
+    if not out:
+        raise InvalidArgumentError(f"no broker address in {brokers!r}; give at least one 'host:port'")
+    return out
+
+
+def _nats_urls(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The NATS URLs, split at commas and checked (a URL that is not one would otherwise read as
+    a host name and the NATS path fail later, or quietly fall back to gRPC).
+
+    :raises InvalidArgumentError: one is not a NATS URL.
+    """
+    if value is None:
+        return ()
     items = value.split(",") if isinstance(value, str) else [i for part in value for i in str(part).split(",")]
-    return tuple(item.strip() for item in items if item.strip())
+    try:
+        return tuple(check_nats_url(item.strip()) for item in items if item.strip())
+    except ValueError as exc:
+        raise InvalidArgumentError(f"nats_servers: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -47,8 +75,11 @@ class ConnectionSettings:
     :param max_retries: retries of a call on an unavailable broker, cycling brokers.
     :param resubscribe_wait: how long a subscription tries to resubscribe, in seconds.
     :param conn_id: where the settings came from (an Airflow connection id), for messages.
-    :raises InvalidArgumentError: no broker, a broker that is not ``host:port``, a non-positive
-        timeout, a negative ``max_retries`` or ``resubscribe_wait``.
+    :param backoff_base: first retry wait in seconds (doubled per retry; not shipped to Spark).
+    :param backoff_max: longest retry wait in seconds (not shipped to Spark).
+    :raises InvalidArgumentError: no broker, a broker that is not ``host:port``, a NATS server
+        that is not a NATS URL, a non-positive timeout, a negative ``max_retries``,
+        ``resubscribe_wait`` or backoff.
     """
 
     brokers: tuple[str, ...]
@@ -60,18 +91,26 @@ class ConnectionSettings:
     max_retries: int = 5
     resubscribe_wait: float = 30.0
     conn_id: str | None = None
+    backoff_base: float = 0.05
+    backoff_max: float = 2.0
 
     def __post_init__(self) -> None:
         # Accept "h:p,h:p" strings and lists for convenience; store tuples (hashable, picklable).
         object.__setattr__(self, "brokers", tuple(parse_brokers(self.brokers)))
-        object.__setattr__(self, "nats_servers", _split(self.nats_servers))
+        object.__setattr__(self, "nats_servers", _nats_urls(self.nats_servers))
         object.__setattr__(self, "ack_policy", AckPolicy(self.ack_policy))
+        object.__setattr__(self, "timeout", float(self.timeout))
         if not self.timeout > 0:
             raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise InvalidArgumentError(f"max_retries must be a whole number >= 0, got {self.max_retries!r}")
         if not self.resubscribe_wait >= 0:
             raise InvalidArgumentError(f"resubscribe_wait must be 0 or more seconds, got {self.resubscribe_wait!r}")
+        if not 0 <= self.backoff_base <= self.backoff_max:
+            raise InvalidArgumentError(
+                f"backoff_base and backoff_max must be 0 <= base <= max seconds, got {self.backoff_base!r}, "
+                f"{self.backoff_max!r}"
+            )
 
     def __repr__(self) -> str:
         # NATS URLs may carry user:password@; NatsSecurity's own repr hides its secrets.
@@ -81,37 +120,3 @@ class ConnectionSettings:
             f" ack_policy={self.ack_policy.name}, timeout={self.timeout:g}, max_retries={self.max_retries},"
             f" resubscribe_wait={self.resubscribe_wait:g}, conn_id={self.conn_id!r})"
         )
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``LiftbridgeClient`` / ``AsyncLiftbridgeClient`` (brokers excluded)."""
-        return {
-            "tls": self.tls,
-            "nats_servers": self.nats_servers,
-            "nats_security": self.nats_security,
-            "timeout": self.timeout,
-            "max_retries": self.max_retries,
-            "ack_policy": self.ack_policy,
-            "resubscribe_wait": self.resubscribe_wait,
-        }
-
-    def client(self, **options: Any) -> LiftbridgeClient:
-        """A new blocking client with these settings (the caller closes it).
-
-        :param options: further constructor options (e.g. ``subscription_channels``).
-
-        :raises InvalidArgumentError: unreadable TLS files.
-        """
-        from .sync_client import LiftbridgeClient
-
-        return LiftbridgeClient(list(self.brokers), **options, **self.client_kwargs())
-
-    def async_client(self, **options: Any) -> AsyncLiftbridgeClient:
-        """A new asyncio client with these settings (the caller closes it).
-
-        :param options: further constructor options (e.g. ``subscription_reader``).
-
-        :raises InvalidArgumentError: unreadable TLS files.
-        """
-        from .async_client import AsyncLiftbridgeClient
-
-        return AsyncLiftbridgeClient(list(self.brokers), **options, **self.client_kwargs())

@@ -58,7 +58,7 @@ class LiftbridgeAsyncHook(BaseHook):
         """The async client of this connection, built on first call and reused until :meth:`aclose`."""
         if self._client is None:
             settings = await self.get_settings()
-            self._client = settings.async_client(**TRIGGERER_CLIENT_OPTIONS)
+            self._client = AsyncLiftbridgeClient.from_settings(settings, **TRIGGERER_CLIENT_OPTIONS)
         return self._client
 
     async def aclose(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import re
 from functools import cached_property
 from typing import Any
@@ -77,7 +78,7 @@ class LiftbridgeHook(BaseHook):
         """The client of this connection, built on first use and reused until :meth:`close`."""
         settings = self.settings
         self.log.info("Connecting to Liftbridge brokers %s", ", ".join(settings.brokers))
-        return settings.client()
+        return LiftbridgeClient.from_settings(settings)
 
     def get_conn(self) -> LiftbridgeClient:
         """Return :attr:`client` (the name Airflow hooks traditionally use)."""
@@ -113,11 +114,12 @@ def connection_report(settings: ConnectionSettings) -> tuple[bool, str]:
     failed: list[str] = []
     cluster: set[str] = set()
     cursors = ""
-    kwargs = settings.client_kwargs() | {"timeout": min(settings.timeout, _PROBE_TIMEOUT), "max_retries": 0}
-    kwargs["nats_servers"] = ()
+    probing = dataclasses.replace(
+        settings, timeout=min(settings.timeout, _PROBE_TIMEOUT), max_retries=0, nats_servers=()
+    )
     for broker in settings.brokers:
         try:
-            with LiftbridgeClient(broker, **kwargs) as probe:
+            with LiftbridgeClient.from_settings(dataclasses.replace(probing, brokers=(broker,))) as probe:
                 metadata = probe.fetch_metadata()
                 if not cursors:
                     cursors = _cursors_state(probe)

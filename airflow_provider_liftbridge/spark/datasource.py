@@ -31,7 +31,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from airflow_provider_liftbridge.client import LiftbridgeError
+from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
 
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
@@ -154,7 +154,7 @@ class LiftbridgeReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
-            with self.settings.client() as client:
+            with LiftbridgeClient.from_settings(self.settings) as client:
                 count = stream_partition_count(client, self.stream)
                 wanted = requested_partitions(self.stream, count, self.bounds.partitions)
                 splits: list[InputPartition] = []

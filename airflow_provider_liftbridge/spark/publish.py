@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_liftbridge.client import AckPolicy, PublishSummary
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishSummary
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.client.write_stats import WriteStats
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, Record, StreamInfo
+    from airflow_provider_liftbridge.client import BatchPublisher, Record, StreamInfo
 
 SUMMARY_SCHEMA = "summary string"
 
@@ -68,7 +68,7 @@ def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan
     from airflow_provider_liftbridge.client import LiftbridgeError
 
     try:
-        with settings.client() as client:
+        with LiftbridgeClient.from_settings(settings) as client:
             info = stream_info(client, plan.stream)
             return replace(plan, partitions=len(info.partitions), subject=info.subject)
     except LiftbridgeError as exc:
@@ -81,7 +81,7 @@ def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> tuple[Li
     """This Spark partition's client and its batch publisher: the client's path (NATS-direct when
     the settings list NATS servers, else gRPC PublishAsync), records already partitioned by the
     plan, never re-sent blindly (a lost ack is reported rather than risking a duplicate)."""
-    client = settings.client()
+    client = LiftbridgeClient.from_settings(settings)
     return client, client.batch_publisher(plan.stream, plan.publish_options(settings.timeout), write_stats=True)
 
 
@@ -106,7 +106,7 @@ class _ExactlyOncePublisher:
     def __init__(self, settings: ConnectionSettings, plan: PublishPlan, producer_id: str, spark_partition: int) -> None:
         from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 
-        self._client = settings.client()
+        self._client = LiftbridgeClient.from_settings(settings)
         self._publisher = ExactlyOncePublisher(
             self._client,
             plan.stream,

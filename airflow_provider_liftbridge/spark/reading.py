@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
+from airflow_provider_liftbridge.client import LiftbridgeClient
+
 from .errors import SparkOptionError, SparkStreamError
 from .settings import ConnectionSettings
 
@@ -181,7 +183,7 @@ def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit
             values.clear()
         return batch
 
-    with settings.client() as client:
+    with LiftbridgeClient.from_settings(settings) as client:
         messages = client.subscribe(stream, partition=split.partition, start_at=start_at, stop_at=split.stop_offset)
         for message in messages:
             if message.offset > split.stop_offset:

@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeError, StartPosition
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, LiftbridgeError, StartPosition
 
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from airflow_provider_liftbridge.client import LiftbridgeClient, StreamInfo
+    from airflow_provider_liftbridge.client import StreamInfo
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # -- helpers (driver side) ------------------------------------------------------------
 
     def _client(self) -> LiftbridgeClient:
-        return self.settings.client()
+        return LiftbridgeClient.from_settings(self.settings)
 
     def _info(self, client: LiftbridgeClient) -> StreamInfo:
         try:

@@ -36,7 +36,7 @@ from airflow_provider_liftbridge.client.effects import RpcFailure
 from airflow_provider_liftbridge.client.error_mapping import check_ack, map_async_error, map_rpc_error
 from airflow_provider_liftbridge.client.requests import build_create_stream, build_publish, start_fields, stop_fields
 from airflow_provider_liftbridge.client.retry import RetryPolicy
-from airflow_provider_liftbridge.client.routing import parse_brokers
+from airflow_provider_liftbridge.client.settings import parse_brokers
 from airflow_provider_liftbridge.client.subscription import SubscriptionState
 
 C = grpc.StatusCode

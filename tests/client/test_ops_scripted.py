@@ -24,6 +24,7 @@ from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, 
 from airflow_provider_liftbridge.client.publishing import grpc_batch
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.routing import ClientCore
+from airflow_provider_liftbridge.client.settings import ConnectionSettings
 from airflow_provider_liftbridge.client.subscription import subscribe
 
 from .scripted import Run, drive
@@ -32,9 +33,9 @@ UNAVAILABLE = RpcFailure(grpc.StatusCode.UNAVAILABLE, "down")
 
 
 def core(**kw: Any) -> ClientCore:
-    args = dict(timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER, resubscribe_wait=30.0)
+    args = dict(brokers=("a:1", "b:2", "c:3"), timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER)
     args.update(kw)
-    return ClientCore(["a:1", "b:2", "c:3"], **args)  # type: ignore[arg-type]
+    return ClientCore(ConnectionSettings(**args))  # type: ignore[arg-type]
 
 
 def metadata(leader: str = "b1", port: int = 2) -> api_pb2.FetchMetadataResponse:
@@ -313,7 +314,6 @@ def test_a_read_that_a_stalled_broker_does_not_answer_in_time_is_asked_of_the_ne
     assert [e.address for e in run.effects if isinstance(e, Unary)] == ["a:1", "b:2"]
     assert not any(isinstance(e, Sleep) for e in run.effects)  # no backoff: the deadline was the wait
 
-    lone = without_cursors_stream(ClientCore(["a:1"], timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER,
-                                             resubscribe_wait=30.0))  # fmt: skip
+    lone = without_cursors_stream(core(brokers=("a:1",)))
     with pytest.raises(RequestTimeoutError):
         drive(operations.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from airflow.sdk import Connection
 
-from airflow_provider_liftbridge.client import AckPolicy, TlsConfig
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, TlsConfig
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import parse_ack_policy, settings_from_connection
 
@@ -69,8 +69,9 @@ def test_all_extras_are_read(pem: dict[str, str]) -> None:
     assert settings.nats_servers == ("nats://127.0.0.1:4222", "nats://n2:4223")
     assert settings.ack_policy is AckPolicy.ALL
     assert (settings.timeout, settings.max_retries, settings.resubscribe_wait) == (2.5, 0, 1.0)
-    kwargs = settings.client_kwargs()
-    assert kwargs["tls"] == settings.tls and kwargs["nats_servers"] == settings.nats_servers
+    with LiftbridgeClient.from_settings(settings) as client:  # built from the settings, nothing re-read
+        assert client.settings is settings
+        assert (client.tls, client.nats_servers) == (settings.tls, settings.nats_servers)
 
 
 def test_prefixed_extras_and_blank_form_values_are_accepted() -> None:
