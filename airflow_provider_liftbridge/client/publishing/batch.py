@@ -130,6 +130,10 @@ class Route:
     fit: set[int] = field(default_factory=set)
     why: str = ""
 
+    def fall_back(self, why: str) -> None:
+        """Use gRPC from now on (this batch and the publisher's later ones), because ``why``."""
+        self.path, self.why = "grpc", why
+
 
 def open_route(core: ClientCore, stream: str, options: PublishOptions, info: StreamInfo | None = None) -> Op[Route]:
     """Choose the path (NATS when asked, or for ``"auto"`` when the client knows NATS servers)
@@ -193,6 +197,48 @@ def _count_acks(
         stats.acked(sent_ns[i] or stats.now(), ack, size)
 
 
+@dataclass(frozen=True, slots=True)
+class NatsBatch:
+    """One batch on the NATS path, as planned: every record with its partition, subject and
+    correlation id. Sending it changes nothing of it; what came back is the :class:`BulkOutcome`.
+
+    :ivar items: the records (bytes, ``Record`` or ``RecordColumns``).
+    :ivar parts: each record's partition.
+    :ivar subjects: each record's NATS subject.
+    :ivar ids: each record's correlation id.
+    :ivar options: the options of the NATS path (its window filled in).
+    :ivar before: what each target partition held before this batch, as far as the route's
+        metadata knows: the base against which an ack time-out is judged (``_send_unstored_again``).
+    :ivar sent_ns: first send times for the write statistics, or ``None``.
+    """
+
+    items: Sequence[Record | bytes]
+    parts: Sequence[int]
+    subjects: Sequence[str]
+    ids: Sequence[str]
+    options: PublishOptions
+    before: dict[int, int]
+    sent_ns: list[int] | None
+
+    def send(self, indices: Sequence[int] | None = None) -> Op[BulkOutcome]:
+        """Send the batch (``indices=None``) or the records at ``indices`` again, on the client's
+        NATS connection; a re-send keeps each record's first send time."""
+        if indices is None:
+            run = functools.partial(
+                publish_on_link, self.subjects, self.items, self.ids, self.options, sent_ns=self.sent_ns
+            )
+        else:
+            run = functools.partial(
+                publish_on_link,
+                [self.subjects[i] for i in indices],
+                [self.items[i] for i in indices],
+                [self.ids[i] for i in indices],
+                self.options,
+            )
+        done: BulkOutcome = yield NatsCall(run)
+        return done
+
+
 def _send_batch(
     core: ClientCore,
     stream: str,
@@ -201,29 +247,74 @@ def _send_batch(
     items: Sequence[Record | bytes],
     sent_ns: list[int] | None,
 ) -> Op[list[Ack]]:
-    path = options.path
-    # Columns name every record's partition and carry no correlation ids of their own; all bytes
-    # (the bulk case) is checked at C speed; anything else item by item.
-    columns = items if items.__class__ is RecordColumns else None
-    all_bytes = columns is None and set(map(type, items)) == {bytes}
-    if columns is None and not all_bytes:
-        items = [
-            item if type(item) is bytes or type(item) is Record else grpc_batch.as_record(i, item)
-            for i, item in enumerate(items)
-        ]
-
-    def grpc(why: str = "") -> Op[list[Ack]]:
-        if why:
-            route.path, route.why = "grpc", why  # the publisher's later batches go this way too
-        _log_path(core, stream, "grpc", why)
-        return grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns)
-
+    """One batch on ``route``: over gRPC, or planned and sent over NATS, falling back to gRPC
+    (for this and the publisher's later batches) where ``"auto"`` allows it."""
+    items = _uniform(items)
     if route.path == "grpc":
-        return (yield from grpc())
+        return (yield from _over_grpc(core, stream, options, items, sent_ns))
+    planned = yield from _plan_nats(core, stream, options, route, items, sent_ns)
+    if isinstance(planned, str):
+        route.fall_back(planned)
+        return (yield from _over_grpc(core, stream, options, items, sent_ns, planned))
+    _log_path(core, stream, "nats")
+    outcome = yield from planned.send()
+    # "auto" takes gRPC when NATS cannot be reached, not when NATS refused this client's
+    # credentials or TLS: that is a configuration error, which a silent fallback would hide.
+    failure = outcome.failure
+    if failure is not None and outcome.sent == 0 and options.path == "auto" and not is_nats_refusal(failure):
+        route.fall_back(f"NATS is unavailable ({failure})")
+        return (yield from _over_grpc(core, stream, options, items, sent_ns, route.why))
+    if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
+        yield from _send_unstored_again(core, stream, outcome, planned.parts, planned.before, planned.send)
+    if outcome.timed_out:
+        yield from _explain_timeouts(core, stream, outcome, planned.parts, options.wait)
+    return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+
+
+def _uniform(items: Sequence[Record | bytes]) -> Sequence[Record | bytes]:
+    """``items`` with every element bytes or a ``Record``: columns and all-bytes batches as they
+    are (the bulk cases, checked at C speed), anything else converted item by item."""
+    if items.__class__ is RecordColumns or set(map(type, items)) <= {bytes, Record}:
+        return items
+    return [
+        item if type(item) is bytes or type(item) is Record else grpc_batch.as_record(i, item)
+        for i, item in enumerate(items)
+    ]
+
+
+def _over_grpc(
+    core: ClientCore,
+    stream: str,
+    options: PublishOptions,
+    items: Sequence[Record | bytes],
+    sent_ns: list[int] | None,
+    why: str = "",
+) -> Op[list[Ack]]:
+    _log_path(core, stream, "grpc", why)
+    return (yield from grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns))
+
+
+def _plan_nats(
+    core: ClientCore,
+    stream: str,
+    options: PublishOptions,
+    route: Route,
+    items: Sequence[Record | bytes],
+    sent_ns: list[int] | None,
+) -> Op[NatsBatch | str]:
+    """The batch's partitions, subjects and correlation ids over NATS, or why it must go over
+    gRPC instead (a target partition is paused or read-only, with path ``"auto"``).
+
+    :raises PublishError: a target partition cannot take NATS publishes (path ``"nats"``), or
+        does not exist; nothing was sent.
+    """
     info = route.info
     assert info is not None
+    # Columns name every record's partition and carry no correlation ids of their own.
+    columns = items if items.__class__ is RecordColumns else None
+    all_bytes = columns is None and set(map(type, items)) == {bytes}
     if all_bytes and options.partitioner is None:
-        parts = [options.partition or 0] * len(items)
+        parts: Sequence[int] = [options.partition or 0] * len(items)
     elif columns is not None:
         parts = list(columns.partitions)
     else:
@@ -232,47 +323,19 @@ def _send_batch(
     blocked = yield from _blocked_partitions(core, info, sorted(targets - route.fit))
     if blocked:
         p, error = blocked
-        if path == "auto" and not isinstance(error, NoSuchPartitionError):
-            return (yield from grpc(f"partition {p} is {_state(error)}, which NATS publishes cannot handle"))
-        first = parts.index(p)
-        raise _not_sent(items, first, error)
-    route.fit |= targets
+        if options.path == "auto" and not isinstance(error, NoSuchPartitionError):
+            return f"partition {p} is {_state(error)}, which NATS publishes cannot handle"
+        raise _not_sent(items, parts.index(p), error)
+    route.fit |= targets  # checked: later batches to these partitions skip the check
     ids = CorrelationIds(len(items), {}) if all_bytes or columns is not None else correlation_ids(items)
     if len(targets) == 1:
         subjects = [partition_subject(info.subject, parts[0])] * len(parts)
     else:
         subject_of = {p: partition_subject(info.subject, p) for p in targets}
         subjects = [subject_of[p] for p in parts]
-    _log_path(core, stream, "nats")
-    # What each partition held before this batch, as far as the route's metadata knows: the base
-    # against which an ack time-out is judged (see _send_unstored_again).
     before = {p: info.partitions[p].newest_offset for p in targets}
     nats_options = options.replace(window=options.window_for("nats"))
-
-    def nats(indices: Sequence[int] | None) -> Op[BulkOutcome]:
-        picked = range(len(items)) if indices is None else indices
-        run = functools.partial(
-            publish_on_link,
-            subjects if indices is None else [subjects[i] for i in picked],
-            items if indices is None else [items[i] for i in picked],
-            ids if indices is None else [ids[i] for i in picked],
-            nats_options,
-            # First sends are timed for the write statistics; a later re-send keeps its first time.
-            sent_ns=sent_ns if indices is None else None,
-        )
-        done: BulkOutcome = yield NatsCall(run)
-        return done
-
-    outcome: BulkOutcome = yield from nats(None)
-    # "auto" takes gRPC when NATS cannot be reached, not when NATS refused this client's
-    # credentials or TLS: that is a configuration error, which a silent fallback would hide.
-    if outcome.failure is not None and outcome.sent == 0 and path == "auto" and not is_nats_refusal(outcome.failure):
-        return (yield from grpc(f"NATS is unavailable ({outcome.failure})"))
-    if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
-        yield from _send_unstored_again(core, stream, outcome, parts, before, nats)
-    if outcome.timed_out:
-        yield from _explain_timeouts(core, stream, outcome, parts, options.wait)
-    return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+    return NatsBatch(items, parts, subjects, ids, nats_options, before, sent_ns)
 
 
 def _send_unstored_again(
