@@ -10,6 +10,7 @@ from airflow.sdk import BaseHook, Context
 from airflow_provider_liftbridge.client.write_stats import summary_line
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
+from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
@@ -113,6 +114,11 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         "producer_id",
     )
     template_fields_renderers = {"sql": "sql", "read_options": "json", "spark_config": "json"}
+    #: The publishing options it shares with the publishing operators, checked by the same validators.
+    argument_checks = {
+        name: PUBLISHING_CHECKS[name]
+        for name in ("ack_policy", "window", "publish_timeout", "exactly_once", "producer_id", "compression")
+    }
     ui_color = "#fde8d7"
 
     def __init__(
@@ -159,9 +165,10 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         self.publish_timeout = publish_timeout
         self.spark_conn_id = spark_conn_id
         self.spark_config = dict(spark_config or {})
-        self.exactly_once = bool(exactly_once)
+        self.exactly_once = exactly_once
         self.producer_id = producer_id
         self.compression = compression
+        self.check_literal_arguments(LiftbridgeSparkPublishOperator)
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:

@@ -30,6 +30,7 @@ from airflow_provider_liftbridge.exceptions import (
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
     LiftbridgeDeleteStreamOperator,
@@ -139,6 +140,12 @@ CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
         lambda: LiftbridgePublishFileOperator(task_id="f", stream="s", path=[]),
         "parse",
         ["path=[]", "path='/data/orders/*.jsonl'"],
+    ),
+    (
+        "spark window",
+        lambda: LiftbridgeSparkPublishOperator(task_id="s", stream="s", input_path="/in", window=0),
+        "parse",
+        ["window=0", "1 or more"],
     ),
     # Templated: checked by the same validator once rendered.
     ("rendered partitions", lambda: create(partitions="{{ 'x' }}"), "render", ["partitions='x'", "partitions=3"]),
