@@ -60,8 +60,7 @@ from airflow_provider_liftbridge.client import (  # noqa: E402
     LiftbridgeClient,
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher  # noqa: E402
-from airflow_provider_liftbridge.client.publishing.batch import NATS_WINDOW  # noqa: E402
-from airflow_provider_liftbridge.client.publishing.options import PublishOptions
+from airflow_provider_liftbridge.client.publishing.options import NATS_WINDOW, PublishOptions  # noqa: E402
 from airflow_provider_liftbridge.client.publishing.publisher import DEFAULT_BATCH  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
 from airflow_provider_liftbridge.nats_security import redact_url  # noqa: E402
