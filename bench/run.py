@@ -443,7 +443,7 @@ def trigger_worker(address: str, samples: int, waiters: int) -> dict[str, Any]:
             "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps({"conn_type": "liftbridge", "host": address}),
         }
     )
-    from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY
+    from airflow_provider_liftbridge.client.transport.channels import ASYNC_REGISTRY
     from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
 
     me = psutil.Process()

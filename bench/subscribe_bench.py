@@ -86,9 +86,11 @@ async def _ours_async(address: str, stream: str, n: int, reader: str | None = No
 
 def layers(n: int) -> None:
     """Print our layers' CPU per message over a fake call of ``n`` prebuilt messages."""
-    from airflow_provider_liftbridge.client import AckPolicy, async_client, subscription, sync_client
+    from airflow_provider_liftbridge.client import AckPolicy, subscription
     from airflow_provider_liftbridge.client.routing import ClientCore
     from airflow_provider_liftbridge.client.settings import ConnectionSettings
+    from airflow_provider_liftbridge.client.transport import aio as async_client
+    from airflow_provider_liftbridge.client.transport import sync as sync_client
     from airflow_provider_liftbridge.client.types import BrokerInfo, Metadata, PartitionInfo, StreamInfo
 
     responses = [api_pb2.Message()] + [

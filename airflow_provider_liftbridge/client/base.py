@@ -7,10 +7,10 @@ from typing import Literal, TypeVar
 
 from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
 
-from .channels import ChannelFactory
 from .errors import InvalidArgumentError
 from .routing import ClientCore
 from .settings import ConnectionSettings
+from .transport.channels import ChannelFactory
 from .types import AckPolicy, TlsConfig
 
 #: How the asyncio client reads subscriptions (see :class:`ClientBase`).

@@ -138,7 +138,7 @@ class Pump:
 @dataclass(frozen=True, slots=True)
 class NatsCall:
     """Await ``fn(link)`` on the client's event loop, ``link`` being the client's
-    :class:`~.publishing.nats_link.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
+    :class:`~.transport.nats.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
 
     fn: Callable[[Any], Awaitable[Any]]
 

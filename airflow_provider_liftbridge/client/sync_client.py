@@ -2,213 +2,29 @@
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
-
-import grpc
-
-from airflow_provider_liftbridge._proto import api_pb2_grpc
+from typing import TypeVar
 
 from . import operations, subscription
 from .base import ClientBase
-from .channels import ChannelFactory, SyncChannelPool
 from .compression import Compression
 from .consumer import AutoOffset
-from .effects import (
-    END,
-    Cancel,
-    CloseWrite,
-    Effect,
-    Emit,
-    NatsCall,
-    Op,
-    OpenStream,
-    Pump,
-    Read,
-    ReadTimeout,
-    RpcFailure,
-    Sleep,
-    Unary,
-    Write,
-)
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
-from .publishing.nats_link import LoopThread, NatsLink
 from .publishing.options import PublishOptions, PublishPath
 from .publishing.publisher import BatchPublisher
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
+from .transport.channels import ChannelFactory, SyncChannelPool
+from .transport.nats import NatsLink
+from .transport.sync import SyncTransport
 from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition, StreamInfo
 
 __all__ = ["LiftbridgeClient"]
 
 _R = TypeVar("_R")
-_DONE = object()
-
-
-#: How often a stream's watchdog checks the deadline of a timed read, seconds.
-_WATCH_PERIOD = 0.05
-
-
-class _SyncStream:
-    """A streaming call. Bidi requests flow through a queue the gRPC thread drains.
-
-    A blocking ``next`` on a call cannot time out, so a read with a timeout is guarded by a
-    watchdog thread that cancels the call once the read's deadline passes (the read then raises
-    :class:`ReadTimeout`; the stream is over). Handing every response over from a reader thread
-    instead costs more client CPU per message than a pipelined publish spends on everything else.
-    """
-
-    def __init__(self, stub: Any, method: str, request: Any) -> None:
-        self._requests: queue.Queue[Any] | None = None
-        if request is None:
-            self._requests = queue.Queue()
-            self.call = getattr(stub, method)(self._request_iter())
-        else:
-            self.call = getattr(stub, method)(request)
-        self._pending: tuple[float] | None = None  # deadline of the timed read in progress
-        self._expired = False
-        self._ended = threading.Event()
-        self._watchdog: threading.Thread | None = None
-
-    def _request_iter(self) -> Iterator[Any]:
-        assert self._requests is not None
-        while (item := self._requests.get()) is not _DONE:
-            yield item
-
-    def write(self, request: Any) -> None:
-        assert self._requests is not None
-        self._requests.put(request)
-
-    def close_write(self) -> None:
-        if self._requests is not None:
-            self._requests.put(_DONE)
-
-    def _watch(self) -> None:
-        while not self._ended.wait(_WATCH_PERIOD):
-            pending = self._pending
-            if pending is not None and time.monotonic() >= pending[0] and pending is self._pending:
-                self._expired = True
-                self.call.cancel()
-                return
-
-    def read(self, timeout: float | None) -> Any:
-        if timeout is None:
-            return next(self.call, END)
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="liftbridge-stream-watchdog", daemon=True)
-            self._watchdog.start()
-        self._pending = (time.monotonic() + timeout,)  # a fresh tuple per read: the watchdog compares identity
-        try:
-            return next(self.call, END)
-        except grpc.RpcError:
-            if self._expired:
-                raise ReadTimeout() from None
-            raise
-        finally:
-            self._pending = None
-
-    def cancel(self) -> None:
-        self._ended.set()
-        self.close_write()
-        self.call.cancel()
-
-
-class SyncTransport:
-    """Executes effects with blocking gRPC calls; NATS effects run on a private loop thread."""
-
-    def __init__(self, pool: SyncChannelPool, nats: NatsLink) -> None:
-        self._pool = pool
-        self._nats = nats
-        self._loop = LoopThread()
-
-    def close(self) -> None:
-        self._loop.stop(self._nats.close())
-        self._pool.close()
-
-    def _stub(self, address: str, long_lived: bool = False) -> Any:
-        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
-            self._pool.get(address, long_lived)
-        )
-
-    def execute(self, effect: Effect) -> Any:
-        try:
-            if isinstance(effect, Unary):
-                return getattr(self._stub(effect.address), effect.method)(effect.request, timeout=effect.timeout)
-            if isinstance(effect, Read):
-                return effect.handle.read(effect.timeout)
-            if isinstance(effect, Write):
-                return effect.handle.write(effect.request)
-            if isinstance(effect, OpenStream):
-                return _SyncStream(self._stub(effect.address, effect.long_lived), effect.method, effect.request)
-            if isinstance(effect, CloseWrite):
-                return effect.handle.close_write()
-            if isinstance(effect, Cancel):
-                return effect.handle.cancel()
-            if isinstance(effect, Sleep):
-                return time.sleep(effect.seconds)
-            if isinstance(effect, NatsCall):
-                return self._loop.run(effect.fn(self._nats))  # type: ignore[arg-type]
-        except grpc.RpcError as exc:
-            raise RpcFailure.of(exc) from exc
-        raise TypeError(f"unknown effect {effect!r}")
-
-    def drive(self, op: Op[_R]) -> Generator[Any, None, _R]:
-        """Execute ``op``'s effects; yield what it emits; return what it returns. Streams it
-        opened are cancelled when it ends, however it ends."""
-        opened: list[_SyncStream] = []
-        send: Any = None
-        error: BaseException | None = None
-        try:
-            while True:
-                try:
-                    effect = op.throw(error) if error is not None else op.send(send)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                send, error = None, None
-                if isinstance(effect, Emit):
-                    yield effect.item
-                    continue
-                if isinstance(effect, Pump):
-                    # A subscription's hot loop: straight over the gRPC call, no round trip
-                    # through the operation per message.
-                    sink, take, send = effect.sink, effect.sink.take, END
-                    try:
-                        for response in effect.handle.call:
-                            item = take(response)
-                            if item is not None:
-                                yield item
-                                if sink.done:
-                                    send = None
-                                    break
-                    except grpc.RpcError as exc:
-                        error = RpcFailure.of(exc)
-                    continue
-                try:
-                    send = self.execute(effect)
-                except (RpcFailure, ReadTimeout) as exc:
-                    error = exc
-                if isinstance(effect, OpenStream):
-                    opened.append(send)
-        finally:
-            op.close()
-            for stream in opened:
-                stream.cancel()
-
-    def run(self, op: Op[_R]) -> _R:
-        """Execute a unary operation (one that emits nothing) and return its result."""
-        driver = self.drive(op)
-        try:
-            next(driver)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        driver.close()
-        raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
 
 
 class LiftbridgeClient(ClientBase):

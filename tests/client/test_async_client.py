@@ -17,8 +17,8 @@ from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
     StopPosition,
 )
-from airflow_provider_liftbridge.client import async_client as async_client_module
-from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY, SYNC_REGISTRY
+from airflow_provider_liftbridge.client.transport import aio as async_client_module
+from airflow_provider_liftbridge.client.transport.channels import ASYNC_REGISTRY, SYNC_REGISTRY
 
 READERS = ["thread", "aio"]
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient
-from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY
+from airflow_provider_liftbridge.client.transport.channels import ASYNC_REGISTRY
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook

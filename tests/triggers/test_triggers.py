@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, Message
-from airflow_provider_liftbridge.client.channels import ASYNC_REGISTRY
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
+from airflow_provider_liftbridge.client.transport.channels import ASYNC_REGISTRY
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.ack import LiftbridgeAckTrigger
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger

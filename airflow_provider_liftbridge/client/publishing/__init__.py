@@ -5,7 +5,7 @@
   PublishAsync) and partitions, and reports the acks.
 - :mod:`.grpc_batch`: a batch over gRPC PublishAsync, pipelined.
 - :mod:`.nats_engine`: a batch as enveloped messages straight to NATS, acks on an ack inbox.
-- :mod:`.nats_link`: a client's NATS connection and the event loop of the blocking client.
+- the NATS connection and the transports are in :mod:`..transport`.
 - :mod:`.resend`: whether a record without an ack is sent again.
 - :mod:`.nats_publisher`: a standalone NATS publisher for code that holds only a NATS URL.
 """

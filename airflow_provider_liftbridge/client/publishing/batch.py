@@ -10,7 +10,7 @@ gRPC PublishAsync (:func:`.grpc_batch.publish_many`). Callers see the same resul
 
 The operation is written once, like the others in :mod:`..operations`: the NATS I/O is one
 :class:`~..effects.NatsCall` effect that each client runs on its own event loop (the async client
-on the caller's, the blocking client on a private loop thread, see :class:`.nats_link.LoopThread`).
+on the caller's, the blocking client on a private loop thread, see :class:`..transport.nats.LoopThread`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from ..errors import (
 from ..operations import choose_partition, fetch_partition_metadata, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
+from ..transport.nats import NatsLink
 from ..types import Ack, Record, StreamInfo
 from . import grpc_batch
 from .columns import RecordColumns
@@ -53,7 +54,6 @@ from .nats_engine import (
     partition_subject,
     publish_on_link,
 )
-from .nats_link import NatsLink
 from .options import PUBLISH_PATHS, PublishOptions
 
 if TYPE_CHECKING:

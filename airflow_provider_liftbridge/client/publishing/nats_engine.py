@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .nats_link import NatsLink
+    from ..transport.nats import NatsLink
 
 log = logging.getLogger(__name__)
 

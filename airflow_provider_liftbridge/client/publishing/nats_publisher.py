@@ -14,10 +14,10 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from ..conversion import ack_from_pb
 from ..errors import InvalidArgumentError
+from ..transport.nats import connect_nats
 from ..types import Ack, AckPolicy, Record
 from .correlation import correlation_ids
 from .nats_engine import outcome_acks, partition_subject, publish_enveloped
-from .nats_link import connect_nats
 from .options import PublishOptions
 from .resend import NO_RESEND
 
@@ -39,7 +39,7 @@ class NatsPublisher:
     async def connect(
         cls, servers: str | Sequence[str], *, connect_timeout: float = 5.0, security: NatsSecurity | None = None
     ) -> NatsPublisher:
-        """Connect to NATS (see :func:`~.nats_link.connect_nats`).
+        """Connect to NATS (see :func:`~..transport.nats.connect_nats`).
 
         :raises InvalidArgumentError: no server given, or unusable TLS / NKEY files.
         :raises UnavailableError: no NATS server could be reached, or it refused the credentials.

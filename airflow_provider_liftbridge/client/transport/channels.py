@@ -24,8 +24,8 @@ import grpc
 import grpc.aio
 import grpc.experimental
 
-from .errors import ClientClosedError, InvalidArgumentError
-from .types import TlsConfig
+from ..errors import ClientClosedError, InvalidArgumentError
+from ..types import TlsConfig
 
 __all__ = [
     "ASYNC_REGISTRY",

@@ -1,0 +1,466 @@
+"""The asyncio transport: runs the shared operations (:mod:`..operations`) with grpc.aio on shared
+channels and the NATS connection on the caller's event loop, and reads subscriptions either on
+grpc.aio too or, by default, on a blocking gRPC stream in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from time import monotonic
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
+from ..base import SubscriptionReader
+from ..effects import (
+    END,
+    Cancel,
+    CloseWrite,
+    Effect,
+    Emit,
+    NatsCall,
+    Op,
+    OpenStream,
+    Pump,
+    Read,
+    ReadTimeout,
+    RpcFailure,
+    Sleep,
+    Unary,
+    Write,
+)
+from ..errors import ClientClosedError
+from ..types import TlsConfig
+from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
+from .nats import NatsLink
+
+__all__ = ["AsyncTransport"]
+
+_R = TypeVar("_R")
+_Key = tuple[int, str, "TlsConfig | None", int]
+_SyncKey = tuple[str, "TlsConfig | None", int]
+_EOF = grpc.aio.EOF
+
+#: Responses a threaded subscription holds before its reader thread waits for the consumer; the
+#: thread goes on once the consumer has taken the buffer down to half. This bounds the memory a
+#: large backlog can take when the consumer is slower than the stream.
+BUFFER_HIGH = 1024
+BUFFER_LOW = BUFFER_HIGH // 2
+#: When the consumer had to wait less than BUSY_WAIT seconds for a response and then finds
+#: fewer than LINGER_BELOW buffered, it lets the reader thread fill the buffer for LINGER seconds
+#: before going on. Without this, a consumer faster than the stream takes one message per
+#: thread wake-up (several times the CPU per message; docs/client.md has the figures); with it,
+#: a busy stream is delivered in bursts of a hundred or so. A quiet stream (waits longer than BUSY_WAIT) is
+#: delivered at once, so a lone message is never delayed.
+LINGER_BELOW = 32
+LINGER = 0.0005
+BUSY_WAIT = 0.002
+
+#: Reader threads the process runs at most. A subscription opened while that many run is read
+#: with grpc.aio instead: many concurrent subscriptions (e.g. triggers that did not ask for the
+#: aio reader) never mean as many threads.
+MAX_READER_THREADS = 64
+
+
+class _ReaderCount:
+    """How many reader threads run in this process."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def try_start(self) -> bool:
+        with self._lock:
+            if self.running >= MAX_READER_THREADS:
+                return False
+            self.running += 1
+            return True
+
+    def stopped(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+_READERS = _ReaderCount()
+
+
+def _closed_error() -> ClientClosedError:
+    return ClientClosedError("the client was closed while this call was in progress; create a new one")
+
+
+def _task_cancelled() -> bool:
+    """True when the running task itself is being cancelled (not merely a call under it)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class _AsyncStream:
+    """A streaming call. A server-streaming call (``responses_only``) is read through its
+    response iterator, a little cheaper per message than ``call.read()``; a bidi call with
+    ``read()``. A read that times out ends the stream either way."""
+
+    def __init__(self, call: Any, responses_only: bool) -> None:
+        self.call = call
+        self.next_response: Callable[[], Awaitable[Any]] | None = call.__aiter__().__anext__ if responses_only else None
+
+    async def _read(self) -> Any:
+        if self.next_response is None:
+            response = await self.call.read()
+            return END if response is _EOF else response
+        try:
+            return await self.next_response()
+        except StopAsyncIteration:
+            return END
+
+    async def read(self, timeout: float | None) -> Any:
+        if timeout is None:
+            return await self._read()
+        try:
+            return await asyncio.wait_for(self._read(), timeout)
+        except TimeoutError:
+            raise ReadTimeout() from None
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
+class _Stop:
+    """What a reader thread queues last: ``error`` to raise in the consumer, or ``None`` when
+    the server closed the stream."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _ThreadedStream:
+    """A server-streaming call read on a blocking gRPC stream by a worker thread.
+
+    The thread appends each response to :attr:`buffer` and wakes the event loop only when the
+    consumer is waiting for one (one ``call_soon_threadsafe`` per burst, not per message). Once
+    the buffer holds :data:`BUFFER_HIGH` responses the thread waits until the consumer has taken
+    it down to :data:`BUFFER_LOW`. The stream's end (or failure) is queued after the last response,
+    so everything read before it is delivered first. :meth:`cancel` cancels the call and frees a
+    waiting thread: the thread ends at once.
+    """
+
+    def __init__(self, channel: grpc.Channel, method: str, request: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.buffer: deque[Any] = deque()
+        self._loop = loop
+        self._call: Any = None
+        self._cancelled = False
+        #: The consumer waits on ``_waiter``: the thread must wake it after its next append.
+        self._sleeping = False
+        self._waiter: asyncio.Future[None] | None = None
+        #: The thread waits for the consumer to make room.
+        self.paused = False
+        self._room = threading.Condition(threading.Lock())
+        open_call = getattr(api_pb2_grpc.APIStub(channel), method)  # type: ignore[no-untyped-call]
+        self.thread = threading.Thread(
+            target=self._read_all, args=(open_call, request), name=f"liftbridge-{method.lower()}-reader", daemon=True
+        )
+        self.thread.start()  # counted in _READERS by the caller; _read_all uncounts it when done
+
+    # --- the reader thread ------------------------------------------------------------------
+
+    def _read_all(self, open_call: Callable[[Any], Any], request: Any) -> None:
+        try:
+            self._read_responses(open_call, request)
+        finally:
+            _READERS.stopped()
+
+    def _read_responses(self, open_call: Callable[[Any], Any], request: Any) -> None:
+        buffer = self.buffer
+        append = buffer.append
+        stop = _Stop(None)
+        try:
+            call = self._call = open_call(request)
+            if self._cancelled:  # cancelled while the call was being opened
+                call.cancel()
+            for response in call:
+                append(response)
+                if self._sleeping:
+                    self._sleeping = False
+                    self._loop.call_soon_threadsafe(self._wake)
+                if len(buffer) >= BUFFER_HIGH:
+                    self._wait_for_room()
+        except grpc.RpcError as exc:
+            stop = _Stop(RpcFailure.of(exc))
+        except BaseException as exc:  # handed to the consumer, whatever it is
+            if isinstance(exc, RuntimeError) and self._loop.is_closed():  # nobody is left to read
+                if self._call is not None:
+                    self._call.cancel()
+                return
+            stop = _Stop(exc)
+        append(stop)
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:
+            pass  # the event loop is closed
+
+    def _wait_for_room(self) -> None:
+        with self._room:
+            self.paused = True
+            # Checked under the lock after setting ``paused``: a consumer that drained the buffer
+            # before seeing the flag leaves it short, one that sees the flag notifies (see resume).
+            while self.paused and len(self.buffer) > BUFFER_LOW and not self._cancelled:
+                self._room.wait()
+            self.paused = False
+
+    # --- the event loop ---------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Return once the buffer holds something (possibly at once)."""
+        waiter = self._waiter = self._loop.create_future()
+        self._sleeping = True
+        if self.buffer:  # appended before the thread could see that we sleep
+            return
+        await waiter
+
+    def resume(self) -> None:
+        """Let a paused reader thread go on (call once the buffer is down to BUFFER_LOW)."""
+        with self._room:
+            self.paused = False
+            self._room.notify()
+
+    async def read(self, timeout: float | None) -> Any:
+        """The next response, or END once the server closed the stream; raises the stream's
+        failure (and :class:`ReadTimeout` after ``timeout`` seconds without a response)."""
+        if not self.buffer:
+            try:
+                async with asyncio.timeout(timeout):
+                    while not self.buffer:
+                        await self.wait()
+            except TimeoutError:
+                self.cancel()
+                raise ReadTimeout() from None
+        item = self.buffer.popleft()
+        if type(item) is _Stop:
+            self.buffer.appendleft(item)  # the stream stays over for later reads
+            if item.error is not None:
+                raise item.error
+            return END
+        if self.paused and len(self.buffer) <= BUFFER_LOW:
+            self.resume()
+        return item
+
+    def cancel(self) -> None:
+        """Cancel the call and release the thread; idempotent, callable from any thread."""
+        self._cancelled = True
+        call = self._call
+        if call is not None:
+            call.cancel()
+        with self._room:
+            self._room.notify()
+
+
+class AsyncTransport:
+    """Executes effects with grpc.aio; channels come from the process-wide registries.
+
+    With ``reader="thread"``, server-streaming calls (subscriptions) are read by a worker thread
+    on a blocking channel (:class:`_ThreadedStream`); everything else runs on grpc.aio.
+    """
+
+    def __init__(
+        self, factory: ChannelFactory, subscription_channels: int, nats: NatsLink, reader: SubscriptionReader
+    ) -> None:
+        self._factory = factory
+        self._nats = nats
+        self._reader = reader
+        self._slots = SlotTurns(subscription_channels)
+        self._held: dict[tuple[str, int], tuple[grpc.aio.Channel, _Key]] = {}
+        self._held_sync: dict[tuple[str, int], tuple[grpc.Channel, _SyncKey]] = {}
+        self._streams: set[_AsyncStream | _ThreadedStream] = set()  # open streams, cancelled by close()
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClientClosedError("the client is closed; create a new one")
+
+    def _stub(self, address: str, long_lived: bool = False) -> Any:
+        self._check_open()
+        slot = self._slots.next(address, long_lived)
+        held = self._held.get((address, slot))
+        if held is None:
+            held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
+        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
+            held[0]
+        )
+
+    def _sync_channel(self, address: str) -> grpc.Channel:
+        self._check_open()
+        slot = self._slots.next(address, True)
+        held = self._held_sync.get((address, slot))
+        if held is None:
+            held = self._held_sync[(address, slot)] = SYNC_REGISTRY.acquire(self._factory, address, slot)
+        return held[0]
+
+    def _open_stream(self, effect: OpenStream) -> _AsyncStream | _ThreadedStream:
+        stream: _AsyncStream | _ThreadedStream
+        if effect.request is None:
+            stream = _AsyncStream(getattr(self._stub(effect.address), effect.method)(), responses_only=False)
+        elif self._reader == "thread" and _READERS.try_start():
+            try:
+                channel = self._sync_channel(effect.address)
+                stream = _ThreadedStream(channel, effect.method, effect.request, asyncio.get_running_loop())
+            except BaseException:
+                _READERS.stopped()  # no thread was started
+                raise
+        else:
+            method = getattr(self._stub(effect.address, effect.long_lived), effect.method)
+            stream = _AsyncStream(method(effect.request), responses_only=True)
+        self._streams.add(stream)
+        return stream
+
+    async def close(self) -> None:
+        self.closed = True
+        # Cancel this client's own streams first: its channels may be shared and stay open.
+        for stream in list(self._streams):
+            stream.cancel()
+        held, self._held = list(self._held.values()), {}
+        held_sync, self._held_sync = list(self._held_sync.values()), {}
+        for _, key in held:
+            await ASYNC_REGISTRY.release(key)
+        for _, sync_key in held_sync:
+            SYNC_REGISTRY.release(sync_key)
+        await self._nats.close()
+
+    async def execute(self, effect: Effect) -> Any:
+        try:
+            if isinstance(effect, Unary):
+                stub = self._stub(effect.address)
+                return await getattr(stub, effect.method)(effect.request, timeout=effect.timeout)
+            if isinstance(effect, Read):
+                return await effect.handle.read(effect.timeout)
+            if isinstance(effect, Write):
+                return await effect.handle.call.write(effect.request)
+            if isinstance(effect, OpenStream):
+                return self._open_stream(effect)
+            if isinstance(effect, CloseWrite):
+                return await effect.handle.call.done_writing()
+            if isinstance(effect, Cancel):
+                return effect.handle.cancel()
+            if isinstance(effect, Sleep):
+                return await asyncio.sleep(effect.seconds)
+            if isinstance(effect, NatsCall):
+                self._check_open()
+                return await effect.fn(self._nats)
+        except grpc.RpcError as exc:
+            raise RpcFailure.of(exc) from exc
+        except asyncio.InvalidStateError as exc:  # writing to a call that already ended
+            raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended while writing") from exc
+        except asyncio.CancelledError:
+            # grpc.aio ends a call cancelled under us (close() cancels the client's streams and
+            # closes its channels) with CancelledError: that is the client closing, unless this
+            # task itself is being cancelled.
+            if self.closed and not _task_cancelled():
+                raise _closed_error() from None
+            raise
+        raise TypeError(f"unknown effect {effect!r}")
+
+    async def drive(self, op: Op[Any], returned: list[Any] | None = None) -> AsyncGenerator[Any, None]:
+        """Execute ``op``'s effects and yield what it emits; its return value is appended to
+        ``returned``. Streams it opened are cancelled when it ends."""
+        opened: list[_AsyncStream | _ThreadedStream] = []
+        send: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    effect = op.throw(error) if error is not None else op.send(send)
+                except StopIteration as stop:
+                    if returned is not None:
+                        returned.append(stop.value)
+                    return
+                send, error = None, None
+                if isinstance(effect, Emit):
+                    yield effect.item
+                    continue
+                if isinstance(effect, Pump):
+                    # A subscription's hot loop: straight over the responses, no round trip
+                    # through the operation per message.
+                    sink, take, handle, send = effect.sink, effect.sink.take, effect.handle, END
+                    try:
+                        if type(handle) is _ThreadedStream:
+                            buffer, wait = handle.buffer, handle.wait
+                            popleft = buffer.popleft
+                            while True:
+                                try:
+                                    response = popleft()
+                                except IndexError:
+                                    # Busy stream, short burst: give the reader a moment to fill
+                                    # the buffer, or every message costs a thread wake-up.
+                                    waited = monotonic()
+                                    await wait()
+                                    if len(buffer) < LINGER_BELOW and monotonic() - waited < BUSY_WAIT:
+                                        await asyncio.sleep(LINGER)
+                                    continue
+                                if type(response) is _Stop:
+                                    buffer.appendleft(response)
+                                    if response.error is not None:
+                                        raise response.error
+                                    break  # the server closed the stream
+                                if handle.paused and len(buffer) <= BUFFER_LOW:
+                                    handle.resume()
+                                item = take(response)
+                                if item is not None:
+                                    yield item
+                                    if sink.done:
+                                        send = None
+                                        break
+                        else:
+                            next_response = handle.next_response
+                            while True:
+                                item = take(await next_response())
+                                if item is not None:
+                                    yield item
+                                    if sink.done:
+                                        send = None
+                                        break
+                    except StopAsyncIteration:
+                        pass  # the server closed the stream
+                    except grpc.RpcError as exc:
+                        error = RpcFailure.of(exc)
+                    except RpcFailure as exc:
+                        error = exc
+                    except asyncio.CancelledError:
+                        if not self.closed or _task_cancelled():
+                            raise
+                        error = _closed_error()
+                    if error is not None and self.closed:
+                        error = _closed_error()  # the stream ended because close() cancelled it
+                    continue
+                try:
+                    send = await self.execute(effect)
+                except (RpcFailure, ReadTimeout) as exc:
+                    error = _closed_error() if self.closed else exc
+                if isinstance(effect, OpenStream):
+                    opened.append(send)
+        finally:
+            op.close()
+            for stream in opened:
+                stream.cancel()
+                self._streams.discard(stream)
+
+    async def run(self, op: Op[_R]) -> _R:
+        """Execute a unary operation (one that emits nothing) and return its result."""
+        returned: list[_R] = []
+        driver = self.drive(op, returned)
+        try:
+            async for _ in driver:
+                raise AssertionError(f"{op!r} emitted an item; it is not a unary operation")
+        finally:
+            await driver.aclose()
+        return returned[0]
