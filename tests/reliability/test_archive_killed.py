@@ -4,8 +4,9 @@ overwritten under the same name, not doubled.
 
 The DAG (tests/reliability/dags/reliability_archive.py) runs with ``dag.test()`` in a fresh
 process (tests.reliability.run_dag). Its first try SIGKILLs that process once its second file is
-renamed into place, before the position moves past it. The second process runs the same DAG run
-again: Airflow retries the task, which resumes the run's plan from the committed position.
+renamed into place, before the position moves past it. The test process then runs the same DAG
+run again (same logical date and run id): Airflow retries the task, which resumes the run's plan
+from the committed position.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.operators.file_writers import file_name
+from tests.airflow_support import xcom_of
 
+from .run_dag import LOGICAL_DATE
 from .scenarios import run_dag_subprocess
 
-# Two dag.test() processes (Airflow starts twice): 20-30 s on a quiet machine, hence slow.
+# A dag.test() process (Airflow starts again in it), then the retry in this one: hence slow.
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.usefixtures("airflow_db")]
 SIZES = {0: 2500, 1: 700}  # partition 0: files 0-999, 1000-1999, 2000-2499; partition 1: 0-699
 
@@ -39,7 +42,9 @@ def archived(directory: Path) -> Counter[tuple[int, int, int]]:
     return rows
 
 
-def test_archive_task_sigkilled_after_a_file_then_retried_holds_each_message_once(lb_address: str) -> None:
+def test_archive_task_sigkilled_after_a_file_then_retried_holds_each_message_once(
+    lb_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stream = f"archive-kill-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="reliability-archive-"))
     archive, marker, out = work / "archive", work / "first-try", work / "result.json"
@@ -66,19 +71,23 @@ def test_archive_task_sigkilled_after_a_file_then_retried_holds_each_message_onc
         assert client.fetch_cursor("archive", stream, 0) == 999  # the second file is not committed
         before = second.stat().st_mtime_ns
 
-        retried = run_dag_subprocess(env)
-        assert retried.returncode == 0 and out.exists(), retried.stderr[-2000:]
-        result = json.loads(out.read_text())
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)  # the DAG file reads them when it is parsed here
+        from airflow.dag_processing.dagbag import DagBag
+
+        dag = DagBag(env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("liftbridge_reliability_archive")
+        dag_run = dag.test(logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)  # the same DAG run
+        archive_xcom = xcom_of(dag_run, "archive")
         positions = [client.fetch_cursor("archive", stream, p) for p in SIZES]
 
-    assert result["state"] == "success"
-    assert result["xcoms"]["archive"]["partitions"]["0"]["resumed"] is True  # the run's plan, from 1000
+    assert str(dag_run.state) == "success"
+    assert archive_xcom["partitions"]["0"]["resumed"] is True  # the run's plan, from 1000
     expected_files = [(0, 0, 999), (0, 1000, 1999), (0, 2000, 2499), (1, 0, 699)]
     assert sorted(os.listdir(archive)) == sorted(file_name(stream, p, a, b, "parquet") for p, a, b in expected_files)
     assert second.stat().st_mtime_ns != before  # the retry rewrote it under the same name
     rows = archived(archive)
     assert max(rows.values()) == 1, "a message is in the archive twice"
     assert sorted(rows) == [(p, o, p * 10_000 + o) for p, count in SIZES.items() for o in range(count)]
-    files = result["xcoms"]["archive"]["files"]
+    files = archive_xcom["files"]
     assert [(f["partition"], f["first_offset"], f["last_offset"]) for f in files] == expected_files
     assert positions == [2499, 699]
