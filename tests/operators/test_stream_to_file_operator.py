@@ -122,6 +122,29 @@ def test_a_failed_try_after_a_complete_file_is_overwritten_by_the_retry(
     assert liftbridge_client.fetch_cursor("archive", stream_name, 0) == 29
 
 
+def test_an_asset_outlet_gets_an_event_with_the_files(
+    tmp_path: Path, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.sdk import Asset
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    liftbridge_client.create_stream(stream_name, stream_name)
+    publish(liftbridge_client, stream_name, 3)
+    asset = Asset(f"archive_{stream_name}", uri=tmp_path.as_uri())
+    _, result = run(make_dag(stream_name, str(tmp_path), format="jsonl", outlets=[asset]))
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == asset.name)
+        ).all()
+        extras = [event.extra for event in events]
+    assert extras == [{"stream": stream_name, "files": [f["path"] for f in result["files"]]}]
+    assert len(result["files"]) == 1
+
+
 def test_csv_archive_with_text_values(tmp_path: Path, stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     liftbridge_client.publish_many(stream_name, [b"plain,text", "naïve".encode()])
