@@ -14,6 +14,14 @@ from tests.airflow_support import configure_airflow, conn_env_name, init_db, lif
 
 configure_airflow()
 
+from airflow_provider_liftbridge.triggers.event import HAS_ACK_MODE  # noqa: E402 - after configure_airflow()
+
+#: Tests of the event trigger's ack mode on Airflow's shared stream (``airflow.triggers.shared_stream``:
+#: the cursor moves once events are stored, back-pressure): Airflow 3.3+ only.
+needs_ack_mode = pytest.mark.skipif(
+    not HAS_ACK_MODE, reason="needs Airflow 3.3+: airflow.triggers.shared_stream (the event trigger's ack mode)"
+)
+
 __all__ = ["airflow_db", "liftbridge_conn", "liftbridge_client"]
 
 

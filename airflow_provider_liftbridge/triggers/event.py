@@ -73,6 +73,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Logged by watchers on an Airflow without the shared stream's ack mode (before 3.3).
+NO_ACK_MODE = (
+    "this Airflow (before 3.3) has no ack mode for shared streams (airflow.triggers.shared_stream): "
+    "the watcher's cursor moves once the triggerer has taken an event, not once it is stored, and a "
+    "burst is not held back by max_in_flight; upgrade to Airflow 3.3+ for both"
+)
+
 DEFAULT_POLL_INTERVAL = 5.0
 #: Ack mode: messages handed to the triggerer whose events are not confirmed stored yet, at most.
 #: Airflow's shared-stream fan-out puts every message the producer yields into a bounded queue per
@@ -359,6 +366,8 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Yield one event per matching message, forever. The cursor for message N is written when
         the generator is resumed after yielding N's event (the consumer has taken it)."""
+        if not HAS_ACK_MODE:
+            log.warning(NO_ACK_MODE)
         reader = make_reader(self)
         skipped = 0
         try:

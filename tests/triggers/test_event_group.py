@@ -14,6 +14,7 @@ from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger
+from tests.airflow_conftest import needs_ack_mode
 from tests.triggers.test_event_trigger import Runner
 
 pytestmark = pytest.mark.timeout(90)
@@ -65,6 +66,7 @@ async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
     assert {p for p, _ in fired["a"]} == {0} and {p for p, _ in fired["b"]} == {1}
 
 
+@needs_ack_mode
 async def test_ack_mode_writes_the_group_positions_once_events_are_stored(
     groups_server: DevServer, stream_name: str
 ) -> None:

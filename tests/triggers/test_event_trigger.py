@@ -16,6 +16,8 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.event import (
+    HAS_ACK_MODE,
+    NO_ACK_MODE,
     LiftbridgeEventTrigger,
     LiftbridgeWatcherError,
     default_cursor_id,
@@ -23,6 +25,7 @@ from airflow_provider_liftbridge.triggers.event import (
     incarnation_cursor_id,
     started_cursor_id,
 )
+from tests.airflow_conftest import needs_ack_mode
 
 pytestmark = [pytest.mark.usefixtures("liftbridge_conn"), pytest.mark.timeout(60)]
 HERE = "tests.triggers.test_event_trigger"
@@ -193,6 +196,19 @@ async def test_one_event_per_matching_message_in_order(liftbridge_client: Liftbr
         assert (await events.next())["message"]["offset"] == 7
 
 
+@pytest.mark.skipif(HAS_ACK_MODE, reason="the message watchers log on Airflow before 3.3 (no ack mode)")
+async def test_below_airflow_33_a_watcher_says_what_it_cannot_do(
+    liftbridge_client: LiftbridgeClient, stream_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_stream(liftbridge_client, stream_name, [b"1"])
+    trigger = LiftbridgeEventTrigger(stream=stream_name, start_at="earliest")
+    assert trigger.shared_stream_key() is None  # the triggerer drives run()
+    with caplog.at_level("WARNING", logger="airflow_provider_liftbridge.triggers.event"):
+        async with reading(trigger.run()) as events:
+            assert (await events.next())["message"]["offset"] == 0
+    assert NO_ACK_MODE in caplog.text and "upgrade to Airflow 3.3+" in NO_ACK_MODE
+
+
 async def test_async_filter_result_travels_and_no_filter_fires_for_all(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -320,6 +336,7 @@ async def test_a_failing_filter_stops_the_watcher_before_its_message(
 # -- ack mode: the cursor moves once the triggerer confirms the event stored ---------------------
 
 
+@needs_ack_mode
 async def test_ack_mode_moves_the_cursor_only_after_the_event_is_stored(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -364,6 +381,7 @@ async def test_ack_mode_moves_the_cursor_only_after_the_event_is_stored(
         assert (await events.next())["message"]["offset"] == 4
 
 
+@needs_ack_mode
 async def test_ack_mode_does_not_move_past_an_event_that_was_never_stored(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -470,6 +488,7 @@ def test_window_is_capped_at_the_fan_out_queue() -> None:
     assert effective_window(256, 0) == 256  # 0: Airflow's queue is unbounded
 
 
+@needs_ack_mode
 @pytest.mark.parametrize(("queue_size", "max_in_flight", "burst"), [(1024, 256, 3000), (64, 256, 2000), (16, 5, 600)])
 async def test_a_burst_fires_every_matching_message_once_with_bounded_unconfirmed_events(
     liftbridge_client: LiftbridgeClient,
@@ -499,6 +518,7 @@ async def test_a_burst_fires_every_matching_message_once_with_bounded_unconfirme
     assert 0 < runner.most_unconfirmed <= window
 
 
+@needs_ack_mode
 async def test_cursor_is_written_on_a_message_count_or_an_interval_whichever_first(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -526,6 +546,7 @@ async def test_cursor_is_written_on_a_message_count_or_an_interval_whichever_fir
     assert [e["message"]["offset"] for e in runner.events] == [7]
 
 
+@needs_ack_mode
 async def test_unconfirmed_events_hold_the_watcher_and_the_cursor(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -547,6 +568,7 @@ async def test_unconfirmed_events_hold_the_watcher_and_the_cursor(
     assert [e["message"]["offset"] for e in runner.events] == list(range(50))
 
 
+@needs_ack_mode
 async def test_a_stream_recreated_at_once_is_read_from_its_start(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
@@ -564,6 +586,7 @@ async def test_a_stream_recreated_at_once_is_read_from_its_start(
     assert [e["message"]["value_text"] for e in runner.events[20:]] == ["new-0", "new-1"]
 
 
+@needs_ack_mode
 async def test_stopping_the_triggerer_mid_burst_never_moves_the_cursor_past_an_unstored_event(
     liftbridge_client: LiftbridgeClient, stream_name: str
 ) -> None:
