@@ -14,7 +14,8 @@ point at that cluster and no dev server is started. Tests that need to start, st
 configure a server of their own are skipped with a reason: those asking for ``devserver`` or
 ``cluster``, those marked ``own_server``, the dev server's own tests and the fault-injection tier
 (``tests/devserver``, ``tests/reliability``), and modules that start a ``DevServer`` or
-``DevServerProcess`` themselves.
+``DevServerProcess`` themselves. Fault scenarios marked ``external_cluster`` run there too: their
+``fault_cluster`` fixture (``tests/reliability/conftest.py``) is then that cluster.
 
 Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also registers an
 ``atexit`` stop, and the nats-server child is started with a parent-death signal
@@ -55,6 +56,11 @@ _OWN_SERVER_FOLDERS = ("devserver", "reliability")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"own_server: the test {_OWN_SERVER}")
+    config.addinivalue_line(
+        "markers",
+        "external_cluster: a fault scenario that also runs against LIFTBRIDGE_TEST_BROKERS (its fault_cluster "
+        "fixture is then that cluster instead of a dev cluster)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,6 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             text = path.read_text(errors="replace") if path.suffix == ".py" else ""
             starts_own[path] = "DevServer(" in text or "DevServerProcess(" in text
         fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("external_cluster"):
+            continue
         if (
             item.get_closest_marker("own_server")
             or starts_own[path]

@@ -24,6 +24,7 @@ from .errors import (
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
+    StreamExistsError,
     UnavailableError,
 )
 from .partitioners import PartitionerFunc
@@ -48,6 +49,7 @@ __all__ = [
     "pause_stream",
     "refresh_metadata",
     "set_cursor",
+    "settled_metadata",
     "set_stream_readonly",
     "unary",
 ]
@@ -125,12 +127,30 @@ def refresh_metadata(core: ClientCore, streams: Sequence[str] | None) -> Op[Meta
     return metadata
 
 
+def settled_metadata(core: ClientCore, streams: Sequence[str]) -> Op[Metadata]:
+    """The metadata of ``streams`` (names given); one this client has just created that the
+    broker asked does not list yet is asked for again, with backoff, up to ``max_retries`` times (a
+    new stream reaches the brokers one by one: :mod:`.presence`)."""
+    metadata = yield from refresh_metadata(core, streams)
+    tries = 0
+    while tries < core.retry.max_retries and any(
+        s not in metadata.streams and core.seen_streams.fresh(s) for s in streams
+    ):
+        tries += 1
+        yield Sleep(core.backoff(tries))
+        metadata = yield from refresh_metadata(core, streams)
+    return metadata
+
+
 def missing_confirmed_op(core: ClientCore, stream: str, partition: int) -> Op[bool]:
     """After a "no such stream / partition" about ``stream``: whether to believe it (the rule of
-    :mod:`.presence`). A stream never seen is believed missing at once; a seen one only when the
-    metadata of all streams shows a cluster with leaders that does not list it."""
+    :mod:`.presence`). A stream never seen is believed missing at once; one just created (or
+    reported existing) is never believed (the caller tries again within its budget); another seen
+    one only when the metadata of all streams shows a cluster with leaders that does not list it."""
     if stream not in core.seen_streams:
         return True
+    if core.seen_streams.fresh(stream):
+        return False  # a new stream may not have reached the broker that answered yet
     try:
         return missing_confirmed((yield from refresh_metadata(core, None)), stream, partition)
     except UnavailableError:
@@ -144,7 +164,7 @@ def ensure_partition(core: ClientCore, stream: str, partition: int, *, refresh: 
     :raises NoSuchPartitionError: the stream has no such partition.
     """
     if refresh or core.partition_info(stream, partition) is None:
-        yield from refresh_metadata(core, [stream])
+        yield from settled_metadata(core, [stream])
     info = core.cache.stream(stream)
     if info is None:
         raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
@@ -158,7 +178,7 @@ def ensure_partition(core: ClientCore, stream: str, partition: int, *, refresh: 
 def partition_count(core: ClientCore, stream: str) -> Op[int]:
     info = core.cache.stream(stream)
     if info is None:
-        yield from refresh_metadata(core, [stream])
+        yield from settled_metadata(core, [stream])
         info = core.cache.stream(stream)
     if info is None:
         raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
@@ -266,7 +286,13 @@ def create_stream(
         encryption=encryption,
     )
     core.cache.forget(name)
-    yield from unary(core, "CreateStream", request, stream=name)
+    try:
+        yield from unary(core, "CreateStream", request, stream=name)
+    except StreamExistsError:
+        core.seen_streams.created(name)  # the server just said it exists
+        raise
+    # Known from now on: other brokers may say "no such stream" for a moment (presence.py).
+    core.seen_streams.created(name)
 
 
 def delete_stream(core: ClientCore, name: str) -> Op[None]:
@@ -274,6 +300,7 @@ def delete_stream(core: ClientCore, name: str) -> Op[None]:
     if not name:
         raise InvalidArgumentError("name must be a non-empty stream name")
     core.cache.forget(name)
+    core.seen_streams.forget(name)  # "no such stream" about it is believed from now on
     yield from unary(core, "DeleteStream", api_pb2.DeleteStreamRequest(name=name), stream=name)
 
 
@@ -306,7 +333,9 @@ def fetch_metadata(core: ClientCore, streams: Sequence[str] | None = None) -> Op
     """The operation of ``LiftbridgeClient.fetch_metadata`` (documented there)."""
     if isinstance(streams, str):
         streams = [streams]
-    return (yield from refresh_metadata(core, list(streams) if streams else None))
+    if streams:
+        return (yield from settled_metadata(core, list(streams)))
+    return (yield from refresh_metadata(core, None))
 
 
 def fetch_partition_metadata(core: ClientCore, stream: str, partition: int = 0) -> Op[PartitionInfo]:

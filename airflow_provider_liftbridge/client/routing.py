@@ -11,9 +11,18 @@ from collections.abc import Sequence
 
 from .errors import InvalidArgumentError
 from .partitioners import partition_for_key
+from .presence import StreamSightings
 from .retry import RetryPolicy
 from .settings import ConnectionSettings
 from .types import AckPolicy, BrokerInfo, Metadata, PartitionInfo, StreamInfo
+
+#: The shortest default wait for an ack with policy ALL (seconds; a call's ``timeout=`` wins). An
+#: ALL ack waits for every in-sync replica, and a Liftbridge follower that loses its NATS server
+#: (or misses a fetch) sleeps ``replica.max.idle.wait`` (10 s by default) before fetching again, so
+#: commits stall for 11-13 s on a real cluster while nothing is wrong with the records. A shorter
+#: wait gives up on records being stored: a re-send then stores them twice (issue 24 saw up to
+#: 1,931 duplicates with the former 10 s). 20 s outlasts the stall with room for a loaded cluster.
+ALL_ACK_WAIT = 20.0
 
 #: The internal stream whose partitions hold the cursors; each cursor lives in one of them.
 CURSORS_STREAM = "__cursors"
@@ -81,9 +90,9 @@ class ClientCore:
         self.rng = random.Random()
         #: When metadata last showed no cursors stream (monotonic seconds), or None.
         self.cursors_absent_since: float | None = None
-        #: Streams some metadata answer has listed: a "no such stream" about them is only believed
-        #: once confirmed (see ``presence.py``), since a restarting cluster answers that for a while.
-        self.seen_streams: set[str] = set()
+        #: Streams some metadata answer has listed, or this client created: a "no such stream" about
+        #: them is only believed once confirmed, and not at all while they are fresh (``presence.py``).
+        self.seen_streams = StreamSightings()
         self._good = 0  # index (in known_addresses()) of the broker that answered last
         self._lock = threading.Lock()
 
@@ -122,6 +131,13 @@ class ClientCore:
         if timeout <= 0:
             raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
         return float(timeout)
+
+    def ack_wait(self, timeout: float | None, ack_policy: AckPolicy) -> float:
+        """How long to wait for an ack: ``timeout`` when given; else the client's timeout, and with
+        ack policy ALL at least :data:`ALL_ACK_WAIT` (why: see there)."""
+        if timeout is None and ack_policy == AckPolicy.ALL:
+            return max(self.timeout, ALL_ACK_WAIT)
+        return self.call_timeout(timeout)
 
     def resolve_ack_policy(self, ack_policy: AckPolicy | None) -> AckPolicy:
         return self.ack_policy if ack_policy is None else AckPolicy(ack_policy)

@@ -25,10 +25,12 @@ _LOG_GROWTH = math.log(_GROWTH)
 def summary_line(s: Mapping[str, Any]) -> str:
     """A :meth:`WriteStats.summary` in one line for a task log."""
     lead, com = s["to_leader_ms"], s["to_commit_ms"]
+    resent = s.get("resent", 0)
     return (
         f"{s['acks']} ack(s) in {s['seconds']:.3f} s ({s['records_per_second']:.0f} records/s, "
         f"{s['bytes_per_second'] / 1e6:.2f} MB/s); publish->leader ms p50 {lead['p50']} p99 {lead['p99']} "
         f"max {lead['max']}; publish->commit ms p50 {com['p50']} p99 {com['p99']} max {com['max']}"
+        + (f"; {resent} record(s) re-sent (at-least-once: possibly stored twice)" if resent else "")
     )
 
 
@@ -102,6 +104,8 @@ class WriteStats:
         self.first_sent_ns = 0
         self.last_ack_ns = 0
         self.bytes = 0
+        #: Records published again after a lost ack or connection (each may be stored twice).
+        self.resent = 0
 
     def now(self) -> int:
         """The time to note when a record is sent."""
@@ -120,6 +124,10 @@ class WriteStats:
         self.last_ack_ns = max(self.last_ack_ns, self.now())
         self.bytes += size
 
+    def note_resent(self, records: int) -> None:
+        """Count ``records`` re-sends (a record sent a third time counts twice)."""
+        self.resent += records
+
     def merge(self, other: WriteStats) -> None:
         self.to_reception.merge(other.to_reception)
         self.to_commit.merge(other.to_commit)
@@ -127,6 +135,7 @@ class WriteStats:
             self.first_sent_ns = other.first_sent_ns
         self.last_ack_ns = max(self.last_ack_ns, other.last_ack_ns)
         self.bytes += other.bytes
+        self.resent += other.resent
 
     @property
     def acks(self) -> int:
@@ -134,7 +143,8 @@ class WriteStats:
 
     def summary(self) -> dict[str, Any]:
         """JSON-safe, small: ``{"acks", "seconds", "records_per_second", "bytes", "bytes_per_second",
-        "to_leader_ms": {"p50", "p99", "max"}, "to_commit_ms": {...}}``."""
+        "to_leader_ms": {"p50", "p99", "max"}, "to_commit_ms": {...}, "resent"}`` (``resent``: records
+        published again after a lost ack or connection, each possibly stored twice)."""
         seconds = max(self.last_ack_ns - self.first_sent_ns, 0) / 1e9 if self.acks else 0.0
         rate = self.acks / seconds if seconds > 0 else 0.0
         return {
@@ -145,6 +155,7 @@ class WriteStats:
             "bytes_per_second": round(self.bytes / seconds, 1) if seconds > 0 else 0.0,
             "to_leader_ms": self.to_reception.summary_ms(),
             "to_commit_ms": self.to_commit.summary_ms(),
+            "resent": self.resent,
         }
 
     def log_line(self) -> str:
@@ -159,6 +170,7 @@ class WriteStats:
             "first_sent_ns": self.first_sent_ns,
             "last_ack_ns": self.last_ack_ns,
             "bytes": self.bytes,
+            "resent": self.resent,
         }
 
     @classmethod
@@ -169,4 +181,5 @@ class WriteStats:
         stats.first_sent_ns = int(data.get("first_sent_ns", 0))
         stats.last_ack_ns = int(data.get("last_ack_ns", 0))
         stats.bytes = int(data.get("bytes", 0))
+        stats.resent = int(data.get("resent", 0))
         return stats

@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=_DEFAULTS.stream_propagation,
         metavar="SECONDS",
-        help="a new stream reaches the brokers other than the creating one and the metadata leader "
+        help="a new stream reaches the brokers other than the metadata leader and its partition leaders "
         "this long after creation (default: %(default)s)",
     )
     cluster.add_argument(

@@ -15,10 +15,11 @@ from what was observed on a three-broker v1.9 cluster and from Liftbridge's sour
   broker's broker list is younger than ``metadata_cache_max_age``, it asks every peer over NATS and
   waits for all of them, until the caller's deadline (5 s without one). A stalled peer makes it hang
   that long; it then answers with the brokers that replied.
-- **A new stream reaches the brokers one by one** (:class:`StreamPropagation`): the broker that
-  handled CreateStream and the metadata leader know it at once, the others ``stream_propagation``
-  seconds later; until then they answer "no such stream" (publish), NOT_FOUND (subscribe, partition
-  metadata) and UNKNOWN_STREAM (metadata).
+- **A new stream reaches the brokers one by one** (:class:`StreamPropagation`): Liftbridge applies
+  CreateStream on the metadata leader and waits (best effort) for the partition leaders to start
+  their partitions, so those know it at once; the other brokers (the one that forwarded the call
+  included) ``stream_propagation`` seconds later. Until then they answer "no such stream"
+  (publish), NOT_FOUND (subscribe, partition metadata) and UNKNOWN_STREAM (metadata).
 
 What is simplified is listed in docs/devserver.md ("What cluster mode still simplifies").
 """

@@ -109,8 +109,9 @@ class ClusterTimings:
         this long; until then metadata changes wait (about Raft's heartbeat plus election time).
     :param metadata_cache_max_age: FetchMetadata surveys the other brokers (and waits for a stalled
         one) unless its broker list is younger than this (Liftbridge's ``metadata.cache.max.age``).
-    :param stream_propagation: a new stream is known at once by the broker that created it and the
-        metadata leader, by the others this long after (they answer "no such stream" until then).
+    :param stream_propagation: a new stream is known at once by the metadata leader and its
+        partition leaders, by the other brokers (the one that forwarded CreateStream included) this
+        long after; they answer "no such stream" until then.
     :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
     """
 
@@ -122,7 +123,7 @@ class ClusterTimings:
     restart_hw_unknown: float = 9.0
     metadata_election_timeout: float = 2.0
     metadata_cache_max_age: float = 120.0
-    stream_propagation: float = 0.0
+    stream_propagation: float = 0.05
 
     def __post_init__(self) -> None:
         durations = (

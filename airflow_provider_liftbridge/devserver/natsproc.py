@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,6 +185,8 @@ class NatsServerProcess:
     :param port: client port; 0 lets nats-server choose (read back from its log).
     :param binary: path of the binary (found with :func:`find_nats_server` when omitted).
     :param security: TLS and authentication the child demands (``None``: plain, anonymous).
+    :param extra_args: more command-line options (e.g. ``--cluster``, ``--routes`` and
+        ``--cluster_name`` for a node of a NATS cluster); not with ``security``.
     """
 
     def __init__(
@@ -193,11 +196,13 @@ class NatsServerProcess:
         *,
         binary: str | None = None,
         security: NatsServerSecurity | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.host = host
         self.port = port
         self.binary = binary
         self.security = security
+        self.extra_args = tuple(extra_args)
         self._conf_path: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
@@ -249,7 +254,7 @@ class NatsServerProcess:
         fd, name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".log")
         self._log_path = Path(name)
         if self.security is None:
-            args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1)]
+            args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1), *self.extra_args]
         else:
             conf_fd, conf_name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".conf")
             with os.fdopen(conf_fd, "w") as conf:
@@ -352,6 +357,13 @@ class NatsServerProcess:
             watcher.cancel()
         self._terminate(timeout)
         self._cleanup_log()
+
+    def kill(self) -> None:
+        """SIGKILL the child and wait for it (a node dying without a word); :meth:`stop` cleans up."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
     def _terminate(self, timeout: float = 5.0) -> None:
         proc, self._proc = self._proc, None

@@ -188,10 +188,12 @@ class ApiService:
 
     # -- admin ----------------------------------------------------------------
     async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._call(context, lambda: self.store.create_stream(req))
+        stream = await self._call(context, lambda: self.store.create_stream(req))
         cluster = self.store.cluster
         if cluster is not None:
-            cluster.propagation.created(req.name, (self.broker.id, cluster.metadata.broker.id))
+            # Applied on the metadata leader, which waits for the partition leaders (faults.py).
+            leaders = {part.leader for part in stream.partitions}
+            cluster.propagation.created(req.name, leaders | {cluster.metadata.broker.id})
         return api_pb2.CreateStreamResponse()
 
     async def DeleteStream(self, req: api_pb2.DeleteStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:

@@ -281,7 +281,9 @@ def test_no_such_stream_right_after_a_full_cluster_restart_is_resumed_for_a_stre
     part.restart()
     result = publisher.publish([b"r1", b"r2"])
     assert _ours(part) == {0: 1, 1: 1, 2: 1}
-    assert result.written == 2 and result.resumes >= 2
+    # At least one resume: the client itself retries "no such stream" about a stream it has just
+    # seen for a moment (presence.py), so fewer of them reach the publisher.
+    assert result.written == 2 and result.resumes >= 1
     assert clock.now >= 9.0  # it waited until the cluster committed again before scanning
 
 

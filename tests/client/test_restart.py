@@ -112,6 +112,7 @@ def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_sto
             time.sleep(0.02)
         records = [b"r%d" % i for i in range(5)]
         with pytest.raises(PublishError, match="may or may not be stored"):
-            c.publish_many("late-acks", records, path="nats", ack_policy=AckPolicy.ALL, resend=NO_RESEND)
+            # timeout= given: with ack policy ALL the default wait would outlast the 2 s (ALL_ACK_WAIT).
+            c.publish_many("late-acks", records, path="nats", ack_policy=AckPolicy.ALL, resend=NO_RESEND, timeout=0.2)
         stored = c.subscribe("late-acks", start_at=StartPosition.EARLIEST, stop_at=5)  # once committed
         assert [m.value for m in stored] == [b"before", *records]

@@ -156,16 +156,19 @@ def test_a_new_stream_reaches_the_other_brokers_a_moment_later(stream_name: str)
     # A propagation delay long enough to be seen from a loaded machine.
     with DevServer(brokers=3, timings=ClusterTimings.fast(stream_propagation=1.5)) as server:
         stubs = _stubs(server.addresses)
-        create(stubs[1], stream_name)
-        # The creating broker and the metadata leader (broker 0) know it at once, broker 2 not yet.
-        assert publish(stubs[1], stream_name, b"a", ackPolicy=pb.LEADER).ack.offset == 0
-        assert publish(stubs[0], stream_name, b"b", ackPolicy=pb.LEADER).ack.offset == 1
-        err = rpc_error(stubs[2].Publish, pb.PublishRequest(stream=stream_name, value=b"c"), timeout=TIMEOUT)
-        assert (err.code(), err.details()) == (grpc.StatusCode.NOT_FOUND, f"no such stream: {stream_name}")
+        server.move_metadata_leader(2)
+        create(stubs[0], stream_name)  # forwarded to the metadata leader (broker 2)
         meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
+        leader = server.broker_ids.index(meta.streamMetadata[0].partitions[0].leader)
+        # The metadata leader and the partition leader know it at once, any other broker not yet.
+        assert publish(stubs[leader], stream_name, b"a", ackPolicy=pb.LEADER).ack.offset == 0
+        lagging = next(i for i in range(3) if i not in (2, leader))
+        err = rpc_error(stubs[lagging].Publish, pb.PublishRequest(stream=stream_name, value=b"b"), timeout=TIMEOUT)
+        assert (err.code(), err.details()) == (grpc.StatusCode.NOT_FOUND, f"no such stream: {stream_name}")
+        meta = stubs[lagging].FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
         assert meta.streamMetadata[0].error == pb.StreamMetadata.UNKNOWN_STREAM
         known_everywhere(stubs, stream_name, timeout=10.0)
-        assert publish(stubs[2], stream_name, b"c", ackPolicy=pb.LEADER).ack.offset == 2
+        assert publish(stubs[lagging], stream_name, b"b", ackPolicy=pb.LEADER).ack.offset == 1
 
 
 def test_the_metadata_leader_hook_of_the_server_process(stream_name: str) -> None:

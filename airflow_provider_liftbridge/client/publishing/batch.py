@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -38,12 +39,10 @@ from ..errors import (
     PartitionPausedError,
     PublishError,
     ReadonlyPartitionError,
-    UnavailableError,
 )
-from ..operations import choose_partition, fetch_partition_metadata, missing_confirmed_op, refresh_metadata, unary
+from ..operations import choose_partition, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
-from ..transport.nats import NatsLink
 from ..types import Ack, Record, StreamInfo
 from . import grpc_batch
 from .columns import RecordColumns
@@ -55,6 +54,8 @@ from .nats_engine import (
     publish_on_link,
 )
 from .options import PUBLISH_PATHS, PublishOptions
+from .resend import NO_RESEND
+from .unstored import discard_nats, send_unstored_again, warn_resent
 
 if TYPE_CHECKING:
     from ..write_stats import WriteStats
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
+_OFFSET = operator.attrgetter("offset")
 
 # Which clients have logged their publish path already (once per client and path).
 _LOGGED: weakref.WeakKeyDictionary[ClientCore, set[str]] = weakref.WeakKeyDictionary()
@@ -111,7 +113,8 @@ def resolve_options(core: ClientCore, stream: str, options: PublishOptions) -> P
     if not isinstance(stream, str) or not stream:
         raise InvalidArgumentError(f"stream must be a non-empty stream name, got {stream!r}")
     resolve_path(core, options.path)
-    return options.resolved(core.resolve_ack_policy(options.ack_policy), core.call_timeout(options.timeout))
+    policy = core.resolve_ack_policy(options.ack_policy)
+    return options.resolved(policy, core.ack_wait(options.timeout, policy))
 
 
 @dataclass(slots=True)
@@ -123,12 +126,15 @@ class Route:
     :ivar info: the stream's metadata when it was opened (NATS path).
     :ivar fit: partitions already found fit for NATS publishes (neither paused nor read-only).
     :ivar why: why gRPC is used although the client knows NATS servers ("" if it is not).
+    :ivar newest: per partition, the newest offset after this route's last batch as its acks show
+        it (NATS path): the next batch's baseline for the "certainly not stored" check.
     """
 
     path: Literal["nats", "grpc"]
     info: StreamInfo | None = None
     fit: set[int] = field(default_factory=set)
     why: str = ""
+    newest: dict[int, int] = field(default_factory=dict)
 
     def fall_back(self, why: str) -> None:
         """Use gRPC from now on (this batch and the publisher's later ones), because ``why``."""
@@ -169,7 +175,7 @@ def send_batch(
     if stats is None:
         return (yield from _send_batch(core, stream, options, route, items, None))
     sent_ns = [0] * len(items)
-    acks = yield from _send_batch(core, stream, options, route, items, sent_ns)
+    acks = yield from _send_batch(core, stream, options, route, items, sent_ns, stats)
     _count_acks(stats, items, acks, sent_ns)
     return acks
 
@@ -207,8 +213,9 @@ class NatsBatch:
     :ivar subjects: each record's NATS subject.
     :ivar ids: each record's correlation id.
     :ivar options: the options of the NATS path (its window filled in).
-    :ivar before: what each target partition held before this batch, as far as the route's
-        metadata knows: the base against which an ack time-out is judged (``_send_unstored_again``).
+    :ivar before: what each target partition held before this batch, as far as the route knows
+        (its metadata, then the acks of its last batch): the base against which an ack time-out
+        is judged (:func:`.unstored.send_unstored_again`).
     :ivar sent_ns: first send times for the write statistics, or ``None``.
     """
 
@@ -246,16 +253,18 @@ def _send_batch(
     route: Route,
     items: Sequence[Record | bytes],
     sent_ns: list[int] | None,
+    stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
     """One batch on ``route``: over gRPC, or planned and sent over NATS, falling back to gRPC
-    (for this and the publisher's later batches) where ``"auto"`` allows it."""
+    (for this and the publisher's later batches) where ``"auto"`` allows it. Re-sends are
+    logged at WARNING and counted in ``stats``."""
     items = _uniform(items)
     if route.path == "grpc":
-        return (yield from _over_grpc(core, stream, options, items, sent_ns))
+        return (yield from _over_grpc(core, stream, options, items, sent_ns, stats=stats))
     planned = yield from _plan_nats(core, stream, options, route, items, sent_ns)
     if isinstance(planned, str):
         route.fall_back(planned)
-        return (yield from _over_grpc(core, stream, options, items, sent_ns, planned))
+        return (yield from _over_grpc(core, stream, options, items, sent_ns, planned, stats))
     _log_path(core, stream, "nats")
     outcome = yield from planned.send()
     # "auto" takes gRPC when NATS cannot be reached, not when NATS refused this client's
@@ -263,12 +272,29 @@ def _send_batch(
     failure = outcome.failure
     if failure is not None and outcome.sent == 0 and options.path == "auto" and not is_nats_refusal(failure):
         route.fall_back(f"NATS is unavailable ({failure})")
-        return (yield from _over_grpc(core, stream, options, items, sent_ns, route.why))
+        return (yield from _over_grpc(core, stream, options, items, sent_ns, route.why, stats))
+    if outcome.resent:
+        warn_resent(stream, outcome.resent, "without an ack in time, as the resend policy allows")
     if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
-        yield from _send_unstored_again(core, stream, outcome, planned.parts, planned.before, planned.send)
+        yield from send_unstored_again(core, stream, outcome, planned.parts, planned.before, planned.send)
+    if stats is not None:
+        stats.note_resent(outcome.resent)
     if outcome.timed_out:
         yield from _explain_timeouts(core, stream, outcome, planned.parts, options.wait)
-    return outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+    acks = outcome_acks(outcome, f"stream {stream!r} over NATS (ack timeout {options.wait:g} s)")
+    _note_newest(route, planned.parts, acks)
+    return acks
+
+
+def _note_newest(route: Route, parts: Sequence[int], acks: Sequence[Ack]) -> None:
+    """Every ack of a batch is in: what its partitions hold now, if no one else writes (the next
+    batch's baseline)."""
+    if acks and len(set(parts)) == 1:
+        p = parts[0]
+        route.newest[p] = max(route.newest.get(p, -1), max(map(_OFFSET, acks)))
+        return
+    for i, ack in enumerate(acks):
+        route.newest[parts[i]] = max(route.newest.get(parts[i], -1), ack.offset)
 
 
 def _uniform(items: Sequence[Record | bytes]) -> Sequence[Record | bytes]:
@@ -289,9 +315,10 @@ def _over_grpc(
     items: Sequence[Record | bytes],
     sent_ns: list[int] | None,
     why: str = "",
+    stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
     _log_path(core, stream, "grpc", why)
-    return (yield from grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns))
+    return (yield from grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns, stats=stats))
 
 
 def _plan_nats(
@@ -333,88 +360,11 @@ def _plan_nats(
     else:
         subject_of = {p: partition_subject(info.subject, p) for p in targets}
         subjects = [subject_of[p] for p in parts]
-    before = {p: info.partitions[p].newest_offset for p in targets}
-    nats_options = options.replace(window=options.window_for("nats"))
+    before = {p: route.newest.get(p, info.partitions[p].newest_offset) for p in targets}
+    # By default nothing is re-sent blindly on a time-out: only what unstored.py proves unstored.
+    resend = NO_RESEND if options.resend is None else options.resend
+    nats_options = options.replace(window=options.window_for("nats"), resend=resend)
     return NatsBatch(items, parts, subjects, ids, nats_options, before, sent_ns)
-
-
-def _send_unstored_again(
-    core: ClientCore,
-    stream: str,
-    outcome: BulkOutcome,
-    parts: Sequence[int],
-    before: dict[int, int],
-    nats: Callable[[Sequence[int]], Op[BulkOutcome]],
-) -> Op[None]:
-    """Send again, within the call's retry budget, the timed-out records that are certainly not
-    stored; ``outcome`` is updated in place (the rest stay timed out).
-
-    Over NATS a publish that no broker takes gets no answer at all: right after a full-cluster
-    restart the partitions have no leader for a second or two, and what is published to their
-    subjects meanwhile is dropped (``liftbridge-semantics.md``), where gRPC says "no such stream".
-    An ack time-out alone cannot tell a dropped record from one stored whose ack was late or lost,
-    so nothing is re-sent on its strength (beyond what the caller's resend policy allows). A
-    partition's records are known not to be stored when its leader's newest offset is what it
-    held before the batch plus the records of the batch it acknowledged: nothing else was written
-    there since. The client's NATS connection is dropped first, so that no copy still buffered
-    in it can arrive after that check. Until the partitions have a leader again, the check waits
-    its backoff, as :mod:`..presence` says; a stream confirmed missing ends it.
-    """
-    if any(before[parts[i]] < -1 for i in outcome.timed_out):
-        return  # metadata without offsets: nothing to judge by
-    for attempt in range(1, core.retry.max_retries + 1):
-        yield from discard_nats()
-        yield Sleep(core.backoff(attempt))
-        acked: dict[int, int] = {}
-        for i, ack in enumerate(outcome.acks):
-            if ack is not None:
-                acked[parts[i]] = acked.get(parts[i], 0) + 1
-        waiting = sorted({parts[i] for i in outcome.timed_out})
-        try:
-            newest: dict[int, int] = {}
-            for p in waiting:
-                part = yield from fetch_partition_metadata(core, stream, p)
-                if part.readonly:
-                    return  # dropped for good: _explain_timeouts says why
-                newest[p] = part.newest_offset
-        except (NoSuchStreamError, NoSuchPartitionError, NotLeaderError, UnavailableError):
-            try:
-                if (yield from missing_confirmed_op(core, stream, waiting[0])):
-                    return
-            except LiftbridgeError:
-                return  # keep the time-outs
-            info = core.cache.stream(stream)  # all streams' metadata, just fetched
-            if info is not None and any(info.partitions[p].paused for p in waiting if p in info.partitions):
-                return  # a paused partition answers as a non-leader; waiting will not change that
-            continue  # the cluster is not back: no leader to ask yet
-        except LiftbridgeError:
-            return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
-        if any(newest[p] != before[p] + acked.get(p, 0) for p in waiting):
-            return  # something was written there: these records may be stored, keep their time-outs
-        again = outcome.timed_out
-        retry = yield from nats(again)
-        outcome.timed_out = [again[k] for k in retry.timed_out]
-        for k, i in enumerate(again):
-            outcome.acks[i] = retry.acks[k]
-            if k in retry.errors:
-                outcome.errors[i] = retry.errors[k]
-        if retry.failure is not None:
-            outcome.failure = retry.failure
-        outcome.sent += retry.sent
-        outcome.resent += len(again) + retry.resent
-        if not outcome.timed_out or retry.failure is not None:
-            return
-        # Still no ack: judge again (this batch's new acks count as what the partitions hold).
-
-
-def discard_nats() -> Op[None]:
-    """Close the client's NATS connection without flushing what it still buffers (it reconnects
-    on next use): after a failed batch, nothing queued may reach the server later."""
-    yield NatsCall(_discard)
-
-
-async def _discard(link: NatsLink) -> None:
-    await link.discard()
 
 
 def publish_many(

@@ -4,10 +4,12 @@ allows."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -25,6 +27,11 @@ from ..types import Ack, AckPolicy, Record
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import ResendPolicy
 
+if TYPE_CHECKING:
+    from ..write_stats import WriteStats
+
+log = logging.getLogger("airflow_provider_liftbridge.client")
+
 __all__ = ["as_record", "publish_many"]
 
 
@@ -35,6 +42,7 @@ def publish_many(
     options: PublishOptions = DEFAULT_OPTIONS,
     *,
     sent_ns: list[int] | None = None,
+    stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
     """Publish many records pipelined over one PublishAsync stream, at most ``window`` unacked
     at a time; return their acks in input order (an empty list with ``AckPolicy.NONE``, which
@@ -57,7 +65,7 @@ def publish_many(
         anything is sent.
     """
     policy = core.resolve_ack_policy(options.ack_policy)
-    wait = core.call_timeout(options.timeout)
+    wait = core.ack_wait(options.timeout, policy)
     partition, partitioner = options.partition, options.partitioner
     batch = uuid.uuid4().hex[:12]
     requests: list[api_pb2.PublishRequest] = []
@@ -88,7 +96,7 @@ def publish_many(
         yield from _send_unacknowledged(core, requests, wait)
         return []
     window = options.window_for("grpc")
-    return (yield from _pipeline(core, stream, requests, ids, window, wait, options.resend, sent_ns))
+    return (yield from _pipeline(core, stream, requests, ids, window, wait, options.resend, sent_ns, stats))
 
 
 def as_record(index: int, item: Record | bytes) -> Record:
@@ -141,6 +149,7 @@ def _pipeline(
     wait: float,
     resend: ResendPolicy | None = None,
     sent_ns: list[int] | None = None,
+    stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
     acks: list[Ack | None] = [None] * len(requests)
     errors: dict[int, LiftbridgeError] = {}
@@ -185,15 +194,11 @@ def _pipeline(
             # stream (a real server takes seconds to).
             yield Cancel(handle)
             missing = sorted(i for i, e in errors.items() if isinstance(e, NoSuchStreamError | NoSuchPartitionError))
-            if (
-                missing
-                and len(missing) == len(errors)
-                and stream in core.seen_streams
-                and refusals < core.retry.max_retries
-            ):
-                # "No such stream" about a stream seen before: a restarting cluster says that for a
-                # second or two (presence.py). Refused records were not stored: sending them again
-                # after a backoff cannot duplicate them, unless metadata confirms the stream is gone.
+            if missing and len(missing) == len(errors) and refusals < core.retry.max_retries:
+                # "No such stream" about a stream just created, or seen before: a new stream reaches
+                # the brokers one by one, a restarting cluster says that for a second or two
+                # (presence.py). Refused records were not stored: sending them again after a
+                # backoff cannot duplicate them, unless metadata confirms the stream is gone.
                 refusals += 1
                 yield Sleep(core.backoff(refusals))
                 if not (yield from missing_confirmed_op(core, stream, requests[missing[0]].partition)):
@@ -217,6 +222,16 @@ def _pipeline(
                 if refused:
                     why = f"record {refused[0]} failed: {errors[refused[0]]}"
                     raise publish_error(acks, refused[0], errors, why) from errors[refused[0]]
+                if inflight:
+                    # At-least-once: the lost attempt may have stored them. Said and counted.
+                    log.warning(
+                        "publish_many to stream %r: re-sending %d record(s) without an ack after a lost connection "
+                        "(at-least-once: each may be stored twice)",
+                        stream,
+                        len(inflight),
+                    )
+                    if stats is not None:
+                        stats.note_resent(len(inflight))
                 pending = deque(sorted(inflight | set(pending)))
                 inflight.clear()
                 yield Sleep(core.backoff(attempt))

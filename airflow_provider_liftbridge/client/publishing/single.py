@@ -35,6 +35,7 @@ def publish(
 ) -> Op[Ack | None]:
     """The operation of ``LiftbridgeClient.publish`` (documented there)."""
     policy = core.resolve_ack_policy(ack_policy)
+    timeout = core.ack_wait(timeout, policy)
     chosen = yield from choose_partition(core, stream, key, value, partition, partitioner)
     request = build_publish(
         stream,
