@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         "younger than this (default: %(default)s)",
     )
     cluster.add_argument(
+        "--replica-max-idle-wait",
+        type=float,
+        default=_DEFAULTS.replica_max_idle_wait,
+        metavar="SECONDS",
+        help="after the NATS connection is lost, followers fetch again only this long after; commits "
+        "stall meanwhile (default: %(default)s)",
+    )
+    cluster.add_argument(
         "--stream-propagation",
         type=float,
         default=_DEFAULTS.stream_propagation,
@@ -172,6 +180,7 @@ def _timings(args: argparse.Namespace) -> ClusterTimings:
             metadata_election_timeout=args.metadata_election_timeout,
             metadata_cache_max_age=args.metadata_cache_max_age,
             stream_propagation=args.stream_propagation,
+            replica_max_idle_wait=args.replica_max_idle_wait,
         )
     except ValueError as exc:
         raise DevServerError(f"bad cluster timings ({exc}); see --help for --restart-window and the others") from exc

@@ -61,6 +61,8 @@ class Cluster:
         #: Monotonic time of the last full-cluster restart (the restart window runs from it).
         self.restarted_at: float | None = None
         self._resumed: dict[int, asyncio.Event] = {}
+        #: Followers fetch again only after this (monotonic): see :meth:`nats_lost`.
+        self.fetch_paused_until = 0.0
         #: The metadata (Raft) leader: metadata changes wait while it does not run (faults.py).
         self.metadata = MetadataLeader(self, store.brokers)
         #: Which brokers know a just-created stream (faults.py).
@@ -148,6 +150,13 @@ class Cluster:
             self._kick_handle = None
         for part in self.partitions():
             replication_of(part).stop_followers()
+
+    def nats_lost(self) -> None:
+        """The brokers lost their NATS connection: as Liftbridge's followers do, they fetch again
+        only ``replica_max_idle_wait`` later, so commits and ALL acks stall meanwhile."""
+        wait = self.timings.replica_max_idle_wait
+        log.warning("NATS connection lost: followers fetch again in %g s (replica.max.idle.wait)", wait)
+        self.fetch_paused_until = time.monotonic() + wait
 
     def broker_by_id(self, broker_id: str) -> BrokerSlot | None:
         return self.store.broker_by_id(broker_id)

@@ -157,6 +157,7 @@ class ServerCore:
         )
         store.enforce_age_retention()
         store.listener = self._ingest
+        self._ingest.on_disconnect = store.cluster.nats_lost if store.cluster is not None else None
         cfg = self.config
         if self._groups is None:
             self._groups = ConsumerGroups(store, cfg.groups_consumer_timeout, cfg.groups_coordinator_timeout)

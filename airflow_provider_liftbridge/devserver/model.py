@@ -109,6 +109,9 @@ class ClusterTimings:
         this long; until then metadata changes wait (about Raft's heartbeat plus election time).
     :param metadata_cache_max_age: FetchMetadata surveys the other brokers (and waits for a stalled
         one) unless its broker list is younger than this (Liftbridge's ``metadata.cache.max.age``).
+    :param replica_max_idle_wait: when the NATS connection is lost, followers fetch again only
+        this long after (Liftbridge's ``replica.max.idle.wait``: a follower that loses its NATS
+        server sleeps it out), so commits and ALL acks stall that long.
     :param stream_propagation: a new stream is known at once by the metadata leader and its
         partition leaders, by the other brokers (the one that forwarded CreateStream included) this
         long after; they answer "no such stream" until then.
@@ -124,9 +127,11 @@ class ClusterTimings:
     metadata_election_timeout: float = 2.0
     metadata_cache_max_age: float = 120.0
     stream_propagation: float = 0.05
+    replica_max_idle_wait: float = 10.0
 
     def __post_init__(self) -> None:
         durations = (
+            self.replica_max_idle_wait,
             self.metadata_election_timeout,
             self.metadata_cache_max_age,
             self.stream_propagation,
@@ -150,11 +155,13 @@ class ClusterTimings:
     @classmethod
     def fast(cls, **overrides: Any) -> ClusterTimings:
         """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
-        real one (0.03 s, 0.15 s, 0.9 s), metadata election 0.2 s. Keywords override single values."""
+        real one (0.03 s, 0.15 s, 0.9 s), metadata election 0.2 s, idle wait after a NATS loss 1 s.
+        Keywords override single values."""
         base = cls(
             replica_max_lag_time=0.5,
             replica_max_leader_timeout=0.5,
             metadata_election_timeout=0.2,
+            replica_max_idle_wait=1.0,
             restart_no_streams=0.03,
             restart_no_leaders=0.15,
             restart_hw_unknown=0.9,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 from nats.aio.client import Client as NatsClient
@@ -82,6 +83,8 @@ class NatsIngest:
 
     def __init__(self, url: str, *, fast: bool = True, security: NatsSecurity | None = None) -> None:
         self.url = url
+        #: Called when the NATS connection is lost (cluster mode: the followers' idle wait).
+        self.on_disconnect: Callable[[], None] | None = None
         #: TLS and credentials of the connection to NATS.
         self.security = security
         #: Whether messages bypass nats-py's per-message machinery (see the module docstring).
@@ -132,6 +135,8 @@ class NatsIngest:
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
 
     async def _disconnected(self) -> None:
+        if self.nc is not None and not self.nc.is_closed and self.on_disconnect is not None:
+            self.on_disconnect()
         if self.nc is not None and not self.nc.is_closed:
             log.warning(
                 "lost the connection to NATS at %s; reconnecting (NATS publishes are not taken meanwhile)", self.url

@@ -105,6 +105,8 @@ class DevServerProcess:
                 str(timings.metadata_cache_max_age),
                 "--stream-propagation",
                 str(timings.stream_propagation),
+                "--replica-max-idle-wait",
+                str(timings.replica_max_idle_wait),
             ]
         self.data_dir = Path(data_dir)
         self.brokers = brokers

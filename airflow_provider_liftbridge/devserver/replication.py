@@ -80,6 +80,8 @@ class ReplicationCluster(Protocol):
 
     timings: ClusterTimings
     idle_wait: float
+    #: Monotonic time before which followers do not fetch (they lost NATS: ``replica.max.idle.wait``).
+    fetch_paused_until: float
 
     @property
     def hw_unknown(self) -> bool: ...
@@ -249,6 +251,10 @@ class Replication:
             if wakeup is None:
                 return
             wakeup.clear()
+            paused = self.cluster.fetch_paused_until - time.monotonic()
+            if paused > 0:
+                await asyncio.sleep(paused)  # lost NATS: Liftbridge's follower sleeps before fetching again
+                continue
             if rep.id != self.part.leader and rep.serving and self.leader_serving:
                 try:
                     copied = self.fetch(rep)

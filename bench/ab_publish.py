@@ -1,0 +1,99 @@
+"""A/B of the at-least-once publishing rows: this tree against another source tree of the project
+(e.g. the commit before a change), in one run, on one dev server.
+
+    .venv/bin/python bench/ab_publish.py --base /tmp/base-tree [--rounds 3] [--messages 30000]
+
+Each round runs every case once per tree, interleaved (A, B, A, B, ...), each in a fresh child
+process whose ``PYTHONPATH`` is that tree, so both import their own ``airflow_provider_liftbridge``.
+The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server). The best
+run of each tree is kept; the ratio is B (this tree) over A (the base) in msgs/s: above 1 is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import machine  # noqa: E402
+
+from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
+
+HERE = Path(__file__).resolve().parents[1]
+
+#: The child's code: one case, one run; prints {"count", "seconds"}.
+WORKER = r"""
+import json, sys, time, uuid
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+case, address, url, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+value = b"x" * 100
+with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
+    stream = f"ab-{uuid.uuid4().hex[:8]}"
+    c.create_stream(stream, stream)
+    c.publish_many(stream, [value] * 100, path="nats")  # warm: connections, metadata
+    started = time.perf_counter()
+    if case == "bulk":
+        count = len(c.publish_many(stream, [value] * n, window=4096, path="nats"))
+    elif case == "batch publisher":
+        publisher = c.batch_publisher(stream, path="nats", write_stats=True)
+        count = publisher.publish(value for _ in range(n)).acknowledged
+    elif case == "bulk, ack ALL":
+        count = len(c.publish_many(stream, [value] * n, window=4096, path="nats", ack_policy=AckPolicy.ALL))
+    else:
+        count = len(c.publish_many(stream, [value] * n, window=256, path="grpc"))
+    print(json.dumps({"count": count, "seconds": time.perf_counter() - started}))
+"""
+
+CASES = {
+    "bulk": "publish_many over NATS (window 4096)",
+    "bulk, ack ALL": "publish_many over NATS, ack policy ALL",
+    "batch publisher": "batch publisher over NATS, read lazily, write stats on",
+    "grpc": "publish_many over gRPC (window 256)",
+}
+
+
+def run(tree: Path, case: str, address: str, url: str, n: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, case, address, url, str(n)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case} on {tree} failed:\n{proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(result["count"]) / float(result["seconds"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="source tree A (the base)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=30_000, help="messages per NATS run")
+    parser.add_argument("--grpc-messages", type=int, default=8_000, help="messages per gRPC run")
+    args = parser.parse_args()
+    trees = {"A (base)": args.base.resolve(), "B (this tree)": HERE}
+    best: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
+        for _ in range(args.rounds):
+            for case in CASES:
+                n = args.grpc_messages if case == "grpc" else args.messages
+                for name, tree in trees.items():
+                    rate = run(tree, case, server.address, server.nats_url, n)
+                    best[(case, name)] = max(best.get((case, name), 0.0), rate)
+    print("| case | A (base) msgs/s | B (this tree) msgs/s | B / A |\n|---|---:|---:|---:|")
+    for case, label in CASES.items():
+        a, b = best[(case, "A (base)")], best[(case, "B (this tree)")]
+        print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× |")
+    print(f"\nbest of {args.rounds} interleaved rounds; {machine()}; load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
