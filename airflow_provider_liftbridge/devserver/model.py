@@ -126,7 +126,7 @@ class ClusterTimings:
     restart_hw_unknown: float = 9.0
     metadata_election_timeout: float = 2.0
     metadata_cache_max_age: float = 120.0
-    stream_propagation: float = 0.05
+    stream_propagation: float = 0.0
     replica_max_idle_wait: float = 10.0
 
     def __post_init__(self) -> None:
