@@ -1,5 +1,5 @@
 """A/B of the at-least-once publishing rows: this tree against another source tree of the project
-(e.g. the commit before a change), in one run, on one dev server.
+(e.g. the commit before a change, with ``PublishOptions``), in one run, on one dev server.
 
     .venv/bin/python bench/ab_publish.py --base /tmp/base-tree [--rounds 3] [--messages 30000]
 
@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parents[1]
 #: The child's code: one case, one run; prints {"count", "seconds"}.
 WORKER = r"""
 import json, sys, time, uuid
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
 case, address, url, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 value = b"x" * 100
 with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
@@ -40,7 +40,7 @@ with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
     if case == "bulk":
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats"))
     elif case == "batch publisher":
-        publisher = c.batch_publisher(stream, path="nats", write_stats=True)
+        publisher = c.batch_publisher(stream, PublishOptions(path="nats"), write_stats=True)
         count = publisher.publish(value for _ in range(n)).acknowledged
     elif case == "bulk, ack ALL":
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats", ack_policy=AckPolicy.ALL))

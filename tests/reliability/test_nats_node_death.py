@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 
@@ -83,9 +83,8 @@ def test_the_nats_node_of_the_client_and_the_brokers_killed_mid_publish(
             # Over NATS a batch sent while the brokers reconnect is dropped and waits out its ack
             # time-out before the check re-sends it: 5 s here, not the 20 s default, for the suite's time.
             wait = 5.0 if path == "nats" else None
-            publisher = client.batch_publisher(
-                stream, ack_policy=AckPolicy.ALL, path=path, timeout=wait, write_stats=True
-            )
+            options = PublishOptions(ack_policy=AckPolicy.ALL, path=path, timeout=wait)
+            publisher = client.batch_publisher(stream, options, write_stats=True)
             stats = publisher.stats
             assert stats is not None
             failure: list[BaseException] = []
