@@ -6,7 +6,8 @@
 Each round runs every case once per tree, interleaved (A, B, A, B, ...), each in a fresh child
 process whose ``PYTHONPATH`` is that tree, so both import their own ``airflow_provider_liftbridge``.
 The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server). The best
-run of each tree is kept; the ratio is B (this tree) over A (the base) in msgs/s: above 1 is faster.
+run of each tree is kept (msgs/s, and the lowest client CPU per message, steadier on a loaded
+machine); ratios are B (this tree) against A (the base): above 1 means B is faster or cheaper.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
     stream = f"ab-{uuid.uuid4().hex[:8]}"
     c.create_stream(stream, stream)
     c.publish_many(stream, [value] * 100, path="nats")  # warm: connections, metadata
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if case == "bulk":
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats"))
     elif case == "batch publisher":
@@ -46,7 +47,7 @@ with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats", ack_policy=AckPolicy.ALL))
     else:
         count = len(c.publish_many(stream, [value] * n, window=256, path="grpc"))
-    print(json.dumps({"count": count, "seconds": time.perf_counter() - started}))
+    print(json.dumps({"count": count, "seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu}))
 """
 
 CASES = {
@@ -57,7 +58,8 @@ CASES = {
 }
 
 
-def run(tree: Path, case: str, address: str, url: str, n: int) -> float:
+def run(tree: Path, case: str, address: str, url: str, n: int) -> tuple[float, float]:
+    """One run of ``case`` on ``tree``: (msgs/s, client CPU µs per message)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run(
         [sys.executable, "-c", WORKER, case, address, url, str(n)],
@@ -69,7 +71,8 @@ def run(tree: Path, case: str, address: str, url: str, n: int) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"{case} on {tree} failed:\n{proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return float(result["count"]) / float(result["seconds"])
+    count = float(result["count"])
+    return count / float(result["seconds"]), float(result["cpu"]) / count * 1e6
 
 
 def main() -> None:
@@ -81,17 +84,23 @@ def main() -> None:
     args = parser.parse_args()
     trees = {"A (base)": args.base.resolve(), "B (this tree)": HERE}
     best: dict[tuple[str, str], float] = {}
+    cpu: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
         for _ in range(args.rounds):
             for case in CASES:
                 n = args.grpc_messages if case == "grpc" else args.messages
                 for name, tree in trees.items():
-                    rate = run(tree, case, server.address, server.nats_url, n)
+                    rate, us = run(tree, case, server.address, server.nats_url, n)
                     best[(case, name)] = max(best.get((case, name), 0.0), rate)
-    print("| case | A (base) msgs/s | B (this tree) msgs/s | B / A |\n|---|---:|---:|---:|")
+                    cpu[(case, name)] = min(cpu.get((case, name), float("inf")), us)
+    print(
+        "| case | A msgs/s | B msgs/s | B / A | A client CPU µs/msg | B client CPU µs/msg | A / B (CPU) |\n"
+        "|---|---:|---:|---:|---:|---:|---:|"
+    )
     for case, label in CASES.items():
         a, b = best[(case, "A (base)")], best[(case, "B (this tree)")]
-        print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× |")
+        ca, cb = cpu[(case, "A (base)")], cpu[(case, "B (this tree)")]
+        print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× | {ca:.1f} | {cb:.1f} | {ca / cb:.2f}× |")
     print(f"\nbest of {args.rounds} interleaved rounds; {machine()}; load {os.getloadavg()[0]:.1f}")
 
 
