@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc  # noqa: E402
 import grpc.experimental  # noqa: E402
 from _measure import machine  # noqa: E402
-from client_bench import raw_subscribe  # noqa: E402
+from baselines import raw_subscribe  # noqa: E402
 from run import in_child, raw_subscribe_aio  # noqa: E402  (the main table's baselines)
 
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc  # noqa: E402
