@@ -336,18 +336,19 @@ def test_min_messages_defers_only_when_they_are_not_there(
 def publish_when_deferred(
     dag_id: str, client: LiftbridgeClient, stream: str, stop: threading.Event, deferred: threading.Event
 ) -> None:
-    """Publish two messages once the DAG's task has deferred (never, if it does not): dag.test()
-    marks the task instance running, then deferred and at once queued while it runs the trigger
-    in line, so "queued after running" is the trigger waiting."""
+    """Publish two messages once the DAG's task has deferred (never, if it does not).
+
+    A deferral is recognised by the task instance's ``next_method``, which Airflow sets when the
+    task defers. Watching the state for "running, then deferred or queued" missed the running
+    state when the task deferred within one poll (under load), and then nothing was published
+    while dag.test() ran the trigger in line with no timeout: the test hung."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    was_running = False
     while not stop.wait(0.05):
         with create_session() as session:
-            states = {str(s) for (s,) in session.query(TaskInstance.state).filter(TaskInstance.dag_id == dag_id)}
-        was_running = was_running or "running" in states
-        if was_running and states & {"deferred", "queued"}:
+            resumes = session.query(TaskInstance.next_method).filter(TaskInstance.dag_id == dag_id).all()
+        if any(method is not None for (method,) in resumes):
             deferred.set()
             publish(client, stream, 2, start=3)
             return
