@@ -137,13 +137,22 @@ class Pump:
 
 @dataclass(frozen=True, slots=True)
 class NatsCall:
-    """Await ``fn(link)`` on the client's event loop, ``link`` being the client's
-    :class:`~.transport.nats.NatsLink`; result: what it returns (the NATS-direct bulk path)."""
+    """Await ``fn(nc)`` on the client's event loop, ``nc`` being the client's NATS connection
+    (a nats-py client), which the transport opens if needed and hands over; result: what ``fn``
+    returns (the NATS-direct bulk path). A connection that cannot be opened is raised into the
+    operation as :class:`~.errors.UnavailableError` (``fn`` is not called)."""
 
     fn: Callable[[Any], Awaitable[Any]]
 
 
-Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | Pump | NatsCall
+@dataclass(frozen=True, slots=True)
+class DropNats:
+    """Close the client's NATS connection without flushing what it still buffers; the next
+    :class:`NatsCall` opens a new one. After a failed batch: nothing queued may reach the server
+    later."""
+
+
+Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | Pump | NatsCall | DropNats
 
 
 class _End:

@@ -10,7 +10,7 @@ gRPC PublishAsync (:func:`.grpc_batch.publish_many`). Callers see the same resul
 
 The operation is written once, like the others in :mod:`..operations`: the NATS I/O is one
 :class:`~..effects.NatsCall` effect that each client runs on its own event loop (the async client
-on the caller's, the blocking client on a private loop thread, see :class:`..transport.nats.LoopThread`).
+on the caller's, the blocking client on a private loop thread, see :class:`..transport.sync.LoopThread`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..errors import (
     PartitionPausedError,
     PublishError,
     ReadonlyPartitionError,
+    UnavailableError,
 )
 from ..operations import choose_partition, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
@@ -51,7 +52,7 @@ from .nats_engine import (
     BulkOutcome,
     outcome_acks,
     partition_subject,
-    publish_on_link,
+    publish_enveloped,
 )
 from .options import PUBLISH_PATHS, PublishOptions
 from .resend import NO_RESEND
@@ -229,20 +230,21 @@ class NatsBatch:
 
     def send(self, indices: Sequence[int] | None = None) -> Op[BulkOutcome]:
         """Send the batch (``indices=None``) or the records at ``indices`` again, on the client's
-        NATS connection; a re-send keeps each record's first send time."""
+        NATS connection (the transport hands it over); a re-send keeps each record's first send
+        time. A connection that cannot be opened is the outcome's ``failure``, with nothing sent."""
         if indices is None:
-            run = functools.partial(
-                publish_on_link, self.subjects, self.items, self.ids, self.options, sent_ns=self.sent_ns
-            )
+            subjects, items, ids, sent_ns = self.subjects, self.items, self.ids, self.sent_ns
         else:
-            run = functools.partial(
-                publish_on_link,
-                [self.subjects[i] for i in indices],
-                [self.items[i] for i in indices],
-                [self.ids[i] for i in indices],
-                self.options,
-            )
-        done: BulkOutcome = yield NatsCall(run)
+            subjects = [self.subjects[i] for i in indices]
+            items = [self.items[i] for i in indices]
+            ids, sent_ns = [self.ids[i] for i in indices], None
+        run = functools.partial(
+            publish_enveloped, subjects=subjects, records=items, ids=ids, options=self.options, sent_ns=sent_ns
+        )
+        try:
+            done: BulkOutcome = yield NatsCall(run)
+        except UnavailableError as exc:
+            return BulkOutcome([None] * len(items), failure=exc)
         return done
 
 

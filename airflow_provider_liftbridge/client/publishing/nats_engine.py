@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 import nats.errors
@@ -52,11 +52,7 @@ __all__ = [
     "outcome_acks",
     "partition_subject",
     "publish_enveloped",
-    "publish_on_link",
 ]
-
-if TYPE_CHECKING:
-    from ..transport.nats import NatsLink
 
 log = logging.getLogger(__name__)
 
@@ -168,25 +164,6 @@ async def publish_enveloped(
             "check that NATS is up and reachable"
         )
         return out
-
-
-async def publish_on_link(
-    subjects: Sequence[str],
-    records: Sequence[Record | bytes],
-    ids: Sequence[str],
-    options: PublishOptions,
-    link: NatsLink,
-    *,
-    sent_ns: list[int] | None = None,
-) -> BulkOutcome:
-    """:func:`publish_enveloped` on the client's NATS connection (``link``, opened if needed);
-    what a client's batch publisher runs on its event loop. A connection that cannot be opened is
-    the outcome's ``failure``, with nothing sent."""
-    try:
-        nc = await link.get()
-    except UnavailableError as exc:
-        return BulkOutcome([None] * len(records), failure=exc)
-    return await publish_enveloped(nc, subjects, records, ids, options, sent_ns=sent_ns)
 
 
 def _check_subject(subject: str) -> None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ..effects import NatsCall, Op, Sleep
+from ..effects import DropNats, Op, Sleep
 from ..errors import LiftbridgeError, NoSuchPartitionError, NoSuchStreamError, NotLeaderError, UnavailableError
 from ..operations import fetch_partition_metadata, missing_confirmed_op
 from ..routing import ClientCore
-from ..transport.nats import NatsLink
 from .nats_engine import BulkOutcome
 
 __all__ = ["discard_nats", "merge_retry", "send_unstored_again", "warn_resent"]
@@ -108,8 +107,4 @@ def warn_resent(stream: str, records: int, why: str) -> None:
 def discard_nats() -> Op[None]:
     """Close the client's NATS connection without flushing what it still buffers (it reconnects
     on next use): after a failed batch, nothing queued may reach the server later."""
-    yield NatsCall(_discard)
-
-
-async def _discard(link: NatsLink) -> None:
-    await link.discard()
+    yield DropNats()

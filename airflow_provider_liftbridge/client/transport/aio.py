@@ -22,6 +22,7 @@ from ..effects import (
     END,
     Cancel,
     CloseWrite,
+    DropNats,
     Effect,
     Emit,
     NatsCall,
@@ -35,7 +36,7 @@ from ..effects import (
     Unary,
     Write,
 )
-from ..errors import ClientClosedError
+from ..errors import ClientClosedError, UnavailableError
 from ..types import TlsConfig
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
 from .nats import NatsLink
@@ -356,7 +357,9 @@ class AsyncTransport:
                 return await asyncio.sleep(effect.seconds)
             if isinstance(effect, NatsCall):
                 self._check_open()
-                return await effect.fn(self._nats)
+                return await effect.fn(await self._nats.get())
+            if isinstance(effect, DropNats):
+                return await self._nats.discard()
         except grpc.RpcError as exc:
             raise RpcFailure.of(exc) from exc
         except asyncio.InvalidStateError as exc:  # writing to a call that already ended
@@ -444,7 +447,7 @@ class AsyncTransport:
                     continue
                 try:
                     send = await self.execute(effect)
-                except (RpcFailure, ReadTimeout) as exc:
+                except (RpcFailure, ReadTimeout, UnavailableError) as exc:
                     error = _closed_error() if self.closed else exc
                 if isinstance(effect, OpenStream):
                     opened.append(send)

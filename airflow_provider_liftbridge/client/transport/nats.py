@@ -1,14 +1,13 @@
-"""A client's NATS connection (connecting, security, reconnecting) and, for the blocking client, the
-event loop it runs on."""
+"""A client's NATS connection: connecting, security, reconnecting. The transports hand it to the
+operations' NATS calls (:class:`~..effects.NatsCall`); nothing here calls a publisher."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -18,11 +17,9 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurity
 from ..diagnostics import NatsErrors
 from ..errors import InvalidArgumentError, UnavailableError
 
-__all__ = ["LoopThread", "NatsLink", "connect_nats"]
+__all__ = ["NatsLink", "connect_nats"]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
-
-_T = TypeVar("_T")
 
 
 async def connect_nats(
@@ -140,44 +137,3 @@ class NatsLink:
                 await nc.close()
             except Exception:  # closing anyway
                 log.debug("error while closing the NATS connection", exc_info=True)
-
-
-class LoopThread:
-    """A private event loop on a daemon thread: how the blocking client runs its NATS I/O.
-
-    Started on first use; :meth:`run` may be called from any thread (calls run concurrently on
-    the one loop, each with its own ack inbox).
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="liftbridge-nats-loop", daemon=True)
-                self._thread.start()
-            return self._loop
-
-    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro`` on the loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
-
-    def stop(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
-        """Run ``last`` (e.g. closing a connection), stop the loop and join the thread; idempotent."""
-        with self._lock:
-            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
-        if loop is None or thread is None:
-            if last is not None:
-                last.close()
-            return
-        try:
-            if last is not None:
-                asyncio.run_coroutine_threadsafe(last, loop).result(timeout=10)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
-            loop.close()

@@ -1,14 +1,15 @@
 """The blocking transport: runs the shared operations (:mod:`..operations`) on synchronous gRPC
-channels and the NATS connection, whose event loop is a private thread (the one thread switch
-of a blocking publish, see :class:`.nats.LoopThread`).
+channels and the NATS connection, whose event loop is a private thread (:class:`LoopThread`: the
+one thread switch of a blocking publish, here and nowhere else).
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -19,6 +20,7 @@ from ..effects import (
     END,
     Cancel,
     CloseWrite,
+    DropNats,
     Effect,
     Emit,
     NatsCall,
@@ -32,12 +34,14 @@ from ..effects import (
     Unary,
     Write,
 )
+from ..errors import UnavailableError
 from .channels import SyncChannelPool
-from .nats import LoopThread, NatsLink
+from .nats import NatsLink
 
-__all__ = ["SyncTransport"]
+__all__ = ["LoopThread", "SyncTransport"]
 
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 _DONE = object()
 
 
@@ -109,6 +113,47 @@ class _SyncStream:
         self.call.cancel()
 
 
+class LoopThread:
+    """A private event loop on a daemon thread: how the blocking client runs its NATS I/O.
+
+    Started on first use; :meth:`run` may be called from any thread (calls run concurrently on
+    the one loop, each with its own ack inbox).
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="liftbridge-nats-loop", daemon=True)
+                self._thread.start()
+            return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
+
+    def stop(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
+        """Run ``last`` (e.g. closing a connection), stop the loop and join the thread; idempotent."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            if last is not None:
+                last.close()
+            return
+        try:
+            if last is not None:
+                asyncio.run_coroutine_threadsafe(last, loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+
+
 class SyncTransport:
     """Executes effects with blocking gRPC calls; NATS effects run on a private loop thread."""
 
@@ -143,10 +188,16 @@ class SyncTransport:
             if isinstance(effect, Sleep):
                 return time.sleep(effect.seconds)
             if isinstance(effect, NatsCall):
-                return self._loop.run(effect.fn(self._nats))  # type: ignore[arg-type]
+                # The thread switch: the connection is opened (or reused) and used on the loop.
+                return self._loop.run(self._on_connection(effect.fn))
+            if isinstance(effect, DropNats):
+                return self._loop.run(self._nats.discard())
         except grpc.RpcError as exc:
             raise RpcFailure.of(exc) from exc
         raise TypeError(f"unknown effect {effect!r}")
+
+    async def _on_connection(self, fn: Callable[[Any], Awaitable[_T]]) -> _T:
+        return await fn(await self._nats.get())
 
     def drive(self, op: Op[_R]) -> Generator[Any, None, _R]:
         """Execute ``op``'s effects; yield what it emits; return what it returns. Streams it
@@ -181,7 +232,7 @@ class SyncTransport:
                     continue
                 try:
                     send = self.execute(effect)
-                except (RpcFailure, ReadTimeout) as exc:
+                except (RpcFailure, ReadTimeout, UnavailableError) as exc:
                     error = exc
                 if isinstance(effect, OpenStream):
                     opened.append(send)
