@@ -575,7 +575,12 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
     print("spark", file=sys.stderr)
     import spark_bench  # noqa: E402  (its measure(): wall time and the driver's peak RSS)
 
-    from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe
+    from airflow_provider_liftbridge.spark import (
+        ConnectionSettings,
+        PublishOptions,
+        build_spark_session,
+        publish_dataframe,
+    )
 
     nats_settings = ConnectionSettings(brokers=srv.address, nats_servers=[srv.nats_url], timeout=60.0)
     grpc_settings = ConnectionSettings(brokers=srv.address, timeout=60.0)
@@ -603,7 +608,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
 
                 def run(df: Any = df, stream: str = stream, settings: Any = settings) -> int:
                     return publish_dataframe(
-                        df, stream, settings=settings, key_col="customer", window=BULK_WINDOW
+                        df, stream, settings=settings, key_col="customer", options=PublishOptions(window=BULK_WINDOW)
                     ).count
 
                 runs[label] = spark_bench.measure(f"publish over {label}", cores, run)

@@ -37,6 +37,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.spark import (
     ConnectionSettings,
+    PublishOptions,
     build_spark_session,
     from_options,
     publish_dataframe,
@@ -136,7 +137,9 @@ def main() -> None:
             )
 
             def run() -> int:
-                summary = publish_dataframe(df, stream, settings=settings, key_col="customer", window=args.window)
+                summary = publish_dataframe(
+                    df, stream, settings=settings, key_col="customer", options=PublishOptions(window=args.window)
+                )
                 return summary.count
 
             return stream, run
@@ -337,7 +340,9 @@ def cluster_cases(
                     stream = new_stream("cluster")
 
                     def publish(df: Any = df, stream: str = stream) -> int:
-                        return publish_dataframe(df, stream, settings=settings, key_col="customer", window=window).count
+                        return publish_dataframe(
+                            df, stream, settings=settings, key_col="customer", options=PublishOptions(window=window)
+                        ).count
 
                     results.append(measure_run("publish", executors, workers, publish))
                     if executors == 2:

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook, Context
 
+from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.client.write_stats import summary_line
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
@@ -172,6 +173,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:
+            # The publishing options are checked by argument_checks; the plan checks the rest.
             PublishPlan(
                 stream=stream,
                 value_format=value_format,  # type: ignore[arg-type]
@@ -179,10 +181,6 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
                 key_col=key_col,
                 header_cols=tuple(header_cols),
                 partitioning=partitioning,
-                ack_policy=ack_policy or "leader",
-                window=window,
-                timeout=publish_timeout,
-                compression=compression,
             )
 
     def _source(self) -> DataFrameSource:
@@ -200,6 +198,20 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         """OpenLineage: reads ``input_path`` (tables, SQL and callables are not reported), writes the stream."""
         inputs = [file_dataset(self.input_path)] if self.input_path else []
         return inputs, [self.lineage_stream(self.stream)]
+
+    def publish_options(self) -> PublishOptions:
+        """This operator's publishing keywords (rendered) as the one options value, checked by the
+        publishing operators' validators; ``None`` leaves the connection's ack policy and timeout.
+
+        :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
+        """
+        checks = self.all_argument_checks()
+        return PublishOptions(
+            ack_policy=checks["ack_policy"](self.ack_policy, "ack_policy"),
+            window=checks["window"](self.window, "window"),
+            timeout=checks["publish_timeout"](self.publish_timeout, "publish_timeout"),
+            compression=checks["compression"](self.compression, "compression"),
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_liftbridge.spark.publish import publish_dataframe
@@ -222,12 +234,9 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
                 value_format=self.value_format,  # type: ignore[arg-type]
                 header_cols=self.header_cols,
                 partitioning=self.partitioning,
-                ack_policy=self.ack_policy or settings.ack_policy.name.lower(),
-                window=self.window,
-                timeout=self.publish_timeout,
+                options=self.publish_options(),
                 exactly_once=self.exactly_once,
                 producer_id=producer_id_of(context, self.producer_id) if self.exactly_once else None,
-                compression=self.compression,
             )
         self.log.info(
             "Published %d row(s) (%d bytes) to stream %s over %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",

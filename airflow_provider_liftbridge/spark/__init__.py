@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_liftbridge.client import PublishSummary
+from airflow_provider_liftbridge.client import AckPolicy, PublishOptions, PublishSummary
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 
 from .errors import (
@@ -34,12 +34,14 @@ if TYPE_CHECKING:
     from .datasource import LiftbridgeDataSource, register
 
 __all__ = [
+    "AckPolicy",
     "ConnectionSettings",
     "from_options",
     "to_options",
     "LiftbridgeDataSource",
     "LiftbridgeSparkError",
     "PartitionRange",
+    "PublishOptions",
     "PublishPlan",
     "PublishSummary",
     "SparkDataLossError",

@@ -14,9 +14,10 @@ import decimal
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_provider_liftbridge.client.errors import InvalidArgumentError
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.types import AckPolicy
@@ -32,8 +33,14 @@ if TYPE_CHECKING:
 ValueFormat = Literal["json", "raw"]
 PARTITION_BY_KEY = "key"
 PARTITION_ROUND_ROBIN = "round_robin"
-ACK_POLICIES = ("leader", "all", "none")
 VALUE_FORMATS = ("json", "raw")
+
+
+#: In-flight messages per executor when the options set no window (each Spark partition pipelines
+#: on its own, so the cluster has this many times the partitions publishing at once).
+SPARK_WINDOW = 256
+#: The options of a plan that names none: the connection's ack policy and timeout, no compression.
+SPARK_OPTIONS = PublishOptions(window=SPARK_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -51,15 +58,15 @@ class PublishPlan:
     :param partitioning: ``"key"`` (CRC-32 of the key modulo the partition count, as the Go
         client), ``"round_robin"``, or the name of an integer column holding the partition.
         Defaults to ``"key"`` when ``key_col`` is given, else ``"round_robin"``.
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (``"none"``: nothing is confirmed,
-        the summary carries no offsets and lost rows go unnoticed).
-    :param window: in-flight messages per executor (pipelining depth).
-    :param timeout: seconds to wait for each batch's acks; ``None`` uses the client default.
-    :param compression: ``"gzip"`` or ``"zstd"``: values compressed on the executors before they are
-        sent, marked by a ``content-encoding`` header (the data source decompresses them).
+    :param options: how each executor publishes (:class:`PublishOptions`): its ``ack_policy``
+        (unset: the connection's; ``NONE``: nothing is confirmed, the summary carries no offsets
+        and lost rows go unnoticed), ``window`` (in-flight messages per executor; unset: 256),
+        ``timeout`` (seconds to wait for each batch's acks; unset: the connection's) and
+        ``compression`` (values compressed on the executors, marked by a ``content-encoding``
+        header). Partitions are the plan's; nothing is re-sent blindly.
     :param partitions: the stream's partition count, filled in by the driver.
     :param subject: the stream's NATS subject, filled in by the driver (for the NATS publish path).
-    :raises SparkOptionError: on an unknown format, policy or bad combination.
+    :raises SparkOptionError: on an unknown format, bad options or a bad combination.
     """
 
     stream: str
@@ -68,10 +75,7 @@ class PublishPlan:
     key_col: str | None = None
     header_cols: tuple[str, ...] = field(default=())
     partitioning: str | None = None
-    ack_policy: str = "leader"
-    window: int = 256
-    timeout: float | None = None
-    compression: str | None = None
+    options: PublishOptions = SPARK_OPTIONS
     partitions: int = 0
     subject: str = ""
 
@@ -88,35 +92,29 @@ class PublishPlan:
         if partitioning == PARTITION_BY_KEY and not self.key_col:
             raise SparkOptionError("partitioning='key' needs key_col: the column whose value is hashed")
         object.__setattr__(self, "partitioning", partitioning)
-        policy = str(self.ack_policy).lower()
-        if policy not in ACK_POLICIES:
-            raise SparkOptionError(f"ack_policy must be one of {ACK_POLICIES}, got {self.ack_policy!r}")
-        object.__setattr__(self, "ack_policy", policy)
         object.__setattr__(self, "header_cols", tuple(self.header_cols))
-        if self.window < 1:
-            raise SparkOptionError(f"window must be >= 1 in-flight messages, got {self.window!r}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise SparkOptionError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        from airflow_provider_liftbridge.client.compression import check_compression
-        from airflow_provider_liftbridge.client.errors import InvalidArgumentError
+        if not isinstance(self.options, PublishOptions):
+            raise SparkOptionError(
+                f"options must be a PublishOptions, got {type(self.options).__name__}; "
+                "e.g. options=PublishOptions(ack_policy=AckPolicy.ALL, window=128)"
+            )
 
-        try:
-            object.__setattr__(self, "compression", check_compression(self.compression))
-        except InvalidArgumentError as exc:
-            raise SparkOptionError(str(exc)) from None
+    @property
+    def ack_policy(self) -> AckPolicy:
+        """The ack policy the executors publish with (``LEADER`` while the options leave it unset;
+        :meth:`resolved` fills in the connection's)."""
+        return self.options.policy
 
-    def publish_options(self, default_timeout: float) -> PublishOptions:
-        """How each executor's batch publisher sends: the plan's ack policy, window, timeout
-        (``default_timeout``, the connection's, when unset) and compression, never re-sent
-        blindly (a lost ack is reported rather than risking a duplicate). Partitions are the
-        plan's, set on every record."""
-        return PublishOptions(
-            ack_policy=AckPolicy[str(self.ack_policy).upper()],
-            window=self.window,
-            timeout=self.timeout or default_timeout,
-            resend=NO_RESEND,
-            compression=self.compression,  # type: ignore[arg-type]  # checked in __post_init__
-        )
+    def resolved(self, ack_policy: AckPolicy, timeout: float) -> PublishPlan:
+        """This plan with the connection's ``ack_policy`` and ``timeout`` where the options set none."""
+        return replace(self, options=self.options.resolved(ack_policy, timeout))
+
+    def publish_options(self) -> PublishOptions:
+        """How each executor's batch publisher sends: the plan's options, the window 256 unless
+        they set one, never re-sent blindly (a lost ack is reported rather than risking a
+        duplicate). Partitions are the plan's, set on every record."""
+        window = SPARK_WINDOW if self.options.window is None else self.options.window
+        return self.options.replace(window=window, resend=NO_RESEND)
 
     @property
     def partition_col(self) -> str | None:
@@ -325,15 +323,6 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
     if stream is None:
         raise SparkOptionError("the liftbridge data source needs option 'stream'")
     headers = get("headerColumns")
-    window = get("window")
-    timeout = get("publishTimeout")
-    try:
-        window_n = int(window) if window else 256
-        timeout_s = float(timeout) if timeout else None
-    except ValueError:
-        raise SparkOptionError(
-            f"options 'window' / 'publishTimeout' must be numbers, got {window!r} / {timeout!r}"
-        ) from None
     return PublishPlan(
         stream=stream,
         value_format=get("valueFormat"),  # type: ignore[arg-type]
@@ -341,9 +330,29 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
         key_col=get("keyColumn"),
         header_cols=tuple(h.strip() for h in headers.split(",") if h.strip()) if headers else (),
         partitioning=get("partitioning"),
-        ack_policy=get("ackPolicy") or "leader",
-        window=window_n,
-        timeout=timeout_s,
-        compression=get("compression"),
+        options=_options_of(get),
         partitions=partitions,
     )
+
+
+def _options_of(get: Callable[[str], str | None]) -> PublishOptions:
+    """The publishing options among the data source's string options."""
+    policy, window, timeout = get("ackPolicy"), get("window"), get("publishTimeout")
+    try:
+        window_n = int(window) if window else SPARK_WINDOW
+        timeout_s = float(timeout) if timeout else None
+    except ValueError:
+        raise SparkOptionError(
+            f"options 'window' / 'publishTimeout' must be numbers, got {window!r} / {timeout!r}"
+        ) from None
+    if policy is not None and policy.upper() not in AckPolicy.__members__:
+        raise SparkOptionError(f"option 'ackPolicy' must be one of 'leader', 'all', 'none', got {policy!r}")
+    try:
+        return PublishOptions(
+            ack_policy=AckPolicy[policy.upper()] if policy else AckPolicy.LEADER,
+            window=window_n,
+            timeout=timeout_s,
+            compression=get("compression"),  # type: ignore[arg-type]  # checked by PublishOptions
+        )
+    except InvalidArgumentError as exc:
+        raise SparkOptionError(f"data source option: {exc}") from None

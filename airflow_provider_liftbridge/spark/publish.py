@@ -20,12 +20,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishSummary
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions, PublishSummary
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.client.write_stats import WriteStats
 
 from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
-from .plan import PublishPlan, RecordBuilder, ValueFormat
+from .plan import SPARK_OPTIONS, PublishPlan, RecordBuilder, ValueFormat
 from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _open_publisher(settings: ConnectionSettings, plan: PublishPlan) -> tuple[Li
     the settings list NATS servers, else gRPC PublishAsync), records already partitioned by the
     plan, never re-sent blindly (a lost ack is reported rather than risking a duplicate)."""
     client = LiftbridgeClient.from_settings(settings)
-    return client, client.batch_publisher(plan.stream, plan.publish_options(settings.timeout), write_stats=True)
+    return client, client.batch_publisher(plan.stream, plan.publish_options(), write_stats=True)
 
 
 def _partition_state(client: LiftbridgeClient, stream: str, partition: int) -> str:
@@ -111,7 +111,7 @@ class _ExactlyOncePublisher:
             self._client,
             plan.stream,
             f"{producer_id}/spark-{spark_partition}",
-            options=plan.publish_options(settings.timeout),
+            options=plan.publish_options(),
             batch=1 << 30,  # each Arrow batch is one call already
         )
 
@@ -270,7 +270,7 @@ def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
 
 def merge_summaries(
     stream: str,
-    ack_policy: str,
+    ack_policy: AckPolicy,
     summaries: Iterable[dict[str, Any]],
     seconds: float,
     producer_id: str | None = None,
@@ -302,13 +302,12 @@ def merge_summaries(
             entry[2] += n
     if failures:
         raise SparkPublishError(stream, sorted(failures), rows)
-    policy = AckPolicy[ack_policy.upper()]
     total = rows + skipped
     totals = PublishSummary(
         stream,
-        policy,
+        ack_policy,
         count=total,
-        acknowledged=0 if policy is AckPolicy.NONE else total,
+        acknowledged=0 if ack_policy is AckPolicy.NONE else total,
         producer_id=producer_id,
         written=rows if producer_id else 0,
         skipped=skipped,
@@ -344,12 +343,9 @@ def publish_dataframe(
     value_format: ValueFormat | None = None,
     header_cols: Sequence[str] = (),
     partitioning: str | None = None,
-    ack_policy: str = "leader",
-    window: int = 256,
-    timeout: float | None = None,
+    options: PublishOptions = SPARK_OPTIONS,
     exactly_once: bool = False,
     producer_id: str | None = None,
-    compression: str | None = None,
 ) -> PublishSummary:
     """Publish every row of ``df`` to ``stream`` from the executors and return driver-side totals.
 
@@ -365,17 +361,17 @@ def publish_dataframe(
     :param value_format: ``"json"`` or ``"raw"``.
     :param header_cols: columns published as headers.
     :param partitioning: ``"key"``, ``"round_robin"`` or an integer column name.
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``.
-    :param window: in-flight messages per executor.
-    :param timeout: seconds to wait for each batch's acks.
+    :param options: how the executors publish, one :class:`~airflow_provider_liftbridge.client.PublishOptions`
+        value: ``ack_policy`` (unset: the connection's), ``window`` (in-flight messages per
+        executor; unset: 256), ``timeout`` (seconds to wait for each batch's acks; unset: the
+        connection's), ``compression`` (``"gzip"`` or ``"zstd"``: values compressed on the
+        executors, with or without ``exactly_once``). Partitions are the plan's.
     :param exactly_once: publish exactly once across retries (docs/exactly-once.md): each Spark
         partition is producer ``<producer_id>/spark-<n>`` and numbers its rows, so a retry skips
         what an earlier try published. The DataFrame's partitioning and row order must be
         deterministic (sort within partitions, or read from files in a fixed order).
     :param producer_id: required with ``exactly_once``; stable across retries (the operator uses
         ``dag_id/task_id/run_id``).
-    :param compression: ``"gzip"`` or ``"zstd"``: compress values on the executors (with or
-        without ``exactly_once``).
     :returns: the totals, with per-partition first/last offsets and (unless nothing was
         acknowledged) ``extra["write_stats"]``: ack latencies and throughput of all executors together.
     :raises SparkOptionError: bad options, or columns missing / of the wrong type.
@@ -389,15 +385,15 @@ def publish_dataframe(
         key_col=key_col,
         header_cols=tuple(header_cols),
         partitioning=partitioning,
-        ack_policy=ack_policy,
-        window=window,
-        timeout=timeout,
-        compression=compression,
-    )
+        options=options,
+    ).resolved(settings.ack_policy, settings.timeout)
     if exactly_once and not producer_id:
         raise SparkOptionError("exactly_once needs producer_id: a name that stays the same when the task is retried")
-    if exactly_once and plan.ack_policy == "none":
-        raise SparkOptionError("exactly_once needs acknowledgements: use ack_policy 'leader' or 'all', not 'none'")
+    if exactly_once and plan.ack_policy is AckPolicy.NONE:
+        raise SparkOptionError(
+            "exactly_once needs acknowledgements: use options=PublishOptions(ack_policy=AckPolicy.LEADER or ALL), "
+            "not NONE"
+        )
     plan.validate_schema(df.schema)
     plan = resolve_plan(plan, settings)
     projected = df.select(*plan.used_columns(df.columns))

@@ -26,7 +26,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_liftbridge.client import ConnectionSettings, InvalidArgumentError, TlsConfig
+from airflow_provider_liftbridge.client import (
+    AckPolicy,
+    ConnectionSettings,
+    InvalidArgumentError,
+    PublishOptions,
+    TlsConfig,
+)
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 # Absolute imports: spark-submit runs this file as a script, outside its package.
@@ -125,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout=args.timeout,
             nats_security=nats_security_of(args),
         )
+        options = PublishOptions(
+            ack_policy=AckPolicy[args.ack_policy.upper()], window=args.window, timeout=args.publish_timeout
+        )
         source = DataFrameSource(
             input_path=args.input,
             input_format=args.format,
@@ -148,9 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 value_format=args.value_format,
                 header_cols=args.header_col,
                 partitioning=args.partitioning,
-                ack_policy=args.ack_policy,
-                window=args.window,
-                timeout=args.publish_timeout,
+                options=options,
             )
     except LiftbridgeSparkError as exc:
         print(f"liftbridge publish failed: {exc}", file=sys.stderr)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.publish import merge_summaries, publish_partition
@@ -33,7 +33,7 @@ def test_spark_partition_resumes_after_a_dead_try(
     assert (first["rows"], first["skipped"], first["error"]) == (400, 0, None)
     retry = publish_partition(batches, plan, settings, spark_partition=3, producer_id="dag/t/run")
     assert (retry["rows"], retry["skipped"], retry["error"]) == (500, 400, None)
-    totals = merge_summaries(stream_name, "leader", [retry], 1.0, producer_id="dag/t/run")
+    totals = merge_summaries(stream_name, AckPolicy.LEADER, [retry], 1.0, producer_id="dag/t/run")
     assert (totals.count, totals.written, totals.skipped) == (900, 500, 400)
     in_stream, lost, dup = count(rows, read_stream(liftbridge_client, stream_name, (0, 1)))
     assert (in_stream, lost, dup) == (900, 0, 0)
@@ -46,4 +46,11 @@ def test_exactly_once_needs_a_producer_id_and_acks() -> None:
     with pytest.raises(SparkOptionError, match="producer_id"):
         publish_dataframe(None, "s", settings=settings, exactly_once=True)  # type: ignore[arg-type]
     with pytest.raises(SparkOptionError, match="acknowledgements"):
-        publish_dataframe(None, "s", settings=settings, exactly_once=True, producer_id="p", ack_policy="none")  # type: ignore[arg-type]
+        publish_dataframe(
+            None,  # type: ignore[arg-type]
+            "s",
+            settings=settings,
+            exactly_once=True,
+            producer_id="p",
+            options=PublishOptions(ack_policy=AckPolicy.NONE),
+        )

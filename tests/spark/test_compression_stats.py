@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, StopPosition
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, PublishOptions, StopPosition
 from airflow_provider_liftbridge.client.exactly_once import PRODUCER_HEADER, SEQ_HEADER
-from airflow_provider_liftbridge.spark import ConnectionSettings, SparkOptionError, publish_dataframe
+from airflow_provider_liftbridge.spark import ConnectionSettings, publish_dataframe
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.publish import publish_partition
 from airflow_provider_liftbridge.spark.settings import to_options
@@ -29,7 +29,9 @@ def test_compressed_rows_arrive_whole_with_write_statistics(
     df = spark.range(rows, numPartitions=3).select(
         F.col("id").alias("order_id"), F.concat(F.lit("note for order "), F.col("id").cast("string")).alias("note")
     )
-    summary = publish_dataframe(df, stream, settings=lb_settings, compression="gzip", window=128)
+    summary = publish_dataframe(
+        df, stream, settings=lb_settings, options=PublishOptions(compression="gzip", window=128)
+    )
     stats = summary.to_dict()["write_stats"]
     json.dumps(stats)
     assert stats["acks"] == rows and stats["records_per_second"] > 0
@@ -41,8 +43,8 @@ def test_compressed_rows_arrive_whole_with_write_statistics(
     # Stored compressed and marked: a raw gRPC reader (no decompression) sees the header.
     stored = stored_messages(lb_address, stream)
     assert stored[0].headers["content-encoding"] == b"gzip" and not stored[0].value.startswith(b"{")
-    with pytest.raises(SparkOptionError, match="'gzip', 'zstd' or None"):
-        publish_dataframe(df, stream, settings=lb_settings, compression="lz4")
+    with pytest.raises(InvalidArgumentError, match="'gzip', 'zstd' or None"):
+        publish_dataframe(df, stream, settings=lb_settings, options=PublishOptions(compression="lz4"))
 
 
 def test_exactly_once_with_compression_and_its_retry(
@@ -55,7 +57,12 @@ def test_exactly_once_with_compression_and_its_retry(
     df = spark.range(rows, numPartitions=2).select(
         F.col("id").alias("order_id"), F.concat(F.lit("note for order "), F.col("id").cast("string")).alias("note")
     )
-    options = {"settings": lb_settings, "exactly_once": True, "producer_id": "dag/t/run", "compression": "gzip"}
+    options = {
+        "settings": lb_settings,
+        "exactly_once": True,
+        "producer_id": "dag/t/run",
+        "options": PublishOptions(compression="gzip"),
+    }
     first = publish_dataframe(df, stream, partitioning="round_robin", **options)  # type: ignore[arg-type]
     assert (first.count, first.written, first.skipped) == (rows, rows, 0)
     retry = publish_dataframe(df, stream, partitioning="round_robin", **options)  # type: ignore[arg-type]
@@ -76,7 +83,7 @@ def test_an_executor_resumes_a_dead_try_with_compression(
     stream = make_stream(1)
     rows = [b'{"row": %d, "note": "%s"}' % (i, b"fragile " * 20) for i in range(120)]
     batches = [pa.RecordBatch.from_pydict({"value": rows[i : i + 50]}) for i in range(0, len(rows), 50)]
-    plan = PublishPlan(stream=stream, value_col="value", partitions=1, compression="zstd")
+    plan = PublishPlan(stream=stream, value_col="value", partitions=1, options=PublishOptions(compression="zstd"))
     first = publish_partition(batches[:1], plan, lb_settings, spark_partition=0, producer_id="dag/t/run")
     assert (first["rows"], first["skipped"], first["error"]) == (50, 0, None)
     retry = publish_partition(batches, plan, lb_settings, spark_partition=0, producer_id="dag/t/run")

@@ -45,8 +45,7 @@ def test_defaults_follow_the_columns_given() -> None:
         ({"value_format": "avro"}, "value_format"),
         ({"value_format": "raw"}, "value_col"),
         ({"partitioning": "key"}, "key_col"),
-        ({"ack_policy": "most"}, "ack_policy"),
-        ({"window": 0}, "window"),
+        ({"options": {"window": 8}}, "options must be a PublishOptions"),
     ],
 )
 def test_bad_plans_name_the_option(kwargs: dict[str, object], words: str) -> None:
@@ -127,15 +126,20 @@ def test_data_source_write_options() -> None:
     plan = plan_from_options(
         {"STREAM": "s", "keycolumn": "id", "headerColumns": "a, b", "ackPolicy": "ALL", "window": "8"}
     )
-    assert (plan.stream, plan.key_col, plan.header_cols, plan.ack_policy, plan.window) == (
+    assert (plan.stream, plan.key_col, plan.header_cols, plan.ack_policy, plan.options.window) == (
         "s",
         "id",
         ("a", "b"),
-        "all",
+        AckPolicy.ALL,
         8,
     )
     with pytest.raises(SparkOptionError, match="'stream'"):
         plan_from_options({"brokers": "h:1"})
+    with pytest.raises(SparkOptionError, match="'ackPolicy' must be one of 'leader', 'all', 'none', got 'most'"):
+        plan_from_options({"stream": "s", "ackPolicy": "most"})
+    with pytest.raises(SparkOptionError, match="window=0 is not valid"):
+        plan_from_options({"stream": "s", "window": "0"})
+    assert plan_from_options({"stream": "s"}).options.window == 256
 
 
 def test_settings_round_trip_through_options_and_pickle() -> None:

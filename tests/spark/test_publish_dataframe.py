@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, Message, partition_for_key
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, Message, PublishOptions, partition_for_key
 from airflow_provider_liftbridge.spark import (
     ConnectionSettings,
     SparkOptionError,
@@ -40,7 +40,9 @@ def test_every_keyed_row_arrives_once_on_its_key_partition(
         (F.col("id") * 3).alias("amount"),
     )
 
-    summary = publish_dataframe(df, stream, settings=lb_settings, key_col="order_id", window=128)
+    summary = publish_dataframe(
+        df, stream, settings=lb_settings, key_col="order_id", options=PublishOptions(window=128)
+    )
 
     assert (summary.count, summary.acknowledged, summary.extra["spark_partitions"]) == (rows, rows, 4)
     seen: Counter[str] = Counter()
@@ -101,7 +103,7 @@ def test_readonly_partition_fails_naming_the_partition(
     with pytest.raises(SparkPublishError) as caught:
         # NATS path: the broker drops messages to a read-only partition without an ack, so the
         # failure shows after the ack timeout; keep it short.
-        publish_dataframe(df, stream, settings=lb_settings, value_col="v", timeout=2.0)
+        publish_dataframe(df, stream, settings=lb_settings, value_col="v", options=PublishOptions(timeout=2.0))
 
     error = caught.value
     assert error.stream == stream and len(error.failures) == 1
@@ -118,7 +120,8 @@ def test_without_nats_servers_rows_go_over_grpc(
     settings = ConnectionSettings(brokers=lb_address)  # no NATS: pipelined gRPC PublishAsync
     df = spark.range(300, numPartitions=2).select(F.col("id").cast("string").alias("v"))
 
-    summary = publish_dataframe(df, stream, settings=settings, value_col="v", ack_policy="all")
+    all_acks = PublishOptions(ack_policy=AckPolicy.ALL)
+    summary = publish_dataframe(df, stream, settings=settings, value_col="v", options=all_acks)
 
     assert (summary.count, summary.partitions[0].last_offset) == (300, 299)
     assert sorted(int(m.value) for m in read_partition(lb_address, stream, 0)) == list(range(300))

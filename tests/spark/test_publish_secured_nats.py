@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 from airflow_provider_liftbridge.spark import ConnectionSettings, SparkPublishError, publish_dataframe
@@ -50,7 +50,7 @@ def test_executors_publish_to_tls_and_token_nats(
     rows = 3000
     df = spark.range(rows, numPartitions=3).select(F.col("id").alias("n"))
 
-    summary = publish_dataframe(df, stream_name, settings=settings, window=128)
+    summary = publish_dataframe(df, stream_name, settings=settings, options=PublishOptions(window=128))
 
     assert (summary.count, summary.acknowledged, summary.extra["spark_partitions"]) == (rows, rows, 3)
     seen: list[int] = []
@@ -65,7 +65,7 @@ def test_executors_publish_to_tls_and_token_nats(
     # The same publish with TLS but without the token: every executor is refused by NATS.
     bare = replace(settings, nats_security=replace(security, token=None))
     with pytest.raises(SparkPublishError) as caught:
-        publish_dataframe(df, stream_name, settings=bare, window=128)
+        publish_dataframe(df, stream_name, settings=bare, options=PublishOptions(window=128))
     message = str(caught.value)
     assert "NATS" in message and "refused the credentials" in message, message
     assert TOKEN not in message
