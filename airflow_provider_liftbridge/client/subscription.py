@@ -9,7 +9,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 
 from .compression import COMPRESSION_HEADER, decompress_value
 from .conversion import MESSAGE_SETTERS, LazyHeaders
-from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, RpcFailure, Sleep
+from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, ReadTimeout, RpcFailure, Sleep
 from .error_mapping import map_rpc_error
 from .errors import NoSuchPartitionError, NoSuchStreamError, NotLeaderError, PartitionPausedError, UnavailableError
 from .operations import ROUTING_ERRORS, ensure_partition, missing_confirmed_op
@@ -218,3 +218,39 @@ def subscribe(
                     f"stream {stream!r} partition {partition} is paused; subscribe with resume=True or publish to it."
                 ) from failure.__cause__
             refresh = False
+
+
+def read_committed(
+    core: ClientCore, stream: str, partition: int, first: int, last: int, wait: float
+) -> Op[list[api_pb2.Message]]:
+    """The committed messages of offsets ``first`` to ``last`` of a partition, as delivered
+    (raw, undecoded), read once from its leader; fewer when ``wait`` seconds pass without a
+    message (the rest is not committed yet) or the partition ends sooner.
+
+    For checks that must see what a partition holds exactly as it was stored, such as which
+    records of a batch without acks were stored (:mod:`.publishing.unstored`).
+
+    :raises LiftbridgeError: the subscription failed (mapped as ``subscribe`` maps it).
+    """
+    address = core.route(stream, partition) or core.address_for_attempt(0)
+    request = api_pb2.SubscribeRequest(stream=stream, partition=partition, **start_fields(first), **stop_fields(last))
+    handle = yield OpenStream(address, "Subscribe", request)
+    messages: list[api_pb2.Message] = []
+    try:
+        pb = yield Read(handle, wait)  # the handshake
+        while pb is not END:
+            if pb.ByteSize():
+                messages.append(pb)
+                if pb.offset >= last:
+                    break
+            pb = yield Read(handle, wait)
+    except ReadTimeout:
+        return messages  # the transport cancelled the call
+    except RpcFailure as failure:
+        yield Cancel(handle)
+        if is_end_of_stream(failure):
+            return messages
+        raise map_rpc_error("Subscribe", failure, stream=stream, partition=partition) from failure.__cause__
+    if pb is not END:
+        yield Cancel(handle)
+    return messages

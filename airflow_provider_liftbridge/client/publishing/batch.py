@@ -278,7 +278,7 @@ def _send_batch(
     if outcome.resent:
         warn_resent(stream, outcome.resent, "without an ack in time, as the resend policy allows")
     if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
-        yield from send_unstored_again(core, stream, outcome, planned.parts, planned.before, planned.send)
+        yield from send_unstored_again(core, stream, outcome, planned, read_back=options.resend is not NO_RESEND)
     if stats is not None:
         stats.note_resent(outcome.resent)
     if outcome.timed_out:

@@ -1,29 +1,51 @@
 """Re-sending over NATS only what a partition certainly does not hold (``publish_many``'s default
-after an ack time-out), and saying so: every re-send is logged at WARNING and counted."""
+after an ack time-out), and saying so: every re-send is logged at WARNING and counted. Records
+that were stored but whose acks were lost (a NATS node dying between the broker and the client)
+are found by reading the partition, and count as acknowledged."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from airflow_provider_liftbridge._proto import api_pb2
 
 from ..effects import DropNats, Op, Sleep
 from ..errors import LiftbridgeError, NoSuchPartitionError, NoSuchStreamError, NotLeaderError, UnavailableError
 from ..operations import fetch_partition_metadata, missing_confirmed_op
 from ..routing import ClientCore
+from ..subscription import read_committed
+from ..types import Ack, AckPolicy, Record
+from .grpc_batch import as_record
 from .nats_engine import BulkOutcome
+from .options import PublishOptions
 
 __all__ = ["discard_nats", "merge_retry", "send_unstored_again", "warn_resent"]
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
 
 
+class SentBatch(Protocol):
+    """A batch sent over NATS, as :func:`send_unstored_again` needs it (``batch.NatsBatch``)."""
+
+    @property
+    def items(self) -> Sequence[Record | bytes]: ...
+    @property
+    def parts(self) -> Sequence[int]: ...
+    @property
+    def subjects(self) -> Sequence[str]: ...
+    @property
+    def ids(self) -> Sequence[str]: ...
+    @property
+    def options(self) -> PublishOptions: ...
+    @property
+    def before(self) -> Mapping[int, int]: ...
+    def send(self, indices: Sequence[int] | None = None) -> Op[BulkOutcome]: ...
+
+
 def send_unstored_again(
-    core: ClientCore,
-    stream: str,
-    outcome: BulkOutcome,
-    parts: Sequence[int],
-    before: dict[int, int],
-    nats: Callable[[Sequence[int]], Op[BulkOutcome]],
+    core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch, *, read_back: bool = True
 ) -> Op[None]:
     """Send again, within the call's retry budget, the timed-out records that are certainly not
     stored; ``outcome`` is updated in place (the rest stay timed out).
@@ -35,19 +57,21 @@ def send_unstored_again(
     so nothing is re-sent on its strength (beyond what the caller's resend policy allows). A
     partition's records are known not to be stored when its leader's newest offset is what it
     held before the batch plus the records of the batch it acknowledged: nothing else was written
-    there since. The client's NATS connection is dropped first, so that no copy still buffered
+    there since. When more was written, but no more than the batch itself, the partition is read
+    (:func:`recover_stored`): records found there were stored and only their acks were lost, and
+    they count as acknowledged; if that accounts for everything written, the rest are certainly
+    not stored (``read_back=False`` skips the reading: a caller that publishes with
+    ``resend=NO_RESEND`` finds out itself, as exactly-once publishing does, and must see the
+    time-outs). The client's NATS connection is dropped first, so that no copy still buffered
     in it can arrive after that check. Until the partitions have a leader again, the check waits
     its backoff, as :mod:`..presence` says; a stream confirmed missing ends it.
     """
+    parts, before = batch.parts, batch.before
     if any(before[parts[i]] < -1 for i in outcome.timed_out):
         return  # metadata without offsets: nothing to judge by
     for attempt in range(1, core.retry.max_retries + 1):
         yield from discard_nats()
         yield Sleep(core.backoff(attempt))
-        acked: dict[int, int] = {}
-        for i, ack in enumerate(outcome.acks):
-            if ack is not None:
-                acked[parts[i]] = acked.get(parts[i], 0) + 1
         waiting = sorted({parts[i] for i in outcome.timed_out})
         try:
             newest: dict[int, int] = {}
@@ -68,18 +92,122 @@ def send_unstored_again(
             continue  # the cluster is not back: no leader to ask yet
         except LiftbridgeError:
             return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
-        if any(newest[p] != before[p] + acked.get(p, 0) for p in waiting):
-            return  # something was written there: these records may be stored, keep their time-outs
+        if not _accounted_for(outcome, parts, before, newest, waiting):
+            if not read_back:
+                return  # something was written there: these records may be stored, keep their time-outs
+            try:
+                yield from recover_stored(core, stream, outcome, batch, newest, waiting)
+            except LiftbridgeError:
+                return  # the partition could not be read: keep the time-outs
+            if not outcome.timed_out:
+                return
+            if not _accounted_for(outcome, parts, before, newest, waiting):
+                return  # something else was written there: these records may be stored, keep their time-outs
         again = outcome.timed_out
         log.warning(
             "publish_many to stream %r: re-sending %d record(s) without an ack that the partition does not hold",
             stream,
             len(again),
         )
-        merge_retry(outcome, again, (yield from nats(again)))
+        merge_retry(outcome, again, (yield from batch.send(again)))
         if not outcome.timed_out or outcome.failure is not None:
             return
         # Still no ack: judge again (this batch's new acks count as what the partitions hold).
+
+
+def _accounted_for(
+    outcome: BulkOutcome,
+    parts: Sequence[int],
+    before: Mapping[int, int],
+    newest: Mapping[int, int],
+    waiting: Sequence[int],
+) -> bool:
+    """Whether everything written to the ``waiting`` partitions since ``before`` is this batch's
+    acknowledged records (so its records without an ack are certainly not there)."""
+    acked: dict[int, int] = {}
+    for i, ack in enumerate(outcome.acks):
+        if ack is not None:
+            acked[parts[i]] = acked.get(parts[i], 0) + 1
+    return all(newest[p] == before[p] + acked.get(p, 0) for p in waiting)
+
+
+def recover_stored(
+    core: ClientCore,
+    stream: str,
+    outcome: BulkOutcome,
+    batch: SentBatch,
+    newest: Mapping[int, int],
+    waiting: Sequence[int],
+) -> Op[None]:
+    """Find the batch's records without an ack that the partitions hold, and give each the ack
+    it missed (``outcome`` is updated in place; logged at WARNING).
+
+    A broker acks over NATS after storing; when the NATS node between it and the client dies,
+    the record is stored and its ack is lost. Only a partition that holds no more new messages
+    than the batch sent it is read (the batch is the only writer that can explain them). A
+    delivered message carries no correlation id (``liftbridge-semantics.md``), so records are
+    recognised by key, value and headers, each stored message matched once and none that an ack
+    already names: a record with the same content written by another writer at the same moment
+    cannot be told apart from this one.
+
+    :raises LiftbridgeError: a partition could not be read.
+    """
+    timed_out = set(outcome.timed_out)
+    found: dict[int, Ack] = {}
+    for p in waiting:
+        mine = [i for i, part in enumerate(batch.parts) if part == p]
+        first, last = batch.before[p] + 1, newest[p]
+        if last < first or last - first + 1 > len(mine):
+            continue  # nothing new, or more than this batch wrote: another writer; keep the time-outs
+        acked_offsets = {a.offset for i in mine if (a := outcome.acks[i]) is not None}
+        pool: dict[tuple[bytes, bytes], list[api_pb2.Message]] = {}
+        wait = batch.options.wait
+        for pb in (yield from read_committed(core, stream, p, first, last, wait)):
+            if pb.offset not in acked_offsets:
+                pool.setdefault((pb.key, pb.value), []).append(pb)
+        for i in mine:
+            if i not in timed_out:
+                continue
+            record = as_record(i, batch.items[i])
+            candidates = pool.get((record.key or b"", record.value), [])
+            match = next((pb for pb in candidates if _headers_match(record, pb)), None)
+            if match is not None:
+                candidates.remove(match)
+                found[i] = _recovered_ack(stream, p, batch, i, match)
+    if not found:
+        return
+    for i, ack in found.items():
+        outcome.acks[i] = ack
+    outcome.timed_out = [i for i in outcome.timed_out if i not in found]
+    log.warning(
+        "publish_many to stream %r: %d record(s) without an ack were found stored (their acks were lost on the way, "
+        "as when a NATS node dies); counted as acknowledged, not sent again",
+        stream,
+        len(found),
+    )
+
+
+def _headers_match(record: Record, pb: api_pb2.Message) -> bool:
+    # The server adds headers of its own (subject, reply): the record's must all be there.
+    return all(pb.headers.get(name) == value for name, value in (record.headers or {}).items())
+
+
+def _recovered_ack(stream: str, partition: int, batch: SentBatch, i: int, pb: api_pb2.Message) -> Ack:
+    """The ack a stored record would have got: its offset and reception time as stored (the
+    commit time is not known: 0)."""
+    subject = batch.subjects[i]
+    return Ack(
+        stream=stream,
+        partition=partition,
+        partition_subject=subject,
+        msg_subject=subject,
+        offset=pb.offset,
+        ack_inbox="",
+        correlation_id=batch.ids[i],
+        ack_policy=batch.options.ack_policy or AckPolicy.LEADER,  # None: the server default
+        reception_timestamp=pb.timestamp,
+        commit_timestamp=0,
+    )
 
 
 def merge_retry(outcome: BulkOutcome, again: Sequence[int], retry: BulkOutcome) -> None:
