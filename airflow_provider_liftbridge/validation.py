@@ -18,10 +18,11 @@ import datetime as dt
 import difflib
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from airflow_provider_liftbridge.client import AckPolicy, StartPosition
+from airflow_provider_liftbridge.client import InvalidArgumentError, StartPosition, checks
+from airflow_provider_liftbridge.client.checks import Check, argument_message, number, optional, whole_number
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeUnknownArgumentError
 
 __all__ = [
@@ -58,9 +59,6 @@ __all__ = [
 
 START_NAMES = {p.value: p for p in StartPosition}
 
-#: ``check(value, name)``: the value as it is used, or :class:`LiftbridgeArgumentError`.
-Check = Callable[[Any, str], Any]
-
 _TEMPLATE_MARKS = ("{{", "{%")
 
 
@@ -79,41 +77,24 @@ def waits_for_rendering(value: Any) -> bool:
 
 
 def bad_argument(name: str, value: Any, expected: str, fix: str = "") -> LiftbridgeArgumentError:
-    """The error for ``name=value``: what was expected and, when given, what to do."""
-    return LiftbridgeArgumentError(f"{name}={value!r} is not valid: {expected}" + (f"; {fix}" if fix else ""))
+    """The error for ``name=value``: what was expected and, when given, what to do (the wording of
+    :func:`~airflow_provider_liftbridge.client.checks.argument_message`)."""
+    return LiftbridgeArgumentError(argument_message(name, value, expected, fix))
 
 
-def _whole_number(value: Any) -> int | None:
-    """``value`` as an int when it is one or a string of digits (rendered templates are strings)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        return int(value)
-    return None
+def airflow_check(check: Check) -> Check:
+    """``check`` (one of the client's, :mod:`airflow_provider_liftbridge.client.checks`, which
+    raise ``InvalidArgumentError``) raising :class:`LiftbridgeArgumentError` instead, with the same
+    message: the one definition of a check serves the client's values and the operators' keywords."""
 
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+    def checked(value: Any, *name: str) -> Any:  # ``name`` keeps the check's own default, if any
         try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+            return check(value, *name)
+        except InvalidArgumentError as exc:
+            raise LiftbridgeArgumentError(str(exc)) from None
 
-
-def optional(check: Check) -> Check:
-    """``check`` that lets ``None`` (and an empty rendered string) through as ``None``."""
-
-    def checked(value: Any, name: str) -> Any:
-        return None if value is None or value == "" else check(value, name)
-
-    checked.__doc__ = f"``None`` or: {check.__doc__}"
+    checked.__doc__ = check.__doc__
+    checked.__name__ = getattr(check, "__name__", "checked")
     return checked
 
 
@@ -163,17 +144,8 @@ def check_subject(value: Any, name: str = "subject") -> str | None:
 # -- numbers --------------------------------------------------------------------------------------
 
 
-def check_partition(value: Any, name: str = "partition") -> int:
-    """A partition number (``int`` or digit string).
-
-    :raises LiftbridgeArgumentError: not a non-negative whole number.
-    """
-    number = _whole_number(value)
-    if number is None or number < 0:
-        raise bad_argument(name, value, "a partition number (a whole number, 0 or more) is required", f"e.g. {name}=0")
-    return number
-
-
+#: A partition number (``int`` or digit string), 0 or more (the client's check).
+check_partition: Check = airflow_check(checks.check_partition)
 check_optional_partition = optional(check_partition)
 
 
@@ -182,21 +154,14 @@ def check_offset(value: Any, name: str = "target_offset") -> int:
 
     :raises LiftbridgeArgumentError: anything else.
     """
-    number = _whole_number(value)
-    if number is None or number < 0:
+    whole = whole_number(value)
+    if whole is None or whole < 0:
         raise bad_argument(name, value, "an offset (a whole number, 0 or more) is required", f"e.g. {name}=41")
-    return number
+    return whole
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    """A whole number, 1 or more.
-
-    :raises LiftbridgeArgumentError: anything else.
-    """
-    number = _whole_number(value)
-    if number is None or number < 1:
-        raise bad_argument(name, value, "a whole number, 1 or more, is required")
-    return number
+#: A whole number, 1 or more (the client's check).
+check_positive_int: Check = airflow_check(checks.check_positive_int)
 
 
 def check_non_negative_int(value: Any, name: str) -> int:
@@ -204,10 +169,10 @@ def check_non_negative_int(value: Any, name: str) -> int:
 
     :raises LiftbridgeArgumentError: anything else.
     """
-    number = _whole_number(value)
-    if number is None or number < 0:
+    whole = whole_number(value)
+    if whole is None or whole < 0:
         raise bad_argument(name, value, "a whole number, 0 or more, is required")
-    return number
+    return whole
 
 
 def check_partition_count(value: Any, name: str = "partitions") -> int:
@@ -215,10 +180,10 @@ def check_partition_count(value: Any, name: str = "partitions") -> int:
 
     :raises LiftbridgeArgumentError: not a whole number, or negative.
     """
-    number = _whole_number(value)
-    if number is None or number < 0:
+    whole = whole_number(value)
+    if whole is None or whole < 0:
         raise bad_argument(name, value, "the number of partitions is a whole number, 1 or more", f"e.g. {name}=3")
-    return number
+    return whole
 
 
 def check_replication_factor(value: Any, name: str = "replication_factor") -> int:
@@ -227,28 +192,14 @@ def check_replication_factor(value: Any, name: str = "replication_factor") -> in
 
     :raises LiftbridgeArgumentError: not a whole number, or below -1.
     """
-    number = _whole_number(value)
-    if number is None or number < -1:
+    whole = whole_number(value)
+    if whole is None or whole < -1:
         raise bad_argument(name, value, "copies of each partition: 1 or more, or -1 for every broker", f"e.g. {name}=3")
-    return number
+    return whole
 
 
-def check_timeout(value: Any, name: str) -> float | None:
-    """Seconds to wait: a positive number, or ``None`` for the default.
-
-    :raises LiftbridgeArgumentError: zero, negative or not a number.
-    """
-    if value is None or value == "":
-        return None
-    seconds = _number(value)
-    if seconds is None or not seconds > 0:
-        raise bad_argument(
-            name,
-            value,
-            "a positive number of seconds is required",
-            f"e.g. {name}=30, or leave it unset for the default",
-        )
-    return seconds
+#: Seconds to wait: a positive number, or ``None`` for the default (the client's check).
+check_timeout: Check = airflow_check(checks.check_timeout)
 
 
 def check_duration(value: Any, name: str) -> dt.timedelta | None:
@@ -261,7 +212,7 @@ def check_duration(value: Any, name: str) -> dt.timedelta | None:
     if isinstance(value, dt.timedelta):
         seconds: float | None = value.total_seconds()
     else:
-        seconds = _number(value)
+        seconds = number(value)
     if seconds is None or seconds < 0:
         raise bad_argument(
             name, value, "a timedelta or a number of seconds, 0 or more", f"e.g. {name}=timedelta(hours=1) or 3600"
@@ -284,34 +235,13 @@ def check_bool(value: Any, name: str) -> bool:
 
 
 def check_choice(choices: Iterable[str]) -> Check:
-    """A validator accepting one of ``choices`` (exactly as written)."""
-    allowed = tuple(choices)
-
-    def checked(value: Any, name: str) -> str:
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else ""
-            raise bad_argument(name, value, f"use one of {', '.join(map(repr, allowed))}", hint)
-        return str(value)
-
-    checked.__doc__ = f"One of {', '.join(allowed)}."
-    return checked
+    """A validator accepting one of ``choices`` (exactly as written; the client's check)."""
+    return airflow_check(checks.check_choice(choices))
 
 
-def check_ack_policy(value: Any, name: str = "ack_policy") -> AckPolicy:
-    """An ack policy: ``"leader"``, ``"all"`` or ``"none"`` (any case), its wire number, or an
-    :class:`AckPolicy`.
-
-    :raises LiftbridgeArgumentError: anything else (a ``ValueError``).
-    """
-    if isinstance(value, AckPolicy):
-        return value
-    number = _whole_number(value)
-    if number is not None and number in {p.value for p in AckPolicy}:
-        return AckPolicy(number)
-    if isinstance(value, str) and value.strip().upper() in AckPolicy.__members__:
-        return AckPolicy[value.strip().upper()]
-    raise bad_argument(name, value, "not an ack policy: use one of 'leader', 'all', 'none'", f"e.g. {name}='all'")
+#: An ack policy: ``"leader"``, ``"all"`` or ``"none"`` (any case), its wire number, or an
+#: :class:`AckPolicy` (the client's check).
+check_ack_policy: Check = airflow_check(checks.check_ack_policy)
 
 
 def parse_start_at(value: Any, name: str = "start_at") -> StartPosition | int | dt.datetime:
@@ -324,7 +254,7 @@ def parse_start_at(value: Any, name: str = "start_at") -> StartPosition | int | 
         return value
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    offset = _whole_number(value)
+    offset = whole_number(value)
     if offset is not None and offset >= 0:
         return offset
     if isinstance(value, str):
@@ -415,7 +345,7 @@ def check_partition_list(value: Any, name: str = "partitions") -> list[int] | No
     items = [value] if isinstance(value, int | str) else value
     if not isinstance(items, Iterable) or isinstance(items, Mapping):
         raise bad_argument(name, value, "partition numbers: one, or a list of them", f"e.g. {name}=[0, 2]")
-    numbers = [_whole_number(p) for p in items]
+    numbers = [whole_number(p) for p in items]
     if any(n is None or n < 0 for n in numbers):
         raise bad_argument(
             name, value, "partition numbers are whole numbers, 0 or more", f"e.g. {name}=[0, 2], or None for all"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_provider_liftbridge.client import checks
 from airflow_provider_liftbridge.client.errors import InvalidArgumentError
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
@@ -336,23 +337,15 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
 
 
 def _options_of(get: Callable[[str], str | None]) -> PublishOptions:
-    """The publishing options among the data source's string options."""
+    """The publishing options among the data source's string options, checked by the client's
+    checks under the data source's option names."""
     policy, window, timeout = get("ackPolicy"), get("window"), get("publishTimeout")
     try:
-        window_n = int(window) if window else SPARK_WINDOW
-        timeout_s = float(timeout) if timeout else None
-    except ValueError:
-        raise SparkOptionError(
-            f"options 'window' / 'publishTimeout' must be numbers, got {window!r} / {timeout!r}"
-        ) from None
-    if policy is not None and policy.upper() not in AckPolicy.__members__:
-        raise SparkOptionError(f"option 'ackPolicy' must be one of 'leader', 'all', 'none', got {policy!r}")
-    try:
         return PublishOptions(
-            ack_policy=AckPolicy[policy.upper()] if policy else AckPolicy.LEADER,
-            window=window_n,
-            timeout=timeout_s,
+            ack_policy=checks.check_ack_policy(policy, "ackPolicy") if policy else AckPolicy.LEADER,
+            window=checks.check_positive_int(window, "window") if window else SPARK_WINDOW,
+            timeout=checks.check_timeout(timeout, "publishTimeout"),
             compression=get("compression"),  # type: ignore[arg-type]  # checked by PublishOptions
         )
     except InvalidArgumentError as exc:
-        raise SparkOptionError(f"data source option: {exc}") from None
+        raise SparkOptionError(f"liftbridge data source: {exc}") from None

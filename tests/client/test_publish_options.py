@@ -30,6 +30,13 @@ def test_values_are_normalised_and_frozen() -> None:
         options.window = 5  # type: ignore[misc]
 
 
+def test_rendered_strings_are_read_as_the_operators_read_them() -> None:
+    """The checks are the operators' (client/checks.py): a rendered template is a string."""
+    options = PublishOptions(partition="2", ack_policy="all", window=" 64 ", timeout="2.5", partitioner=None)  # type: ignore[arg-type]
+    assert (options.partition, options.ack_policy, options.window, options.timeout) == (2, AckPolicy.ALL, 64, 2.5)
+    assert PublishOptions(partition="", timeout="").partition is None  # type: ignore[arg-type]
+
+
 def test_resolved_fills_in_only_what_is_unset() -> None:
     unset = PublishOptions().resolved(AckPolicy.ALL, 20.0)
     assert (unset.ack_policy, unset.timeout) == (AckPolicy.ALL, 20.0)
@@ -40,15 +47,17 @@ def test_resolved_fills_in_only_what_is_unset() -> None:
 @pytest.mark.parametrize(
     ("changes", "named", "fix"),
     [
-        ({"path": "carrier-pigeon"}, "path='carrier-pigeon'", "path='auto'"),
-        ({"partition": -1}, "partition=-1", "None to let it be chosen"),
-        ({"partition": True}, "partition=True", "None to let it be chosen"),
+        ({"path": "carrier-pigeon"}, "path='carrier-pigeon'", "use one of 'auto', 'nats', 'grpc'"),
+        ({"path": "nat"}, "path='nat'", "did you mean 'nats'?"),
+        ({"partition": -1}, "partition=-1", "e.g. partition=0"),
+        ({"partition": True}, "partition=True", "e.g. partition=0"),
         ({"partitioner": "key"}, "partitioner='key'", "KeyPartitioner()"),
-        ({"ack_policy": 7}, "ack_policy=7", "AckPolicy.ALL"),
-        ({"window": 0}, "window=0", "path's default"),
-        ({"window": 2.5}, "window=2.5", "path's default"),
-        ({"timeout": -5}, "timeout=-5", "client's timeout"),
-        ({"timeout": "30"}, "timeout='30'", "client's timeout"),
+        ({"ack_policy": 7}, "ack_policy=7", "e.g. ack_policy='all'"),
+        ({"ack_policy": "sometimes"}, "ack_policy='sometimes'", "'leader', 'all', 'none'"),
+        ({"window": 0}, "window=0", "a whole number, 1 or more"),
+        ({"window": 2.5}, "window=2.5", "a whole number, 1 or more"),
+        ({"timeout": -5}, "timeout=-5", "leave it unset for the default"),
+        ({"timeout": "soon"}, "timeout='soon'", "a positive number of seconds"),
         ({"resend": 2}, "resend=2", "NO_RESEND"),
         ({"compression": "lz4"}, "compression", "'gzip', 'zstd' or None"),
     ],

@@ -21,6 +21,7 @@ from airflow_provider_liftbridge.client import (
     InvalidArgumentError,
     LiftbridgeClient,
     NoSuchPartitionError,
+    PublishOptions,
 )
 from airflow_provider_liftbridge.exceptions import (
     LiftbridgeArgumentError,
@@ -30,6 +31,7 @@ from airflow_provider_liftbridge.exceptions import (
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
@@ -204,6 +206,31 @@ def test_keys_and_header_values_accept_str_bytes_and_int_as_documented() -> None
     for bad in (True, 1.5, {"a": 1}):
         with pytest.raises(LiftbridgeArgumentError, match="a key is bytes, str or int"):
             check_key(bad)
+
+
+@pytest.mark.parametrize(
+    ("operator_keyword", "option", "bad"),
+    [
+        ("window", "window", 0),
+        ("window", "window", "1.5"),
+        ("partition", "partition", -1),
+        ("ack_policy", "ack_policy", "sometimes"),
+        ("publish_timeout", "timeout", -5),
+        ("publish_path", "path", "nat"),
+    ],
+)
+def test_the_operators_and_publish_options_share_one_check_per_option(
+    operator_keyword: str, option: str, bad: Any
+) -> None:
+    """The publishing operators' parse-time validator of a keyword and PublishOptions' check of the
+    option are one definition (client/checks.py): the same message, Airflow's error type outside."""
+    with pytest.raises(LiftbridgeArgumentError) as by_operator:
+        PUBLISHING_CHECKS[operator_keyword](bad, option)
+    with pytest.raises(InvalidArgumentError) as by_value:
+        PublishOptions(**{option: bad})
+    assert str(by_operator.value) == str(by_value.value) and f"{option}={bad!r} is not valid" in str(by_value.value)
+    with pytest.raises(LiftbridgeArgumentError, match=f"{operator_keyword}={bad!r} is not valid"):
+        LiftbridgePublishOperator(task_id="t", stream="s", records=[], **{operator_keyword: bad})
 
 
 def test_replication_factor_zero_is_liftbridges_default_of_one() -> None:

@@ -11,12 +11,11 @@ connection's, for the Airflow layer), the path's window (:data:`GRPC_WINDOW`, :d
 the client's re-send policy (:data:`~.resend.DEFAULT_RESEND`). :meth:`PublishOptions.resolved`
 fills them in once, where the client is known.
 
-The value is checked when it is made, so a mistake fails where it was written. The checks are
-the client's (it raises :class:`~..errors.InvalidArgumentError`, a ``ValueError``, naming the
-option, the value and what to give instead); the Airflow layer checks its operators' literal
-keywords earlier, when the DAG is parsed, with the validators of
-:mod:`airflow_provider_liftbridge.validation`, which the core may not import (they raise Airflow's
-exceptions).
+The value is checked when it is made, so a mistake fails where it was written, with the checks of
+:mod:`..checks` (they raise :class:`~..errors.InvalidArgumentError`, a ``ValueError``, naming the
+option, the value and what to give instead; a number may come as a digit string, as rendered
+templates do). The Airflow layer runs the same checks on its operators' literal keywords when the
+DAG is parsed (:mod:`airflow_provider_liftbridge.validation` turns their error into Airflow's).
 """
 
 from __future__ import annotations
@@ -25,8 +24,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from ..checks import (
+    check_ack_policy,
+    check_choice,
+    check_partition,
+    check_positive_int,
+    check_timeout,
+    invalid,
+    optional,
+)
 from ..compression import Compression, check_compression
-from ..errors import InvalidArgumentError
 from ..partitioners import PartitionerFunc
 from ..types import AckPolicy
 from .resend import ResendPolicy
@@ -45,8 +52,10 @@ PublishPath = Literal["auto", "nats", "grpc"]
 PUBLISH_PATHS: tuple[str, ...] = ("auto", "nats", "grpc")
 
 
-def _bad(name: str, value: object, expected: str, fix: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{name}={value!r} is not valid: {expected}; {fix}")
+_check_path = check_choice(PUBLISH_PATHS)
+_check_partition = optional(check_partition)
+_check_ack_policy = optional(check_ack_policy)
+_check_window = optional(check_positive_int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,32 +89,18 @@ class PublishOptions:
     compression: Compression = None
 
     def __post_init__(self) -> None:
-        if self.path not in PUBLISH_PATHS:
-            raise _bad("path", self.path, f"use one of {', '.join(map(repr, PUBLISH_PATHS))}", "e.g. path='auto'")
-        if self.partition is not None and (
-            isinstance(self.partition, bool) or not isinstance(self.partition, int) or self.partition < 0
-        ):
-            raise _bad("partition", self.partition, "a partition number, 0 or more", "or None to let it be chosen")
+        # The checks the operators run on their keywords (client/checks.py), defined once.
+        set_ = object.__setattr__
+        set_(self, "path", _check_path(self.path, "path"))
+        set_(self, "partition", _check_partition(self.partition, "partition"))
         if self.partitioner is not None and not callable(self.partitioner):
-            raise _bad("partitioner", self.partitioner, "a partitioner (KeyPartitioner(), ...)", "or None")
-        if self.ack_policy is not None:
-            try:
-                object.__setattr__(self, "ack_policy", AckPolicy(self.ack_policy))
-            except ValueError:
-                raise _bad("ack_policy", self.ack_policy, "an AckPolicy", "e.g. AckPolicy.ALL") from None
-        if self.window is not None and (
-            isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1
-        ):
-            raise _bad("window", self.window, "a whole number, 1 or more", "or None for the path's default")
-        if self.timeout is not None and (
-            isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0
-        ):
-            raise _bad("timeout", self.timeout, "a positive number of seconds", "or None for the client's timeout")
-        if self.timeout is not None:
-            object.__setattr__(self, "timeout", float(self.timeout))
+            raise invalid("partitioner", self.partitioner, "a partitioner (KeyPartitioner(), ...)", "or None")
+        set_(self, "ack_policy", _check_ack_policy(self.ack_policy, "ack_policy"))
+        set_(self, "window", _check_window(self.window, "window"))
+        set_(self, "timeout", check_timeout(self.timeout, "timeout"))
         if self.resend is not None and not callable(getattr(self.resend, "should_resend", None)):
-            raise _bad("resend", self.resend, "a resend policy (ResendUnacked(), NO_RESEND)", "or None")
-        object.__setattr__(self, "compression", check_compression(self.compression))
+            raise invalid("resend", self.resend, "a resend policy (ResendUnacked(), NO_RESEND)", "or None")
+        set_(self, "compression", check_compression(self.compression))
 
     def replace(self, **changes: object) -> PublishOptions:
         """A copy with ``changes`` (validated again)."""
