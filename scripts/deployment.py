@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -28,7 +29,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,11 +47,39 @@ class DeploymentError(Exception):
     """A step of starting or driving the deployment failed; the message says which and where the logs are."""
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: Where free_port() looks: above the well-known services, below Linux's ephemeral range.
+PORT_RANGE = (10_000, 32_768)
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections and ``bind(port 0)``."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_RANGE[1]
+
+
+def free_port(exclude: Collection[int] = ()) -> int:
+    """A TCP port nothing is bound to right now, on any address (log servers bind all of them).
+
+    Drawn at random below the kernel's ephemeral range: the many client connections of the
+    deployment's own processes take their local ports from that range, so none of them can land
+    on the port between this check and the server's bind, and two deployments started at the
+    same time are unlikely to draw the same port (the bind check catches one already bound).
+
+    :raises DeploymentError: no free port found in a few hundred tries.
+    """
+    low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low())
+    for port in random.SystemRandom().sample(range(low, high), min(400, high - low)):
+        if port in exclude:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))  # no SO_REUSEADDR: a port in TIME_WAIT counts as taken
+            except OSError:
+                continue
+            return port
+    raise DeploymentError(f"no free TCP port found in {low}-{high}")
 
 
 def airflow_command() -> list[str]:
@@ -139,11 +168,18 @@ class Deployment:
     :param dags_folder: the DAGs folder (default: the example DAGs).
     :param api_port: the api-server's port (default: a free one).
     :param config: more ``AIRFLOW__SECTION__KEY`` environment settings for every component.
+
+    The log servers of the scheduler (LocalExecutor task logs) and the triggerer get free ports
+    too, not Airflow's fixed 8793 and 8794: another Airflow on the machine (or a second
+    deployment) holding those would leave this one without them, and its api-server would fetch
+    logs of running tasks from the other one's.
     """
 
     home: Path
     dags_folder: Path = EXAMPLE_DAGS
     api_port: int = 0
+    worker_log_port: int = field(default=0, init=False)
+    trigger_log_port: int = field(default=0, init=False)
     config: dict[str, str] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict, init=False)
     devserver: Any = field(default=None, init=False)
@@ -195,6 +231,8 @@ class Deployment:
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_port),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.trigger_log_port),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
@@ -224,6 +262,8 @@ class Deployment:
         self.log_dir.mkdir(exist_ok=True)
         if not self.api_port:
             self.api_port = free_port()
+        self.worker_log_port = free_port(exclude={self.api_port})
+        self.trigger_log_port = free_port(exclude={self.api_port, self.worker_log_port})
         self.devserver = DevServerProcess(self.home / "liftbridge-data").start()
         self.run_cli(["db", "migrate"], timeout=300)
         self.run_cli(["connections", "add", "liftbridge_default", "--conn-json", json.dumps(self.connection())])

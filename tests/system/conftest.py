@@ -10,8 +10,10 @@ a passing session and kept, with its path printed, when a test failed or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,9 +37,32 @@ SYSTEM_DAGS = [
 ]
 
 
+#: Airflow's default log server ports ([logging] worker_log_server_port, trigger_log_server_port).
+AIRFLOW_DEFAULT_LOG_PORTS = (8793, 8794)
+
+
+@contextlib.contextmanager
+def holding_ports(ports: tuple[int, ...]) -> Iterator[list[int]]:
+    """Listen on these ports (those that are free) until the block ends; yield the ones held.
+
+    Stands in for another Airflow on the machine: the deployment must not need them."""
+    with contextlib.ExitStack() as stack:
+        held = []
+        for port in ports:
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("0.0.0.0", port))
+                sock.listen()
+            except OSError:  # already held by something else: as good
+                continue
+            held.append(port)
+        yield held
+
+
 @pytest.fixture(scope="package")  # stopped once tests/system is done, not at the end of the whole run
 def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
-    """The running deployment, its DAGs parsed (the examples and ``tests/system/dags``)."""
+    """The running deployment, its DAGs parsed (the examples and ``tests/system/dags``), while
+    Airflow's default log server ports are taken (as by another Airflow on the machine)."""
     home = Path(tempfile.mkdtemp(prefix="liftbridge-system-"))
     dags = home / "dags"
     dags.mkdir()
@@ -50,16 +75,17 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     task_dirs.mkdir()
     isolation = {"AIRFLOW__CORE__PLUGINS_FOLDER": str(HERE / "plugins"), "LIFTBRIDGE_PRIVATE_TASK_DIRS": str(task_dirs)}
     deployment = Deployment(home / "airflow", dags_folder=dags, config=isolation)
-    try:
-        deployment.start()
-        deployment.wait_for_dags(EXAMPLES + SYSTEM_DAGS)
-        yield deployment
-    finally:
-        deployment.stop()
-        if request.session.testsfailed > failed_before or os.environ.get("LIFTBRIDGE_SYSTEM_KEEP_HOME") == "1":
-            print(f"\nsystem tier: logs kept in {deployment.log_dir}")
-        else:
-            shutil.rmtree(home, ignore_errors=True)
+    with holding_ports(AIRFLOW_DEFAULT_LOG_PORTS):
+        try:
+            deployment.start()
+            deployment.wait_for_dags(EXAMPLES + SYSTEM_DAGS)
+            yield deployment
+        finally:
+            deployment.stop()
+            if request.session.testsfailed > failed_before or os.environ.get("LIFTBRIDGE_SYSTEM_KEEP_HOME") == "1":
+                print(f"\nsystem tier: logs kept in {deployment.log_dir}")
+            else:
+                shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
