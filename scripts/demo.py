@@ -19,11 +19,11 @@ What it does, in order:
 Usage: ``python scripts/demo.py [--dag-id ID] [--timeout SECONDS] [--skip-archive] [--keep-home] [--verbose]``.
 
 ``--ui [--port PORT]`` instead starts a whole deployment to look at in a browser (the one the
-system tests use, ``scripts/deployment.py``): the dev server, then ``airflow api-server``,
-``scheduler`` (LocalExecutor, SQLite), ``dag-processor`` and ``triggerer`` as separate processes,
-with the example DAGs and the ``liftbridge_default`` connection. It prints the UI address and the
-login, starts one run of the lifecycle example (which feeds the event-driven example), and stops
-everything on Ctrl-C.
+system tests use, ``scripts/deployment.py``): the dev server, then ``airflow api-server`` (UI
+and REST API), a second one for the execution API, ``scheduler`` (LocalExecutor, SQLite),
+``dag-processor`` and ``triggerer`` as separate processes, with the example DAGs and the
+``liftbridge_default`` connection. It prints the UI address and the login, starts one run of the
+lifecycle example (which feeds the event-driven example), and stops everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def serve_ui(port: int, keep_home: bool) -> int:
     import signal
     import socket
 
-    from deployment import PASSWORD, USERNAME, Deployment, DeploymentError
+    from deployment import COMPONENTS, PASSWORD, USERNAME, Deployment, DeploymentError
 
     if port:
         with socket.socket() as sock:
@@ -171,7 +171,8 @@ def serve_ui(port: int, keep_home: bool) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    print(f"starting the dev server and Airflow (api-server, scheduler, dag-processor, triggerer) in {home} ...")
+    components = ", ".join(COMPONENTS)
+    print(f"starting the dev server and Airflow ({components}) in {home} ...")
     try:
         deployment.start()
         print(f"dev server  gRPC {deployment.devserver.address}, NATS {deployment.devserver.nats_url}")

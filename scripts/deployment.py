@@ -4,8 +4,10 @@ Shared by ``tests/system/`` and ``scripts/demo.py --ui``. What it starts, each a
 (stopped by PID, children such as ``airflow serve-logs`` included):
 
 * the dev server (``python -m airflow_provider_liftbridge.devserver``, with its nats-server child);
-* ``airflow api-server`` (UI, REST API and the execution API the task workers talk to),
-  ``airflow scheduler`` (LocalExecutor, SQLite), ``airflow dag-processor`` and ``airflow triggerer``.
+* ``airflow api-server --apps core`` (UI and REST API), ``airflow api-server --apps execution``
+  (the execution API the task workers and the triggerer talk to; see :data:`COMPONENTS` for why
+  it is a process of its own), ``airflow scheduler`` (LocalExecutor, SQLite),
+  ``airflow dag-processor`` and ``airflow triggerer``.
 
 The ``AIRFLOW_HOME`` is a directory of its own: ``airflow.db`` (SQLite), ``airflow.cfg`` (written by
 ``airflow db migrate``, holding the JWT secret every component must share), ``logs/`` (one
@@ -36,7 +38,16 @@ from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_DAGS = REPO / "dags_examples"
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+#: The Airflow processes, in start order. The execution API runs apart from the UI / REST API
+#: (``api-server``): on Airflow 3.3.2 the REST API's audit log (``action_logging``, on every POST,
+#: PATCH and DELETE) is an async dependency that commits through a sync session, so while it waits
+#: for SQLite's write lock the api-server's event loop stands still. In one process with the
+#: execution API that is a deadlock whenever a worker's execution call (an XCom push, say) holds
+#: the write lock: its session is committed by a step the stalled event loop has to schedule. Both
+#: then wait out SQLite's busy timeout (60 s here) and the REST call fails with "database is
+#: locked" (HTTP 500), while the scheduler and triggerer stall on the lock. In two processes the
+#: audit log only waits until the worker's call has committed.
+COMPONENTS = ("api-server", "execution-api", "scheduler", "dag-processor", "triggerer")
 USERNAME = "admin"
 PASSWORD = "admin"  # a dev deployment on 127.0.0.1 only; the simple auth manager is not for production
 
@@ -166,7 +177,7 @@ class Deployment:
 
     :param home: the AIRFLOW_HOME (created; kept: the caller decides when to remove it).
     :param dags_folder: the DAGs folder (default: the example DAGs).
-    :param api_port: the api-server's port (default: a free one).
+    :param api_port: the api-server's port, UI and REST API (default: a free one).
     :param config: more ``AIRFLOW__SECTION__KEY`` environment settings for every component.
 
     The log servers of the scheduler (LocalExecutor task logs) and the triggerer get free ports
@@ -178,6 +189,7 @@ class Deployment:
     home: Path
     dags_folder: Path = EXAMPLE_DAGS
     api_port: int = 0
+    execution_api_port: int = field(default=0, init=False)
     worker_log_port: int = field(default=0, init=False)
     trigger_log_port: int = field(default=0, init=False)
     config: dict[str, str] = field(default_factory=dict)
@@ -189,6 +201,11 @@ class Deployment:
     def url(self) -> str:
         """The UI and REST API address."""
         return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def execution_api_url(self) -> str:
+        """Where task workers and the triggerer reach the execution API."""
+        return f"http://127.0.0.1:{self.execution_api_port}/execution/"
 
     @property
     def db_path(self) -> Path:
@@ -225,8 +242,8 @@ class Deployment:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            # Task workers reach the api-server here; without it they look on port 8080 and fail.
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            # Task workers reach the execution API here; without it they look on port 8080 and fail.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": self.execution_api_url,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__API__BASE_URL": self.url,
@@ -262,19 +279,24 @@ class Deployment:
         self.log_dir.mkdir(exist_ok=True)
         if not self.api_port:
             self.api_port = free_port()
-        self.worker_log_port = free_port(exclude={self.api_port})
-        self.trigger_log_port = free_port(exclude={self.api_port, self.worker_log_port})
+        self.execution_api_port = free_port(exclude={self.api_port})
+        self.worker_log_port = free_port(exclude={self.api_port, self.execution_api_port})
+        self.trigger_log_port = free_port(exclude={self.api_port, self.execution_api_port, self.worker_log_port})
         self.devserver = DevServerProcess(self.home / "liftbridge-data").start()
         self.run_cli(["db", "migrate"], timeout=300)
         self.run_cli(["connections", "add", "liftbridge_default", "--conn-json", json.dumps(self.connection())])
         (self.home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD}) + "\n")
+        api_server = ["api-server", "--host", "127.0.0.1", "--port"]
         for name in COMPONENTS:
-            self.components[name] = Component(name, [name], self.log_dir / f"{name}.log")
-            if name == "api-server":
-                self.components[name].args += ["--port", str(self.api_port), "--host", "127.0.0.1"]
+            args = {
+                "api-server": [*api_server, str(self.api_port), "--apps", "core"],
+                "execution-api": [*api_server, str(self.execution_api_port), "--apps", "execution"],
+            }.get(name, [name])
+            self.components[name] = Component(name, args, self.log_dir / f"{name}.log")
         self.start_component("api-server")
-        wait_until("the api-server", self._api_up, timeout=180)
-        for name in COMPONENTS[1:]:
+        self.start_component("execution-api")
+        wait_until("the api-servers", self._api_up, timeout=180)
+        for name in COMPONENTS[2:]:
             self.start_component(name)
         return self
 
@@ -388,8 +410,8 @@ class Deployment:
         its first, slow answer is not a worker's)."""
         self.check_running()
         try:
-            for path in ("/api/v2/monitor/health", "/execution/health"):
-                with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as response:
+            for url in (f"{self.url}/api/v2/monitor/health", f"{self.execution_api_url}health"):
+                with urllib.request.urlopen(url, timeout=30) as response:
                     if response.status != 200:
                         return False
             return True

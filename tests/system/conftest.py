@@ -1,7 +1,7 @@
-"""The system-test tier: one real Airflow deployment (api-server, scheduler with LocalExecutor and
-SQLite, dag-processor, triggerer, each its own process) and a dev server process, shared by every
-test of the tier (starting it takes about half a minute). Built by ``scripts/deployment.py``, the
-module ``scripts/demo.py --ui`` uses too.
+"""The system-test tier: one real Airflow deployment (api-server, execution API, scheduler with
+LocalExecutor and SQLite, dag-processor, triggerer, each its own process) and a dev server
+process, shared by every test of the tier (starting it takes about half a minute). Built by
+``scripts/deployment.py``, the module ``scripts/demo.py --ui`` uses too.
 
 The AIRFLOW_HOME (database, ``logs/<component>.log``, task logs, UI screenshots) is removed after
 a passing session and kept, with its path printed, when a test failed or
