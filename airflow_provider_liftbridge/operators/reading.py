@@ -20,7 +20,14 @@ from typing import Any
 
 from airflow.sdk import Context, conf
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
+from airflow_provider_liftbridge.client import (
+    LiftbridgeClient,
+    NotLeaderError,
+    PartitionPausedError,
+    RequestTimeoutError,
+    StartPosition,
+    UnavailableError,
+)
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
@@ -61,6 +68,11 @@ KeepReading = Callable[[PartitionPlan], bool]
 DEFAULT_POLL_TIMEOUT = 60.0
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
 MIN_MESSAGES_POLL = 1.0
+#: Failures of one look at the stream that the worker's ``min_messages`` wait outlasts (no broker
+#: reachable after the client's retries, e.g. while one restarts; a deadline missed under load; a
+#: leader or a pause moving): it looks again until ``poll_timeout``. The look is only a way to
+#: stop waiting early, so it never fails the task by itself (as the deferrable path defers).
+TRANSIENT_LOOK_ERRORS = (UnavailableError, RequestTimeoutError, NotLeaderError, PartitionPausedError)
 
 
 def parse_partitions(value: Any, name: str = "partitions") -> list[int] | None:
@@ -342,8 +354,12 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
         """Return once ``min_messages`` are there to read; defer or poll until then.
 
+        A look at the stream that fails with one of :data:`TRANSIENT_LOOK_ERRORS` is logged and
+        repeated (in the worker) or leaves the wait to the trigger (deferrable).
+
         :raises TaskDeferred: ``deferrable`` and not there yet.
-        :raises LiftbridgeAirflowError: not there within ``poll_timeout`` (in the worker).
+        :raises LiftbridgeAirflowError: not there within ``poll_timeout`` (in the worker; the
+            message names the last failed look, if the last one failed).
         """
         wanted = optional(check_non_negative_int)(self.min_messages, "min_messages")
         if not wanted or not partitions:
@@ -371,15 +387,29 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             )
             return
         deadline = time.monotonic() + self._poll_timeout
+        have, failed, waiting = 0, "", False
         while True:
-            have = sum(planner.pending(partitions).values())
-            if have >= wanted:
-                self.log.info("%d message(s) to read (min_messages %d)", have, wanted)
-                return
+            try:
+                have, failed = sum(planner.pending(partitions).values()), ""
+            except TRANSIENT_LOOK_ERRORS as error:
+                failed = f"{type(error).__name__}: {error}"
+                self.log.warning(
+                    "looking for min_messages failed (%s): looking again in %g s", failed, MIN_MESSAGES_POLL
+                )
+            else:
+                if have >= wanted:
+                    self.log.info("%d message(s) to read (min_messages %d)", have, wanted)
+                    return
+                if not waiting:
+                    self.log.info(
+                        "%d of min_messages=%d message(s) there: waiting up to %g s", have, wanted, self._poll_timeout
+                    )
+                    waiting = True
             if time.monotonic() >= deadline:
                 raise LiftbridgeAirflowError(
                     f"only {have} of min_messages={wanted} message(s) arrived on stream {self.stream!r} partitions"
                     f" {partitions} within poll_timeout={self.poll_timeout} s: raise poll_timeout or lower min_messages"
+                    + (f" (the last look at the stream failed: {failed})" if failed else "")
                 )
             time.sleep(MIN_MESSAGES_POLL)
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ import pytest
 
 from airflow_provider_liftbridge.client import GroupConsumer, LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
+from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.reading import parse_partitions, parse_reading_start
-from tests.airflow_support import REPO, register_dag, xcom_of
+from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 from tests.operators import consume_support as support
 from tests.operators.helpers import read_all
 
@@ -29,14 +31,14 @@ START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def make_dag(stream: str, **op_kwargs: Any) -> Any:
-    """One registered DAG with one consume task (retried once, at once)."""
+    """One registered DAG with one consume task (retried once, at once, unless told otherwise)."""
     from airflow.sdk import DAG
 
     op_kwargs.setdefault("cursor_id", "c")
+    op_kwargs.setdefault("retries", 1)
+    op_kwargs.setdefault("retry_delay", dt.timedelta(seconds=0))
     with DAG(f"consume_{stream}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=START) as dag:
-        LiftbridgeConsumeOperator(
-            task_id="consume", stream=stream, retries=1, retry_delay=dt.timedelta(seconds=0), **op_kwargs
-        )
+        LiftbridgeConsumeOperator(task_id="consume", stream=stream, **op_kwargs)
     register_dag(dag)
     return dag
 
@@ -371,6 +373,71 @@ def publish_when_deferred(
             deferred.set()
             publish(client, stream, 2, start=3)
             return
+
+
+def test_min_messages_in_the_worker_outlasts_a_broker_restart(
+    stream_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """min_messages=5, not deferrable, no retries: 2 are there, the task waits; the broker is
+    killed while it waits (its looks fail: no broker reachable), started again, and 3 more are
+    published. The failed looks are logged and repeated, and the task reads all 5: a look at the
+    stream can only end the wait early, never fail the task."""
+    import structlog
+
+    server = DevServerProcess(tmp_path / "data").start()
+    try:
+        monkeypatch.setenv(conn_env_name("lb_restarting"), liftbridge_conn_json(server.address))
+        with LiftbridgeClient(server.address) as client:
+            client.create_stream(stream_name, stream_name)
+            publish(client, stream_name, 2)
+        support.reset()
+        dag = make_dag(
+            stream_name,
+            liftbridge_conn_id="lb_restarting",
+            apply_function="tests.operators.consume_support.record_plain",
+            min_messages=5,
+            poll_timeout=90,
+            retries=0,
+        )
+        failed_looks: list[str] = []
+        with structlog.testing.capture_logs() as logs:
+            restarter = threading.Thread(target=restart_while_waiting, args=(server, stream_name, logs, failed_looks))
+            restarter.start()
+            try:
+                dag_run, result = run(dag)
+            finally:
+                restarter.join(120)
+    finally:
+        server.close()
+    assert str(dag_run.state) == "success"
+    assert failed_looks, "no look at the stream failed while the broker was down"
+    assert result["processed"] == 5 and sorted(o for _, o, _ in support.SEEN) == list(range(5))
+
+
+def restart_while_waiting(server: DevServerProcess, stream: str, logs: list[Any], failed_looks: list[str]) -> None:
+    """Once the task logs that it waits for min_messages: kill the broker, wait until the task
+    logs a failed look, start the broker again and publish the 3 messages still missing."""
+
+    def logged(words: str, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((e for e in list(logs) if words in str(e.get("event"))), None)
+            if found is not None:
+                return found
+            time.sleep(0.05)
+        return None
+
+    if logged("message(s) there: waiting up to", 60) is None:
+        return  # the task never waited: the test fails on its result
+    server.kill()
+    try:
+        failed = logged("looking for min_messages failed", 30)
+        if failed is not None:
+            failed_looks.append(str(failed.get("positional_args")))
+    finally:
+        server.start()
+    with LiftbridgeClient(server.address) as client:
+        publish(client, stream, 3, start=2)
 
 
 def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
