@@ -25,9 +25,11 @@ class LiftbridgeAsyncHook(BaseHook):
     """Build an :class:`AsyncLiftbridgeClient` from a ``liftbridge`` connection, inside an event loop.
 
     The connection is fetched with ``BaseHook.aget_connection`` (``Connection.async_get``), which
-    reads environment variables and secrets backends without blocking the loop and without the
-    metadata database. The client's gRPC channels come from the process-wide registry of the async
-    client, so many triggers in one triggerer share one channel per broker.
+    does not block the loop: in the triggerer it tries the triggerer's environment variables, its
+    secrets backend, then the metadata database (read for the trigger by the triggerer's main
+    process; see docs/airflow.md, "Where triggers find their connection"). The client's gRPC
+    channels come from the process-wide registry of the async client, so many triggers in one
+    triggerer share one channel per broker.
 
     :param liftbridge_conn_id: the connection id (default ``liftbridge_default``).
     """
