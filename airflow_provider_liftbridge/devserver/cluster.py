@@ -66,7 +66,7 @@ class Cluster:
         #: The metadata (Raft) leader: metadata changes wait while it does not run (faults.py).
         self.metadata = MetadataLeader(self, store.brokers)
         #: Which brokers know a just-created stream (faults.py).
-        self.propagation = StreamPropagation(timings.stream_propagation)
+        self.propagation = StreamPropagation(timings.stream_propagation, self.metadata)
 
     async def until_running(self, broker: BrokerSlot) -> None:
         """Return once ``broker`` is not stalled (at once when it is not)."""

@@ -18,8 +18,11 @@ from what was observed on a three-broker v1.9 cluster and from Liftbridge's sour
 - **A new stream reaches the brokers one by one** (:class:`StreamPropagation`): Liftbridge applies
   CreateStream on the metadata leader and waits (best effort) for the partition leaders to start
   their partitions, so those know it at once; the other brokers (the one that forwarded the call
-  included) ``stream_propagation`` seconds later. Until then they answer "no such stream"
-  (publish), NOT_FOUND (subscribe, partition metadata) and UNKNOWN_STREAM (metadata).
+  included) apply the committed Raft entry themselves once they learn of the commit, which the
+  leader tells them within Raft's commit timeout (``stream_propagation`` seconds here). A metadata
+  leader frozen before that has told no one: the others learn it when it runs again or when a new
+  leader is elected. Until then they answer "no such stream" (publish), NOT_FOUND (subscribe,
+  partition metadata) and UNKNOWN_STREAM (metadata).
 
 What is simplified is listed in docs/devserver.md ("What cluster mode still simplifies").
 """
@@ -199,6 +202,8 @@ class MetadataLeader:
         self._changed = asyncio.Event()
         #: Monotonic time each broker last surveyed the others (its broker list cache).
         self._surveyed: dict[int, float] = {}
+        #: Monotonic time since when no metadata leader has run (``None`` while one runs).
+        self.down_since: float | None = None
 
     @property
     def broker(self) -> BrokerSlot:
@@ -217,7 +222,15 @@ class MetadataLeader:
             await self._changed.wait()
 
     def _wake(self) -> None:
+        self._track()
         self._changed.set()
+
+    def _track(self) -> None:
+        """Note when the metadata leader stopped running (or clear it: one runs)."""
+        if self.available:
+            self.down_since = None
+        elif self.down_since is None:
+            self.down_since = time.monotonic()
 
     def move_to(self, index: int) -> None:
         """Make broker ``index`` the metadata leader at once (a test hook, and a controlled stop).
@@ -236,6 +249,7 @@ class MetadataLeader:
         fault after ``metadata_election_timeout`` (if it is not back by then)."""
         if broker.index != self.index:
             return
+        self._track()
         if controlled:
             self._elect()
             return
@@ -290,11 +304,20 @@ class MetadataLeader:
 class StreamPropagation:
     """Which brokers already know a just-created stream.
 
+    The brokers other than those that know it at once apply the CreateStream entry of the metadata
+    (Raft) log themselves, ``delay`` seconds after creation: the leader tells them of the commit
+    with its next replication round (hashicorp/raft's ``CommitTimeout``, 50 ms by default, which
+    Liftbridge keeps). If the metadata leader stopped running before then, nobody has told them:
+    they apply it once a metadata leader runs again (the thawed one, or a newly elected one, whose
+    first entry of its term commits everything before it).
+
     :param delay: seconds after creation until every broker knows it (0: at once).
+    :param metadata: the metadata leader (whether one runs, and since when none has).
     """
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, metadata: MetadataLeader) -> None:
         self.delay = delay
+        self._metadata = metadata
         #: Stream name -> (monotonic time every broker knows it, ids of the brokers that know it already).
         self._fresh: dict[str, tuple[float, frozenset[str]]] = {}
 
@@ -315,7 +338,10 @@ class StreamPropagation:
         until, known_by = entry
         if broker_id in known_by:
             return True
-        if time.monotonic() >= until:
-            del self._fresh[name]
-            return True
-        return False
+        if time.monotonic() < until:
+            return False
+        down = self._metadata.down_since
+        if down is not None and down < until:
+            return False  # the leader froze before telling the others of the commit
+        del self._fresh[name]
+        return True

@@ -114,7 +114,9 @@ class ClusterTimings:
         server sleeps it out), so commits and ALL acks stall that long.
     :param stream_propagation: a new stream is known at once by the metadata leader and its
         partition leaders, by the other brokers (the one that forwarded CreateStream included) this
-        long after; they answer "no such stream" until then.
+        long after (later if the metadata leader stops running before then); they answer "no such
+        stream" until then. The default is hashicorp/raft's ``CommitTimeout`` (50 ms), which
+        Liftbridge keeps: how long a follower may wait to learn that an entry was committed.
     :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
     """
 
@@ -126,7 +128,7 @@ class ClusterTimings:
     restart_hw_unknown: float = 9.0
     metadata_election_timeout: float = 2.0
     metadata_cache_max_age: float = 120.0
-    stream_propagation: float = 0.0
+    stream_propagation: float = 0.05
     replica_max_idle_wait: float = 10.0
 
     def __post_init__(self) -> None:

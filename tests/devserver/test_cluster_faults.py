@@ -12,6 +12,7 @@ import queue
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -169,6 +170,36 @@ def test_a_new_stream_reaches_the_other_brokers_a_moment_later(stream_name: str)
         assert meta.streamMetadata[0].error == pb.StreamMetadata.UNKNOWN_STREAM
         known_everywhere(stubs, stream_name, timeout=10.0)
         assert publish(stubs[lagging], stream_name, b"b", ackPolicy=pb.LEADER).ack.offset == 1
+
+
+def test_a_metadata_leader_frozen_before_telling_the_others_holds_a_new_stream_back(stream_name: str) -> None:
+    # Raft followers apply a committed entry themselves, but learn of the commit from the leader:
+    # frozen at once, it has told no one, and they learn it only when it (or a successor) runs.
+    delay = 2.0
+    with DevServer(brokers=3, timings=replace(STILL, stream_propagation=delay)) as server:
+        stubs = _stubs(server.addresses)
+        server.move_metadata_leader(2)
+        started = time.monotonic()
+        create(stubs[2], stream_name)
+        server.stall_broker(2)
+        assert time.monotonic() - started < delay  # frozen before the others learned of the commit
+        time.sleep(max(0.0, started + delay + 0.2 - time.monotonic()))  # the delay is over: still unknown
+        answers = {}
+        for i in (0, 1):
+            try:
+                answers[i] = publish(stubs[i], stream_name, b"x", ackPolicy=pb.LEADER).ack.offset >= 0
+            except grpc.RpcError as err:
+                assert (err.code(), err.details()) == (grpc.StatusCode.NOT_FOUND, f"no such stream: {stream_name}")
+                answers[i] = False
+        server.resume_broker(2)
+        meta = stubs[2].FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
+        leader = server.broker_ids.index(meta.streamMetadata[0].partitions[0].leader)
+        # Only the partition leader (started by the metadata leader before it answered) knew it.
+        assert answers == {i: i == leader for i in (0, 1)}
+        known_everywhere(stubs, stream_name, timeout=10.0)  # the thawed leader tells them
+        server.stall_broker(2)  # frozen after they applied it: nothing is taken back
+        assert all(publish(stubs[i], stream_name, b"y", ackPolicy=pb.LEADER).ack.offset >= 0 for i in (0, 1))
+        server.resume_broker(2)
 
 
 def test_the_metadata_leader_hook_of_the_server_process(stream_name: str) -> None:

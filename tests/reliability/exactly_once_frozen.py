@@ -65,6 +65,11 @@ def frozen_broker(role: str, occ: bool, n: int = 400, stall: float = 3.0) -> Fig
         }[role]
         order = [first] + [i for i in range(3) if i != first]
         client = LiftbridgeClient([addresses[i] for i in order], timeout=2.0, max_retries=6)
+        # The publisher is another task: it learns the stream from metadata once its first broker
+        # lists it. A new stream reaches the brokers other than the metadata leader and the
+        # partition leader a moment later, and a client that never saw a stream believes "no such
+        # stream" at once (client/presence.py), so publishing within that moment would fail loudly.
+        _wait_until(lambda: stream in client.fetch_metadata([stream]).streams, 10, "the stream on the first broker")
         records = values(n)
         publisher = ExactlyOncePublisher(
             client,
