@@ -1,30 +1,55 @@
 """The asyncio client: executes the shared operations with grpc.aio on shared channels, and reads
-subscriptions either on grpc.aio too or, by default, on a blocking gRPC stream in a worker thread."""
+subscriptions either on grpc.aio too or, by default, on a blocking gRPC stream in a worker thread.
+
+Its methods are the blocking client's, written once: each builds its operation and hands it to
+``self._transport.run`` (or ``drive``), and this client's transport returns a coroutine (an async
+iterator) where the blocking one returns the result (an iterator). :func:`awaited` makes the
+method a coroutine function with the same signature and docstring.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import timedelta
-from typing import TypeVar
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from . import operations, subscription
 from .base import ClientBase
-from .compression import Compression
-from .consumer import AutoOffset
-from .group_consumer import AsyncGroupConsumer
-from .partitioners import PartitionerFunc
-from .publishing import batch, single
-from .publishing.options import PublishOptions, PublishPath
-from .publishing.resend import ResendPolicy
-from .requests import StartAt, StopAt
+from .group_consumer import AsyncGroupConsumer, GroupConsumer
+from .sync_client import LiftbridgeClient
 from .transport.aio import AsyncTransport
 from .transport.channels import ChannelFactory
 from .transport.nats import NatsLink
-from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition
+from .types import Message
 
 __all__ = ["AsyncLiftbridgeClient"]
 
+_P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+def awaited(method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]:
+    """The blocking client's ``method`` as a coroutine function of the asyncio client: the same
+    body (it returns what ``self._transport.run`` returns, a coroutine here), awaited."""
+
+    async def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await cast(Awaitable[_R], method(self, *args, **kwargs))
+
+    functools.update_wrapper(call, method)  # name, docstring, signature (``__wrapped__``)
+    return call
+
+
+def _iterated_async(
+    method: Callable[Concatenate[Any, _P], Iterator[Message]],
+) -> Callable[Concatenate[Any, _P], AsyncIterator[Message]]:
+    # The same body: ``self._transport.drive`` is an async generator on this client's transport.
+    return cast(Callable[Concatenate[Any, _P], AsyncIterator[Message]], method)
+
+
+def _async_consumer(
+    method: Callable[Concatenate[Any, _P], GroupConsumer],
+) -> Callable[Concatenate[Any, _P], AsyncGroupConsumer]:
+    # The same body: it builds ``self._consumer_class``, AsyncGroupConsumer here.
+    return cast(Callable[Concatenate[Any, _P], AsyncGroupConsumer], method)
 
 
 class AsyncLiftbridgeClient(ClientBase):
@@ -44,6 +69,8 @@ class AsyncLiftbridgeClient(ClientBase):
     the client with :class:`~.errors.ClientClosedError`.
     """
 
+    _consumer_class = AsyncGroupConsumer
+
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._transport = AsyncTransport(
             factory,
@@ -52,217 +79,23 @@ class AsyncLiftbridgeClient(ClientBase):
             self.subscription_reader,
         )
 
-    async def create_stream(
-        self,
-        subject: str,
-        name: str,
-        *,
-        partitions: int = 1,
-        replication_factor: int = 1,
-        group: str | None = None,
-        retention_max_bytes: int | None = None,
-        retention_max_messages: int | None = None,
-        retention_max_age: timedelta | None = None,
-        cleaner_interval: timedelta | None = None,
-        segment_max_bytes: int | None = None,
-        segment_max_age: timedelta | None = None,
-        compact_enabled: bool | None = None,
-        compact_max_goroutines: int | None = None,
-        auto_pause_time: timedelta | None = None,
-        auto_pause_disable_if_subscribers: bool | None = None,
-        min_isr: int | None = None,
-        optimistic_concurrency_control: bool | None = None,
-        encryption: bool | None = None,
-    ) -> None:
-        """Like :meth:`LiftbridgeClient.create_stream`, awaited; same arguments, result and errors."""
-        return await self._transport.run(
-            operations.create_stream(
-                self._core,
-                subject,
-                name,
-                partitions=partitions,
-                replication_factor=replication_factor,
-                group=group,
-                retention_max_bytes=retention_max_bytes,
-                retention_max_messages=retention_max_messages,
-                retention_max_age=retention_max_age,
-                cleaner_interval=cleaner_interval,
-                segment_max_bytes=segment_max_bytes,
-                segment_max_age=segment_max_age,
-                compact_enabled=compact_enabled,
-                compact_max_goroutines=compact_max_goroutines,
-                auto_pause_time=auto_pause_time,
-                auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
-                min_isr=min_isr,
-                optimistic_concurrency_control=optimistic_concurrency_control,
-                encryption=encryption,
-            )
-        )
-
-    async def delete_stream(self, name: str) -> None:
-        """Like :meth:`LiftbridgeClient.delete_stream`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.delete_stream(self._core, name))
-
-    async def pause_stream(self, name: str, partitions: Sequence[int] | None = None, resume_all: bool = False) -> None:
-        """Like :meth:`LiftbridgeClient.pause_stream`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.pause_stream(self._core, name, partitions, resume_all))
-
-    async def set_stream_readonly(
-        self, name: str, partitions: Sequence[int] | None = None, readonly: bool = True
-    ) -> None:
-        """Like :meth:`LiftbridgeClient.set_stream_readonly`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.set_stream_readonly(self._core, name, partitions, readonly))
-
-    async def publish(
-        self,
-        stream: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: PartitionerFunc | None = None,
-        ack_policy: AckPolicy | None = None,
-        expected_offset: int | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Like :meth:`LiftbridgeClient.publish`, awaited; same arguments, result and errors."""
-        return await self._transport.run(
-            single.publish(
-                self._core,
-                stream,
-                value,
-                key=key,
-                headers=headers,
-                partition=partition,
-                partitioner=partitioner,
-                ack_policy=ack_policy,
-                expected_offset=expected_offset,
-                ack_inbox=ack_inbox,
-                correlation_id=correlation_id,
-                timeout=timeout,
-            )
-        )
-
-    async def publish_many(
-        self,
-        stream: str,
-        records: Iterable[Record | bytes],
-        *,
-        partition: int | None = None,
-        partitioner: PartitionerFunc | None = None,
-        ack_policy: AckPolicy | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        path: PublishPath = "auto",
-        resend: ResendPolicy | None = None,
-        compression: Compression = None,
-    ) -> list[Ack]:
-        """Like :meth:`LiftbridgeClient.publish_many`, awaited; same arguments, result and errors."""
-        return await self._transport.run(
-            batch.publish_many(
-                self._core,
-                stream,
-                records,
-                PublishOptions(path, partition, partitioner, ack_policy, window, timeout, resend, compression),
-            )
-        )
-
-    def group_consumer(
-        self,
-        group_id: str,
-        streams: str | Sequence[str],
-        *,
-        consumer_id: str | None = None,
-        auto_offset: AutoOffset = "new_only",
-        auto_commit_interval: float | None = 5.0,
-        max_batch: int = 512,
-        idle_wait: float = 0.2,
-        handover: bool = True,
-    ) -> AsyncGroupConsumer:
-        """Like :meth:`LiftbridgeClient.group_consumer`: same arguments and errors; the member's
-        ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator."""
-        return AsyncGroupConsumer(
-            self._transport.run,
-            self._transport.drive,
-            self._core,
-            group_id,
-            streams,
-            consumer_id=consumer_id,
-            auto_offset=auto_offset,
-            auto_commit_interval=auto_commit_interval,
-            max_batch=max_batch,
-            idle_wait=idle_wait,
-            handover=handover,
-        )
-
-    async def publish_to_subject(
-        self,
-        subject: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        ack_policy: AckPolicy | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Like :meth:`LiftbridgeClient.publish_to_subject`, awaited; same arguments, result and errors."""
-        return await self._transport.run(
-            single.publish_to_subject(
-                self._core,
-                subject,
-                value,
-                key=key,
-                headers=headers,
-                ack_policy=ack_policy,
-                ack_inbox=ack_inbox,
-                correlation_id=correlation_id,
-                timeout=timeout,
-            )
-        )
-
-    def subscribe(
-        self,
-        stream: str,
-        *,
-        partition: int = 0,
-        start_at: StartAt = StartPosition.EARLIEST,
-        stop_at: StopAt = None,
-        read_isr_replica: bool = False,
-        resume: bool = False,
-    ) -> AsyncIterator[Message]:
-        """Like :meth:`LiftbridgeClient.subscribe`, as an async iterator; same arguments, result and errors."""
-        return self._transport.drive(
-            subscription.subscribe(
-                self._core,
-                stream,
-                partition=partition,
-                start_at=start_at,
-                stop_at=stop_at,
-                read_isr_replica=read_isr_replica,
-                resume=resume,
-            )
-        )
-
-    async def fetch_metadata(self, streams: Sequence[str] | None = None) -> Metadata:
-        """Like :meth:`LiftbridgeClient.fetch_metadata`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.fetch_metadata(self._core, streams))
-
-    async def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionInfo:
-        """Like :meth:`LiftbridgeClient.fetch_partition_metadata`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.fetch_partition_metadata(self._core, stream, partition))
-
-    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
-        """Like :meth:`LiftbridgeClient.set_cursor`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.set_cursor(self._core, cursor_id, stream, partition, offset))
-
-    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
-        """Like :meth:`LiftbridgeClient.fetch_cursor`, awaited; same arguments, result and errors."""
-        return await self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
+    # The blocking client's methods, awaited (see the module's docstring): same arguments, results
+    # and errors, documented there.
+    create_stream = awaited(LiftbridgeClient.create_stream)
+    delete_stream = awaited(LiftbridgeClient.delete_stream)
+    pause_stream = awaited(LiftbridgeClient.pause_stream)
+    set_stream_readonly = awaited(LiftbridgeClient.set_stream_readonly)
+    publish = awaited(LiftbridgeClient.publish)
+    publish_many = awaited(LiftbridgeClient.publish_many)
+    publish_to_subject = awaited(LiftbridgeClient.publish_to_subject)
+    fetch_metadata = awaited(LiftbridgeClient.fetch_metadata)
+    fetch_partition_metadata = awaited(LiftbridgeClient.fetch_partition_metadata)
+    set_cursor = awaited(LiftbridgeClient.set_cursor)
+    fetch_cursor = awaited(LiftbridgeClient.fetch_cursor)
+    #: An async iterator (``async for msg in client.subscribe(...)``).
+    subscribe = _iterated_async(LiftbridgeClient.subscribe)
+    #: The member's ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator.
+    group_consumer = _async_consumer(LiftbridgeClient.group_consumer)
 
     async def close(self) -> None:
         """Release this client's shared channels and close its NATS connection; idempotent."""

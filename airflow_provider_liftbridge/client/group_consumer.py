@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from .consumer import AutoOffset, GroupMember, commit, consume, heartbeat, join, leave
+from .consumer import GroupMember, commit, consume, heartbeat, join, leave
 from .effects import Op
 from .routing import ClientCore
 from .types import Message
@@ -25,6 +25,8 @@ class _Consumer:
     :param run: executes an operation on the client's transport.
     :param drive: executes a streaming operation, yielding what it emits.
     :param core: the client's shared state.
+    :param member: the member's state (its group, streams and options).
+    :param idle_wait: seconds between polls that found nothing.
     """
 
     def __init__(
@@ -32,28 +34,13 @@ class _Consumer:
         run: Callable[[Op[Any]], Any],
         drive: Callable[[Op[Any]], Any],
         core: ClientCore,
-        group_id: str,
-        streams: str | Sequence[str],
-        *,
-        consumer_id: str | None = None,
-        auto_offset: AutoOffset = "new_only",
-        auto_commit_interval: float | None = 5.0,
-        max_batch: int = 512,
+        member: GroupMember,
         idle_wait: float = 0.2,
-        handover: bool = True,
     ) -> None:
         self._run = run
         self._drive = drive
         self._core = core
-        self.member = GroupMember(
-            group_id,
-            [streams] if isinstance(streams, str) else list(streams),
-            consumer_id or "",
-            auto_offset,
-            auto_commit_interval,
-            max_batch,
-            handover,
-        )
+        self.member = member
         self.idle_wait = idle_wait
 
     @property

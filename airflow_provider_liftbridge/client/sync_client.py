@@ -9,7 +9,7 @@ from typing import TypeVar
 from . import operations, subscription
 from .base import ClientBase
 from .compression import Compression
-from .consumer import AutoOffset
+from .consumer import AutoOffset, GroupMember
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
@@ -30,8 +30,14 @@ _R = TypeVar("_R")
 class LiftbridgeClient(ClientBase):
     """A blocking Liftbridge client; thread-safe, a context manager. Constructor parameters:
     see :class:`~.base.ClientBase`. Each method runs one operation (:mod:`.operations`,
-    :mod:`.publishing`, :mod:`.subscription`) with blocking gRPC.
+    :mod:`.publishing`, :mod:`.subscription`) with blocking gRPC. The asyncio client shares these
+    methods (:func:`.async_client.awaited`): a method's body builds the operation and hands it to
+    ``self._transport``, and does nothing that only one transport could do.
     """
+
+    #: What :meth:`group_consumer` makes (the asyncio client, which shares the method, makes
+    #: its own kind).
+    _consumer_class: type[GroupConsumer] = GroupConsumer
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._pool = SyncChannelPool(factory, subscription_channels)
@@ -281,19 +287,16 @@ class LiftbridgeClient(ClientBase):
         :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
             a ``max_batch`` below 1.
         """
-        return GroupConsumer(
-            self._transport.run,
-            self._transport.drive,
-            self._core,
+        member = GroupMember(
             group_id,
-            streams,
-            consumer_id=consumer_id,
-            auto_offset=auto_offset,
-            auto_commit_interval=auto_commit_interval,
-            max_batch=max_batch,
-            idle_wait=idle_wait,
-            handover=handover,
+            [streams] if isinstance(streams, str) else list(streams),
+            consumer_id or "",
+            auto_offset,
+            auto_commit_interval,
+            max_batch,
+            handover,
         )
+        return self._consumer_class(self._transport.run, self._transport.drive, self._core, member, idle_wait)
 
     def publish_to_subject(
         self,

@@ -17,25 +17,8 @@ import grpc.aio
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
+from .. import effects
 from ..base import SubscriptionReader
-from ..effects import (
-    END,
-    Cancel,
-    CloseWrite,
-    DropNats,
-    Effect,
-    Emit,
-    NatsCall,
-    Op,
-    OpenStream,
-    Pump,
-    Read,
-    ReadTimeout,
-    RpcFailure,
-    Sleep,
-    Unary,
-    Write,
-)
 from ..errors import ClientClosedError, UnavailableError
 from ..types import TlsConfig
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
@@ -113,11 +96,11 @@ class _AsyncStream:
     async def _read(self) -> Any:
         if self.next_response is None:
             response = await self.call.read()
-            return END if response is _EOF else response
+            return effects.END if response is _EOF else response
         try:
             return await self.next_response()
         except StopAsyncIteration:
-            return END
+            return effects.END
 
     async def read(self, timeout: float | None) -> Any:
         if timeout is None:
@@ -125,7 +108,7 @@ class _AsyncStream:
         try:
             return await asyncio.wait_for(self._read(), timeout)
         except TimeoutError:
-            raise ReadTimeout() from None
+            raise effects.ReadTimeout() from None
 
     def cancel(self) -> None:
         self.call.cancel()
@@ -193,7 +176,7 @@ class _ThreadedStream:
                 if len(buffer) >= BUFFER_HIGH:
                     self._wait_for_room()
         except grpc.RpcError as exc:
-            stop = _Stop(RpcFailure.of(exc))
+            stop = _Stop(effects.RpcFailure.of(exc))
         except BaseException as exc:  # handed to the consumer, whatever it is
             if isinstance(exc, RuntimeError) and self._loop.is_closed():  # nobody is left to read
                 if self._call is not None:
@@ -246,13 +229,13 @@ class _ThreadedStream:
                         await self.wait()
             except TimeoutError:
                 self.cancel()
-                raise ReadTimeout() from None
+                raise effects.ReadTimeout() from None
         item = self.buffer.popleft()
         if type(item) is _Stop:
             self.buffer.appendleft(item)  # the stream stays over for later reads
             if item.error is not None:
                 raise item.error
-            return END
+            return effects.END
         if self.paused and len(self.buffer) <= BUFFER_LOW:
             self.resume()
         return item
@@ -308,7 +291,7 @@ class AsyncTransport:
             held = self._held_sync[(address, slot)] = SYNC_REGISTRY.acquire(self._factory, address, slot)
         return held[0]
 
-    def _open_stream(self, effect: OpenStream) -> _AsyncStream | _ThreadedStream:
+    def _open_stream(self, effect: effects.OpenStream) -> _AsyncStream | _ThreadedStream:
         stream: _AsyncStream | _ThreadedStream
         if effect.request is None:
             stream = _AsyncStream(getattr(self._stub(effect.address), effect.method)(), responses_only=False)
@@ -338,32 +321,32 @@ class AsyncTransport:
             SYNC_REGISTRY.release(sync_key)
         await self._nats.close()
 
-    async def execute(self, effect: Effect) -> Any:
+    async def execute(self, effect: effects.Effect) -> Any:
         try:
-            if isinstance(effect, Unary):
+            if isinstance(effect, effects.Unary):
                 stub = self._stub(effect.address)
                 return await getattr(stub, effect.method)(effect.request, timeout=effect.timeout)
-            if isinstance(effect, Read):
+            if isinstance(effect, effects.Read):
                 return await effect.handle.read(effect.timeout)
-            if isinstance(effect, Write):
+            if isinstance(effect, effects.Write):
                 return await effect.handle.call.write(effect.request)
-            if isinstance(effect, OpenStream):
+            if isinstance(effect, effects.OpenStream):
                 return self._open_stream(effect)
-            if isinstance(effect, CloseWrite):
+            if isinstance(effect, effects.CloseWrite):
                 return await effect.handle.call.done_writing()
-            if isinstance(effect, Cancel):
+            if isinstance(effect, effects.Cancel):
                 return effect.handle.cancel()
-            if isinstance(effect, Sleep):
+            if isinstance(effect, effects.Sleep):
                 return await asyncio.sleep(effect.seconds)
-            if isinstance(effect, NatsCall):
+            if isinstance(effect, effects.NatsCall):
                 self._check_open()
                 return await effect.fn(await self._nats.get())
-            if isinstance(effect, DropNats):
+            if isinstance(effect, effects.DropNats):
                 return await self._nats.discard()
         except grpc.RpcError as exc:
-            raise RpcFailure.of(exc) from exc
+            raise effects.RpcFailure.of(exc) from exc
         except asyncio.InvalidStateError as exc:  # writing to a call that already ended
-            raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended while writing") from exc
+            raise effects.RpcFailure(grpc.StatusCode.UNAVAILABLE, "the stream ended while writing") from exc
         except asyncio.CancelledError:
             # grpc.aio ends a call cancelled under us (close() cancels the client's streams and
             # closes its channels) with CancelledError: that is the client closing, unless this
@@ -373,7 +356,7 @@ class AsyncTransport:
             raise
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def drive(self, op: Op[Any], returned: list[Any] | None = None) -> AsyncGenerator[Any, None]:
+    async def drive(self, op: effects.Op[Any], returned: list[Any] | None = None) -> AsyncGenerator[Any, None]:
         """Execute ``op``'s effects and yield what it emits; its return value is appended to
         ``returned``. Streams it opened are cancelled when it ends."""
         opened: list[_AsyncStream | _ThreadedStream] = []
@@ -388,13 +371,13 @@ class AsyncTransport:
                         returned.append(stop.value)
                     return
                 send, error = None, None
-                if isinstance(effect, Emit):
+                if isinstance(effect, effects.Emit):
                     yield effect.item
                     continue
-                if isinstance(effect, Pump):
+                if isinstance(effect, effects.Pump):
                     # A subscription's hot loop: straight over the responses, no round trip
                     # through the operation per message.
-                    sink, take, handle, send = effect.sink, effect.sink.take, effect.handle, END
+                    sink, take, handle, send = effect.sink, effect.sink.take, effect.handle, effects.END
                     try:
                         if type(handle) is _ThreadedStream:
                             buffer, wait = handle.buffer, handle.wait
@@ -435,8 +418,8 @@ class AsyncTransport:
                     except StopAsyncIteration:
                         pass  # the server closed the stream
                     except grpc.RpcError as exc:
-                        error = RpcFailure.of(exc)
-                    except RpcFailure as exc:
+                        error = effects.RpcFailure.of(exc)
+                    except effects.RpcFailure as exc:
                         error = exc
                     except asyncio.CancelledError:
                         if not self.closed or _task_cancelled():
@@ -447,9 +430,9 @@ class AsyncTransport:
                     continue
                 try:
                     send = await self.execute(effect)
-                except (RpcFailure, ReadTimeout, UnavailableError) as exc:
+                except (effects.RpcFailure, effects.ReadTimeout, UnavailableError) as exc:
                     error = _closed_error() if self.closed else exc
-                if isinstance(effect, OpenStream):
+                if isinstance(effect, effects.OpenStream):
                     opened.append(send)
         finally:
             op.close()
@@ -457,7 +440,7 @@ class AsyncTransport:
                 stream.cancel()
                 self._streams.discard(stream)
 
-    async def run(self, op: Op[_R]) -> _R:
+    async def run(self, op: effects.Op[_R]) -> _R:
         """Execute a unary operation (one that emits nothing) and return its result."""
         returned: list[_R] = []
         driver = self.drive(op, returned)

@@ -16,24 +16,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from ..effects import (
-    END,
-    Cancel,
-    CloseWrite,
-    DropNats,
-    Effect,
-    Emit,
-    NatsCall,
-    Op,
-    OpenStream,
-    Pump,
-    Read,
-    ReadTimeout,
-    RpcFailure,
-    Sleep,
-    Unary,
-    Write,
-)
+from .. import effects
 from ..errors import UnavailableError
 from .channels import SyncChannelPool
 from .nats import NatsLink
@@ -93,16 +76,16 @@ class _SyncStream:
 
     def read(self, timeout: float | None) -> Any:
         if timeout is None:
-            return next(self.call, END)
+            return next(self.call, effects.END)
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, name="liftbridge-stream-watchdog", daemon=True)
             self._watchdog.start()
         self._pending = (time.monotonic() + timeout,)  # a fresh tuple per read: the watchdog compares identity
         try:
-            return next(self.call, END)
+            return next(self.call, effects.END)
         except grpc.RpcError:
             if self._expired:
-                raise ReadTimeout() from None
+                raise effects.ReadTimeout() from None
             raise
         finally:
             self._pending = None
@@ -171,35 +154,35 @@ class SyncTransport:
             self._pool.get(address, long_lived)
         )
 
-    def execute(self, effect: Effect) -> Any:
+    def execute(self, effect: effects.Effect) -> Any:
         try:
-            if isinstance(effect, Unary):
+            if isinstance(effect, effects.Unary):
                 return getattr(self._stub(effect.address), effect.method)(effect.request, timeout=effect.timeout)
-            if isinstance(effect, Read):
+            if isinstance(effect, effects.Read):
                 return effect.handle.read(effect.timeout)
-            if isinstance(effect, Write):
+            if isinstance(effect, effects.Write):
                 return effect.handle.write(effect.request)
-            if isinstance(effect, OpenStream):
+            if isinstance(effect, effects.OpenStream):
                 return _SyncStream(self._stub(effect.address, effect.long_lived), effect.method, effect.request)
-            if isinstance(effect, CloseWrite):
+            if isinstance(effect, effects.CloseWrite):
                 return effect.handle.close_write()
-            if isinstance(effect, Cancel):
+            if isinstance(effect, effects.Cancel):
                 return effect.handle.cancel()
-            if isinstance(effect, Sleep):
+            if isinstance(effect, effects.Sleep):
                 return time.sleep(effect.seconds)
-            if isinstance(effect, NatsCall):
+            if isinstance(effect, effects.NatsCall):
                 # The thread switch: the connection is opened (or reused) and used on the loop.
                 return self._loop.run(self._on_connection(effect.fn))
-            if isinstance(effect, DropNats):
+            if isinstance(effect, effects.DropNats):
                 return self._loop.run(self._nats.discard())
         except grpc.RpcError as exc:
-            raise RpcFailure.of(exc) from exc
+            raise effects.RpcFailure.of(exc) from exc
         raise TypeError(f"unknown effect {effect!r}")
 
     async def _on_connection(self, fn: Callable[[Any], Awaitable[_T]]) -> _T:
         return await fn(await self._nats.get())
 
-    def drive(self, op: Op[_R]) -> Generator[Any, None, _R]:
+    def drive(self, op: effects.Op[_R]) -> Generator[Any, None, _R]:
         """Execute ``op``'s effects; yield what it emits; return what it returns. Streams it
         opened are cancelled when it ends, however it ends."""
         opened: list[_SyncStream] = []
@@ -212,13 +195,13 @@ class SyncTransport:
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 send, error = None, None
-                if isinstance(effect, Emit):
+                if isinstance(effect, effects.Emit):
                     yield effect.item
                     continue
-                if isinstance(effect, Pump):
+                if isinstance(effect, effects.Pump):
                     # A subscription's hot loop: straight over the gRPC call, no round trip
                     # through the operation per message.
-                    sink, take, send = effect.sink, effect.sink.take, END
+                    sink, take, send = effect.sink, effect.sink.take, effects.END
                     try:
                         for response in effect.handle.call:
                             item = take(response)
@@ -228,20 +211,20 @@ class SyncTransport:
                                     send = None
                                     break
                     except grpc.RpcError as exc:
-                        error = RpcFailure.of(exc)
+                        error = effects.RpcFailure.of(exc)
                     continue
                 try:
                     send = self.execute(effect)
-                except (RpcFailure, ReadTimeout, UnavailableError) as exc:
+                except (effects.RpcFailure, effects.ReadTimeout, UnavailableError) as exc:
                     error = exc
-                if isinstance(effect, OpenStream):
+                if isinstance(effect, effects.OpenStream):
                     opened.append(send)
         finally:
             op.close()
             for stream in opened:
                 stream.cancel()
 
-    def run(self, op: Op[_R]) -> _R:
+    def run(self, op: effects.Op[_R]) -> _R:
         """Execute a unary operation (one that emits nothing) and return its result."""
         driver = self.drive(op)
         try:
