@@ -1,13 +1,14 @@
-"""A/B of the at-least-once publishing rows: this tree against another source tree of the project
-(e.g. the commit before a change, with ``PublishOptions``), in one run, on one dev server.
+"""A/B of the publishing and subscribe rows: this tree against another source tree of the project
+(e.g. the commit before a change), in one run, on one dev server.
 
     .venv/bin/python bench/ab_publish.py --base /tmp/base-tree [--rounds 3] [--messages 30000]
 
 Each round runs every case once per tree, interleaved (A, B, A, B, ...), each in a fresh child
 process whose ``PYTHONPATH`` is that tree, so both import their own ``airflow_provider_liftbridge``.
-The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server). The best
-run of each tree is kept (msgs/s, and the lowest client CPU per message, steadier on a loaded
-machine); ratios are B (this tree) against A (the base): above 1 means B is faster or cheaper.
+The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server), the same
+for both. The best run of each tree is kept (msgs/s, and the lowest client CPU per message,
+steadier on a loaded machine); ratios are B (this tree) against A (the base): above 1 means B is
+faster or cheaper. Subscribe cases read a stream filled before the clock starts.
 """
 
 from __future__ import annotations
@@ -29,16 +30,43 @@ HERE = Path(__file__).resolve().parents[1]
 
 #: The child's code: one case, one run; prints {"count", "seconds"}.
 WORKER = r"""
-import json, sys, time, uuid
-from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
+import asyncio, json, sys, time, uuid
+from airflow_provider_liftbridge.client import (
+    AckPolicy, AsyncLiftbridgeClient, LiftbridgeClient, PublishOptions, StopPosition,
+)
 case, address, url, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 value = b"x" * 100
+
+async def async_case(stream):
+    async with AsyncLiftbridgeClient(address, nats_servers=[url], timeout=60.0) as a:
+        await a.publish_many(stream, [value] * 100, path="nats")  # warm
+        started, cpu = time.perf_counter(), time.process_time()
+        if case == "async bulk":
+            count = len(await a.publish_many(stream, [value] * n, window=4096, path="nats"))
+        else:
+            count = 0
+            async for _ in a.subscribe(stream, stop_at=StopPosition.LATEST):
+                count += 1
+        return count, time.perf_counter() - started, time.process_time() - cpu
+
 with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
     stream = f"ab-{uuid.uuid4().hex[:8]}"
     c.create_stream(stream, stream)
     c.publish_many(stream, [value] * 100, path="nats")  # warm: connections, metadata
+    if case.startswith("subscribe"):
+        c.publish_many(stream, [value] * (n - 100), window=4096, path="nats")  # read below
+    if case.startswith("async") or case == "subscribe, asyncio":
+        count, seconds, used = asyncio.run(async_case(stream))
+        print(json.dumps({"count": count, "seconds": seconds, "cpu": used}))
+        sys.exit(0)
     started, cpu = time.perf_counter(), time.process_time()
-    if case == "bulk":
+    if case == "unary":
+        for _ in range(n):
+            c.publish(stream, value)
+        count = n
+    elif case == "subscribe, sync":
+        count = sum(1 for _ in c.subscribe(stream, stop_at=StopPosition.LATEST))
+    elif case == "bulk":
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats"))
     elif case == "batch publisher":
         publisher = c.batch_publisher(stream, PublishOptions(path="nats"), write_stats=True)
@@ -54,7 +82,11 @@ CASES = {
     "bulk": "publish_many over NATS (window 4096)",
     "bulk, ack ALL": "publish_many over NATS, ack policy ALL",
     "batch publisher": "batch publisher over NATS, read lazily, write stats on",
+    "async bulk": "asyncio client publish_many over NATS (window 4096)",
     "grpc": "publish_many over gRPC (window 256)",
+    "unary": "publish one at a time over gRPC (wait for each ack)",
+    "subscribe, sync": "subscribe, sync client",
+    "subscribe, asyncio": "subscribe, asyncio client",
 }
 
 
@@ -81,14 +113,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=30_000, help="messages per NATS run")
     parser.add_argument("--grpc-messages", type=int, default=8_000, help="messages per gRPC run")
+    parser.add_argument("--unary", type=int, default=800, help="messages per one-at-a-time run")
+    parser.add_argument("--subscribe-messages", type=int, default=20_000, help="messages per subscribe run")
+    parser.add_argument("--only", nargs="*", choices=list(CASES), help="run only these cases")
     args = parser.parse_args()
+    sizes = {"grpc": args.grpc_messages, "unary": args.unary}
+    sizes |= {case: args.subscribe_messages for case in CASES if case.startswith("subscribe")}
+    cases = [case for case in CASES if not args.only or case in args.only]
     trees = {"A (base)": args.base.resolve(), "B (this tree)": HERE}
+    load_at_start = os.getloadavg()[0]
     best: dict[tuple[str, str], float] = {}
     cpu: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
         for _ in range(args.rounds):
-            for case in CASES:
-                n = args.grpc_messages if case == "grpc" else args.messages
+            for case in cases:
+                n = sizes.get(case, args.messages)
                 for name, tree in trees.items():
                     rate, us = run(tree, case, server.address, server.nats_url, n)
                     best[(case, name)] = max(best.get((case, name), 0.0), rate)
@@ -97,11 +136,14 @@ def main() -> None:
         "| case | A msgs/s | B msgs/s | B / A | A client CPU µs/msg | B client CPU µs/msg | A / B (CPU) |\n"
         "|---|---:|---:|---:|---:|---:|---:|"
     )
-    for case, label in CASES.items():
+    for case in cases:
+        label = CASES[case]
         a, b = best[(case, "A (base)")], best[(case, "B (this tree)")]
         ca, cb = cpu[(case, "A (base)")], cpu[(case, "B (this tree)")]
         print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× | {ca:.1f} | {cb:.1f} | {ca / cb:.2f}× |")
-    print(f"\nbest of {args.rounds} interleaved rounds; {machine()}; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"\nbest of {args.rounds} interleaved rounds; {machine()}; load {load_at_start:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":
