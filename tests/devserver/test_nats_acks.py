@@ -36,8 +36,13 @@ def _all(stub: Stub, stream: str, partition: int = 0) -> list[pb.Message]:
     return subscribe(stub, req).data
 
 
+#: Bound of a wait for an ack that normally comes in milliseconds: generous, as the suite loads
+#: both cores (5 s ran out once for the invalid-inbox test under load).
+_ACK_WAIT = 30.0
+
+
 async def _acks(sub: Subscription, n: int) -> list[bytes]:
-    return [(await sub.next_msg(timeout=TIMEOUT)).data for _ in range(n)]
+    return [(await sub.next_msg(timeout=_ACK_WAIT)).data for _ in range(n)]
 
 
 def test_the_installed_nats_py_takes_the_fast_path() -> None:
