@@ -24,7 +24,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import encode_ack, new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, nats_ingest
 
-from .helpers import TIMEOUT, create, partition_meta, subscribe
+from .helpers import create, partition_meta, subscribe
 
 Stub = api_pb2_grpc.APIStub
 
