@@ -54,6 +54,33 @@ _OWN_SERVER = (
 _OWN_SERVER_FOLDERS = ("devserver", "reliability")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("liftbridge", "an external Liftbridge cluster (LIFTBRIDGE_TEST_BROKERS)")
+    group.addoption(
+        "--freeze-cmd",
+        default=os.environ.get("LIFTBRIDGE_TEST_FREEZE_CMD", ""),
+        help="shell command template that freezes one broker of the external cluster (SIGSTOP-like), with "
+        "{index} {id} {address} {host} {port}; env LIFTBRIDGE_TEST_FREEZE_CMD (tests/reliability/freezing.py)",
+    )
+    group.addoption(
+        "--thaw-cmd",
+        default=os.environ.get("LIFTBRIDGE_TEST_THAW_CMD", ""),
+        help="shell command template that lets a frozen broker run again; env LIFTBRIDGE_TEST_THAW_CMD",
+    )
+    group.addoption(
+        "--metadata-leader",
+        default=os.environ.get("LIFTBRIDGE_TEST_METADATA_LEADER", ""),
+        help="the external cluster's metadata (Raft) leader: index in LIFTBRIDGE_TEST_BROKERS, id or address; "
+        "env LIFTBRIDGE_TEST_METADATA_LEADER",
+    )
+    group.addoption(
+        "--metadata-leader-cmd",
+        default=os.environ.get("LIFTBRIDGE_TEST_METADATA_LEADER_CMD", ""),
+        help="shell command printing the external cluster's metadata leader (as --metadata-leader), run before "
+        "each frozen-broker scenario; env LIFTBRIDGE_TEST_METADATA_LEADER_CMD",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"own_server: the test {_OWN_SERVER}")
     config.addinivalue_line(
