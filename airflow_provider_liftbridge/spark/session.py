@@ -145,15 +145,30 @@ def spark_session_scope(
 ) -> Iterator[SparkSession]:
     """A session for one job: stopped at the end only if this call started it.
 
-    When a session is already active in this process (a notebook, ``@task.pyspark``, a test
-    suite), it is reused as is and left running; ``master`` and ``config`` then do not apply.
+    When a session is already running in this process (a notebook, ``@task.pyspark``, a test
+    suite), in whichever thread it was started, it is reused as is and left running; ``master``
+    and ``config`` then do not apply.
     """
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()
+    running = _session_running(bool(master and master.startswith("sc://")))
     spark = build_spark_session(master, app_name=app_name, config=config)
     try:
         yield spark
     finally:
-        if existing is None:
+        if not running:
             spark.stop()
+
+
+def _session_running(remote: bool) -> bool:
+    """Whether :func:`build_spark_session` would hand back a session that is running already.
+
+    Classic: a SparkContext runs in the process (``getOrCreate`` returns its session). Not the
+    JVM's *active* session: that is per JVM thread, and a Python thread other than the one that
+    started the session (or whose JVM thread changed) has none, yet gets the running session.
+    Spark Connect: a Connect session active in this thread (``getOrCreate`` returns it).
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if remote:
+        return SparkSession.getActiveSession() is not None
+    return SparkContext._active_spark_context is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, partition_for_k
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.sensors.offset import summary_offsets
 from airflow_provider_liftbridge.spark import SparkOptionError
+from airflow_provider_liftbridge.spark.session import spark_session_scope
 from airflow_provider_liftbridge.spark.submit import main as submit_main
 from tests.spark import helpers
 
@@ -124,3 +126,21 @@ def test_operator_exactly_once_skips_what_an_earlier_try_published(
     with LiftbridgeClient(lb_address) as client:
         stored = sum(client.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(2))
     assert stored == 120
+
+
+def test_a_job_in_another_thread_leaves_the_running_session_running(spark: SparkSession) -> None:
+    """The operator and the submit job reuse a session already running in the process and leave
+    it running, whichever thread they run in. The JVM's active session is per thread (and the JVM
+    thread behind a Python thread can change): a new thread has none, and a scope that took that
+    for "no session here" stopped the suite's session at its end."""
+    counted: list[int] = []
+
+    def job() -> None:
+        with spark_session_scope("local[1]", app_name="another-thread") as session:
+            counted.append(session.range(2).count())
+
+    worker = threading.Thread(target=job)
+    worker.start()
+    worker.join(120)
+    assert counted == [2]
+    assert spark.sparkContext._jsc is not None and spark.range(3).count() == 3  # not stopped
