@@ -21,15 +21,13 @@ from pathlib import Path
 
 import pyspark
 
+# Ports drawn below the kernel's ephemeral range: a JVM takes seconds to bind its port, and a port
+# from that range (bind to port 0) can be taken meanwhile by any process's outgoing connection;
+# Spark then moves to the next port, and the cluster's workers look for the master in vain.
+from scripts.deployment import free_port
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (loopback)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _process_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -94,7 +92,7 @@ class StandaloneCluster:
     def __init__(self, directory: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
         self.directory = directory
         self.port = free_port()
-        self.ui_port = free_port()
+        self.ui_port = free_port(exclude={self.port})
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self._workers = workers
         self._cores = cores
