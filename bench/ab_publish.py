@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/ab_publish.py --base /tmp/base-tree [--rounds 3] [--messages 30000]
 
-Each round runs every case once per tree, interleaved (A, B, A, B, ...), each in a fresh child
+Each round runs every case once per tree, interleaved (A, B in even rounds, B, A in odd ones), each in a fresh child
 process whose ``PYTHONPATH`` is that tree, so both import their own ``airflow_provider_liftbridge``.
 The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server), the same
 for both. The best run of each tree is kept (msgs/s, and the lowest client CPU per message,
@@ -125,10 +125,13 @@ def main() -> None:
     best: dict[tuple[str, str], float] = {}
     cpu: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
-        for _ in range(args.rounds):
+        for round_no in range(args.rounds):
             for case in cases:
                 n = sizes.get(case, args.messages)
-                for name, tree in trees.items():
+                # A then B, then B then A: neither tree always runs right after the other's run
+                # (the dev server may still be busy with what the previous run left it).
+                order = list(trees.items()) if round_no % 2 == 0 else list(reversed(trees.items()))
+                for name, tree in order:
                     rate, us = run(tree, case, server.address, server.nats_url, n)
                     best[(case, name)] = max(best.get((case, name), 0.0), rate)
                     cpu[(case, name)] = min(cpu.get((case, name), float("inf")), us)
