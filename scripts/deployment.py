@@ -81,7 +81,9 @@ def free_port(exclude: Collection[int] = ()) -> int:
     :raises DeploymentError: no free port found in a few hundred tries.
     """
     low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low())
-    for port in random.SystemRandom().sample(range(low, high), min(400, high - low)):
+    if high - low < 1000:  # an ephemeral range reaching down here: take PORT_RANGE as it is
+        high = PORT_RANGE[1]
+    for port in random.SystemRandom().sample(range(low, high), 400):
         if port in exclude:
             continue
         with socket.socket() as sock:
