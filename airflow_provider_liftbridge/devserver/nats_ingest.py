@@ -42,7 +42,7 @@ from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
-from airflow_provider_liftbridge.nats_adapter import FastNats, Route, internals_usable
+from airflow_provider_liftbridge.nats_adapter import FastNats, Route, flush, internals_usable
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .model import REFUSED, NewMessage, is_valid_subject
@@ -155,7 +155,7 @@ class NatsIngest:
         if nc is not None and fast is not None:
             try:
                 await self._send_out(fast)
-                await nc.flush(timeout=2)
+                await flush(nc, timeout=2)
             except Exception:  # closing anyway; NATS may already be gone
                 log.debug("error while flushing the NATS connection", exc_info=True)
             await nc.close()
@@ -177,8 +177,9 @@ class NatsIngest:
             pending_bytes=_SUB_PENDING_BYTES,
         )
         self._subs[partition] = sub
-        # A publish racing right behind CreateStream must find the subscription in place.
-        await nc.flush()
+        # A publish racing right behind CreateStream must find the subscription in place (not
+        # nc.flush(): nats-py's can return before the SUB reached the server).
+        await flush(nc)
 
     async def partition_closed(self, partition: Partition) -> None:
         """Stop taking NATS messages for ``partition``."""

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import nats
 import pytest
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import (
     AckPolicy,
@@ -166,7 +167,7 @@ async def test_too_large_ack_error_is_typed(nats_url: str, stream_name: str) -> 
         await responder.publish(sent.ackInbox, encode_ack(ack))
 
     await responder.subscribe(stream_name, cb=answer)
-    await responder.flush()
+    await nats_adapter.flush(responder)  # nc.flush() can overtake the SUB
     try:
         async with await NatsPublisher.connect(nats_url) as pub:
             with pytest.raises(PublishError) as caught:

@@ -105,7 +105,7 @@ async def stand_in(nats_url: str) -> AsyncIterator[Callable[..., asyncio.Future[
         subject = f"standin-{uuid.uuid4().hex[:10]}"
         broker = StandIn(nc, subject, batch, lambda b: answer(broker, b))
         await nc.subscribe(subject, cb=broker.on_frame)
-        await nc.flush()
+        await nats_adapter.flush(nc)  # nc.flush() can overtake the SUB
 
         async def idle_flush() -> None:  # a partial batch is answered after a 20 ms pause
             while True:

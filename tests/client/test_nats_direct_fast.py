@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import uuid
 
 import nats
@@ -24,6 +25,7 @@ from airflow_provider_liftbridge.client.publishing.correlation import Correlatio
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
+from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 
 
 def test_nats_py_internals_have_the_expected_shape() -> None:
@@ -39,7 +41,7 @@ async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -
         subject = f"fast-{uuid.uuid4().hex}"
         sub = await fast.subscribe(subject, got.extend, pending_msgs=1000, pending_bytes=1 << 20)
         await fast.publish_burst([subject] * 3, [b"a", b"b", b"c"])
-        await nc.flush()
+        await nats_adapter.flush(nc)  # nc.flush() can overtake the SUB
         await _until(lambda: len(got) == 3)
         assert got == [b"a", b"b", b"c"] and nc.stats["in_msgs"] == 0  # nats-py's processing skipped
         assert nc.stats["out_msgs"] == 3
@@ -67,7 +69,7 @@ async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, inte
         got: list[tuple[bytes, bytes, bytes]] = []
         prefix = f"route-{uuid.uuid4().hex[:10]}"
         await fast.route(prefix + ".>", lambda *m: got.append(m), queue="q", pending_msgs=10_000, pending_bytes=1 << 24)
-        await nc.flush()
+        await nats_adapter.flush(nc)  # nc.flush() can overtake the SUB
         for i in range(600):  # past the public path's yield every 256 messages
             await sender.publish(f"{prefix}.{i % 3}", b"%d" % i, reply="r" if i % 2 else "")
         await sender.publish(prefix + ".h", b"last", headers={"X": "1"})
@@ -79,6 +81,32 @@ async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, inte
     finally:
         await sender.close()
         await nc.close()
+
+
+async def test_flush_returns_after_the_server_took_the_commands_before_it() -> None:
+    # A nats-server of its own, tracing: it logs every command it reads from a client, in order.
+    server = NatsServerProcess(extra_args=["-V"])
+    nc = await nats.connect(await server.start_async())
+    try:
+        await nc.subscribe("by-nats-py")
+        await nc.flush()
+        await nc.subscribe("by-the-adapter")
+        await nats_adapter.flush(nc)
+        await nc.close()
+        await asyncio.sleep(0.2)  # the trace is written by the server's goroutines
+        trace = re.findall(r"<<- \[(SUB [\w-]+|PING)", server._log_path.read_text())  # type: ignore[union-attr]
+    finally:
+        await nc.close()
+        server.stop()
+    handshake = trace.index("PING")  # connect()'s own
+    after = trace[handshake + 1 :]
+    # The adapter's flush: the SUB made just before reached the server before its PING.
+    assert after[-2:] == ["SUB by-the-adapter", "PING"], trace
+    # nats-py's own flush() (2.16) writes its PING ahead of the SUB still queued for the flusher
+    # task: the reason nats_adapter.flush exists (a message published by another connection just
+    # after it returned went undelivered, 1 run in ~130). If this fails, nats-py keeps the order
+    # now and nats_adapter.flush can become nc.flush().
+    assert after[:2] == ["PING", "SUB by-nats-py"], trace
 
 
 async def test_messages_arriving_before_the_route_is_registered_keep_their_order(
@@ -109,7 +137,7 @@ async def test_messages_arriving_before_the_route_is_registered_keep_their_order
         # Handed over by route() itself, not by the callback task (which has not run since).
         assert got == [b"e1", b"e2", b"e3"] and nc.stats["in_msgs"] == 3
         assert sub.pending_msgs == 0 and sub.pending_bytes == 0
-        await nc.flush()
+        await nats_adapter.flush(nc)  # nc.flush() can overtake the SUB
         for payload in (b"l1", b"l2"):
             await sender.publish(subject, payload)
         await sender.flush()
@@ -169,7 +197,7 @@ async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch:
             await responder.publish(m.ackInbox, encode_ack(ack))
 
         await responder.subscribe(subject, cb=answer)
-        await responder.flush()
+        await nats_adapter.flush(responder)  # nc.flush() can overtake the SUB
         records = [b"a", b"b", b"c"]
         out = await nats_engine.publish_enveloped(nc, [subject] * 3, records, correlation_ids(records))
         await responder.close()
@@ -187,8 +215,9 @@ async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url:
 
 
 async def _until(cond: object, timeout: float = 30.0) -> None:
-    # A bound for a wait that normally ends in milliseconds; 5 s ran out once with the suite
-    # loading both cores (load ~9, the 601-message routing test).
+    # A bound for a wait that normally ends in milliseconds. (The routing test's time-outs, 1 run
+    # in ~130, were messages never delivered: nc.flush() had returned before the SUB reached the
+    # server; see test_flush_returns_after_the_server_took_the_commands_before_it.)
     async with asyncio.timeout(timeout):
         while not cond():  # type: ignore[operator]
             await asyncio.sleep(0.005)
@@ -257,7 +286,7 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
         await responder.publish(m.ackInbox, encode_ack(pb))
 
     await responder.subscribe(subject, cb=answer)
-    await responder.flush()
+    await nats_adapter.flush(responder)  # nc.flush() can overtake the SUB
     records = [b"%d" % (i % len(shapes)) for i in range(8)]
     nc = await nats.connect(nats_url)
     try:

@@ -30,7 +30,7 @@ from airflow_provider_liftbridge.codec import (
     PayloadTooLargeError,
     PublishEncoder,
 )
-from airflow_provider_liftbridge.nats_adapter import FastNats, fast_nats
+from airflow_provider_liftbridge.nats_adapter import FastNats, fast_nats, flush
 
 from ..conversion import ack_from_pb
 from ..error_mapping import check_ack, publish_error
@@ -155,7 +155,7 @@ async def publish_enveloped(
                     out.sent += len(sent)
                 if out.errors:
                     break
-            await nc.flush(timeout=max(1, int(ack_timeout)))
+            await flush(nc, timeout=max(1, int(ack_timeout)))
             return out
         return await _with_acks(fast, subjects, records, cids, out, window, ack_timeout, resend, int(ack_policy), crc)
     except (nats.errors.Error, OSError, TimeoutError) as exc:
