@@ -162,17 +162,8 @@ def check_offset(value: Any, name: str = "target_offset") -> int:
 
 #: A whole number, 1 or more (the client's check).
 check_positive_int: Check = airflow_check(checks.check_positive_int)
-
-
-def check_non_negative_int(value: Any, name: str) -> int:
-    """A whole number, 0 or more.
-
-    :raises LiftbridgeArgumentError: anything else.
-    """
-    whole = whole_number(value)
-    if whole is None or whole < 0:
-        raise bad_argument(name, value, "a whole number, 0 or more, is required")
-    return whole
+#: A whole number, 0 or more (the client's check).
+check_non_negative_int: Check = airflow_check(checks.check_non_negative_int)
 
 
 def check_partition_count(value: Any, name: str = "partitions") -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "argument_message",
     "check_ack_policy",
     "check_choice",
+    "check_non_negative_int",
     "check_partition",
     "check_positive_int",
     "check_timeout",
@@ -101,10 +102,22 @@ def check_positive_int(value: Any, name: str) -> int:
 
     :raises InvalidArgumentError: anything else.
     """
-    count = whole_number(value)
-    if count is None or count < 1:
-        raise invalid(name, value, "a whole number, 1 or more, is required")
-    return count
+    return _whole_at_least(value, name, 1)
+
+
+def check_non_negative_int(value: Any, name: str) -> int:
+    """A whole number, 0 or more.
+
+    :raises InvalidArgumentError: anything else.
+    """
+    return _whole_at_least(value, name, 0)
+
+
+def _whole_at_least(value: Any, name: str, low: int) -> int:
+    whole = whole_number(value)
+    if whole is None or whole < low:
+        raise invalid(name, value, f"a whole number, {low} or more, is required")
+    return whole
 
 
 def check_timeout(value: Any, name: str) -> float | None:

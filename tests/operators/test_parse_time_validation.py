@@ -91,6 +91,7 @@ CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
     ("replication factor", lambda: create(replication_factor=-2), "parse", ["replication_factor=-2", "-1"]),
     ("bad subject", lambda: create(subject="a b"), "parse", ["subject='a b'", "subject='orders.eu'"]),
     ("duration", lambda: create(retention_max_age="a week"), "parse", ["retention_max_age='a week'", "3600"]),
+    ("negative count", lambda: create(retention_max_messages=-1), "parse", ["retention_max_messages=-1", "0 or more"]),
     (
         "pause partitions",
         lambda: LiftbridgePauseStreamOperator(task_id="p", stream="s", partitions=[0, -1]),

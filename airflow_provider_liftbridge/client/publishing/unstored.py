@@ -92,17 +92,10 @@ def send_unstored_again(
             continue  # the cluster is not back: no leader to ask yet
         except LiftbridgeError:
             return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
-        if not _accounted_for(outcome, parts, before, newest, waiting):
-            if not read_back:
-                return  # something was written there: these records may be stored, keep their time-outs
-            try:
-                yield from recover_stored(core, stream, outcome, batch, newest, waiting)
-            except LiftbridgeError:
-                return  # the partition could not be read: keep the time-outs
-            if not outcome.timed_out:
-                return
-            if not _accounted_for(outcome, parts, before, newest, waiting):
-                return  # something else was written there: these records may be stored, keep their time-outs
+        if not (yield from _unstored_proven(core, stream, outcome, batch, newest, waiting, read_back)):
+            return  # these records may be stored: keep their time-outs
+        if not outcome.timed_out:
+            return  # all found stored
         again = outcome.timed_out
         log.warning(
             "publish_many to stream %r: re-sending %d record(s) without an ack that the partition does not hold",
@@ -113,6 +106,29 @@ def send_unstored_again(
         if not outcome.timed_out or outcome.failure is not None:
             return
         # Still no ack: judge again (this batch's new acks count as what the partitions hold).
+
+
+def _unstored_proven(
+    core: ClientCore,
+    stream: str,
+    outcome: BulkOutcome,
+    batch: SentBatch,
+    newest: Mapping[int, int],
+    waiting: Sequence[int],
+    read_back: bool,
+) -> Op[bool]:
+    """Whether the records of ``outcome`` still timed out are certainly not in the ``waiting``
+    partitions, reading them (:func:`recover_stored`, which acknowledges what it finds) when more
+    than the acknowledged records was written there and ``read_back`` allows."""
+    if _accounted_for(outcome, batch.parts, batch.before, newest, waiting):
+        return True
+    if not read_back:
+        return False
+    try:
+        yield from recover_stored(core, stream, outcome, batch, newest, waiting)
+    except LiftbridgeError:
+        return False  # the partition could not be read
+    return _accounted_for(outcome, batch.parts, batch.before, newest, waiting)
 
 
 def _accounted_for(
