@@ -151,7 +151,7 @@ async def test_paused_and_readonly_partitions_drop_nats_messages(stub: Stub, nc:
     )
     await nc.publish(stream_name, b"to-paused")
     await nc.publish(f"{stream_name}.1", b"to-readonly")
-    await nc.flush()
+    await nats_adapter.flush(nc)  # both reached NATS (nc.flush() can overtake PUBs still queued)
     await asyncio.sleep(0.2)
     stub.SetStreamReadonly(
         pb.SetStreamReadonlyRequest(name=stream_name, partitions=[1], readonly=False), timeout=TIMEOUT
