@@ -320,9 +320,12 @@ async def flush(nc: NatsClient, timeout: int = 10) -> None:
     """
     if internals_usable():
         # force_flush: wait until the flusher task has handed the queue to the transport, which
-        # keeps the order of what it is given; nats-py swallows the cancel of a time-out here, and
-        # the flush() below then times out on its own.
-        await asyncio.wait_for(nc._flush_pending(force_flush=True), timeout)
+        # keeps the order of what it is given. Shielded because _flush_pending swallows the cancel
+        # of a time-out and returns as if done (the PING below would then wait a second timeout).
+        try:
+            await asyncio.wait_for(asyncio.shield(nc._flush_pending(force_flush=True)), timeout)
+        except TimeoutError:
+            raise nats.errors.FlushTimeoutError from None
     else:
         await nc.flush(timeout=timeout)
     await nc.flush(timeout=timeout)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
+import signal
 import uuid
 
 import nats
@@ -107,6 +109,38 @@ async def test_flush_returns_after_the_server_took_the_commands_before_it() -> N
     # after it returned went undelivered, 1 run in ~130). If this fails, nats-py keeps the order
     # now and nats_adapter.flush can become nc.flush().
     assert after[:2] == ["PING", "SUB by-nats-py"], trace
+
+
+async def test_flush_against_a_stopped_server_times_out_and_can_be_cancelled() -> None:
+    server = NatsServerProcess()
+    nc = await nats.connect(await server.start_async(), allow_reconnect=False)
+    os.kill(server.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(nats.errors.FlushTimeoutError):
+            await nats_adapter.flush(nc, timeout=1)
+
+        # Fill the socket until nats-py's flusher blocks in drain(): the adapter's flush then waits
+        # for the flusher; its time-out and a cancel both end that wait.
+        async def fill() -> None:
+            for _ in range(200):
+                await nc.publish("fill", b"x" * (512 << 10))
+
+        stuck = asyncio.create_task(fill())
+        await asyncio.sleep(0.5)
+        assert not stuck.done()  # its publish() waits for the flusher, which is blocked in drain()
+        with pytest.raises(nats.errors.FlushTimeoutError):
+            await nats_adapter.flush(nc, timeout=1)
+        flushing = asyncio.create_task(nats_adapter.flush(nc, timeout=60))
+        await asyncio.sleep(0.5)
+        assert not flushing.done()
+        flushing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(flushing, 5)
+        stuck.cancel()
+    finally:
+        os.kill(server.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        await nc.close()
+        server.stop()
 
 
 async def test_messages_arriving_before_the_route_is_registered_keep_their_order(
