@@ -173,6 +173,10 @@ class StandaloneCluster:
                     return
             except OSError:
                 pass  # the master's UI is not up yet
+            except ValueError:
+                # Up, but its /json page not yet: the UI answers any path it does not serve with
+                # its HTML page (seen once in a CI run, right after "Bound MasterWebUI").
+                pass
             if time.monotonic() > deadline:
                 logs = "\n".join(f"--- {d.name}\n{d.tail(15)}" for d in self._daemons)
                 raise TimeoutError(f"{self._workers} Spark workers did not register within {timeout} s:\n{logs}")

@@ -150,12 +150,22 @@ def spark_session_scope(
     and ``config`` then do not apply.
     """
     running = _session_running(bool(master and master.startswith("sc://")))
+    connect_mode = os.environ.get(_CONNECT_MODE)
     spark = build_spark_session(master, app_name=app_name, config=config)
     try:
         yield spark
     finally:
         if not running:
             spark.stop()
+            # pyspark marks the whole process as Spark Connect when it builds a Connect session
+            # (and its children inherit it); stopping a remote one leaves the mark, and a classic
+            # session started later in the process then fails with CONNECT_URL_NOT_SET.
+            if connect_mode is None:
+                os.environ.pop(_CONNECT_MODE, None)
+
+
+#: What pyspark sets in ``os.environ`` once a Spark Connect session was built in the process.
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 
 def _session_running(remote: bool) -> bool:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 from pyspark.sql.connect import functions as F  # this process also runs a classic session
 
-from airflow_provider_liftbridge.spark import ConnectionSettings, build_spark_session, publish_dataframe, to_options
+from airflow_provider_liftbridge.spark import ConnectionSettings, publish_dataframe, to_options
+from airflow_provider_liftbridge.spark.session import spark_session_scope
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json
 from tests.spark.test_publish_dataframe import read_partition
 
@@ -38,11 +39,11 @@ python_of_the_workers.__module__ = "__main__"  # shipped by value: the server ca
 
 @pytest.fixture(scope="module")
 def connect(spark_connect_url: str) -> Iterator[SparkSession]:
-    session = build_spark_session(spark_connect_url)
-    try:
+    # The scope, not build_spark_session: it also clears pyspark's process-wide Connect mark,
+    # which would otherwise send every later classic session of this process (and of the Airflow
+    # deployments it starts) to Spark Connect.
+    with spark_session_scope(spark_connect_url) as session:
         yield session
-    finally:
-        session.stop()
 
 
 def test_publish_and_data_source_from_a_connect_session(
@@ -87,6 +88,7 @@ def test_operator_over_a_spark_connect_connection_needs_no_jvm(
         "JAVA_HOME": "/nonexistent",
         "PATH": os.path.dirname(sys.executable),
     }
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a fresh task process, whatever this one did
     script = f"""
 import json
 import pyspark
@@ -97,6 +99,8 @@ op = LiftbridgeSparkPublishOperator(
 )
 summary = op.execute({{}})
 assert pyspark.SparkContext._gateway is None, "a JVM was started"
+import os
+assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ, "the process was left in Spark Connect mode"
 print(json.dumps(summary))
 """
     done = subprocess.run(
