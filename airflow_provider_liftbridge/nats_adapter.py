@@ -17,7 +17,8 @@ that awaits the subscription's callback. So, on nats-py versions this module was
   bytes; NATS headers are dropped) straight from nats-py's protocol parser to a plain function,
   by wrapping the client's ``_process_msg``. Other subscriptions go to nats-py's own code.
 
-It also keeps the promise of ``flush()`` (:func:`flush`): nats-py 2.16 writes the ``PING`` of
+It also mends two nats-py 2.16 races: :func:`connect` retries a connection its handshake left
+half-open, and :func:`flush` keeps the promise of ``flush()``: nats-py 2.16 writes the ``PING`` of
 ``flush()`` straight to the socket while earlier commands still wait for the flusher task, so the
 ``PONG`` can come back before the server has seen a ``SUB`` or ``PUB`` issued just before.
 
@@ -43,7 +44,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol import command as _command
 
-__all__ = ["AckHandler", "FastNats", "Route", "fast_nats", "flush", "internals_usable"]
+__all__ = ["AckHandler", "FastNats", "Route", "connect", "fast_nats", "flush", "internals_usable"]
 
 log = logging.getLogger(__name__)
 
@@ -329,3 +330,33 @@ async def flush(nc: NatsClient, timeout: int = 10) -> None:
     else:
         await nc.flush(timeout=timeout)
     await nc.flush(timeout=timeout)
+
+
+#: How many times :func:`connect` tries before it gives up on half-open connections.
+_CONNECT_TRIES = 3
+
+
+async def connect(servers: str | list[str], **options: Any) -> NatsClient:
+    """``nats.connect(servers, **options)``, retried when nats-py leaves the connection half-open.
+
+    nats-py 2.16's handshake sends ``CONNECT`` and ``PING`` and takes the next line for the
+    ``PONG``. nats-server sends its first keepalive ``PING`` about 2 s after accepting a client, so
+    a client that took that long to answer ``INFO`` (a stalled or loaded process) reads that
+    ``PING`` instead: ``connect()`` returns a client left in CONNECTING whose flusher task has
+    already ended. Nothing it publishes or subscribes is ever written, and ``flush()`` returns at
+    once (seen once in a CI run). Such a client is closed and the connection made again.
+
+    :raises nats.errors.Error, OSError, TimeoutError: as ``nats.connect()``; ``nats.errors.Error``
+        also when every try came back half-open.
+    """
+    for _ in range(_CONNECT_TRIES):
+        nc = NatsClient()
+        await nc.connect(servers, **options)
+        if nc.is_connected:
+            return nc
+        log.warning("nats-py left the NATS connection half-open (a PING came before the PONG); connecting again")
+        await nc.close()
+    raise nats.errors.Error(
+        f"nats: {_CONNECT_TRIES} connections to {servers} came back half-open; "
+        "the process may be too loaded to answer the server within 2 s"
+    )

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
-import nats
 
-from airflow_provider_liftbridge import codec
+from airflow_provider_liftbridge import codec, nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc
 
 VALUE = b"x" * 100
@@ -33,7 +32,7 @@ def raw_unary(address: str, stream: str, n: int) -> int:
 async def raw_nats_envelopes(url: str, subject: str, n: int, window: int) -> int:
     """Baseline: nats-py and the codec with no client around them: build each envelope (CRC on),
     publish it, decode every ack on one ack inbox, at most ``window`` unacknowledged."""
-    nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
+    nc = await nats_adapter.connect(url, pending_size=64 * 1024 * 1024)
     inbox = nc.new_inbox()
     acked = 0
     room = asyncio.Event()

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
-import nats
 import psutil
 from _measure import machine
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message
@@ -98,7 +98,7 @@ def bench_subscribe(channel: grpc.Channel, stream: str, n: int) -> float:
 
 async def bench_nats(nats_url: str, subject: str, n: int, policy: int = pb.LEADER) -> float:
     """Enveloped publishes straight to the stream's NATS subject; time until every ack is back."""
-    nc = await nats.connect(nats_url, pending_size=64 * 1024 * 1024)
+    nc = await nats_adapter.connect(nats_url, pending_size=64 * 1024 * 1024)
     inbox = nc.new_inbox()
     done = asyncio.Event()
     acks = 0

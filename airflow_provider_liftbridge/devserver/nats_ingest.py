@@ -42,7 +42,7 @@ from nats.aio.subscription import Subscription
 
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import MAGIC, EnvelopeError, MsgType, decode, encode, encode_ack
-from airflow_provider_liftbridge.nats_adapter import FastNats, Route, flush, internals_usable
+from airflow_provider_liftbridge.nats_adapter import FastNats, Route, connect, flush, internals_usable
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .model import REFUSED, NewMessage, is_valid_subject
@@ -113,8 +113,7 @@ class NatsIngest:
 
         :raises OSError, nats.errors.NoServersError: NATS is not reachable.
         """
-        nc = NatsClient()
-        await nc.connect(
+        nc = await connect(
             self.url,
             name="liftbridge-devserver",
             allow_reconnect=True,

@@ -152,7 +152,7 @@ def test_too_large_for_nats_is_refused_before_sending(bulk_client: LiftbridgeCli
 async def test_too_large_ack_error_is_typed(nats_url: str, stream_name: str) -> None:
     """The dev server never answers TOO_LARGE, so a stand-in broker on the same real nats-server
     answers the envelopes on one subject with the ack a real broker sends for an oversized message."""
-    responder = await nats.connect(nats_url)
+    responder = await nats_adapter.connect(nats_url)
 
     async def answer(msg: nats.aio.msg.Msg) -> None:
         sent = unmarshal_message(msg.data)

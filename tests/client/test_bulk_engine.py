@@ -100,7 +100,7 @@ async def stand_in(nats_url: str) -> AsyncIterator[Callable[..., asyncio.Future[
     async def start(
         answer: Callable[[StandIn, list[api_pb2.Message]], list[tuple[str, bytes]]], batch: int = 1
     ) -> StandIn:
-        nc = await nats.connect(nats_url)
+        nc = await nats_adapter.connect(nats_url)
         conns.append(nc)
         subject = f"standin-{uuid.uuid4().hex[:10]}"
         broker = StandIn(nc, subject, batch, lambda b: answer(broker, b))
@@ -125,7 +125,7 @@ async def stand_in(nats_url: str) -> AsyncIterator[Callable[..., asyncio.Future[
 
 
 async def publisher(nats_url: str) -> NatsClient:
-    return await nats.connect(nats_url)
+    return await nats_adapter.connect(nats_url)
 
 
 async def test_frames_on_the_wire_are_new_message_bytes(

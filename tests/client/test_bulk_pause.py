@@ -102,7 +102,7 @@ async def test_no_resend_policy_fails_and_sends_once(server: DevServerProcess, s
 
 async def test_window_bounds_what_is_in_flight(server: DevServerProcess, stream: str) -> None:
     seen: list[bytes] = []
-    spy = await nats.connect(server.nats_url)
+    spy = await nats_adapter.connect(server.nats_url)
 
     async def count(msg: nats.aio.msg.Msg) -> None:
         seen.append(msg.data)

@@ -13,10 +13,13 @@ import dataclasses
 import os
 import re
 import signal
+import time
 import uuid
+from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.client import Client as NatsClient
 
 from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
@@ -35,7 +38,7 @@ def test_nats_py_internals_have_the_expected_shape() -> None:
 
 
 async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     try:
         fast = nats_adapter.fast_nats(nc)
         assert fast.internals and nats_adapter.fast_nats(nc) is fast  # one per client
@@ -63,8 +66,8 @@ async def test_subscription_messages_go_straight_to_the_handler(nats_url: str) -
 
 @pytest.mark.parametrize("internals", [True, False], ids=["internals", "public-api"])
 async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, internals: bool) -> None:
-    nc = await nats.connect(nats_url)
-    sender = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
+    sender = await nats_adapter.connect(nats_url)
     try:
         fast = nats_adapter.FastNats(nc, internals=internals)
         assert fast.internals is internals
@@ -88,7 +91,7 @@ async def test_routes_get_subject_reply_and_payload_in_order(nats_url: str, inte
 async def test_flush_returns_after_the_server_took_the_commands_before_it() -> None:
     # A nats-server of its own, tracing: it logs every command it reads from a client, in order.
     server = NatsServerProcess(extra_args=["-V"])
-    nc = await nats.connect(await server.start_async())
+    nc = await nats_adapter.connect(await server.start_async())
     try:
         await nc.subscribe("by-nats-py")
         await nc.flush()
@@ -111,10 +114,57 @@ async def test_flush_returns_after_the_server_took_the_commands_before_it() -> N
     assert after[:2] == ["PING", "SUB by-nats-py"], trace
 
 
+async def test_connect_makes_again_a_connection_the_handshake_left_half_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The server's first keepalive PING comes ~200 ms after accept (2 s by default); the client's
+    # first handshake is held up 0.5 s before its CONNECT, as a stalled process would be (a sleep
+    # stands in for the stall: a loaded machine cannot be ordered on cue).
+    conf = tmp_path / "nats.conf"
+    conf.write_text('ping_interval: "200ms"\n')
+    server = NatsServerProcess(extra_args=["-c", str(conf)])
+    url = await server.start_async()
+    slow_once = [True]
+    connect_command = NatsClient._connect_command
+
+    def stalled(self: NatsClient) -> bytes:
+        if slow_once and slow_once.pop():
+            time.sleep(0.5)
+        return connect_command(self)
+
+    monkeypatch.setattr(NatsClient, "_connect_command", stalled)
+    plain = await nats.connect(url, allow_reconnect=False)
+    try:
+        # nats-py took the PING for its PONG: left CONNECTING, its flusher gone, flush() a no-op.
+        await asyncio.sleep(0.1)  # the flusher's first turn, where it ends
+        assert plain.is_connecting and plain._flusher_task.done()  # type: ignore[union-attr]
+    finally:
+        await plain.close()
+    slow_once.append(True)
+    nc = await nats_adapter.connect(url, allow_reconnect=False)
+    sender = await nats_adapter.connect(url, allow_reconnect=False)
+    try:
+        assert nc.is_connected and "half-open" in caplog.text
+        got: list[bytes] = []
+
+        async def take(msg: nats.aio.msg.Msg) -> None:
+            got.append(msg.data)
+
+        await nc.subscribe("after-the-race", cb=take)
+        await nats_adapter.flush(nc)
+        await sender.publish("after-the-race", b"delivered")
+        await nats_adapter.flush(sender)
+        await _until(lambda: got == [b"delivered"])
+    finally:
+        await sender.close()
+        await nc.close()
+        server.stop()
+
+
 async def test_flush_against_a_stopped_server_times_out_and_can_be_cancelled() -> None:
     server = NatsServerProcess()
-    nc = await nats.connect(await server.start_async(), allow_reconnect=False)
-    os.kill(server.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+    nc = await nats_adapter.connect(await server.start_async(), allow_reconnect=False)
+    _stop(server.pid)  # type: ignore[arg-type]
     try:
         with pytest.raises(nats.errors.FlushTimeoutError):
             await nats_adapter.flush(nc, timeout=1)
@@ -152,8 +202,8 @@ async def test_messages_arriving_before_the_route_is_registered_keep_their_order
     out, three messages go through ``nc._process_msg`` exactly as the parser passes them (a socket
     read cannot be timed into the window). They must reach the route before ``route()`` returns,
     once each, and before the later messages, which the parser hands over directly."""
-    nc = await nats.connect(nats_url)
-    sender = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
+    sender = await nats_adapter.connect(nats_url)
     try:
         fast = nats_adapter.fast_nats(nc)
         assert fast.internals
@@ -184,7 +234,7 @@ async def test_messages_arriving_before_the_route_is_registered_keep_their_order
 
 
 async def test_a_failing_handler_does_not_end_the_connection(nats_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     try:
         fast = nats_adapter.fast_nats(nc)
         subject = f"fast-{uuid.uuid4().hex}"
@@ -203,7 +253,7 @@ async def test_a_failing_handler_does_not_end_the_connection(nats_url: str, capl
 
 
 async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     try:
         fast = nats_adapter.FastNats(nc, internals=False)
         got: list[bytes] = []
@@ -219,11 +269,11 @@ async def test_public_api_fallback_behaves_the_same(nats_url: str) -> None:
 async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nats_adapter, "_PROBLEM", "nats-py (9, 9) is outside the checked range")
     assert not nats_adapter.internals_usable()
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     try:
         assert not nats_adapter.fast_nats(nc).internals
         subject = f"fallback-{uuid.uuid4().hex[:10]}"
-        responder = await nats.connect(nats_url)
+        responder = await nats_adapter.connect(nats_url)
 
         async def answer(msg: nats.aio.msg.Msg) -> None:
             m = unmarshal_message(msg.data)
@@ -241,11 +291,25 @@ async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch:
 
 
 async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     fast = nats_adapter.fast_nats(nc)
     await nc.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await fast.publish_burst(["s"], [b"x"])
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped: the signal takes a moment to
+    reach them all, and a thread still running meanwhile answers (seen: 7 flushes in 40 got their
+    PONG after os.kill had returned)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while any(
+        stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
+    ):
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.001)
 
 
 async def _until(cond: object, timeout: float = 30.0) -> None:
@@ -300,7 +364,7 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     subject = f"acks-{uuid.uuid4().hex[:10]}"
     shapes = [("s", 3, api_pb2.LEADER), ("s.4", 2**40, api_pb2.ALL), ("s.x", 0, api_pb2.NONE), ("s.4", 9, 7)]
     sent_acks: dict[str, api_pb2.Ack] = {}
-    responder = await nats.connect(nats_url)
+    responder = await nats_adapter.connect(nats_url)
 
     async def answer(msg: nats.aio.msg.Msg) -> None:
         m = unmarshal_message(msg.data)
@@ -322,7 +386,7 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     await responder.subscribe(subject, cb=answer)
     await nats_adapter.flush(responder)  # nc.flush() can overtake the SUB
     records = [b"%d" % (i % len(shapes)) for i in range(8)]
-    nc = await nats.connect(nats_url)
+    nc = await nats_adapter.connect(nats_url)
     try:
         out = await nats_engine.publish_enveloped(
             nc, [subject] * 8, records, correlation_ids(records), PublishOptions(window=8)

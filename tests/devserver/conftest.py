@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
-import nats
 import pytest
 from nats.aio.client import Client
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
 
@@ -30,7 +30,7 @@ def stub(channel: grpc.Channel) -> api_pb2_grpc.APIStub:
 @pytest.fixture
 async def nc(nats_url: str) -> AsyncIterator[Client]:
     """A plain nats-py connection to the session's NATS server, closed after the test."""
-    client = await nats.connect(nats_url)
+    client = await nats_adapter.connect(nats_url)
     try:
         yield client
     finally:

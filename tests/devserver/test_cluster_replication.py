@@ -21,6 +21,7 @@ import grpc
 import nats
 import pytest
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
@@ -139,7 +140,7 @@ async def test_nats_acks_follow_the_ack_policy(holding_cluster: DevServer, strea
     create(stubs[0], stream_name, replicationFactor=3)
     known_everywhere(stubs, stream_name)
     leader, (f1, _) = _roles(holding_cluster, stubs[0], stream_name)
-    nc = await nats.connect(holding_cluster.nats_url)
+    nc = await nats_adapter.connect(holding_cluster.nats_url)
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)

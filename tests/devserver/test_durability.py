@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 import grpc
-import nats
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
@@ -86,7 +86,7 @@ def test_sigkill_mid_publish_loses_no_acked_record(tmp_path: Path) -> None:
                 i += 1
 
         async def nats_writer() -> None:
-            nc = await nats.connect(proc.nats_url, allow_reconnect=False)
+            nc = await nats_adapter.connect(proc.nats_url, allow_reconnect=False)
             inbox = nc.new_inbox()
             sub = await nc.subscribe(inbox)
             sent: dict[str, bytes] = {}

@@ -13,7 +13,6 @@ import asyncio
 from pathlib import Path
 
 import grpc
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
@@ -131,7 +130,7 @@ async def test_the_fallback_through_nats_py_public_api_behaves_the_same(
     with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as channel:
         stub = api_pb2_grpc.APIStub(channel)
         create(stub, "fb", subject="fb")
-        client = await nats.connect(srv.nats_url)
+        client = await nats_adapter.connect(srv.nats_url)
         try:
             inbox = client.new_inbox()
             sub = await client.subscribe(inbox)

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
@@ -61,7 +61,7 @@ async def test_supervised_child_is_restarted_on_the_same_port() -> None:
         os.kill(first, signal.SIGKILL)
         await _until(lambda: proc.restarts == 1 and proc.alive, "the child was restarted")
         assert proc.url == url and proc.pid != first
-        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
+        nc = await nats_adapter.connect(url, connect_timeout=2, allow_reconnect=False)
         await nc.flush()  # it accepts clients
         await nc.close()
     finally:
@@ -146,7 +146,7 @@ async def test_killed_nats_child_is_restarted_and_ingest_resumes(tmp_path: Path,
         with grpc.insecure_channel(srv.address) as channel:
             stub = api_pb2_grpc.APIStub(channel)
             create(stub, stream_name)
-            nc = await nats.connect(srv.nats_url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+            nc = await nats_adapter.connect(srv.nats_url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
             try:
                 before = await _publish_until_acked(nc, stream_name, [b"before-%d" % i for i in range(50)])
                 (child,) = _nats_children() - others
@@ -172,7 +172,7 @@ async def test_the_command_line_server_restarts_its_child_too(tmp_path: Path) ->
         assert srv.pid is not None
         stub = api_pb2_grpc.APIStub(channel)
         create(stub, "cli")
-        nc = await nats.connect(srv.nats_url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        nc = await nats_adapter.connect(srv.nats_url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
         try:
             before = await _publish_until_acked(nc, "cli", [b"b%d" % i for i in range(20)])
             (child,) = _nats_children(srv.pid)

@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NatsClient
 
+from airflow_provider_liftbridge.nats_adapter import connect
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 from ..diagnostics import NatsErrors
@@ -58,8 +58,8 @@ async def connect_nats(
         # The outer deadline: nats-py 2.x never returns when a TLS handshake fails (the cause
         # reaches error_cb, the connect call hangs).
         nc = await asyncio.wait_for(
-            nats.connect(
-                servers=urls,
+            connect(
+                urls,
                 connect_timeout=int(max(1, connect_timeout)),
                 pending_size=64 * 1024 * 1024,
                 skip_subject_validation=True,
