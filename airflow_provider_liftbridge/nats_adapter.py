@@ -344,7 +344,7 @@ async def connect(servers: str | list[str], **options: Any) -> NatsClient:
     a client that took that long to answer ``INFO`` (a stalled or loaded process) reads that
     ``PING`` instead: ``connect()`` returns a client left in CONNECTING whose flusher task has
     already ended. Nothing it publishes or subscribes is ever written, and ``flush()`` returns at
-    once (seen once in a CI run). Such a client is closed and the connection made again.
+    once. Such a client is closed and the connection made again.
 
     :raises nats.errors.Error, OSError, TimeoutError: as ``nats.connect()``; ``nats.errors.Error``
         also when every try came back half-open.
