@@ -174,11 +174,17 @@ def _session_running(remote: bool) -> bool:
     Classic: a SparkContext runs in the process (``getOrCreate`` returns its session). Not the
     JVM's *active* session: that is per JVM thread, and a Python thread other than the one that
     started the session (or whose JVM thread changed) has none, yet gets the running session.
-    Spark Connect: a Connect session active in this thread (``getOrCreate`` returns it).
+    Spark Connect: a Connect session active in this thread, or the process's default one (what
+    the Connect builder's ``getOrCreate`` returns). Not ``pyspark.sql.SparkSession``'s active
+    session: beside a running classic session that names the classic one, and the Connect session
+    this call then starts would never be stopped (its exit hook then retries for minutes against
+    a server that may be gone).
     """
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     if remote:
-        return SparkSession.getActiveSession() is not None
+        from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+        running = RemoteSparkSession.getActiveSession() or RemoteSparkSession._get_default_session()
+        return running is not None
     return SparkContext._active_spark_context is not None
