@@ -17,10 +17,9 @@ that awaits the subscription's callback. So, on nats-py versions this module was
   bytes; NATS headers are dropped) straight from nats-py's protocol parser to a plain function,
   by wrapping the client's ``_process_msg``. Other subscriptions go to nats-py's own code.
 
-It also mends two nats-py 2.16 races: :func:`connect` retries a connection its handshake left
-half-open, and :func:`flush` keeps the promise of ``flush()``: nats-py 2.16 writes the ``PING`` of
-``flush()`` straight to the socket while earlier commands still wait for the flusher task, so the
-``PONG`` can come back before the server has seen a ``SUB`` or ``PUB`` issued just before.
+It also mends two races of nats-py 2.16: :func:`connect` makes again a connection its handshake
+left half-open, and :func:`flush` keeps ``flush()``'s promise (nats-py's ``PING`` can overtake a
+``SUB`` or ``PUB`` still queued for the flusher task).
 
 Anywhere else it uses the public API (``publish()``, ``subscribe(cb=...)``), with the same
 results. The tripwire tests (``tests/client/test_nats_direct_fast.py``,

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MASTER = "local[*]"
 log = logging.getLogger(__name__)
+#: What pyspark sets in ``os.environ`` once a Spark Connect session was built in the process.
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 # Where this process's driver JVM was started by _jvm_working_directory (a JVM keeps its directory).
 _jvm_started_in: Path | None = None
 
@@ -162,10 +164,6 @@ def spark_session_scope(
             # session started later in the process then fails with CONNECT_URL_NOT_SET.
             if connect_mode is None:
                 os.environ.pop(_CONNECT_MODE, None)
-
-
-#: What pyspark sets in ``os.environ`` once a Spark Connect session was built in the process.
-_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 
 def _session_running(remote: bool) -> bool:
