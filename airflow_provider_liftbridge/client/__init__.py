@@ -19,6 +19,7 @@ from .errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    NotSentError,
     PartitionPausedError,
     PermissionDeniedError,
     PublishError,
@@ -26,6 +27,7 @@ from .errors import (
     RequestTimeoutError,
     ServerError,
     StreamExistsError,
+    UnaccountedRecordError,
     UnavailableError,
 )
 from .group_consumer import AsyncGroupConsumer, GroupConsumer
@@ -82,6 +84,7 @@ __all__ = [
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotLeaderError",
+    "NotSentError",
     "PartitionInfo",
     "PartitionPausedError",
     "Partitioner",
@@ -99,6 +102,7 @@ __all__ = [
     "StreamExistsError",
     "StreamInfo",
     "TlsConfig",
+    "UnaccountedRecordError",
     "UnavailableError",
     "partition_for_key",
 ]

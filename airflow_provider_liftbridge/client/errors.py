@@ -25,6 +25,7 @@ __all__ = [
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotLeaderError",
+    "NotSentError",
     "PartitionPausedError",
     "PermissionDeniedError",
     "PublishError",
@@ -32,6 +33,7 @@ __all__ = [
     "RequestTimeoutError",
     "ServerError",
     "StreamExistsError",
+    "UnaccountedRecordError",
     "UnavailableError",
 ]
 
@@ -84,6 +86,18 @@ class RequestTimeoutError(LiftbridgeError):
 class AckTimeoutError(RequestTimeoutError):
     """A publish was sent but its ack did not arrive within the timeout. The message may or may
     not be stored: publish again only if duplicates are acceptable (or use an expected offset)."""
+
+
+class NotSentError(LiftbridgeError):
+    """A record of a publishing call was never handed to the connection: the call stopped at an
+    earlier record's failure first. It is certainly not stored, so publishing it again cannot
+    store it twice."""
+
+
+class UnaccountedRecordError(LiftbridgeError):
+    """The publishing engine reported neither an ack nor an error for a record. This is a bug in
+    the provider, caught by the publish contract (``publishing/contract.py``) instead of being
+    returned as a short list of acks; the record may or may not be stored. Please report it."""
 
 
 class UnavailableError(LiftbridgeError):

@@ -44,9 +44,10 @@ from ..errors import (
 from ..operations import choose_partition, missing_confirmed_op, refresh_metadata, unary
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
-from ..types import Ack, Record, StreamInfo
+from ..types import Ack, AckPolicy, Record, StreamInfo
 from . import grpc_batch
 from .columns import RecordColumns
+from .contract import accounted, accounted_failure, name_unacknowledged
 from .correlation import CorrelationIds, correlation_ids
 from .nats_engine import (
     BulkOutcome,
@@ -56,7 +57,7 @@ from .nats_engine import (
 )
 from .options import PUBLISH_PATHS, PublishOptions
 from .resend import NO_RESEND
-from .unstored import discard_nats, send_unstored_again, warn_resent
+from .unstored import discard_nats, merge_retry, send_unstored_again, warn_resent
 
 if TYPE_CHECKING:
     from ..write_stats import WriteStats
@@ -173,11 +174,19 @@ def send_batch(
         return []
     if options.compression is not None:
         items = _compressed(items, options.compression)
-    if stats is None:
-        return (yield from _send_batch(core, stream, options, route, items, None))
-    sent_ns = [0] * len(items)
-    acks = yield from _send_batch(core, stream, options, route, items, sent_ns, stats)
-    _count_acks(stats, items, acks, sent_ns)
+    sent_ns = None if stats is None else [0] * len(items)
+    n, expects_acks, where = len(items), options.policy != AckPolicy.NONE, f"stream {stream!r}"
+    try:
+        engine_acks = yield from _send_batch(core, stream, options, route, items, sent_ns, stats)
+    except PublishError as exc:
+        checked = accounted_failure(exc, n, where, expects_acks=expects_acks)
+        if checked is exc:
+            raise
+        raise checked from exc
+    # The publish contract: every record acknowledged (or, with NONE, none expected), or raise.
+    acks = accounted(engine_acks, n, expects_acks=expects_acks, where=where)
+    if stats is not None and sent_ns is not None:
+        _count_acks(stats, items, acks, sent_ns)
     return acks
 
 
@@ -277,8 +286,19 @@ def _send_batch(
         return (yield from _over_grpc(core, stream, options, items, sent_ns, route.why, stats))
     if outcome.resent:
         warn_resent(stream, outcome.resent, "without an ack in time, as the resend policy allows")
-    if outcome.timed_out and outcome.failure is None and stream in core.seen_streams:
-        yield from send_unstored_again(core, stream, outcome, planned, read_back=options.resend is not NO_RESEND)
+    # With NO_RESEND the caller decides what to send again (exactly-once publishing reads the
+    # partitions first): the time-outs stand, and so does the stop.
+    while options.resend is not NO_RESEND and outcome.timed_out and outcome.failure is None:
+        if stream not in core.seen_streams:
+            break
+        yield from send_unstored_again(core, stream, outcome, planned)
+        # The engine stops sending at its first time-out; once every record sent so far is
+        # accounted for, the rest of the batch goes out (nothing of it can be stored yet).
+        rest = [] if outcome.timed_out or outcome.errors or outcome.failure is not None else outcome.unsent()
+        if not rest:
+            break
+        log.info("publish_many to stream %r: sending the %d record(s) the recovered stop held back", stream, len(rest))
+        merge_retry(outcome, rest, (yield from planned.send(rest)), resent=False)
     if stats is not None:
         stats.note_resent(outcome.resent)
     if outcome.timed_out:
@@ -468,10 +488,14 @@ def _state(error: Exception) -> str:
 
 
 def _not_sent(items: Sequence[Record | bytes], index: int, error: Exception) -> PublishError:
+    """Record ``index`` cannot be published (``error``), found before anything was sent: it fails
+    with ``error``, every other record with :class:`NotSentError`."""
+    acks: list[Ack | None] = [None] * len(items)
     errors: dict[int, LiftbridgeError] = {index: error} if isinstance(error, LiftbridgeError) else {}
+    name_unacknowledged(acks, errors, unsent=range(len(items)), in_doubt=None, stopped_by=f"record {index}'s refusal")
     exc = PublishError(
         f"0 of {len(items)} records acknowledged; record {index} cannot be published: {error}",
-        acks=[None] * len(items),
+        acks=acks,
         index=index,
         errors=errors,
     )

@@ -18,12 +18,20 @@ from airflow_provider_liftbridge._proto import api_pb2
 from ..conversion import ack_from_pb
 from ..effects import END, Cancel, CloseWrite, Op, OpenStream, Read, ReadTimeout, RpcFailure, Sleep, Write
 from ..error_mapping import check_ack, map_async_error, map_rpc_error, publish_error
-from ..errors import AckTimeoutError, InvalidArgumentError, LiftbridgeError, NoSuchPartitionError, NoSuchStreamError
+from ..errors import (
+    AckTimeoutError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PublishError,
+)
 from ..operations import choose_partition, missing_confirmed_op
 from ..requests import build_publish
 from ..retry import is_transient
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record
+from .contract import name_unacknowledged
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import ResendPolicy
 
@@ -153,6 +161,7 @@ def _pipeline(
 ) -> Op[list[Ack]]:
     acks: list[Ack | None] = [None] * len(requests)
     errors: dict[int, LiftbridgeError] = {}
+    handed = bytearray(len(requests))  # 1: written to a stream at least once (may be stored)
     index_of = {cid: i for i, cid in enumerate(ids)}
     pending: deque[int] = deque(range(len(requests)))
     inflight: set[int] = set()
@@ -172,6 +181,7 @@ def _pipeline(
                     inflight.add(i)
                     if sent_ns is not None and not sent_ns[i]:
                         sent_ns[i] = time.time_ns()
+                    handed[i] = 1
                     yield Write(handle, requests[i])
                 response = yield Read(handle, wait)
                 if response is END:
@@ -221,7 +231,7 @@ def _pipeline(
                     )
                 if refused:
                     why = f"record {refused[0]} failed: {errors[refused[0]]}"
-                    raise publish_error(acks, refused[0], errors, why) from errors[refused[0]]
+                    raise _failed(acks, errors, refused[0], why, handed, None) from errors[refused[0]]
                 if inflight:
                     # At-least-once: the lost attempt may have stored them. Said and counted.
                     log.warning(
@@ -237,7 +247,8 @@ def _pipeline(
                 yield Sleep(core.backoff(attempt))
                 continue
             cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
-            raise publish_error(acks, None, errors, f"publishing to stream {stream!r} failed: {cause}") from cause
+            why = f"publishing to stream {stream!r} failed: {cause}"
+            raise _failed(acks, errors, None, why, handed, cause) from cause
         except ReadTimeout:
             first = min(inflight)
             cause = AckTimeoutError(
@@ -245,8 +256,34 @@ def _pipeline(
                 "broker. Unacknowledged records may or may not be stored."
             )
             errors[first] = cause
-            raise publish_error(acks, first, errors, str(cause)) from cause
+            raise _failed(acks, errors, first, str(cause), handed, cause) from cause
     if errors:
         first = min(errors)
-        raise publish_error(acks, first, errors, f"record {first} was refused: {errors[first]}") from errors[first]
-    return [a for a in acks if a is not None]
+        why = f"record {first} was refused: {errors[first]}"
+        raise _failed(acks, errors, first, why, handed, None) from errors[first]
+    return acks  # type: ignore[return-value]  # complete: the publish contract (send_batch) checks it
+
+
+def _failed(
+    acks: list[Ack | None],
+    errors: dict[int, LiftbridgeError],
+    index: int | None,
+    why: str,
+    handed: bytearray,
+    in_doubt: LiftbridgeError | None,
+) -> PublishError:
+    """The :class:`PublishError` of a pipeline that stopped, every record named: those never
+    written get :class:`NotSentError`; written ones without an ack get ``in_doubt`` (the failure
+    that ended the stream: "may or may not be stored"), when there is one. The caller raises it
+    from the first error."""
+
+    def doubt(i: int) -> LiftbridgeError:
+        assert in_doubt is not None
+        return type(in_doubt)(f"record {i} was sent without an ack before the publish failed: {in_doubt}")
+
+    stopped_by = f"record {index}'s failure" if index is not None else "a failure of the publish stream"
+    unsent = [i for i, h in enumerate(handed) if not h]
+    name_unacknowledged(
+        acks, errors, unsent=unsent, in_doubt=None if in_doubt is None else doubt, stopped_by=stopped_by
+    )
+    return publish_error(acks, index, errors, why)

@@ -39,10 +39,12 @@ from ..errors import (
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
+    PublishError,
     UnavailableError,
 )
 from ..types import Ack, AckError, AckPolicy, Record
 from .columns import RecordColumns
+from .contract import accounted_failure, name_unacknowledged
 from .correlation import CorrelationIds
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import DEFAULT_RESEND, ResendPolicy
@@ -76,6 +78,9 @@ class BulkOutcome:
     :ivar resent: re-sends made.
     :ivar peak_in_flight: the most records ever unacknowledged at once (never above the window).
     :ivar sent_ns: when given, each record's first send (wall-clock ns; write statistics).
+    :ivar state: per record, whether it was ever handed to the connection (0: never, so certainly
+        not stored) and how it stands; ``None``: every record was handed over if ``sent``, else none.
+    :ivar expects_acks: ``False`` with ``AckPolicy.NONE`` (no acks come by design).
     """
 
     acks: list[Ack | None]
@@ -86,10 +91,27 @@ class BulkOutcome:
     resent: int = 0
     peak_in_flight: int = 0
     sent_ns: list[int] | None = None
+    state: bytearray | None = None
+    expects_acks: bool = True
 
     @property
     def acked(self) -> int:
         return sum(1 for a in self.acks if a is not None)
+
+    def any_unsent(self) -> bool:
+        """Whether some record was never handed to the connection (at C speed)."""
+        if self.state is None:
+            return self.sent == 0 and bool(self.acks)
+        return self.state.find(_UNSENT_BYTE) >= 0
+
+    def unsent(self) -> list[int]:
+        """The records never handed to the connection and not refused before sending: certainly
+        not stored (the engine stops sending new records at the first failure)."""
+        if not self.any_unsent():
+            return []
+        if self.state is None:
+            return [i for i in range(len(self.acks)) if i not in self.errors]
+        return [i for i, st in enumerate(self.state) if st == _UNSENT and i not in self.errors]
 
 
 # Acks arrive on one subscription per call; a slow consumer would lose acks, so be generous.
@@ -97,7 +119,7 @@ _ACK_PENDING_MSGS = 1 << 20
 _ACK_PENDING_BYTES = 256 << 20
 # Per-record states of one call (a bytearray, one byte per record).
 _UNSENT, _FLYING, _SETTLED, _LATE = 0, 1, 2, 3  # _LATE: timed out, but a late ack still counts
-_FLYING_BYTE = bytes([_FLYING])
+_FLYING_BYTE, _UNSENT_BYTE = bytes([_FLYING]), bytes([_UNSENT])
 
 
 async def publish_enveloped(
@@ -147,10 +169,14 @@ async def publish_enveloped(
         for subject in set(subjects):
             _check_subject(subject)
         if ack_policy == AckPolicy.NONE:
+            out.expects_acks = False
+            out.state = state = bytearray(n)
             frames = _Frames(records, cids, out, PublishEncoder(ack_policy=int(ack_policy), crc=crc), nc.max_payload)
             for start in range(0, n, max(window, 1)):
                 sent = frames.burst(start, min(n, start + window))
                 if sent:
+                    # Marked before the await: a frame handed over may be stored even if this fails.
+                    state[start : start + len(sent)] = _FLYING_BYTE * len(sent)
                     await fast.publish_burst(subjects[start : start + len(sent)], sent)
                     out.sent += len(sent)
                 if out.errors:
@@ -276,7 +302,7 @@ async def _with_acks(
     n = len(records)
     loop = asyncio.get_running_loop()
     acks, errors, timed_out = out.acks, out.errors, out.timed_out
-    state = bytearray(n)  # _UNSENT, _FLYING, _SETTLED or _LATE per record
+    out.state = state = bytearray(n)  # _UNSENT, _FLYING, _SETTLED or _LATE per record
     sends: dict[int, int] = {}  # sends so far of records sent more than once
     # (deadline, indices) of each burst, in deadline order; a burst stays until its deadline
     # passes, when its records still flying are re-sent or time out.
@@ -483,20 +509,26 @@ _NONES = itertools.repeat(None)
 
 
 def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
-    """The acks of a complete outcome, in input order; otherwise raise.
+    """The acks of a complete outcome, in input order (``[]`` with ack policy ``NONE``);
+    otherwise raise, naming every record that has no ack.
 
     Timed-out records must already have their typed error in ``out.errors`` (callers that know
-    more than NATS does — e.g. that the partition became read-only — put a better one there);
-    any left are reported as :class:`AckTimeoutError`.
+    more than NATS does, e.g. that the partition became read-only, put a better one there); any
+    left are reported as :class:`AckTimeoutError`. Records never handed to the connection get
+    :class:`NotSentError`; after a connection failure, the others get the failure ("may or may
+    not be stored"). The publish contract (:mod:`.contract`) then checks that nothing is left.
 
     :param where: names the target in messages, e.g. ``"stream 'orders'"``.
     :raises PublishError: a record failed or the connection did; ``__cause__`` is the first error.
     """
-    errors = out.errors
-    acks = out.acks
-    # `None not in acks` would call Ack.__eq__ once per ack; an identity test per ack runs at C speed.
-    if acks and not errors and not out.timed_out and out.failure is None and not any(map(operator.is_, acks, _NONES)):
-        return acks  # type: ignore[return-value]  # every record acknowledged: no None left
+    errors, acks, failure = out.errors, out.acks, out.failure
+    if not errors and not out.timed_out and failure is None:
+        if not out.expects_acks:
+            if not out.any_unsent():
+                return []
+        # `None not in acks` would call Ack.__eq__ once per ack; an identity test per ack runs at C speed.
+        elif not any(map(operator.is_, acks, _NONES)):
+            return acks  # type: ignore[return-value]  # every record acknowledged: no None left
     for i in out.timed_out:
         errors.setdefault(
             i,
@@ -505,9 +537,25 @@ def outcome_acks(out: BulkOutcome, where: str) -> list[Ack]:
                 "refused expected offset) or be down or overloaded. It may or may not be stored."
             ),
         )
-    if out.failure is not None and not errors:
-        raise publish_error(out.acks, None, errors, f"publishing to {where} failed: {out.failure}") from out.failure
+    first = min(errors) if errors else None
+
+    def in_doubt(i: int) -> LiftbridgeError:
+        return UnavailableError(
+            f"record {i} was sent to {where} and the connection failed before it was settled ({failure}); "
+            "it may or may not be stored"
+        )
+
+    if first is not None:
+        stopped_by = f"record {first}'s failure"
+    else:
+        stopped_by = "a failure of the connection" if failure is not None else "an unexplained stop of the engine"
+    name_unacknowledged(
+        acks, errors, unsent=out.unsent(), in_doubt=None if failure is None else in_doubt, stopped_by=stopped_by
+    )
+    if failure is not None and first is None:
+        raise publish_error(acks, None, errors, f"publishing to {where} failed: {failure}") from failure
     if errors:
         first = min(errors)
-        raise publish_error(out.acks, first, errors, f"record {first} failed: {errors[first]}") from errors[first]
-    return [a for a in out.acks if a is not None]
+        raise publish_error(acks, first, errors, f"record {first} failed: {errors[first]}") from errors[first]
+    # Neither acknowledged nor named: the publish contract reports each such record.
+    raise accounted_failure(PublishError("", acks=acks, index=None), len(acks), where, expects_acks=out.expects_acks)

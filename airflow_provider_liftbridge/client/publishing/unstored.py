@@ -226,17 +226,23 @@ def _recovered_ack(stream: str, partition: int, batch: SentBatch, i: int, pb: ap
     )
 
 
-def merge_retry(outcome: BulkOutcome, again: Sequence[int], retry: BulkOutcome) -> None:
-    """Fold the outcome of re-sending records ``again`` (indices into ``outcome``) into ``outcome``."""
+def merge_retry(outcome: BulkOutcome, again: Sequence[int], retry: BulkOutcome, *, resent: bool = True) -> None:
+    """Fold the outcome of sending records ``again`` (indices into ``outcome``) into ``outcome``:
+    a re-send of records without an ack, or (``resent=False``) the first send of records the
+    batch had not sent yet. Records of ``again`` that this send did not hand over keep their
+    state (still never sent, or sent before)."""
     outcome.timed_out = [again[k] for k in retry.timed_out]
+    state, handed = outcome.state, retry.state
     for k, i in enumerate(again):
         outcome.acks[i] = retry.acks[k]
         if k in retry.errors:
             outcome.errors[i] = retry.errors[k]
+        if state is not None and handed is not None and handed[k]:  # no state: nothing was handed over
+            state[i] = handed[k]
     if retry.failure is not None:
         outcome.failure = retry.failure
     outcome.sent += retry.sent
-    outcome.resent += len(again) + retry.resent
+    outcome.resent += (len(again) if resent else 0) + retry.resent
 
 
 def warn_resent(stream: str, records: int, why: str) -> None:
