@@ -1,0 +1,128 @@
+"""The long run of the randomized fault campaign (issue 36; tests/reliability/campaign.py).
+
+Runs N schedules drawn from consecutive seeds (or the seeds given), each on a fresh dev cluster
+(three brokers over a three-node NATS cluster of real nats-server processes), or against an
+external cluster; prints a line per run as it ends, then a table of runs, faults and violations.
+Exit status 1 when any run broke an invariant.
+
+    python scripts/fault_campaign.py --runs 300 --base-seed 1000 --out campaign.jsonl
+    python scripts/fault_campaign.py --seed 36004              # one run again, from its seed
+    python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
+        --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
+        --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
+from tests.reliability.campaign import PATHS, TARGETS, DevRig, ExternalRig, Verdict, draw, run  # noqa: E402
+from tests.reliability.freezing import ExternalFreezable, find_broker, match_brokers  # noqa: E402
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--runs", type=int, default=20, help="runs, from --base-seed on (default 20)")
+    p.add_argument("--base-seed", type=int, default=int(time.time()), help="first seed (default: the time)")
+    p.add_argument("--seed", type=int, action="append", help="run exactly this seed (repeatable)")
+    p.add_argument("--paths", default=",".join(PATHS), help=f"paths to draw from (default {','.join(PATHS)})")
+    p.add_argument("--targets", default="", help=f"targets to draw from (default: all the cluster allows; {TARGETS})")
+    p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
+    p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")
+    p.add_argument("--nats", default=env("LIFTBRIDGE_TEST_NATS", ""), help="its NATS servers (comma-separated)")
+    p.add_argument("--freeze-cmd", default=env("LIFTBRIDGE_TEST_FREEZE_CMD", ""), help="stop a broker (template)")
+    p.add_argument("--thaw-cmd", default=env("LIFTBRIDGE_TEST_THAW_CMD", ""), help="continue a stopped broker")
+    p.add_argument("--kill-cmd", default=env("LIFTBRIDGE_TEST_KILL_CMD", ""), help="kill a broker (template)")
+    p.add_argument("--start-cmd", default=env("LIFTBRIDGE_TEST_START_CMD", ""), help="start a killed broker")
+    p.add_argument("--metadata-leader", default=env("LIFTBRIDGE_TEST_METADATA_LEADER", ""), help="index, id or address")
+    return p.parse_args(argv)
+
+
+def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    """A factory of rigs, and the targets and actions they allow."""
+    if not args.brokers:
+        return DevRig, TARGETS, ("kill", "stop")
+    if not (args.freeze_cmd and args.thaw_cmd):
+        sys.exit("an external cluster needs --freeze-cmd and --thaw-cmd (and --kill-cmd, --start-cmd for kills)")
+    addresses = [a.strip() for a in args.brokers.split(",")]
+    with LiftbridgeClient(addresses, timeout=5.0) as client:
+        brokers = match_brokers(addresses, client.fetch_metadata().brokers)
+    leader = find_broker(args.metadata_leader, brokers) if args.metadata_leader else None
+    cluster = ExternalFreezable(brokers, args.freeze_cmd, args.thaw_cmd, leader)
+    rig = ExternalRig(cluster, [u for u in args.nats.split(",") if u], args.kill_cmd, args.start_cmd)
+    return (lambda: rig), rig.targets(), rig.actions()
+
+
+def _verdicts(args: argparse.Namespace) -> Iterator[Verdict]:
+    make_rig, targets, actions = _rigs(args)
+    if args.targets:
+        targets = tuple(t for t in args.targets.split(",") if t)
+    seeds = args.seed or range(args.base_seed, args.base_seed + args.runs)
+    for seed in seeds:
+        schedule = draw(seed, paths=args.paths.split(","), targets=targets, actions=actions)
+        rig: AbstractContextManager[Any] = make_rig()
+        with rig as ready:
+            yield run(schedule, ready)
+
+
+def _table(title: str, rows: dict[str, list[Verdict]]) -> None:
+    print(f"\n{title:<28} {'runs':>5} {'returned':>9} {'raised':>7} {'violations':>11}")
+    for key in sorted(rows):
+        vs = rows[key]
+        returned = sum(v.outcome.startswith("returned") for v in vs)
+        bad = sum(bool(v.violations) for v in vs)
+        print(f"{key:<28} {len(vs):>5} {returned:>9} {len(vs) - returned:>7} {bad:>11}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    started = time.monotonic()
+    done: list[Verdict] = []
+    out = args.out.open("a") if args.out else None
+    try:
+        for v in _verdicts(args):
+            done.append(v)
+            mark = "VIOLATION" if v.violations else "ok"
+            print(f"{len(done):>4} {mark:<9} {v.seconds:5.1f}s {v.schedule} | {v.struck} | {v.outcome}", flush=True)
+            for violation in v.violations:
+                print(f"          - {violation}", flush=True)
+            if out is not None:
+                record = {**vars(v.schedule), "outcome": v.outcome, "struck": v.struck}
+                out.write(json.dumps(record | {"violations": v.violations, "seconds": round(v.seconds, 1)}) + "\n")
+                out.flush()
+    finally:
+        if out is not None:
+            out.close()
+    by: dict[str, dict[str, list[Verdict]]] = defaultdict(lambda: defaultdict(list))
+    for v in done:
+        s = v.schedule
+        by["path"][s.path].append(v)
+        by["fault"][f"{s.action} {s.target}"].append(v)
+        by["moment"][s.moment].append(v)
+    for title in ("path", "fault", "moment"):
+        _table(title, by[title])
+    bad = [v for v in done if v.violations]
+    minutes = (time.monotonic() - started) / 60
+    print(f"\n{len(done)} runs, {len(bad)} with violations, {minutes:.1f} min")
+    for v in bad:
+        print(f"  seed {v.schedule.seed}: {v.violations}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,626 @@
+"""The randomized fault campaign (issue 36): faults and moments drawn from a seed, every run judged
+by one checker that reads every partition back.
+
+A run (:func:`run`) is one :class:`Schedule`, drawn by :func:`draw` from its seed alone, so a seed
+reproduces a run. It publishes (or reads) on one path while one fault strikes one target:
+
+- paths: ``bulk-nats`` (``publish_many`` over NATS), ``grpc`` (``publish_many`` pipelined over
+  PublishAsync), ``exactly-once`` and ``exactly-once-occ`` (``ExactlyOncePublisher`` over NATS,
+  on a stream without / with optimistic concurrency control, tried again with the same producer
+  id after a failure, as Airflow retries a task), ``consume`` (the reading operators' machinery,
+  ``RangePlanner`` and ``read_plan``, retried with the same run id after a failure);
+- targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
+  leader, a follower, the metadata leader, the whole cluster;
+- actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
+  seconds later);
+- moments: ``before`` the call, ``during`` it (when a random fraction of the records is stored),
+  ``recovery`` (a second strike shortly after the first one healed, while the client recovers),
+  ``after`` it returned (what was acknowledged must survive).
+
+On the dev cluster the NATS nodes are three real ``nats-server`` processes in one NATS cluster
+(the brokers on node 0, the client on node 1, discovering the others); brokers are the dev
+server's in-process brokers, whose kill and stop are its fault hooks (a model of SIGKILL and
+SIGSTOP, docs/devserver.md). Against an external cluster (``LIFTBRIDGE_TEST_BROKERS``) the
+brokers are frozen and thawed with the ``--freeze-cmd`` / ``--thaw-cmd`` templates
+(``freezing.py``), and killed and restarted with ``--kill-cmd`` / ``--restart-cmd`` when given;
+the NATS targets are not drawn there (this process does not own the NATS nodes).
+
+The checker (:func:`check`) holds every path to the same invariants:
+
+- a call that returned success has every one of its records in the stream;
+- every ack, returned or carried by a ``PublishError``, points at a stored message with the
+  record's payload;
+- a ``PublishError`` accounts for every record (an ack or a typed error each), and a record it
+  names ``NotSentError`` is not in the stream;
+- exactly-once never stores a record twice (the retries included), and after its retries every
+  record is in the stream;
+- a consume run never skips a message: every offset up to the planned end was handed to the
+  function, and the next run has nothing left.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_liftbridge.client import (
+    AckPolicy,
+    LiftbridgeClient,
+    LiftbridgeError,
+    NotSentError,
+    PublishError,
+    PublishOptions,
+    Record,
+    StartPosition,
+    StopPosition,
+    UnaccountedRecordError,
+)
+from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
+from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+
+from .freezing import ExternalFreezable, run_command
+
+PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume")
+TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
+NATS_TARGETS = ("client-nats", "leader-nats")
+ACTIONS = ("kill", "stop")
+MOMENTS = ("before", "during", "recovery", "after")
+
+#: The dev cluster's timings: leadership moves after 2 s, a lagging follower leaves the ISR after
+#: 3 s, followers that lost NATS wait 1 s (Liftbridge: 15 s, 15 s, 10 s; shorter to keep runs short).
+TIMINGS = ClusterTimings.fast(replica_max_leader_timeout=2.0, replica_max_lag_time=3.0, replica_max_idle_wait=1.0)
+#: How long each record waits for its ack before the recovery logic takes over.
+ACK_WAIT = 3.0
+#: Tries of an exactly-once publish or a consume run (Airflow's retries of the task).
+TRIES = 4
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One run of the campaign, drawn from :attr:`seed` alone."""
+
+    seed: int
+    path: str
+    target: str
+    action: str
+    moment: str
+    fraction: float  # of the records stored (read, for consume) when the fault strikes
+    down: float  # seconds the fault lasts
+    second_after: float  # seconds after the first heal the second strike comes (moment "recovery")
+    records: int
+    partitions: int
+
+    def __str__(self) -> str:
+        when = {
+            "before": "before the call",
+            "during": f"at {self.fraction:.0%} of the records",
+            "recovery": f"at {self.fraction:.0%}, again {self.second_after:.1f} s after the heal",
+            "after": "after the call returned",
+        }[self.moment]
+        return (
+            f"seed {self.seed}: {self.path}, {self.records} records on {self.partitions} partition(s); "
+            f"{self.action} {self.target} {when} for {self.down:.1f} s"
+        )
+
+
+def draw(
+    seed: int, *, paths: Sequence[str] = PATHS, targets: Sequence[str] = TARGETS, actions: Sequence[str] = ACTIONS
+) -> Schedule:
+    """The schedule of ``seed``: every choice comes from ``random.Random(seed)``, in a fixed order
+    (the same seed with the same choices to draw from gives the same schedule)."""
+    rng = random.Random(seed)
+    path = rng.choice(list(paths))
+    target = rng.choice(list(targets))
+    action = rng.choice(list(actions))
+    moment = rng.choice(MOMENTS)
+    records = {"bulk-nats": 50000, "grpc": 1500, "consume": 3000}.get(path, 30000)
+    return Schedule(
+        seed=seed,
+        path=path,
+        target=target,
+        action=action,
+        moment=moment,
+        fraction=rng.uniform(0.02, 0.9),
+        down=rng.uniform(0.3, 3.0),
+        second_after=rng.uniform(0.0, 1.5),
+        records=records,
+        partitions=rng.choice((1, 3)),
+    )
+
+
+# -- where faults strike -----------------------------------------------------------------------
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def sigstop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped (``os.kill`` returns before
+    they all have, and a thread still running meanwhile answers)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while any(
+        stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} did not stop")
+        time.sleep(0.001)
+
+
+class DevRig:
+    """Three ``nats-server`` processes in one NATS cluster and a three-broker dev cluster on
+    node 0; the client is given node 1 only and discovers the others from the cluster."""
+
+    external = False
+
+    def __init__(self) -> None:
+        ports = _free_ports(6)
+        routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports[3:])
+        self.nats = [
+            NatsServerProcess(
+                port=ports[i],
+                extra_args=["--cluster_name", "c", "--cluster", f"nats://127.0.0.1:{ports[3 + i]}", "--routes", routes],
+            )
+            for i in range(3)
+        ]
+        self.server: DevServer | None = None
+
+    def __enter__(self) -> DevRig:
+        for node in self.nats:
+            node.start()
+        self.server = DevServer(brokers=3, nats_url=self.nats[0].url, timings=TIMINGS).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for node in self.nats:
+            with suppress(OSError, TypeError):
+                os.kill(node.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        if self.server is not None:
+            with suppress(Exception):
+                for i in range(3):
+                    self.server.resume_broker(i)
+            self.server.stop()
+        for node in self.nats:
+            node.stop()
+
+    @property
+    def addresses(self) -> list[str]:
+        assert self.server is not None
+        return self.server.addresses
+
+    @property
+    def client_nats(self) -> list[str]:
+        return [self.nats[1].url]
+
+    def strike(self, target: str, action: str, stream: str, partition: int) -> Callable[[], None]:
+        """Strike ``target`` now; return what heals it."""
+        server = self.server
+        assert server is not None
+        if target in NATS_TARGETS:
+            node = self.nats[1 if target == "client-nats" else 0]
+            if action == "kill":
+                node.kill()
+                return lambda: _restart_node(node)
+            pid = node.pid
+            assert pid is not None
+            sigstop(pid)
+            return lambda: os.kill(pid, signal.SIGCONT)
+        if target == "cluster":
+            assert action == "stop", "a killed cluster is restarted by restart_cluster (see _strike)"
+            for i in range(3):
+                server.stall_broker(i)
+
+            def resume_all() -> None:
+                for i in range(3):
+                    server.resume_broker(i)
+
+            return resume_all
+        index = self._broker_index(target, stream, partition)
+        if action == "kill":
+            server.kill_broker(index)
+            return lambda: server.start_broker(index)
+        server.stall_broker(index)
+        return lambda: server.resume_broker(index)
+
+    def restart_cluster(self, down: float) -> None:
+        assert self.server is not None
+        self.server.restart_cluster(down=down)
+
+    def _broker_index(self, target: str, stream: str, partition: int) -> int:
+        server = self.server
+        assert server is not None
+        if target == "metadata-leader":
+            return server.metadata_leader
+        return server.broker_ids.index(replica_of(server.addresses, stream, partition, target))
+
+
+def replica_of(addresses: Sequence[str], stream: str, partition: int, target: str) -> str:
+    """The id of the partition's ``"leader"``, or of a ``"follower"`` of it."""
+    with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as looker:
+        part = looker.fetch_metadata([stream]).streams[stream].partitions[partition]
+    return part.leader if target == "leader" else next(r for r in part.replicas if r != part.leader)
+
+
+class ExternalRig:
+    """An external cluster (``LIFTBRIDGE_TEST_BROKERS``): brokers stopped and continued with the
+    freeze and thaw command templates, killed and started with the kill and start templates
+    (``freezing.py`` has the placeholders). The NATS nodes are not this process's to strike, and
+    "kill the cluster" is every broker's kill command, then every start command."""
+
+    external = True
+
+    def __init__(
+        self, cluster: ExternalFreezable, nats: Sequence[str], kill_cmd: str = "", start_cmd: str = ""
+    ) -> None:
+        self.cluster, self.kill_cmd, self.start_cmd = cluster, kill_cmd, start_cmd
+        self.client_nats = list(nats)
+
+    def __enter__(self) -> ExternalRig:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    @property
+    def addresses(self) -> list[str]:
+        return self.cluster.addresses
+
+    def targets(self) -> tuple[str, ...]:
+        """What can be struck here: the brokers (and the metadata leader when it can be named)."""
+        brokers = ("leader", "follower", "cluster")
+        return brokers + (("metadata-leader",) if self.cluster.leader is not None or self.cluster.leader_cmd else ())
+
+    def actions(self) -> tuple[str, ...]:
+        return ACTIONS if self.kill_cmd and self.start_cmd else ("stop",)
+
+    def strike(self, target: str, action: str, stream: str, partition: int) -> Callable[[], None]:
+        if target == "cluster":
+            indices = list(range(len(self.cluster.brokers)))
+        elif target == "metadata-leader":
+            leader = self.cluster.metadata_leader
+            assert leader is not None
+            indices = [leader]
+        else:
+            indices = [self.cluster.broker_ids.index(replica_of(self.addresses, stream, partition, target))]
+        cluster = self.cluster
+        down, up = (self.kill_cmd, self.start_cmd) if action == "kill" else (cluster.freeze_cmd, cluster.thaw_cmd)
+        for i in indices:
+            run_command(down, self.cluster.brokers[i], "kill" if action == "kill" else "freeze")
+
+        def heal() -> None:
+            for i in indices:
+                run_command(up, self.cluster.brokers[i], "start" if action == "kill" else "thaw")
+
+        return heal
+
+    def restart_cluster(self, down: float) -> None:
+        heal = self.strike("cluster", "kill", "", 0)
+        time.sleep(down)
+        heal()
+
+
+def _restart_node(node: NatsServerProcess) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            node.start()
+            return
+        except Exception:  # the port is not free yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+# -- what a run did ----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What the path's calls did: per try, the acks (or the error) and what was handed over."""
+
+    records: list[Record]
+    acks: list[Any] | None = None  # of the last try that returned
+    errors: list[BaseException] = field(default_factory=list)  # each try's failure, in order
+    written: int | None = None  # exactly-once: written + skipped of the last try that returned
+    consumed: list[tuple[int, int, bytes]] = field(default_factory=list)  # consume: (partition, offset, value)
+    planned: dict[int, int] = field(default_factory=dict)  # consume: partition -> end (exclusive)
+    left_after: int | None = None  # consume: offsets a next run would still read
+    struck: str = ""  # when the fault actually struck
+
+
+@dataclass
+class Verdict:
+    """One run: its schedule, what happened, and the invariants it broke."""
+
+    schedule: Schedule
+    outcome: str
+    violations: list[str]
+    seconds: float
+    struck: str
+
+
+def _records(schedule: Schedule, run: str) -> list[Record]:
+    return [
+        Record(f"{run}-{i:06d}".encode(), partition=i % schedule.partitions) for i in range(schedule.records)
+    ]
+
+
+def read_back(addresses: Sequence[str], stream: str, partitions: int, within: float = 90.0) -> list[Any]:
+    """Every committed message of ``stream``, once the cluster answers again (tried for ``within`` s)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
+                out: list[Any] = []
+                for p in range(partitions):
+                    if reader.fetch_partition_metadata(stream, p).high_watermark < 0:
+                        continue
+                    whole = reader.subscribe(
+                        stream, partition=p, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+                    )
+                    out += list(whole)
+                return out
+        except LiftbridgeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[str]:
+    """The invariants (module docstring) that ``outcome`` breaks, given every stored message."""
+    bad: list[str] = []
+    values = [r.value for r in outcome.records]
+    wanted = set(values)
+    seen = Counter(m.value for m in stored if m.value in wanted)
+    at = {(m.partition, m.offset): m.value for m in stored}
+    lost = sum(1 for v in values if not seen[v])
+    dup = sum(c - 1 for c in seen.values() if c > 1)
+    for exc in outcome.errors:
+        if isinstance(exc, PublishError):
+            bad += _contract_violations(exc, outcome.records, at, seen)
+    if schedule.path in ("bulk-nats", "grpc"):
+        if outcome.acks is not None:
+            if len(outcome.acks) != len(values):
+                bad.append(f"returned {len(outcome.acks)} acks for {len(values)} records")
+            if lost:
+                bad.append(f"returned success, but {lost} record(s) are not in the stream")
+            bad += _ack_violations(outcome.acks, outcome.records, at)
+    elif schedule.path.startswith("exactly-once"):
+        if dup:
+            bad.append(f"{dup} record(s) stored more than once")
+        if outcome.written is not None:
+            if outcome.written != len(values):
+                bad.append(f"the last try accounts for {outcome.written} of {len(values)} records")
+            if lost:
+                bad.append(f"returned success, but {lost} record(s) are not in the stream")
+    elif schedule.path == "consume":
+        handed = {(p, o) for p, o, _ in outcome.consumed}
+        skipped = [(p, o) for p, end in outcome.planned.items() for o in range(end) if (p, o) not in handed]
+        if outcome.left_after is not None and skipped:
+            bad.append(f"{len(skipped)} message(s) never handed to the function, e.g. {skipped[:3]}")
+        wrong = [(p, o) for p, o, v in outcome.consumed if at.get((p, o), v) != v]
+        if wrong:
+            bad.append(f"{len(wrong)} message(s) handed over with a value other than stored, e.g. {wrong[:3]}")
+        if outcome.left_after:
+            bad.append(f"a next run would read {outcome.left_after} offset(s) the finished run had planned")
+    return bad
+
+
+def _contract_violations(
+    exc: PublishError, records: Sequence[Record], at: dict[Any, bytes], seen: Counter[bytes]
+) -> list[str]:
+    bad: list[str] = []
+    n = len(exc.acks)
+    start = exc.start
+    unnamed = [i for i in range(n) if exc.acks[i] is None and i not in exc.errors]
+    if unnamed:
+        bad.append(f"PublishError leaves {len(unnamed)} record(s) without an ack or an error, e.g. {unnamed[:3]}")
+    if any(isinstance(e, UnaccountedRecordError) for e in exc.errors.values()):
+        bad.append("the publish contract caught records the engine did not account for")
+    stored_not_sent = [
+        i for i, e in exc.errors.items() if isinstance(e, NotSentError) and seen[records[start + i].value]
+    ]
+    if stored_not_sent:
+        bad.append(f"{len(stored_not_sent)} record(s) named NotSentError are in the stream, e.g. {stored_not_sent[:3]}")
+    bad += _ack_violations(list(exc.acks), records[start : start + n], at)
+    return bad
+
+
+def _ack_violations(acks: Sequence[Any], records: Sequence[Record], at: dict[Any, bytes]) -> list[str]:
+    wrong = [
+        i for i, ack in enumerate(acks) if ack is not None and at.get((ack.partition, ack.offset)) != records[i].value
+    ]
+    return [f"{len(wrong)} ack(s) point at no stored record with that payload, e.g. {wrong[:3]}"] if wrong else []
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _watch(progress: Callable[[], int]) -> Iterator[Callable[[int, float], bool]]:
+    """``reached(count, within)``: wait until ``progress()`` reaches ``count``."""
+
+    def reached(count: int, within: float) -> bool:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with suppress(LiftbridgeError):
+                if progress() >= count:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    yield reached
+
+
+def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
+    """Run ``schedule`` on ``rig`` (a :class:`DevRig`, or an external rig) and judge it."""
+    started = time.monotonic()
+    tag = f"c{schedule.seed}-{uuid.uuid4().hex[:6]}"
+    stream = f"campaign-{tag}"
+    records = _records(schedule, tag)
+    outcome = Outcome(records)
+    occ = schedule.path == "exactly-once-occ"
+    with LiftbridgeClient(rig.addresses, timeout=5.0, max_retries=8) as admin:
+        admin.create_stream(
+            stream, stream, partitions=schedule.partitions, replication_factor=3, optimistic_concurrency_control=occ
+        )
+        if schedule.path == "consume":
+            admin.publish_many(stream, records, path="grpc", ack_policy=AckPolicy.ALL)
+    client = LiftbridgeClient(rig.addresses, nats_servers=rig.client_nats, timeout=5.0, max_retries=8)
+    watcher = LiftbridgeClient(rig.addresses, timeout=1.0, max_retries=0)
+    call = _call(schedule, client, stream, outcome)
+
+    def progress() -> int:
+        if schedule.path == "consume":
+            return len(outcome.consumed)
+        return sum(watcher.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(schedule.partitions))
+
+    try:
+        with _watch(progress) as reached:
+            if schedule.moment == "before":
+                heal = _strike(rig, schedule, stream)
+                worker = _start(call)
+                time.sleep(schedule.down)
+                heal()
+                outcome.struck = "before the call"
+            elif schedule.moment in ("during", "recovery"):
+                worker = _start(call)
+                if reached(int(schedule.fraction * schedule.records), 60.0) and worker.is_alive():
+                    outcome.struck = f"with {progress_or(progress)} stored"
+                else:
+                    outcome.struck = "after the call ended (it was quicker than the moment)"
+                heal = _strike(rig, schedule, stream)
+                time.sleep(schedule.down)
+                heal()
+                if schedule.moment == "recovery":
+                    time.sleep(schedule.second_after)
+                    heal = _strike(rig, schedule, stream)
+                    time.sleep(schedule.down)
+                    heal()
+            else:
+                worker = _start(call)
+                worker.join(240)
+                heal = _strike(rig, schedule, stream)
+                time.sleep(schedule.down)
+                heal()
+                outcome.struck = "after the call returned"
+            worker.join(240)
+            if worker.is_alive():
+                return Verdict(schedule, "hung", ["the call did not end within 240 s"], time.monotonic() - started, "")
+        stored = read_back(rig.addresses, stream, schedule.partitions)
+        if schedule.path == "consume" and outcome.planned:
+            outcome.left_after = _left_after(client, stream, schedule)
+    finally:
+        client.close()
+        watcher.close()
+    violations = check(schedule, outcome, stored)
+    returned = outcome.acks is not None or outcome.written is not None or outcome.left_after is not None
+    result = "returned" if returned else "raised"
+    if outcome.errors:
+        result += f" after {len(outcome.errors)} failure(s): " + ", ".join(type(e).__name__ for e in outcome.errors)
+    return Verdict(schedule, result, violations, time.monotonic() - started, outcome.struck)
+
+
+def progress_or(progress: Callable[[], int]) -> str:
+    try:
+        return str(progress())
+    except LiftbridgeError:
+        return "?"
+
+
+def _strike(rig: Any, schedule: Schedule, stream: str) -> Callable[[], None]:
+    if schedule.target == "cluster" and schedule.action == "kill":
+        # Every broker down for ``down`` seconds, then up through the restart window: one call,
+        # run beside the path; healing waits for it.
+        restart = _start(lambda: rig.restart_cluster(schedule.down))
+        return lambda: restart.join(60 + schedule.down)
+    partition = schedule.seed % schedule.partitions
+    return rig.strike(schedule.target, schedule.action, stream, partition)
+
+
+def _start(call: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def _call(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome) -> Callable[[], None]:
+    """The path's calls, on a thread: results and failures go into ``outcome``."""
+    records = outcome.records
+
+    def publish() -> None:
+        path = "nats" if schedule.path == "bulk-nats" else "grpc"
+        try:
+            outcome.acks = client.publish_many(stream, records, path=path, ack_policy=AckPolicy.ALL, timeout=ACK_WAIT)
+        except LiftbridgeError as exc:
+            outcome.errors.append(exc)
+
+    def exactly_once() -> None:
+        options = PublishOptions(ack_policy=AckPolicy.ALL, path="nats", timeout=ACK_WAIT)
+        for _ in range(TRIES):
+            try:
+                with ExactlyOncePublisher(client, stream, f"campaign/{stream}", options=options) as eo:
+                    result = eo.publish(records)
+                outcome.written = result.written + result.skipped
+                return
+            except LiftbridgeError as exc:
+                outcome.errors.append(exc)
+                time.sleep(1.0)  # as a task retry would, a moment later
+
+    def consume() -> None:
+        for _ in range(TRIES):
+            try:
+                planner = RangePlanner(
+                    client, stream, position_cursor="campaign", plan_key="campaign/consume", run_id="run-1"
+                )
+                plans = planner.plan(list(range(schedule.partitions)))
+                outcome.planned = {p.partition: p.end for p in plans}
+
+                def handle(batch: list[Any]) -> int:
+                    outcome.consumed.extend((m.partition, m.offset, m.value) for m in batch)
+                    return 0
+
+                read_plan(client, plans, handle, position_cursor="campaign", max_batch_size=200)
+                return
+            except LiftbridgeError as exc:
+                outcome.errors.append(exc)
+                time.sleep(1.0)
+        outcome.planned = {}  # never finished: nothing to hold it to
+
+    return {"bulk-nats": publish, "grpc": publish, "consume": consume}.get(schedule.path, exactly_once)
+
+
+def _left_after(client: LiftbridgeClient, stream: str, schedule: Schedule) -> int:
+    """Offsets a next run would read (nothing was published after the finished run: none)."""
+    planner = RangePlanner(client, stream, position_cursor="campaign", plan_key="campaign/consume", run_id="run-2")
+    return sum(p.remaining for p in planner.plan(list(range(schedule.partitions))))
+
+
+def run_seeds(seeds: Sequence[int], **draw_kwargs: Any) -> Iterator[Verdict]:
+    """Run the schedule of each seed on a fresh dev rig."""
+    for seed in seeds:
+        schedule = draw(seed, **draw_kwargs)
+        with DevRig() as rig:
+            yield run(schedule, rig)
