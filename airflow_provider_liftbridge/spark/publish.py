@@ -188,8 +188,16 @@ def publish_partition(
             if refused:
                 error = f"Spark partition {spark_partition}: {refused} ({rows} row(s) acknowledged before)"
                 break
+            # Rows count from the acks (none by design with ack policy NONE: then the rows sent).
+            acknowledged = len(acks) if opened[1].options.policy != AckPolicy.NONE else len(records)
+            if acknowledged != len(records):
+                error = (
+                    f"Spark partition {spark_partition}: {len(records)} row(s) sent but {acknowledged} acknowledged; "
+                    "this is a bug of airflow-provider-liftbridge, please report it"
+                )
+                break
             _count(ranges, records, acks)
-            rows += len(records)
+            rows += acknowledged
             size += batch_bytes
     except Exception as exc:
         # Bad data in a row (explicit partition out of range, unencodable value) or a client that cannot connect.

@@ -16,6 +16,7 @@ wrote beside the zombie and reported success.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -237,16 +238,23 @@ def _zombie(part: Cluster, clock: Clock, seqs: range, every: float, start: float
     part.writers.append(write)
 
 
-def test_a_retry_waits_for_a_zombie_try_to_stop_then_skips_what_it_wrote(ports: dict[str, socket.socket]) -> None:
+def test_a_retry_waits_for_a_zombie_try_to_stop_then_skips_what_it_wrote(
+    ports: dict[str, socket.socket], caplog: pytest.LogCaptureFixture
+) -> None:
     clock, part, sender, client = _setup(ports)
     part.cursors["lb-producer:p"] = 0
     _zombie(part, clock, range(40), every=0.25)  # writes for 10 s
     clock.sleep(1.0)
-    result = _publisher(client, sender, clock).publish([b"r%d" % i for i in range(50)])
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_liftbridge.client.exactly_once"):
+        result = _publisher(client, sender, clock).publish([b"r%d" % i for i in range(50)])
     assert _ours(part) == dict.fromkeys(range(50), 1)
     assert [r.value for r in sender.sent] == [b"r%d" % i for i in range(40, 50)]
     assert (result.written, result.skipped) == (10, 40)
     assert clock.now >= 10.0
+    # The wait is said once, at WARNING, with the producer, the partition and its bounds (issue 36).
+    waits = [r.getMessage() for r in caplog.records if "from another writer" in r.getMessage()]
+    assert len(waits) == 1 and "Producer 'p'" in waits[0] and "partition 0" in waits[0], waits
+    assert "zombie_wait" in waits[0]
 
 
 def test_a_zombie_that_does_not_stop_fails_the_retry_before_it_writes(ports: dict[str, socket.socket]) -> None:

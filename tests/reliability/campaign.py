@@ -368,24 +368,34 @@ def _records(schedule: Schedule, run: str) -> list[Record]:
 
 
 def read_back(addresses: Sequence[str], stream: str, partitions: int, within: float = 90.0) -> list[Any]:
-    """Every committed message of ``stream``, once the cluster answers again (tried for ``within`` s)."""
+    """Every message of ``stream``, once the cluster answers again and every partition has
+    committed what its leader holds (tried for ``within`` s). After a full restart a partition's
+    high watermark reads -1 for a while although its log holds messages (liftbridge-semantics.md):
+    reading then would see an empty stream."""
     deadline = time.monotonic() + within
     while True:
         try:
             with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
                 out: list[Any] = []
                 for p in range(partitions):
-                    if reader.fetch_partition_metadata(stream, p).high_watermark < 0:
+                    info = reader.fetch_partition_metadata(stream, p)
+                    if info.high_watermark < info.newest_offset:
+                        raise _NotSettled(f"partition {p}: committed to {info.high_watermark} of {info.newest_offset}")
+                    if info.high_watermark < 0:
                         continue
                     whole = reader.subscribe(
                         stream, partition=p, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
                     )
                     out += list(whole)
                 return out
-        except LiftbridgeError:
+        except (LiftbridgeError, _NotSettled):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+class _NotSettled(Exception):
+    """A partition has not committed everything its leader holds yet."""
 
 
 def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[str]:

@@ -65,6 +65,7 @@ class _Watch:
     offsets: list[int] = field(default_factory=list)  # their offsets
     duplicates: int = 0
     read: bool = False  # whether the partition has been read once during this wait
+    warned: bool = False  # whether waiting for another writer was logged
 
 
 def read_producer_records(
@@ -250,7 +251,19 @@ class TailReader:
         if not committed or elapsed < observe:
             return False
         if watch.arrived_last is not None and self.timer.now() - watch.arrived_last < waits.quiet:
-            return False  # this producer's records are still arriving from elsewhere
+            if not watch.warned:  # this producer's records are still arriving from elsewhere
+                watch.warned = True
+                log.warning(
+                    "Producer %r: records of this producer id are arriving on stream %r partition %d from another "
+                    "writer (a zombie try of the same task, or a late copy from a stopped broker); waiting until "
+                    "none has come for %g s, at most %g s in all (zombie_wait), before publishing more",
+                    self.state.producer_id,
+                    self.stream,
+                    p,
+                    waits.quiet,
+                    waits.zombie_wait,
+                )
+            return False
         brokers = suspects.get(p)
         if brokers:
             brokers.difference_update([b for b in brokers if self._answered(b, info, unreachable_ok)])

@@ -45,7 +45,7 @@ class SentBatch(Protocol):
 
 
 def send_unstored_again(
-    core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch, *, read_back: bool = True
+    core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch
 ) -> Op[None]:
     """Send again, within the call's retry budget, the timed-out records that are certainly not
     stored; ``outcome`` is updated in place (the rest stay timed out).
@@ -60,9 +60,9 @@ def send_unstored_again(
     there since. When more was written, but no more than the batch itself, the partition is read
     (:func:`recover_stored`): records found there were stored and only their acks were lost, and
     they count as acknowledged; if that accounts for everything written, the rest are certainly
-    not stored (``read_back=False`` skips the reading: a caller that publishes with
-    ``resend=NO_RESEND`` finds out itself, as exactly-once publishing does, and must see the
-    time-outs). The client's NATS connection is dropped first, so that no copy still buffered
+    not stored. (Callers that publish with ``resend=NO_RESEND`` never come here: they find out
+    themselves, as exactly-once publishing does, and must see the time-outs.) The client's NATS
+    connection is dropped first, so that no copy still buffered
     in it can arrive after that check. Until the partitions have a leader again, the check waits
     its backoff, as :mod:`..presence` says; a stream confirmed missing ends it.
     """
@@ -92,7 +92,7 @@ def send_unstored_again(
             continue  # the cluster is not back: no leader to ask yet
         except LiftbridgeError:
             return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
-        if not (yield from _unstored_proven(core, stream, outcome, batch, newest, waiting, read_back)):
+        if not (yield from _unstored_proven(core, stream, outcome, batch, newest, waiting)):
             return  # these records may be stored: keep their time-outs
         if not outcome.timed_out:
             return  # all found stored
@@ -115,15 +115,12 @@ def _unstored_proven(
     batch: SentBatch,
     newest: Mapping[int, int],
     waiting: Sequence[int],
-    read_back: bool,
 ) -> Op[bool]:
     """Whether the records of ``outcome`` still timed out are certainly not in the ``waiting``
     partitions, reading them (:func:`recover_stored`, which acknowledges what it finds) when more
-    than the acknowledged records was written there and ``read_back`` allows."""
+    than the acknowledged records was written there."""
     if _accounted_for(outcome, batch.parts, batch.before, newest, waiting):
         return True
-    if not read_back:
-        return False
     try:
         yield from recover_stored(core, stream, outcome, batch, newest, waiting)
     except LiftbridgeError:
