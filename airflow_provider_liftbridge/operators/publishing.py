@@ -8,7 +8,7 @@ when it publishes in parts (files), how it reports them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow.sdk import Context, get_current_context
@@ -283,23 +283,21 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused,
             or fewer records are accounted for than were read from the source.
         """
-        source = _Counted(records)
         if self.exactly_once:
-            summary = self._publish_exactly_once(publisher, source, on_progress)
+            summary = self._publish_exactly_once(publisher, records, on_progress)
         else:
             summary = PublishSummary(self.stream, publisher.options.policy)
             try:
-                publisher.publish(source, batch=int(self.window), summary=summary, on_progress=on_progress)
+                publisher.publish(records, batch=int(self.window), summary=summary, on_progress=on_progress)
             except PublishError as exc:
                 raise LiftbridgePublishNotAcknowledgedError(self.stream, summary.acknowledged, str(exc)) from exc
-        # The records read from the source against the acks (with exactly-once: written or found
-        # written): the summary only ever reports what the acks say.
-        expected = source.count if summary.ack_policy != AckPolicy.NONE else 0
-        if summary.acknowledged != expected:
+        # ``count`` is what the publisher read from the source (exactly-once checks its own);
+        # ``acknowledged`` only ever comes from the acks (with exactly-once: written or found written).
+        if summary.ack_policy != AckPolicy.NONE and summary.acknowledged != summary.count:
             raise LiftbridgePublishNotAcknowledgedError(
                 self.stream,
                 summary.acknowledged,
-                f"{source.count} record(s) were read from the source but {summary.acknowledged} are accounted for; "
+                f"{summary.count} record(s) were read from the source but {summary.acknowledged} are accounted for; "
                 "this is a bug of airflow-provider-liftbridge, please report it (the records may or may not be stored)",
             )
         return summary
@@ -340,19 +338,6 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: writes the stream."""
         return [], [self.lineage_stream(self.stream)]
-
-
-class _Counted:
-    """An iterable of records that counts what was read from it."""
-
-    def __init__(self, records: Iterable[Record]) -> None:
-        self._records = records
-        self.count = 0
-
-    def __iter__(self) -> Iterator[Record]:
-        for record in self._records:
-            self.count += 1
-            yield record
 
 
 def _summary_of(result: ExactlyOnceResult, ack_policy: AckPolicy, found: Mapping[int, Any]) -> PublishSummary:
