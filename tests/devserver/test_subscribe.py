@@ -157,8 +157,12 @@ def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str
     )
     sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, resume=True), count=2)
     assert sub.offsets == [0, 1]
-    # Resumed: the leader answers FetchPartitionMetadata again (the paused flag itself is sticky).
-    assert partition_meta(stub, stream_name).newestOffset == 1
+    # Resumed: the leader answers FetchPartitionMetadata again, and, as Liftbridge v1.9, both
+    # metadata calls still say paused (the saved flag is never cleared).
+    resumed = partition_meta(stub, stream_name)
+    assert (resumed.newestOffset, resumed.paused) == (1, True)
+    meta = stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
+    assert meta.streamMetadata[0].partitions[0].paused is True
 
 
 def test_subscribe_to_an_empty_paused_partition_is_accepted_then_ends(stub: Stub, stream_name: str) -> None:
