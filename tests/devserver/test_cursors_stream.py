@@ -5,7 +5,9 @@ Probed with the generated stubs only."""
 
 from __future__ import annotations
 
+import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -212,3 +214,43 @@ def test_cursors_of_an_earlier_dev_server_move_into_the_cursors_stream(tmp_path:
         )
         assert [(m.key, _cursor_fields(m.value)) for m in _cursors_messages(stub)] == [(b"old,s,1", ("s", 1, "old", 8))]
     assert not (tmp_path / "cursors").exists()
+
+
+def test_cluster_restart_reads_cursors_back_from_the_replicated_messages(tmp_path: Path) -> None:
+    def owner_stub(stubs: list[Stub], srv: DevServer, cursor_id: str) -> Stub:
+        # The restart window has no leaders at first: ask until the owning partition has one.
+        deadline = time.monotonic() + 10
+        while True:
+            md = stubs[0].FetchMetadata(pb.FetchMetadataRequest(streams=["__cursors"]), timeout=TIMEOUT)
+            parts = md.streamMetadata[0].partitions
+            leader = parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
+            if leader:
+                return stubs[srv.broker_ids.index(leader)]
+            assert time.monotonic() < deadline, "no leader for the cursors partition after the restart"
+            time.sleep(0.05)
+
+    def run(srv: DevServer, action: Callable[[list[Stub]], None]) -> None:
+        channels = [grpc.insecure_channel(a) for a in srv.addresses]
+        try:
+            action([Stub(ch) for ch in channels])
+        finally:
+            for ch in channels:
+                ch.close()
+
+    def set_them(stubs: list[Stub]) -> None:
+        for n in range(4):
+            req = pb.SetCursorRequest(cursorId=f"r{n}", stream="s", offset=10 + n)
+            owner_stub(stubs, first, f"r{n}").SetCursor(req, timeout=TIMEOUT)
+
+    got: list[int] = []
+
+    def fetch_them(stubs: list[Stub]) -> None:
+        for n in range(4):
+            req = pb.FetchCursorRequest(cursorId=f"r{n}", stream="s")
+            got.append(owner_stub(stubs, second, f"r{n}").FetchCursor(req, timeout=TIMEOUT).offset)
+
+    with DevServer(brokers=3, cursors_partitions=2, data_dir=tmp_path, timings=ClusterTimings.fast()) as first:
+        run(first, set_them)
+    with DevServer(brokers=3, cursors_partitions=2, data_dir=tmp_path, timings=ClusterTimings.fast()) as second:
+        run(second, fetch_them)
+    assert got == [10, 11, 12, 13]
