@@ -82,7 +82,10 @@ def map_rpc_error(
     if code == C.NOT_FOUND:
         return _not_found(stream, partition, server, "partition" in low and "stream" not in low)
     if code == C.FAILED_PRECONDITION:
-        if "pause" in low:
+        if "pause" in low or ("commit log" in low and "closed" in low):
+            # Liftbridge ends a subscription with FAILED_PRECONDITION "commit log was closed" only
+            # when the partition is paused (its log is closed; server/api.go); an empty paused
+            # partition answers a new Subscribe that way after the handshake.
             return PartitionPausedError(f"{what} is paused{server}; publish to it or subscribe with resume=True.")
         if "readonly" in low or "read-only" in low or (method in _PUBLISH_METHODS and "leader" not in low):
             return ReadonlyPartitionError(

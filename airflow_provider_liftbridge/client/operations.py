@@ -211,18 +211,27 @@ def choose_partition(
 ROUTING_ERRORS = (NotLeaderError, NoSuchStreamError, NoSuchPartitionError, PartitionPausedError)
 
 
+#: How many times in a row the leader named by fresh metadata must refuse a call while that
+#: metadata says "paused" before the partition counts as paused (see :func:`leader_unary`).
+PAUSED_REFUSALS = 2
+
+
 def leader_unary(core: ClientCore, method: str, request: object, stream: str, partition: int) -> Op[object]:
     """A unary call that must reach the partition leader: on NOT_FOUND / FAILED_PRECONDITION the
-    metadata is refreshed (with backoff) and the call re-routed, up to ``max_retries`` times."""
-    refreshes = 0
+    metadata is refreshed (with backoff) and the call re-routed, up to ``max_retries`` times.
+
+    A paused partition's leader refuses such calls with the words of a non-leader, and metadata
+    keeps saying ``paused`` after a publish resumed the partition (Liftbridge v1.9). So the flag
+    alone decides nothing: the partition counts as paused (PartitionPausedError) only when the
+    broker that fresh metadata names leader refused :data:`PAUSED_REFUSALS` times in a row while
+    that metadata said paused; a refusal by a broker no longer named leader is a leader change.
+    """
+    refreshes = paused_refusals = 0
     yield from ensure_partition(core, stream, partition, refresh=False)
     while True:
+        refused_by = core.route(stream, partition)
         try:
-            return (
-                yield from unary(
-                    core, method, request, preferred=core.route(stream, partition), stream=stream, partition=partition
-                )
-            )
+            return (yield from unary(core, method, request, preferred=refused_by, stream=stream, partition=partition))
         except ROUTING_ERRORS as exc:
             if refreshes >= core.retry.max_retries:
                 raise
@@ -230,10 +239,15 @@ def leader_unary(core: ClientCore, method: str, request: object, stream: str, pa
             yield Sleep(core.backoff(refreshes))
             yield from ensure_partition(core, stream, partition, refresh=True)
             part = core.partition_info(stream, partition)
-            if isinstance(exc, NotLeaderError) and part is not None and part.paused:
+            still_leader = refused_by is not None and core.route(stream, partition) == refused_by
+            if isinstance(exc, NotLeaderError) and part is not None and part.paused and still_leader:
+                paused_refusals += 1
+            else:
+                paused_refusals = 0
+            if paused_refusals >= PAUSED_REFUSALS:
                 raise PartitionPausedError(
-                    f"stream {stream!r} partition {partition} is paused; publish to it, or subscribe with "
-                    "resume=True, to resume it."
+                    f"stream {stream!r} partition {partition} is paused (its leader refuses {method} and the "
+                    "metadata says paused); publish to it, or subscribe with resume=True, to resume it."
                 ) from exc
 
 

@@ -212,11 +212,9 @@ def subscribe(
             except UnavailableError:
                 pass  # no broker answered metadata yet: keep trying within the wait
             _check_same_stream(core, stream, incarnation)
-            part = core.partition_info(stream, partition)
-            if isinstance(mapped, NotLeaderError) and part is not None and part.paused and not resume:
-                raise PartitionPausedError(
-                    f"stream {stream!r} partition {partition} is paused; subscribe with resume=True or publish to it."
-                ) from failure.__cause__
+            # Not "NotLeaderError and metadata says paused": the flag stays set after a resume
+            # (Liftbridge v1.9). A paused partition answers Subscribe in words of its own, which
+            # map_rpc_error turns into PartitionPausedError above.
             refresh = False
 
 

@@ -17,7 +17,7 @@ from grpc import aio
 
 from .cluster import Cluster
 from .config import ServerConfig
-from .cursors_stream import ensure_cursors_stream
+from .cursors_stream import ensure_cursors_stream, open_cursors
 from .errors import NatsServerStartError, PortInUseError, ServerStateError
 from .groups import ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table
@@ -171,6 +171,7 @@ class ServerCore:
                     await self._ingest.partition_opened(part)
         # After the restart-window check: a new cluster whose only stream is this one has not restarted.
         await ensure_cursors_stream(store, cfg.cursors_partitions if cfg.cursors else 0)
+        await open_cursors(store)
         for b in self.brokers:
             await self._serve(b)
         if store.cluster is not None:

@@ -10,21 +10,32 @@ serves SetCursor and FetchCursor for it. Any other broker answers FAILED_PRECOND
 "Server not leader for cursors partition N"; without the stream every cursor call answers
 INTERNAL "Cursors stream does not exist".
 
-The dev server does the same, with one simplification: the positions themselves stay in the
-server's own cursor log (:class:`~.cursors.CursorStore`), so the ``__cursors`` partitions hold no
-messages (their offsets stay at -1).
+Every SetCursor is a message of the owning partition (key and value: :mod:`.cursors`), published
+with ack policy ALL and a 5 s limit as Liftbridge does; the positions are read from
+:class:`~.cursors.CursorIndex`, kept in step with those messages and rebuilt from them at start.
 """
 
 from __future__ import annotations
 
-import zlib
+import asyncio
+import time
+from typing import Any
 
 import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .cursors import (
+    CursorId,
+    compaction_due,
+    cursor_key,
+    cursor_partition,
+    cursor_value,
+    drop_legacy,
+    take_legacy,
+)
 from .errors import ApiError
-from .model import BrokerSlot
+from .model import BrokerSlot, NewMessage
 from .partition import Partition
 from .state import Store
 
@@ -34,11 +45,10 @@ CURSORS_STREAM = "__cursors"
 CURSORS_SUBJECT = "liftbridge-default.cursors"
 #: Liftbridge's default ``cursors.stream.auto.pause.time`` (accepted and ignored, as for any stream).
 _AUTO_PAUSE_MS = 60_000
-
-
-def cursor_partition(cursor_id: str, stream: str, partition: int, partitions: int) -> int:
-    """The ``__cursors`` partition owning cursor (``cursor_id``, ``stream``, ``partition``)."""
-    return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % partitions
+#: Segment size of a new ``__cursors`` stream: small, so that what compaction discards leaves the disk.
+_SEGMENT_BYTES = 1 << 20
+#: How long SetCursor waits for its message to commit (Liftbridge's ``defaultCursorTimeout``).
+CURSOR_TIMEOUT = 5.0
 
 
 async def ensure_cursors_stream(store: Store, partitions: int) -> None:
@@ -54,12 +64,108 @@ async def ensure_cursors_stream(store: Store, partitions: int) -> None:
         compactEnabled=api_pb2.NullableBool(value=True),
         autoPauseTime=api_pb2.NullableInt64(value=_AUTO_PAUSE_MS),
         autoPauseDisableIfSubscribers=api_pb2.NullableBool(value=True),
+        segmentMaxBytes=api_pb2.NullableInt64(value=_SEGMENT_BYTES),
     )
     await store.create_stream(request, internal=True)
 
 
-def check_cursor_owner(store: Store, broker: BrokerSlot, cursor_id: str, stream: str, partition: int) -> None:
-    """Refuse a cursor call this broker may not serve, as Liftbridge does.
+async def open_cursors(store: Store) -> None:
+    """Read the cursors back from ``__cursors`` (the server starts), move in those an earlier dev
+    server kept in ``DATA_DIR/cursors/``, and compact partitions that grew past their bound."""
+    cursors = store.streams.get(CURSORS_STREAM)
+    if cursors is None:
+        return  # cursors off: an earlier server's cursor log stays until they are on again
+    for part in cursors.partitions:
+        records = store.cursors.load(part.log)
+        if compaction_due(records, len(store.cursors.owned_by(part.id, len(cursors.partitions)))):
+            _compact(store, part)
+    legacy = take_legacy(store.data_dir)
+    if not legacy:
+        return
+    # Not awaited: in cluster mode nothing commits before the brokers serve. The old log goes
+    # once every cursor it held is committed in __cursors; they count as set meanwhile.
+    waits = []
+    for cursor, offset in legacy.items():
+        if store.cursors.get(*cursor) == -1:
+            store.cursors.record(cursor, offset)
+            pid = cursor_partition(*cursor, len(cursors.partitions))
+            waits.append(_write(store, cursors.partitions[pid], cursor, offset))
+    asyncio.gather(*waits).add_done_callback(lambda _done: drop_legacy(store.data_dir))
+
+
+async def write_cursor(store: Store, owner: Partition, cursor: CursorId, offset: int, timeout: float | None) -> None:
+    """Store a SetCursor as a message of ``owner`` (its ``__cursors`` partition) and return once
+    it is committed on the whole ISR, as Liftbridge's publish with ack policy ALL.
+
+    :param timeout: the caller's time left (Liftbridge waits at most 5 s whatever it is).
+    :raises ApiError: INTERNAL "context deadline exceeded" when it did not commit in time (it may
+        still commit later), INTERNAL naming a read-only partition.
+    """
+    if owner.readonly:
+        raise ApiError(grpc.StatusCode.INTERNAL, f"readonly partition: {owner.id}")
+    if owner.paused:
+        await store.resume_for_publish(owner)  # a publish resumes a paused partition, this one too
+    limit = CURSOR_TIMEOUT if timeout is None else max(0.0, min(timeout, CURSOR_TIMEOUT))
+    try:
+        await asyncio.wait_for(asyncio.shield(_write(store, owner, cursor, offset)), limit)
+    except TimeoutError:
+        raise ApiError(grpc.StatusCode.INTERNAL, "context deadline exceeded") from None
+    _trim(store, owner)
+    partitions = len(store.streams[CURSORS_STREAM].partitions)
+    records = owner.log.newest_offset + 1 - owner.log.oldest_offset
+    if compaction_due(records, len(store.cursors.owned_by(owner.id, partitions))):
+        _compact(store, owner)
+
+
+def _write(store: Store, owner: Partition, cursor: CursorId, offset: int) -> asyncio.Future[Any]:
+    """Append one cursor message; the future resolves (and the index moves) once it is committed."""
+    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    key, value = cursor_key(*cursor), cursor_value(*cursor, offset)
+    written = owner.append(key, value, None, owner.subject, "", -1, time.time_ns())
+
+    def committed(_arg: object, _commit_ts: int) -> None:
+        store.cursors.record(cursor, offset)
+        if not done.done():
+            done.set_result(None)
+
+    if owner.replication is None:
+        owner.after_commit(committed, None)
+    else:
+        owner.replication.after_hw(written, committed, None)
+    return done
+
+
+def _compact(store: Store, owner: Partition) -> None:
+    """Write the latest message of every cursor of ``owner`` again, then discard everything
+    before those copies in every replica's log that holds them all (the others at a later write)."""
+    partitions = len(store.streams[CURSORS_STREAM].partitions)
+    live = store.cursors.owned_by(owner.id, partitions)
+    messages: list[NewMessage] = [(cursor_key(*c), cursor_value(*c, o), None, owner.subject, "", -1) for c, o in live]
+    first = owner.log.next_offset
+    owner.append_many(messages, time.time_ns())
+    end = first + len(messages)
+
+    def copied(_arg: object, _commit_ts: int) -> None:
+        store.cursors.trims[owner.id] = (first, end)
+        _trim(store, owner)
+
+    owner.after_commit(copied, None)
+
+
+def _trim(store: Store, owner: Partition) -> None:
+    """Discard what the last compaction of ``owner`` replaced, in every replica's log that holds
+    the copies (a follower behind them is trimmed at a later write)."""
+    trim = store.cursors.trims.get(owner.id)
+    if trim is None:
+        return
+    first, end = trim
+    logs = [owner.log] if owner.replication is None else owner.replication.replica_logs()
+    if any([log_.discard_before(first) for log_ in logs if log_.newest_offset + 1 >= end]):
+        owner.notify()
+
+
+def check_cursor_owner(store: Store, broker: BrokerSlot, cursor_id: str, stream: str, partition: int) -> Partition:
+    """The ``__cursors`` partition owning the cursor, when this broker may serve the call.
 
     :raises ApiError: INTERNAL "Cursors stream does not exist" (cursors off), FAILED_PRECONDITION
         "Server not leader for cursors partition N" (another broker leads the owning partition, or
@@ -72,3 +178,4 @@ def check_cursor_owner(store: Store, broker: BrokerSlot, cursor_id: str, stream:
     owner: Partition = cursors.partitions[pid]
     if owner.leader != broker.id or (store.cluster is not None and store.cluster.no_leaders):
         raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"Server not leader for cursors partition {pid}")
+    return owner

@@ -432,7 +432,15 @@ class PartitionLog:
             oldest = lo
         if max_age_ns > 0 and oldest < end:
             oldest = max(oldest, self.first_offset_at_or_after(now_ns - max_age_ns))
-        oldest = min(oldest, end)
+        return self.discard_before(oldest)
+
+    def discard_before(self, offset: int) -> bool:
+        """Move :attr:`oldest_offset` forward to ``offset`` (never past the last written record,
+        never backwards) and delete the segments wholly before it; return whether it moved.
+
+        Retention uses it, and so does the compaction of the ``__cursors`` stream (``cursors.py``).
+        """
+        oldest = min(offset, self._flushed_next)
         if oldest <= self._oldest:
             return False
         self._oldest = oldest

@@ -21,7 +21,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
-from .cursors_stream import check_cursor_owner
+from .cursors_stream import check_cursor_owner, write_cursor
 from .errors import ApiError, IncorrectOffsetError
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
@@ -43,8 +43,13 @@ ASYNC_ACK_TIMEOUT = 5.0
 _READ_BATCH = 512
 _EMPTY_PUBLISH_RESPONSE = b""
 _HANDSHAKE = b""
-#: What Liftbridge answers (INTERNAL, no handshake) to a Subscribe on a paused partition without ``resume``.
+#: What Liftbridge answers (INTERNAL, no handshake) to a Subscribe without ``resume`` on a paused
+#: partition starting at a committed offset.
 PAUSED_SUBSCRIBE = "Failed to create stream reader: segment has been closed"
+#: How Liftbridge ends a subscription whose partition is paused (FAILED_PRECONDITION) or deleted
+#: (NOT_FOUND): its commit log's errors (``server/commitlog``, ErrCommitLogClosed / ErrCommitLogDeleted).
+COMMIT_LOG_CLOSED = "commit log was closed"
+COMMIT_LOG_DELETED = "commit log was deleted"
 #: The gRPC service name of the API (paths are ``/proto.API/<Method>``).
 SERVICE = "proto.API"
 
@@ -516,10 +521,7 @@ class ApiService:
             cluster is not None and cluster.no_leaders
         ):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
-        if part.paused:
-            if not req.resume:
-                # Liftbridge closes a paused partition's log: opening a reader on it fails at once.
-                await context.abort(grpc.StatusCode.INTERNAL, PAUSED_SUBSCRIBE)
+        if part.paused and req.resume:
             await store.resume_for_publish(part)
         try:
             offset = self._start_offset(req, part)
@@ -530,14 +532,20 @@ class ApiService:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"Stop offset is before start offset: {stop} < {offset}"
             )
+        if part.paused and offset <= part.hw:
+            # Liftbridge closes a paused partition's log. A reader starting at a committed offset
+            # opens a segment and fails at once; one starting past the high watermark (an empty
+            # partition, NEW_ONLY) opens nothing, so the handshake goes out and the first read
+            # finds the log closed: FAILED_PRECONDITION in the loop below.
+            await context.abort(grpc.StatusCode.INTERNAL, PAUSED_SUBSCRIBE)
         yield _HANDSHAKE
         log_ = part.log
         repl = part.replication
         while True:
             if part.deleted:
-                await context.abort(grpc.StatusCode.NOT_FOUND, "commit log deleted")
+                await context.abort(grpc.StatusCode.NOT_FOUND, COMMIT_LOG_DELETED)
             if part.paused:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "commit log closed")
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, COMMIT_LOG_CLOSED)
             if repl is None:
                 newest = log_.newest_offset
             else:
@@ -564,8 +572,12 @@ class ApiService:
 
     # -- cursors --------------------------------------------------------------
     async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._check_cursor_request(req, context)
-        self.store.cursors.set(req.cursorId, req.stream, req.partition, req.offset)
+        owner = await self._check_cursor_request(req, context)
+        cursor = (req.cursorId, req.stream, req.partition)
+        try:
+            await write_cursor(self.store, owner, cursor, req.offset, context.time_remaining())
+        except ApiError as err:
+            await _abort(context, err)
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
@@ -574,14 +586,15 @@ class ApiService:
 
     async def _check_cursor_request(
         self, req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]
-    ) -> None:
+    ) -> Partition:
         """Both cursor calls need a stream and a cursor id (INVALID_ARGUMENT, as Liftbridge answers),
-        then go to the leader of the ``__cursors`` partition owning the cursor (``cursors_stream.py``)."""
+        then go to the leader of the ``__cursors`` partition owning the cursor (``cursors_stream.py``),
+        which this returns."""
         if not req.stream:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No stream provided")
         if not req.cursorId:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "No cursorId provided")
         try:
-            check_cursor_owner(self.store, self.broker, req.cursorId, req.stream, req.partition)
+            return check_cursor_owner(self.store, self.broker, req.cursorId, req.stream, req.partition)
         except ApiError as err:
             await _abort(context, err)

@@ -9,8 +9,8 @@ current loop iteration; after the write, the partition's commit callbacks run
 therefore never sent before its record is in the file.
 
 Metadata (streams, partitions, leaders, paused and read-only flags) lives in
-``meta.json``, rewritten atomically on every change; cursors live in their own
-log (``cursors/``), compacted when it is opened.
+``meta.json``, rewritten atomically on every change; cursors are messages of the
+internal ``__cursors`` stream (``cursors_stream.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .cluster import Cluster, replication_of
-from .cursors import CursorStore
+from .cursors import CursorIndex
 from .errors import ApiError, DataDirError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
 from .model import BrokerSlot, ClusterTimings, StreamConfig, is_valid_subject
@@ -54,7 +54,7 @@ ASYNC_INTERNAL = api_pb2.PublishAsyncError.INTERNAL
 class Store:
     """All streams of the server, the broker list, cursors and the batched flushing of logs.
 
-    :param data_dir: where ``meta.json``, ``cursors/`` and ``streams/`` live (created if missing).
+    :param data_dir: where ``meta.json`` and ``streams/`` live (created if missing).
     :param brokers: the cluster's brokers; partition leaders are chosen among them.
     :param fsync: ``fsync`` log writes (default: written to the OS page cache only).
     :param timings: cluster-mode time-outs (more than one broker; default: Liftbridge's).
@@ -79,7 +79,8 @@ class Store:
             raise DataDirError(
                 f"cannot create the data directory {data_dir}: {exc}; pass a writable --data-dir"
             ) from exc
-        self.cursors = CursorStore(data_dir / "cursors", fsync=fsync)
+        #: Cursor positions, in step with the messages of ``__cursors`` (``cursors_stream.py``).
+        self.cursors = CursorIndex()
         self._load()
 
     # -- persistence ----------------------------------------------------------
@@ -423,4 +424,3 @@ class Store:
                     part.replication.close()
                 else:
                     part.log.close()
-        self.cursors.close()

@@ -284,6 +284,8 @@ STATUS_TABLE = [
     ("Subscribe", C.FAILED_PRECONDITION, "partition is paused", PartitionPausedError),
     # Liftbridge v1.9 on a paused partition: the call fails at once (its log is closed).
     ("Subscribe", C.INTERNAL, "Failed to create stream reader: segment has been closed", PartitionPausedError),
+    # ... and an empty paused partition (or one paused under a subscriber) ends it after the handshake.
+    ("Subscribe", C.FAILED_PRECONDITION, "commit log was closed", PartitionPausedError),
     ("FetchPartitionMetadata", C.NOT_FOUND, "partition not found", NoSuchPartitionError),
     ("FetchMetadata", C.DEADLINE_EXCEEDED, "", RequestTimeoutError),
     ("FetchMetadata", C.UNAVAILABLE, "connection refused", UnavailableError),

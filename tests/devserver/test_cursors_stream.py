@@ -1,17 +1,24 @@
-"""The internal ``__cursors`` stream: listed in metadata as Liftbridge lists it, and cursor calls
-served only by the leader of the partition that owns the cursor (``devserver/cursors.py``)."""
+"""The internal ``__cursors`` stream: listed in metadata as Liftbridge lists it, cursor calls
+served only by the leader of the partition that owns the cursor, and every SetCursor a message of
+that partition, compacted by key (``devserver/cursors_stream.py``, ``devserver/cursors.py``).
+Probed with the generated stubs only."""
 
 from __future__ import annotations
 
+import time
 import zlib
+from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
+from airflow_provider_liftbridge.devserver.cursors import COMPACT_MIN
+from airflow_provider_liftbridge.devserver.log import PartitionLog
 
-from .helpers import TIMEOUT, rpc_error, user_streams
+from .helpers import TIMEOUT, rpc_error, subscribe, user_streams
 
 Stub = api_pb2_grpc.APIStub
 
@@ -79,6 +86,171 @@ def test_cluster_only_the_owning_partitions_leader_serves_a_cursor() -> None:
             assert new != old
             fetch = pb.FetchCursorRequest(cursorId=cid, stream="orders", partition=0)
             assert stubs[new].FetchCursor(fetch, timeout=TIMEOUT).offset == 0
+            # The cursor messages were replicated like any stream's: the new leader holds them.
+            held = pb.FetchPartitionMetadataRequest(stream="__cursors", partition=pid)
+            assert stubs[new].FetchPartitionMetadata(held, timeout=TIMEOUT).metadata.newestOffset >= 0
         finally:
             for ch in channels:
                 ch.close()
+
+
+# -- cursors are messages of __cursors ------------------------------------------------------------
+
+
+def _cursors_newest(stub: Stub, partition: int = 0) -> int:
+    req = pb.FetchPartitionMetadataRequest(stream="__cursors", partition=partition)
+    return stub.FetchPartitionMetadata(req, timeout=TIMEOUT).metadata.newestOffset
+
+
+def _cursors_messages(stub: Stub, first: int = 0) -> list[pb.Message]:
+    """Every message of ``__cursors`` partition 0 from ``first`` on, read with a plain Subscribe."""
+    req = pb.SubscribeRequest(
+        stream="__cursors", startPosition=pb.OFFSET, startOffset=first, stopPosition=pb.STOP_LATEST
+    )
+    sub = subscribe(stub, req)
+    assert sub.code == grpc.StatusCode.RESOURCE_EXHAUSTED, (sub.code, sub.details)
+    return sub.data
+
+
+def _cursor_fields(value: bytes) -> tuple[str, int, str, int]:
+    # Liftbridge's internal Cursor protobuf (server/protocol/internal.proto): stream = 1,
+    # partition = 2, cursorId = 3, offset = 4, decoded field by field here.
+    fields: dict[int, object] = {}
+    pos = 0
+    while pos < len(value):
+        tag, pos = _varint(value, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            fields[number], pos = _varint(value, pos)
+        else:
+            assert wire == 2, f"unexpected wire type {wire}"
+            size, pos = _varint(value, pos)
+            fields[number] = value[pos : pos + size].decode()
+            pos += size
+    return (str(fields.get(1, "")), int(fields.get(2, 0)), str(fields.get(3, "")), int(fields.get(4, 0)))  # type: ignore[call-overload]
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return result, pos
+
+
+def test_every_set_cursor_is_a_message_keyed_by_cursor_stream_and_partition(stub: Stub, stream_name: str) -> None:
+    before = _cursors_newest(stub)  # the session server's other tests may have set cursors
+    for offset in (4, 9):
+        stub.SetCursor(pb.SetCursorRequest(cursorId="probe", stream=stream_name, partition=1, offset=offset))
+    stub.SetCursor(pb.SetCursorRequest(cursorId="probe", stream=stream_name, partition=0, offset=2))
+    after = _cursors_newest(stub)
+    assert after == before + 3 and after >= 2  # the newest offset grows with each write
+    written = [m for m in _cursors_messages(stub, before + 1) if stream_name.encode() in m.key]
+    assert [(m.key, _cursor_fields(m.value)) for m in written] == [
+        (f"probe,{stream_name},1".encode(), (stream_name, 1, "probe", 4)),
+        (f"probe,{stream_name},1".encode(), (stream_name, 1, "probe", 9)),
+        (f"probe,{stream_name},0".encode(), (stream_name, 0, "probe", 2)),
+    ]
+    fetched = [
+        stub.FetchCursor(pb.FetchCursorRequest(cursorId="probe", stream=stream_name, partition=p), timeout=TIMEOUT)
+        for p in (0, 1)
+    ]
+    assert [f.offset for f in fetched] == [2, 9]
+
+
+def test_cursor_values_and_messages_survive_a_restart(tmp_path: Path) -> None:
+    with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as ch:
+        stub = Stub(ch)
+        for n in range(5):
+            stub.SetCursor(pb.SetCursorRequest(cursorId=f"c{n % 2}", stream="s", offset=n), timeout=TIMEOUT)
+        assert _cursors_newest(stub) == 4
+    with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as ch:
+        stub = Stub(ch)
+        assert _cursors_newest(stub) == 4
+        got = [
+            stub.FetchCursor(pb.FetchCursorRequest(cursorId=c, stream="s"), timeout=TIMEOUT).offset
+            for c in ("c0", "c1")
+        ]
+        assert got == [4, 3]
+        stub.SetCursor(pb.SetCursorRequest(cursorId="c1", stream="s", offset=7), timeout=TIMEOUT)
+        assert _cursors_newest(stub) == 5
+
+
+def test_compaction_keeps_the_cursors_stream_bounded_across_restarts(tmp_path: Path) -> None:
+    writes = 3 * COMPACT_MIN
+    with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as ch:
+        stub = Stub(ch)
+        for n in range(writes):
+            stub.SetCursor(pb.SetCursorRequest(cursorId=f"c{n % 3}", stream="s", offset=n), timeout=TIMEOUT)
+        assert _cursors_newest(stub) >= writes - 1  # offsets keep growing
+        held = _cursors_messages(stub)
+        assert len(held) <= COMPACT_MIN + 3  # compacted: not one record per write
+        latest = {m.key: _cursor_fields(m.value)[3] for m in held}  # the last message of a key wins
+        assert latest == {b"c0,s,0": writes - 3, b"c1,s,0": writes - 2, b"c2,s,0": writes - 1}
+    with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as ch:
+        stub = Stub(ch)
+        fetched = [
+            stub.FetchCursor(pb.FetchCursorRequest(cursorId=f"c{i}", stream="s"), timeout=TIMEOUT) for i in range(3)
+        ]
+        assert [f.offset for f in fetched] == [writes - 3, writes - 2, writes - 1]
+        assert len(_cursors_messages(stub)) <= COMPACT_MIN + 3
+
+
+def test_cursors_of_an_earlier_dev_server_move_into_the_cursors_stream(tmp_path: Path) -> None:
+    # Earlier dev servers kept cursors in their own log of SetCursorRequest bodies (DATA_DIR/cursors/).
+    old = PartitionLog(tmp_path / "cursors")
+    for offset in (3, 8):
+        old.append(pb.SetCursorRequest(cursorId="old", stream="s", partition=1, offset=offset).SerializeToString(), 1)
+    old.flush()
+    old.close()
+    with DevServer(data_dir=tmp_path) as srv, grpc.insecure_channel(srv.address) as ch:
+        stub = Stub(ch)
+        assert (
+            stub.FetchCursor(pb.FetchCursorRequest(cursorId="old", stream="s", partition=1), timeout=TIMEOUT).offset
+            == 8
+        )
+        assert [(m.key, _cursor_fields(m.value)) for m in _cursors_messages(stub)] == [(b"old,s,1", ("s", 1, "old", 8))]
+    assert not (tmp_path / "cursors").exists()
+
+
+def test_cluster_restart_reads_cursors_back_from_the_replicated_messages(tmp_path: Path) -> None:
+    def owner_stub(stubs: list[Stub], srv: DevServer, cursor_id: str) -> Stub:
+        # The restart window has no leaders at first: ask until the owning partition has one.
+        deadline = time.monotonic() + 10
+        while True:
+            md = stubs[0].FetchMetadata(pb.FetchMetadataRequest(streams=["__cursors"]), timeout=TIMEOUT)
+            parts = md.streamMetadata[0].partitions
+            leader = parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
+            if leader:
+                return stubs[srv.broker_ids.index(leader)]
+            assert time.monotonic() < deadline, "no leader for the cursors partition after the restart"
+            time.sleep(0.05)
+
+    def run(srv: DevServer, action: Callable[[list[Stub]], None]) -> None:
+        channels = [grpc.insecure_channel(a) for a in srv.addresses]
+        try:
+            action([Stub(ch) for ch in channels])
+        finally:
+            for ch in channels:
+                ch.close()
+
+    def set_them(stubs: list[Stub]) -> None:
+        for n in range(4):
+            req = pb.SetCursorRequest(cursorId=f"r{n}", stream="s", offset=10 + n)
+            owner_stub(stubs, first, f"r{n}").SetCursor(req, timeout=TIMEOUT)
+
+    got: list[int] = []
+
+    def fetch_them(stubs: list[Stub]) -> None:
+        for n in range(4):
+            req = pb.FetchCursorRequest(cursorId=f"r{n}", stream="s")
+            got.append(owner_stub(stubs, second, f"r{n}").FetchCursor(req, timeout=TIMEOUT).offset)
+
+    with DevServer(brokers=3, cursors_partitions=2, data_dir=tmp_path, timings=ClusterTimings.fast()) as first:
+        run(first, set_them)
+    with DevServer(brokers=3, cursors_partitions=2, data_dir=tmp_path, timings=ClusterTimings.fast()) as second:
+        run(second, fetch_them)
+    assert got == [10, 11, 12, 13]

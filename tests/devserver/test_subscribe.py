@@ -9,7 +9,7 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
-from .helpers import TIMEOUT, create, partition_meta, publish, subscribe, subscribe_while
+from .helpers import TIMEOUT, create, partition_meta, publish, rpc_error, subscribe, subscribe_while
 
 Stub = api_pb2_grpc.APIStub
 
@@ -157,8 +157,44 @@ def test_subscribe_to_paused_partition_needs_resume(stub: Stub, stream_name: str
     )
     sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, resume=True), count=2)
     assert sub.offsets == [0, 1]
-    # Resumed: the leader answers FetchPartitionMetadata again (the paused flag itself is sticky).
-    assert partition_meta(stub, stream_name).newestOffset == 1
+    # Resumed: the leader answers FetchPartitionMetadata again, and, as Liftbridge v1.9, both
+    # metadata calls still say paused (the saved flag is never cleared).
+    resumed = partition_meta(stub, stream_name)
+    assert (resumed.newestOffset, resumed.paused) == (1, True)
+    meta = stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream_name]), timeout=TIMEOUT)
+    assert meta.streamMetadata[0].partitions[0].paused is True
+
+
+def test_subscribe_to_an_empty_paused_partition_is_accepted_then_ends(stub: Stub, stream_name: str) -> None:
+    # Liftbridge v1.9, measured: an empty paused partition accepts the subscription (handshake),
+    # then ends it with FAILED_PRECONDITION; its reader opened no segment of the closed log.
+    create(stub, stream_name)
+    stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
+    for position in (pb.EARLIEST, pb.LATEST, pb.NEW_ONLY):
+        sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=position))
+        assert (sub.handshake, sub.data, sub.code, sub.details) == (
+            True,
+            [],
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "commit log was closed",
+        ), position
+    # Still paused: nothing above resumed it (FetchPartitionMetadata is refused while paused).
+    assert rpc_error(partition_meta, stub, stream_name).code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_paused_partition_with_messages_fails_at_once_unless_reading_past_them(stub: Stub, stream_name: str) -> None:
+    # A start at a stored offset fails before the handshake (measured); NEW_ONLY starts past the
+    # high watermark, which Liftbridge's reader treats like an empty log (server/commitlog/reader.go).
+    _filled(stub, stream_name, 3)
+    stub.PauseStream(pb.PauseStreamRequest(name=stream_name), timeout=TIMEOUT)
+    for req in (
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.LATEST),
+        pb.SubscribeRequest(stream=stream_name, startPosition=pb.OFFSET, startOffset=2),
+    ):
+        sub = subscribe(stub, req)
+        assert (sub.messages, sub.code) == ([], grpc.StatusCode.INTERNAL), req
+    sub = subscribe(stub, pb.SubscribeRequest(stream=stream_name, startPosition=pb.NEW_ONLY))
+    assert (sub.handshake, sub.data, sub.code) == (True, [], grpc.StatusCode.FAILED_PRECONDITION)
 
 
 def test_delete_while_subscribed_is_not_found(stub: Stub, stream_name: str) -> None:

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.nats_security import redact_urls
 
 from ..compression import compress_record, compressor
@@ -41,7 +40,7 @@ from ..errors import (
     ReadonlyPartitionError,
     UnavailableError,
 )
-from ..operations import choose_partition, missing_confirmed_op, refresh_metadata, unary
+from ..operations import choose_partition, fetch_partition_metadata, missing_confirmed_op, refresh_metadata
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record, StreamInfo
@@ -466,18 +465,12 @@ def _blocked_partitions(core: ClientCore, info: StreamInfo, parts: Sequence[int]
 
 
 def _really_paused(core: ClientCore, stream: str, partition: int) -> Op[bool]:
-    # FetchMetadata keeps saying "paused" after a publish resumed the partition; the leader
-    # refuses FetchPartitionMetadata only while the partition really is paused.
-    request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+    """Whether a partition the metadata calls paused still is: the flag stays set after a publish
+    resumed it (Liftbridge v1.9), while the leader refuses FetchPartitionMetadata only while it
+    really is paused (``leader_unary`` tells the two apart). A partition without a leader to ask
+    counts as paused: NATS publishes to it would be lost just the same."""
     try:
-        yield from unary(
-            core,
-            "FetchPartitionMetadata",
-            request,
-            preferred=core.route(stream, partition),
-            stream=stream,
-            partition=partition,
-        )
+        yield from fetch_partition_metadata(core, stream, partition)
     except (NotLeaderError, PartitionPausedError):
         return True
     return False
@@ -525,7 +518,7 @@ def _explain_timeouts(
             error = ReadonlyPartitionError(
                 f"stream {stream!r} partition {p} became read-only while publishing; record {i} was dropped"
             )
-        elif part.paused:
+        elif part.paused and (yield from _really_paused(core, stream, p)):
             error = PartitionPausedError(
                 f"stream {stream!r} partition {p} was paused while publishing and record {i} was dropped; "
                 "publish it again over gRPC, which resumes the partition"

@@ -86,9 +86,9 @@ def send_unstored_again(
                     return
             except LiftbridgeError:
                 return  # keep the time-outs
-            info = core.cache.stream(stream)  # all streams' metadata, just fetched
-            if info is not None and any(info.partitions[p].paused for p in waiting if p in info.partitions):
-                return  # a paused partition answers as a non-leader; waiting will not change that
+            # A paused partition is not among these: fetch_partition_metadata raises
+            # PartitionPausedError for it (handled below), and the metadata's paused flag is no
+            # proof either way (it stays set after a resume).
             continue  # the cluster is not back: no leader to ask yet
         except LiftbridgeError:
             return  # the broker does not answer in time either (stopped, overloaded): keep the time-outs
