@@ -56,6 +56,7 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
         return LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id)
 
     def execute(self, context: Context) -> Any:
+        self.import_functions()  # on the worker, before any I/O: a missing module fails the try at once
         try:
             return self.run(self.hook.client, context)
         finally:
