@@ -47,8 +47,8 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
 
     ``apply_function`` is a dotted path to ``f(message, *args, **kwargs)``; a truthy result is a
     match. It is checked for its shape when the DAG is parsed and imported where it runs: on the
-    worker when the task starts (before anything is read), and in the triggerer when it defers. The message is a
-    :class:`~airflow_provider_liftbridge.client.Message`. See
+    worker when the task starts (before anything is read), and in the triggerer when it defers.
+    The message is a :class:`~airflow_provider_liftbridge.client.Message`. See
     :mod:`airflow_provider_liftbridge.sensors.matchers` for ready-made functions.
 
     :param stream: the stream. (templated)
