@@ -18,9 +18,11 @@ import datetime as dt
 import difflib
 import inspect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
+from airflow_provider_liftbridge import callables
+from airflow_provider_liftbridge.callables import WORKER, FunctionPathError
 from airflow_provider_liftbridge.client import InvalidArgumentError, StartPosition, checks
 from airflow_provider_liftbridge.client.checks import Check, argument_message, number, optional, whole_number
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeUnknownArgumentError
@@ -34,6 +36,8 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_duration",
+    "check_function",
+    "check_function_path",
     "check_header_value",
     "check_headers",
     "check_key",
@@ -51,6 +55,7 @@ __all__ = [
     "check_stream",
     "check_subject",
     "check_timeout",
+    "import_function",
     "optional",
     "parse_start_at",
     "suggest_parameter",
@@ -84,18 +89,40 @@ def bad_argument(name: str, value: Any, expected: str, fix: str = "") -> Liftbri
 
 def airflow_check(check: Check) -> Check:
     """``check`` (one of the client's, :mod:`airflow_provider_liftbridge.client.checks`, which
-    raise ``InvalidArgumentError``) raising :class:`LiftbridgeArgumentError` instead, with the same
-    message: the one definition of a check serves the client's values and the operators' keywords."""
+    raise ``InvalidArgumentError``, or of :mod:`airflow_provider_liftbridge.callables`) raising
+    :class:`LiftbridgeArgumentError` instead, with the same message: the one definition of a check
+    serves the client's values, the Spark room's and the operators' keywords."""
 
     def checked(value: Any, *name: str) -> Any:  # ``name`` keeps the check's own default, if any
         try:
             return check(value, *name)
-        except InvalidArgumentError as exc:
+        except (InvalidArgumentError, FunctionPathError) as exc:
             raise LiftbridgeArgumentError(str(exc)) from None
 
     checked.__doc__ = check.__doc__
     checked.__name__ = getattr(check, "__name__", "checked")
     return checked
+
+
+# -- functions ------------------------------------------------------------------------------------
+
+#: A callable, or a dotted path of a function checked for its shape only (nothing is imported at
+#: parse time: see :mod:`airflow_provider_liftbridge.callables`).
+check_function: Check = airflow_check(callables.check_function)
+#: A dotted path of a function (no callable: the value is serialized, e.g. into a trigger), shape only.
+check_function_path: Check = airflow_check(callables.check_function_path)
+
+
+def import_function(value: Any, name: str, where: str = WORKER) -> Callable[..., Any]:
+    """The function ``value`` names, imported in this process (``where`` it runs: the worker by default).
+
+    :raises LiftbridgeArgumentError: the error of :func:`airflow_provider_liftbridge.callables.import_function`
+        (it names the parameter, the path, the cause and where the module must be importable).
+    """
+    try:
+        return callables.import_function(value, name, where)
+    except FunctionPathError as exc:
+        raise LiftbridgeArgumentError(str(exc)) from exc.__cause__  # keeps what the module raised
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -394,6 +421,10 @@ class ArgumentChecks:
 
     #: Parameter name -> validator, for this class's own parameters.
     argument_checks: ClassVar[Mapping[str, Check]] = {}
+    #: This class's parameters that name a function (a callable or a dotted path; their validator,
+    #: :func:`check_function` or :func:`check_function_path`, checks the shape): imported by
+    #: :meth:`import_functions` when the task runs, never when the DAG is parsed.
+    function_arguments: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def all_argument_checks(cls) -> dict[str, Check]:
@@ -425,6 +456,20 @@ class ArgumentChecks:
         :raises LiftbridgeArgumentError: a value is invalid (the task fails before any I/O).
         """
         self._run_checks(self.all_argument_checks(), rendered=True)
+
+    def import_functions(self) -> None:
+        """Import the function of every parameter in ``function_arguments`` (of this class and its
+        bases) that is set, in this process (the worker): call it first in ``execute()``, so a
+        module missing there fails the try before anything is read, written or committed.
+
+        :raises LiftbridgeArgumentError: names the parameter, the path, the cause and that the
+            module must be importable on the worker.
+        """
+        for klass in reversed(type(self).__mro__):
+            for name in vars(klass).get("function_arguments", ()):
+                value = getattr(self, name, None)
+                if value is not None:
+                    import_function(value, name)
 
     def check_combination(self, *, rendered: bool) -> None:
         """Check what depends on several parameters (a value waiting for rendering is skipped

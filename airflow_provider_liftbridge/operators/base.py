@@ -33,7 +33,8 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
     are validated when the DAG is parsed (literal values) and again once templates are rendered
     (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`): a subclass lists its
     parameters' validators in ``argument_checks`` and calls ``self.check_literal_arguments(Cls)``
-    at the end of its ``__init__``.
+    at the end of its ``__init__``. Parameters naming a function (``function_arguments``) are
+    imported first thing in :meth:`execute`, on the worker, never when the DAG is parsed.
 
     :param stream: the stream's name. (templated)
     :param liftbridge_conn_id: the connection to use. (templated)
@@ -56,6 +57,7 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
         return LiftbridgeHook(liftbridge_conn_id=self.liftbridge_conn_id)
 
     def execute(self, context: Context) -> Any:
+        self.import_functions()  # on the worker, before any I/O: a missing module fails the try at once
         try:
             return self.run(self.hook.client, context)
         finally:

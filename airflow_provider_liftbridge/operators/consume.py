@@ -8,13 +8,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, json_value
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets
-from airflow_provider_liftbridge.validation import bad_argument, check_bool, check_choice, check_stream, optional
+from airflow_provider_liftbridge.validation import (
+    bad_argument,
+    check_bool,
+    check_choice,
+    check_function,
+    check_stream,
+    import_function,
+    optional,
+)
 
 from .reading import LiftbridgeReadingOperator
 
@@ -23,42 +30,11 @@ __all__ = [
     "VALUE_FORMATS",
     "LiftbridgeConsumeOperator",
     "check_args",
-    "check_callable",
     "check_kwargs",
-    "resolve_callable",
 ]
 
 ON_ERROR = ("fail", "dead_letter")
 VALUE_FORMATS = ("bytes", "json")
-
-
-def resolve_callable(name: str, value: Any) -> Callable[..., Any]:
-    """A function given as a callable or as a dotted path (``"my_pkg.module.function"``).
-
-    :raises LiftbridgeArgumentError: the path does not import or names no callable (``name`` is
-        the parameter, named in the message).
-    """
-    if callable(value):
-        return value  # type: ignore[no-any-return]
-    if not isinstance(value, str) or "." not in value:
-        raise LiftbridgeArgumentError(
-            f"{name} must be a callable or a dotted path such as 'my_pkg.transform.handle', got {value!r}"
-        )
-    try:
-        func = import_string(value)
-    except ImportError as exc:
-        raise LiftbridgeArgumentError(
-            f"{name} {value!r} cannot be imported ({exc}): check the module is on the workers' path"
-            " (the DAGs folder or an installed package) and the name is spelled right"
-        ) from None
-    if not callable(func):
-        raise LiftbridgeArgumentError(f"{name} {value!r} is not callable: name a function")
-    return func  # type: ignore[no-any-return]
-
-
-def check_callable(value: Any, name: str) -> Callable[..., Any]:
-    """A validator: :func:`resolve_callable` with the ``(value, name)`` signature of ``validation``."""
-    return resolve_callable(name, value)
 
 
 def check_args(value: Any, name: str) -> list[Any]:
@@ -96,14 +72,16 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
     Exactly one of ``apply_function`` (called with each message) and ``apply_function_batch``
     (called with a list of up to ``max_batch_size`` messages) is given; either is a callable or a
     dotted path, and gets ``apply_function_args`` / ``apply_function_kwargs`` after the message(s).
+    A dotted path is checked for its shape when the DAG is parsed and imported on the worker when
+    the task runs (before anything is read), so its module need not exist where DAGs are parsed.
     A message is the client's :class:`~airflow_provider_liftbridge.client.Message` (``stream``,
     ``partition``, ``offset``, ``key``, ``value``, ``headers``, ``timestamp``).
 
     Where to read, the planned ranges, commits and waiting: see
     :class:`~.reading.LiftbridgeReadingOperator` and ``docs/consume.md``.
 
-    :param apply_function: the per-message function.
-    :param apply_function_batch: the per-batch function.
+    :param apply_function: the per-message function (a callable or a dotted path).
+    :param apply_function_batch: the per-batch function (a callable or a dotted path).
     :param apply_function_args: positional arguments after the message(s). (templated)
     :param apply_function_kwargs: keyword arguments. (templated)
     :param value_format: ``"bytes"`` (default): values as stored; ``"json"``: values decoded
@@ -118,7 +96,8 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
     :return: ``{"stream", "cursor_id" | "group_id", "partitions": {"<p>": {"first_offset",
         "last_offset", "processed", "dead_lettered", "committed", "plan_end", "resumed", "lag"}},
         "processed", "dead_lettered"}``.
-    :raises LiftbridgeArgumentError: a bad argument (at parse time when not templated).
+    :raises LiftbridgeArgumentError: a bad argument (at parse time when not templated), or a
+        function that cannot be imported on the worker (when the task starts, before any read).
     """
 
     template_fields: Sequence[str] = (
@@ -128,8 +107,8 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         "dead_letter_stream",
     )
     argument_checks = {
-        "apply_function": optional(check_callable),
-        "apply_function_batch": optional(check_callable),
+        "apply_function": optional(check_function),
+        "apply_function_batch": optional(check_function),
         "apply_function_args": check_args,
         "apply_function_kwargs": check_kwargs,
         "value_format": check_choice(VALUE_FORMATS),
@@ -137,6 +116,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         "dead_letter_stream": optional(check_stream),
         "create_dead_letter_stream": check_bool,
     }
+    function_arguments = ("apply_function", "apply_function_batch")
 
     def __init__(
         self,
@@ -191,9 +171,9 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         kwargs = check_kwargs(self.apply_function_kwargs, "apply_function_kwargs")
         decode = _decoded if self.value_format == "json" else None
         if self.apply_function is not None:
-            func = resolve_callable("apply_function", self.apply_function)
+            func = import_function(self.apply_function, "apply_function")
             return _per_message(func, args, kwargs, decode, dead_letters)
-        func = resolve_callable("apply_function_batch", self.apply_function_batch)
+        func = import_function(self.apply_function_batch, "apply_function_batch")
         return _per_batch(func, args, kwargs, decode, dead_letters)
 
     def describe_failure(self, failed: BatchFailed) -> str:

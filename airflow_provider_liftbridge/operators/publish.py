@@ -7,11 +7,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.module_loading import import_string
 
 from airflow_provider_liftbridge.client import Record
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
-from airflow_provider_liftbridge.validation import check_optional_name
+from airflow_provider_liftbridge.validation import check_function_path, check_optional_name, import_function, optional
 
 from .publishing import LiftbridgePublishingOperator
 from .records import build_record
@@ -27,7 +26,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
     - ``records``: a list given inline, rendered by Jinja, or an ``XComArg`` (``task.output``); a
       string is parsed as a JSON list (so ``"{{ ti.xcom_pull('t') | tojson }}"`` works);
     - ``records_callable``: the dotted path of a function returning an iterable of records,
-      imported where the task runs (so the DAG serializes cleanly).
+      checked for its shape when the DAG is parsed and imported on the worker when the task starts
+      (so the DAG serializes cleanly, and its module need not exist where DAGs are parsed).
 
     Each record is ``bytes`` (published as it is), ``str`` (UTF-8), a
     :class:`~airflow_provider_liftbridge.client.Record` (full control), or any other JSON value
@@ -47,7 +47,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``; with ``exactly_once``
         also ``"producer_id"``, ``"written"`` and ``"skipped"``.
     :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused.
-    :raises LiftbridgeArgumentError: no records source, or two of them, or a record cannot be encoded.
+    :raises LiftbridgeArgumentError: no records source, or two of them, or a record cannot be encoded,
+        or ``records_callable`` cannot be imported on the worker (before anything is published).
     """
 
     template_fields: Sequence[str] = (
@@ -64,7 +65,8 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         "producer_id",
     )
     template_fields_renderers = {"records": "json", "headers": "json"}
-    argument_checks = {"key_field": check_optional_name}
+    argument_checks = {"key_field": check_optional_name, "records_callable": optional(check_function_path)}
+    function_arguments = ("records_callable",)
 
     def __init__(
         self,
@@ -80,10 +82,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         super().__init__(stream=stream, **kwargs)  # the publishing options: see the base class
         if (records is None) == (records_callable is None):
             raise LiftbridgeArgumentError("give exactly one of records and records_callable")
-        if records_callable is not None and not isinstance(records_callable, str):
-            raise LiftbridgeArgumentError(
-                f"records_callable must be a dotted path such as 'my_pkg.make_records', got {records_callable!r}"
-            )
         self.records = records
         self.records_callable = records_callable
         self.records_callable_args = records_callable_args
@@ -114,10 +112,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         :raises LiftbridgeArgumentError: the source does not give a list/iterable of records.
         """
         if self.records_callable is not None:
-            try:
-                func = import_string(self.records_callable)
-            except ImportError as exc:
-                raise LiftbridgeArgumentError(f"records_callable {self.records_callable!r}: {exc}") from None
+            func = import_function(self.records_callable, "records_callable")
             produced = func(*(self.records_callable_args or ()), **(self.records_callable_kwargs or {}))
             if produced is None or isinstance(produced, str | bytes | Mapping):
                 raise LiftbridgeArgumentError(

@@ -16,6 +16,7 @@ from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
+from airflow_provider_liftbridge.validation import check_function_path, optional
 
 __all__ = ["LiftbridgeSparkPublishOperator", "spark_settings_from_connection"]
 
@@ -66,7 +67,9 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     :param read_options: reader options, e.g. ``{"header": "true"}``. (templated)
     :param table: a table or view to publish. (templated)
     :param sql: a Spark SQL query whose result is published. (templated)
-    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``. (templated)
+    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``, checked for
+        its shape when the DAG is parsed and imported on the worker (the Spark driver) when the task
+        starts, before Spark does. (templated)
     :param callable_kwargs: keyword arguments of ``dataframe_callable``. (templated)
     :param key_col: column holding message keys. (templated)
     :param value_col: column holding message values; without it each row is published as JSON. (templated)
@@ -92,6 +95,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     :returns: (XCom) ``{"stream", "count", "acknowledged", "ack_policy", "partitions": {"0":
         {"first_offset", "last_offset", "count"}}, "bytes", "seconds", "spark_partitions"}``.
     :raises SparkOptionError: bad arguments (at construction) or columns (at run time).
+    :raises LiftbridgeArgumentError: ``dataframe_callable`` has not the shape of a dotted path (at
+        construction), or cannot be imported on the worker (when the task starts).
     :raises SparkStreamError: the stream does not exist.
     :raises SparkPublishError: rows were not acknowledged.
     """
@@ -117,9 +122,13 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     template_fields_renderers = {"sql": "sql", "read_options": "json", "spark_config": "json"}
     #: The publishing options it shares with the publishing operators, checked by the same validators.
     argument_checks = {
-        name: PUBLISHING_CHECKS[name]
-        for name in ("ack_policy", "window", "publish_timeout", "exactly_once", "producer_id", "compression")
+        **{
+            name: PUBLISHING_CHECKS[name]
+            for name in ("ack_policy", "window", "publish_timeout", "exactly_once", "producer_id", "compression")
+        },
+        "dataframe_callable": optional(check_function_path),
     }
+    function_arguments = ("dataframe_callable",)
     ui_color = "#fde8d7"
 
     def __init__(
@@ -217,6 +226,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         from airflow_provider_liftbridge.spark.publish import publish_dataframe
         from airflow_provider_liftbridge.spark.session import spark_session_scope
 
+        self.import_functions()  # a missing dataframe_callable module fails before Spark starts
         settings = self.hook.settings
         master, config = spark_settings_from_connection(self.spark_conn_id) if self.spark_conn_id else (None, {})
         config.update(self.spark_config)

@@ -14,9 +14,15 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, PartitionReport
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
-from airflow_provider_liftbridge.validation import check_positive_int, check_stream, waits_for_rendering
+from airflow_provider_liftbridge.validation import (
+    check_function,
+    check_positive_int,
+    check_stream,
+    import_function,
+    waits_for_rendering,
+)
 
-from .consume import ON_ERROR, resolve_callable
+from .consume import ON_ERROR
 from .file_writers import (
     VALUE_FORMATS,
     WRITE_FORMATS,
@@ -81,7 +87,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     :param dead_letter_stream: / :param create_dead_letter_stream: as for ``LiftbridgeConsumeOperator``.
     :param on_file: called (callable or dotted path) with each completed file's entry (the dict
         of the XCom's ``files``) and ``on_file_kwargs``, before the position moves past it; an
-        exception fails the task there (the file is rewritten by the retry).
+        exception fails the task there (the file is rewritten by the retry). A dotted path is
+        imported on the worker when the task starts, not when the DAG is parsed.
     :param on_file_kwargs: keyword arguments of ``on_file``. (templated)
     :return: the reading summary (``stream``, ``cursor_id``/``group_id``, ``partitions``,
         ``processed``, ``dead_lettered``) and ``files``: every file of this run's plan, earlier
@@ -101,6 +108,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         "on_file_kwargs",
     )
     ui_color = "#e8f6ee"
+    function_arguments = ("on_file",)
 
     def __init__(
         self,
@@ -161,7 +169,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         if not self.path:
             raise LiftbridgeArgumentError("path is empty: give the directory to archive to (a path or a URL)")
         if self.on_file is not None:
-            resolve_callable("on_file", self.on_file)
+            check_function(self.on_file, "on_file")  # its shape: it is imported on the worker, when the task runs
         if (rendered or not _later(self.on_file_kwargs)) and not isinstance(self.on_file_kwargs, Mapping | None):
             raise LiftbridgeArgumentError(f"on_file_kwargs must be a dict, got {type(self.on_file_kwargs).__name__}")
 
@@ -250,7 +258,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         if self.on_error == "dead_letter":
             dead = DeadLetters(client, str(self.dead_letter_stream))
             dead.check(create=self.create_dead_letter_stream)
-        on_file = resolve_callable("on_file", self.on_file) if self.on_file is not None else None
+        on_file = import_function(self.on_file, "on_file") if self.on_file is not None else None
         on_file_kwargs = dict(self.on_file_kwargs or {})
         cleaned: set[int] = set()
         self._files = []

@@ -82,6 +82,7 @@ class LiftbridgeBaseSensor(ArgumentChecks, BaseSensorOperator):
         return self.poke(context)
 
     def execute(self, context: Context) -> Any:
+        self.import_functions()  # on the worker, before any I/O: a missing module fails the try at once
         try:
             self.prepare(context)
             if self.deferrable:

@@ -16,15 +16,15 @@ from airflow_provider_liftbridge.triggers.message import (
     apply_to_message,
     group_auto_offset,
     match_event,
-    resolve_apply_function,
 )
 from airflow_provider_liftbridge.validation import (
     check_bool,
-    check_name,
+    check_function_path,
     check_optional_name,
     check_partition,
     check_start_at,
     check_stream,
+    import_function,
     parse_start_at,
 )
 
@@ -45,9 +45,10 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
       8601 timestamp. ``"latest"`` and ``"new_only"`` are pinned to an offset when the task starts,
       so messages published while the task defers are not missed.
 
-    ``apply_function`` is a dotted path (imported where it runs) to ``f(message, *args, **kwargs)``;
-    a truthy result is a match. The message is a
-    :class:`~airflow_provider_liftbridge.client.Message`. See
+    ``apply_function`` is a dotted path to ``f(message, *args, **kwargs)``; a truthy result is a
+    match. It is checked for its shape when the DAG is parsed and imported where it runs: on the
+    worker when the task starts (before anything is read), and in the triggerer when it defers.
+    The message is a :class:`~airflow_provider_liftbridge.client.Message`. See
     :mod:`airflow_provider_liftbridge.sensors.matchers` for ready-made functions.
 
     :param stream: the stream. (templated)
@@ -69,7 +70,8 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     :param deferrable: wait in the triggerer.
     :return: ``{"message": {stream, partition, offset, timestamp, subject, reply_subject, key, value,
         value_text, headers}, "match": ...}`` with bytes as base64.
-    :raises LiftbridgeArgumentError: an invalid argument (bad dotted path, start position, ...).
+    :raises LiftbridgeArgumentError: an invalid argument (bad dotted path, start position, ...), or a
+        function that cannot be imported on the worker.
     """
 
     template_fields: Sequence[str] = (
@@ -86,7 +88,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
     )
     argument_checks = {
         "stream": check_stream,
-        "apply_function": check_name,
+        "apply_function": check_function_path,
         "partition": check_partition,
         "start_at": check_start_at,
         "cursor_id": check_optional_name,
@@ -94,6 +96,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         "consumer_group": check_optional_name,
         "consumer_id": check_optional_name,
     }
+    function_arguments = ("apply_function",)
 
     def __init__(
         self,
@@ -138,7 +141,6 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
 
     def prepare(self, context: Context) -> None:
         if self.consumer_group:
-            resolve_apply_function(self.apply_function)
             if self.cursor_id:
                 raise LiftbridgeArgumentError(
                     "cursor_id and consumer_group exclude each other: a group keeps its own positions; drop one"
@@ -154,7 +156,6 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
             return
         partition = check_partition(self.partition)
         self.partition = partition
-        resolve_apply_function(self.apply_function)
         start = parse_start_at(self.start_at)
         client = self.hook.client
         if self.cursor_id:
@@ -217,7 +218,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
                 # nothing of its partitions (a rescheduled sensor joins anew at every poke).
                 handover=False,
             )
-        func = resolve_apply_function(self.apply_function)
+        func = import_function(self.apply_function, "apply_function")
         args, kwargs = self.apply_function_args or (), self.apply_function_kwargs or {}
         try:
             for message in self._group.messages(timeout=0):
@@ -242,7 +243,7 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         start: Any = self._next_offset if self._next_offset is not None else parse_start_at(self._start)
         if high_watermark < 0 or (isinstance(start, int) and start > high_watermark):
             return False  # nothing new committed since the last poke
-        func = resolve_apply_function(self.apply_function)
+        func = import_function(self.apply_function, "apply_function")
         args, kwargs = self.apply_function_args or (), self.apply_function_kwargs or {}
         messages = client.subscribe(self.stream, partition=partition, start_at=start, stop_at=high_watermark)
         try:

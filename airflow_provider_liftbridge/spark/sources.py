@@ -6,10 +6,11 @@ same sources with the same errors. Imports no Airflow.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_liftbridge.callables import SPARK_DRIVER, FunctionPathError, import_function
 
 from .errors import SparkOptionError
 
@@ -17,21 +18,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def import_callable(dotted_path: str) -> Callable[..., Any]:
-    """Resolve ``"package.module.function"`` (or ``"package.module:function"``) to the callable.
+def import_callable(dotted_path: str, where: str = SPARK_DRIVER) -> Callable[..., Any]:
+    """Import the ``dataframe_callable`` named by ``"package.module.function"`` (or
+    ``"package.module:function"``) in this process (``where``: the Spark driver by default).
 
-    :raises SparkOptionError: the module or attribute does not exist, or is not callable.
+    :raises SparkOptionError: not a dotted path, the module or attribute cannot be imported, or it is
+        not callable (the message names the path, the cause and where it must be importable).
     """
-    module_name, sep, attr = dotted_path.replace(":", ".").rpartition(".")
-    if not sep or not module_name or not attr:
-        raise SparkOptionError(f"dataframe_callable {dotted_path!r} must be a dotted path like 'my_pkg.jobs.build'")
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SparkOptionError(f"cannot import dataframe_callable {dotted_path!r}: {exc}") from exc
-    if not callable(target):
-        raise SparkOptionError(f"dataframe_callable {dotted_path!r} is a {type(target).__name__}, not a callable")
-    return target  # type: ignore[no-any-return]
+        return import_function(dotted_path, "dataframe_callable", where)
+    except FunctionPathError as exc:
+        raise SparkOptionError(str(exc)) from exc.__cause__
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,8 @@ class DataFrameSource:
     :param read_options: options of the reader (``{"header": "true"}`` for CSV...).
     :param table: a table or view name.
     :param sql: a Spark SQL query.
-    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``.
+    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``, imported
+        by :meth:`load` (on the Spark driver), not here.
     :param callable_kwargs: keyword arguments of ``dataframe_callable``.
     :raises SparkOptionError: none or several sources given.
     """

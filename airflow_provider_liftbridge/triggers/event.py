@@ -30,11 +30,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_provider_liftbridge.callables import TRIGGERER
 from airflow_provider_liftbridge.client import LiftbridgeError
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.validation import check_partition, check_stream
+from airflow_provider_liftbridge.validation import check_function_path, check_partition, check_stream, import_function
 
 from .base import LiftbridgeBaseTrigger, closing_subscription
 from .event_group import GroupReader, split_delivery_key
@@ -47,7 +48,7 @@ from .event_reader import (
     parse_watch_start,
     started_cursor_id,
 )
-from .message import apply_to_message, group_auto_offset, match_event, resolve_apply_function
+from .message import apply_to_message, group_auto_offset, match_event
 
 try:  # Airflow 3.3+: persistence-gated cursor advance (ack mode of shared streams)
     from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer, reject_shared_stream_event
@@ -245,7 +246,8 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
     :param apply_function: dotted path of ``f(message, *args, **kwargs)`` returning something
         truthy for messages that should fire; runs in the triggerer's event loop, so it must be
         quick (it may be ``async``). ``None``: every message fires. If it raises, the watcher stops
-        without moving its cursor past that message.
+        without moving its cursor past that message. Its shape is checked here (so when the DAG is
+        parsed); it is imported in the triggerer when the watcher starts, before anything is read.
     :param apply_function_args: / :param apply_function_kwargs: extra arguments of the function.
     :param cursor_id: the Liftbridge cursor holding the watcher's place; by default derived from
         the stream, partition and filter. Set it to keep the place when the filter changes.
@@ -272,7 +274,8 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         written once more (at-least-once, as without a group).
     :param consumer_id: this watcher's member id (default: a new one per trigger run).
     :raises LiftbridgeArgumentError: an argument is invalid (checked here, so a DAG with a bad
-        watcher fails to parse).
+        watcher fails to parse); from :meth:`run`: ``apply_function`` cannot be imported in the
+        triggerer (the message names the path, the cause and where it must be importable).
     """
 
     def __init__(
@@ -303,10 +306,10 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             group_auto_offset(start_at)
         self.stream = check_stream(stream)
         self.partition = check_partition(partition)
+        if apply_function is not None:
+            check_function_path(apply_function, "apply_function")
         self.apply_function = apply_function
-        self._function: Callable[..., Any] | None = (
-            None if apply_function is None else resolve_apply_function(apply_function)
-        )
+        self._function: Callable[..., Any] | None = None  # imported where the watcher runs
         self.apply_function_args = list(apply_function_args or [])
         self.apply_function_kwargs = dict(apply_function_kwargs or {})
         if cursor_id is not None and (not isinstance(cursor_id, str) or not cursor_id.strip()):
@@ -342,17 +345,29 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
             "commit_every": self.commit_every,
         } | ({"consumer_group": self.consumer_group, "consumer_id": self.consumer_id} if self.consumer_group else {})
 
+    def _import_function(self) -> Callable[..., Any] | None:
+        """The apply function (``None``: every message fires), imported in this process (the
+        triggerer) the first time.
+
+        :raises LiftbridgeArgumentError: it cannot be imported (names the path and the cause).
+        """
+        if self._function is None and self.apply_function is not None:
+            self._function = import_function(self.apply_function, "apply_function", TRIGGERER)
+        return self._function
+
     async def event_payload(self, delivery: Delivery) -> dict[str, Any] | None:
         """The event payload for a message, or ``None`` when the filter passes it over.
 
         :raises LiftbridgeAirflowError: the apply function raised.
+        :raises LiftbridgeArgumentError: the apply function cannot be imported.
         """
         message = delivery.message
-        if self._function is None:
+        function = self._import_function()
+        if function is None:
             result: Any = True
         else:
             result = apply_to_message(
-                self._function, str(self.apply_function), message, self.apply_function_args, self.apply_function_kwargs
+                function, str(self.apply_function), message, self.apply_function_args, self.apply_function_kwargs
             )
             if inspect.isawaitable(result):
                 result = await result
@@ -368,6 +383,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
         the generator is resumed after yielding N's event (the consumer has taken it)."""
         if not HAS_ACK_MODE:
             log.warning(NO_ACK_MODE)
+        self._import_function()  # before reading: a module missing here reads nothing, moves no cursor
         reader = make_reader(self)
         skipped = 0
         try:
@@ -432,6 +448,7 @@ class LiftbridgeEventTrigger(LiftbridgeBaseTrigger, BaseEventTrigger):
 
         An event Airflow took but could not gate on its storing is rejected, so the cursor stays
         before its message (see :func:`_event_was_gated`)."""
+        self._import_function()  # before taking a message: a module missing here moves no cursor
         async for delivery in shared_stream:
             payload = await self.event_payload(delivery)
             if payload is None:

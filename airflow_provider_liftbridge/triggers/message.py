@@ -6,18 +6,23 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk.module_loading import import_string
-
+from airflow_provider_liftbridge.callables import TRIGGERER
 from airflow_provider_liftbridge.client import Message, StartPosition
 from airflow_provider_liftbridge.client.consumer import AutoOffset
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
-from airflow_provider_liftbridge.validation import check_partition, check_stream, parse_start_at
+from airflow_provider_liftbridge.validation import (
+    check_function_path,
+    check_partition,
+    check_stream,
+    import_function,
+    parse_start_at,
+)
 
 from .base import LiftbridgeBaseTrigger, closing_subscription, jsonable, message_to_json
 
-__all__ = ["LiftbridgeMessageTrigger", "apply_to_message", "group_auto_offset", "resolve_apply_function"]
+__all__ = ["LiftbridgeMessageTrigger", "apply_to_message", "group_auto_offset"]
 
 _AUTO_OFFSET_OF = {
     StartPosition.EARLIEST: "earliest",
@@ -39,24 +44,6 @@ def group_auto_offset(start_at: Any) -> AutoOffset:
             f" partitions it has no position for), not {start_at!r}"
         )
     return _AUTO_OFFSET_OF[start]  # type: ignore[return-value]
-
-
-def resolve_apply_function(path: Any) -> Callable[..., Any]:
-    """Import the apply function named by a dotted path.
-
-    :raises LiftbridgeArgumentError: not a dotted path, not importable, or not callable.
-    """
-    if not isinstance(path, str) or "." not in path:
-        raise LiftbridgeArgumentError(
-            f"apply_function must be a dotted path such as 'my_pkg.filters.is_ready', got {path!r}"
-        )
-    try:
-        func = import_string(path)
-    except ImportError as exc:
-        raise LiftbridgeArgumentError(f"apply_function {path!r} cannot be imported: {exc}") from None
-    if not callable(func):
-        raise LiftbridgeArgumentError(f"apply_function {path!r} is not callable")
-    return func  # type: ignore[no-any-return]
 
 
 def apply_to_message(
@@ -91,7 +78,9 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
     unless it was ``True``.
 
     :param stream: the stream.
-    :param apply_function: dotted path of the function, imported where the trigger runs.
+    :param apply_function: dotted path of the function: its shape is checked here, and it is
+        imported in the triggerer when the trigger runs (before subscribing); a module missing there
+        gives an error event naming the path, the cause and that it must be importable on the triggerer.
     :param partition: the partition.
     :param start_at: an offset, ``"earliest"``, ``"latest"``, ``"new_only"`` or an ISO 8601 timestamp.
     :param apply_function_args: / :param apply_function_kwargs: extra arguments of the function.
@@ -103,8 +92,8 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         at a match the trigger commits and leaves. ``partition`` is then ignored and ``start_at``
         (``"earliest"``, ``"latest"``, ``"new_only"``) applies to partitions the group has no position for.
     :param consumer_id: this member's id in the group (stable across triggerer restarts).
-    :raises LiftbridgeArgumentError: an argument is invalid (constructor; the function is imported
-        there too, so a wrong path fails before deferring).
+    :raises LiftbridgeArgumentError: an argument is invalid (constructor; the function is not
+        imported there: the sensor imports it on the worker before deferring).
     """
 
     def __init__(
@@ -122,8 +111,9 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
     ) -> None:
         super().__init__(liftbridge_conn_id=liftbridge_conn_id)
         self.stream = check_stream(stream)
+        check_function_path(apply_function, "apply_function")
         self.apply_function = apply_function
-        self._function = resolve_apply_function(apply_function)
+        self._function: Callable[..., Any] | None = None  # imported where the trigger runs
         self.partition = check_partition(partition)
         parse_start_at(start_at)  # validate; kept as given so serialize() returns it unchanged
         self.start_at = start_at
@@ -146,9 +136,18 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
             "liftbridge_conn_id": self.liftbridge_conn_id,
         }
 
+    def _import_function(self) -> Callable[..., Any]:
+        """The apply function, imported in this process (the triggerer) the first time.
+
+        :raises LiftbridgeArgumentError: it cannot be imported (names the path and the cause).
+        """
+        if self._function is None:
+            self._function = import_function(self.apply_function, "apply_function", TRIGGERER)
+        return self._function
+
     async def _matches(self, message: Message) -> Any:
         result = apply_to_message(
-            self._function, self.apply_function, message, self.apply_function_args, self.apply_function_kwargs
+            self._import_function(), self.apply_function, message, self.apply_function_args, self.apply_function_kwargs
         )
         return (await result) if inspect.isawaitable(result) else result
 
@@ -172,6 +171,7 @@ class LiftbridgeMessageTrigger(LiftbridgeBaseTrigger):
         raise AssertionError("unreachable: a group's messages() only ends when the caller stops")
 
     async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
+        self._import_function()  # before joining or subscribing: a missing module reads nothing
         if self.consumer_group:
             return await self._wait_in_group(hook, self.consumer_group)
         client = await hook.get_async_client()

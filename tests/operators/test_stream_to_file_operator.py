@@ -221,7 +221,7 @@ def test_a_value_that_is_not_json_goes_to_the_dead_letter_stream(
         ({"max_rows_per_file": 0}, "max_rows_per_file=0 is not valid"),
         ({"on_error": "dead_letter"}, "needs dead_letter_stream"),
         ({"cursor_id": None}, "give cursor_id"),
-        ({"on_file": "no.such.module.func"}, "on_file 'no.such.module.func' cannot be imported"),
+        ({"on_file": "no such.module.func"}, "on_file='no such.module.func' is not valid"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
