@@ -8,7 +8,10 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   PublishAsync), ``exactly-once`` and ``exactly-once-occ`` (``ExactlyOncePublisher`` over NATS,
   on a stream without / with optimistic concurrency control, tried again with the same producer
   id after a failure, as Airflow retries a task), ``consume`` (the reading operators' machinery,
-  ``RangePlanner`` and ``read_plan``, retried with the same run id after a failure);
+  ``RangePlanner`` and ``read_plan``, retried with the same run id after a failure),
+  ``consume-operator`` and ``archive`` (``LiftbridgeConsumeOperator`` and
+  ``LiftbridgeStreamToFileOperator`` in a real DAG run, ``dag.test()`` in a process of its own,
+  retried by Airflow: ``dags/reliability_campaign.py``);
 - targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
   leader, a follower, the metadata leader, the whole cluster;
 - actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
@@ -35,15 +38,18 @@ The checker (:func:`check`) holds every path to the same invariants:
 - exactly-once never stores a record twice (the retries included), and after its retries every
   record is in the stream;
 - a consume run never skips a message: every offset up to the planned end was handed to the
-  function, and the next run has nothing left.
+  function, and the next run has nothing left;
+- the archive holds each message exactly once, and the position is at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -73,7 +79,11 @@ from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 
 from .freezing import ExternalFreezable, run_command
 
-PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume")
+PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume", "consume-operator", "archive")
+#: The paths that read a stream filled before the run (the others publish during it).
+READING_PATHS = ("consume", "consume-operator", "archive")
+#: Cursor ids of the reading paths' positions.
+POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operator", "archive": "campaign-archive"}
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
 NATS_TARGETS = ("client-nats", "leader-nats")
 ACTIONS = ("kill", "stop")
@@ -126,7 +136,7 @@ def draw(
     target = rng.choice(list(targets))
     action = rng.choice(list(actions))
     moment = rng.choice(MOMENTS)
-    records = {"bulk-nats": 50000, "grpc": 1500, "consume": 3000}.get(path, 30000)
+    records = {"bulk-nats": 50000, "grpc": 1500}.get(path, 3000 if path in READING_PATHS else 30000)
     return Schedule(
         seed=seed,
         path=path,
@@ -345,8 +355,10 @@ class Outcome:
     errors: list[BaseException] = field(default_factory=list)  # each try's failure, in order
     written: int | None = None  # exactly-once: written + skipped of the last try that returned
     consumed: list[tuple[int, int, bytes]] = field(default_factory=list)  # consume: (partition, offset, value)
-    planned: dict[int, int] = field(default_factory=dict)  # consume: partition -> end (exclusive)
-    left_after: int | None = None  # consume: offsets a next run would still read
+    planned: dict[int, int] = field(default_factory=dict)  # reading: partition -> end (exclusive)
+    left_after: int | None = None  # reading: offsets a next run would still read
+    archived: Counter[tuple[int, int]] | None = None  # archive: (partition, offset) -> rows in the files
+    finished: bool = False  # operator paths: the DAG run succeeded
     struck: str = ""  # when the fault actually struck
 
 
@@ -425,12 +437,22 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
                 bad.append(f"the last try accounts for {outcome.written} of {len(values)} records")
             if lost:
                 bad.append(f"returned success, but {lost} record(s) are not in the stream")
-    elif schedule.path == "consume":
+    elif schedule.path == "archive":
+        if outcome.archived is not None:
+            missing = [(p, o) for p, end in outcome.planned.items() for o in range(end) if not outcome.archived[(p, o)]]
+            twice = [key for key, c in outcome.archived.items() if c > 1]
+            if missing:
+                bad.append(f"{len(missing)} message(s) missing from the archive, e.g. {missing[:3]}")
+            if twice:
+                bad.append(f"{len(twice)} message(s) in the archive more than once, e.g. {twice[:3]}")
+            if outcome.left_after:
+                bad.append(f"the position stops {outcome.left_after} offset(s) short of the end")
+    elif schedule.path in ("consume", "consume-operator"):
         handed = {(p, o) for p, o, _ in outcome.consumed}
         skipped = [(p, o) for p, end in outcome.planned.items() for o in range(end) if (p, o) not in handed]
         if outcome.left_after is not None and skipped:
             bad.append(f"{len(skipped)} message(s) never handed to the function, e.g. {skipped[:3]}")
-        wrong = [(p, o) for p, o, v in outcome.consumed if at.get((p, o), v) != v]
+        wrong = [(p, o) for p, o, v in outcome.consumed if v is not None and at.get((p, o), v) != v]
         if wrong:
             bad.append(f"{len(wrong)} message(s) handed over with a value other than stored, e.g. {wrong[:3]}")
         if outcome.left_after:
@@ -496,15 +518,17 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
         admin.create_stream(
             stream, stream, partitions=schedule.partitions, replication_factor=3, optimistic_concurrency_control=occ
         )
-        if schedule.path == "consume":
+        if schedule.path in READING_PATHS:
             admin.publish_many(stream, records, path="grpc", ack_policy=AckPolicy.ALL)
     client = LiftbridgeClient(rig.addresses, nats_servers=rig.client_nats, timeout=5.0, max_retries=8)
     watcher = LiftbridgeClient(rig.addresses, timeout=1.0, max_retries=0)
-    call = _call(schedule, client, stream, outcome)
+    call = _operator_call(schedule, rig, stream, outcome) if schedule.path in OPERATOR_PATHS else None
+    call = call or _call(schedule, client, stream, outcome)
 
     def progress() -> int:
-        if schedule.path == "consume":
-            return len(outcome.consumed)
+        if schedule.path in READING_PATHS:  # the committed position
+            cursor = POSITION_CURSORS[schedule.path]
+            return sum(watcher.fetch_cursor(cursor, stream, p) + 1 for p in range(schedule.partitions))
         return sum(watcher.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(schedule.partitions))
 
     try:
@@ -542,6 +566,12 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
         stored = read_back(rig.addresses, stream, schedule.partitions)
         if schedule.path == "consume" and outcome.planned:
             outcome.left_after = _left_after(client, stream, schedule)
+        elif schedule.path in OPERATOR_PATHS and outcome.finished:
+            outcome.planned = _ends(client, stream, schedule.partitions)
+            cursor = POSITION_CURSORS[schedule.path]
+            outcome.left_after = sum(
+                end - 1 - client.fetch_cursor(cursor, stream, p) for p, end in outcome.planned.items()
+            )
     finally:
         client.close()
         watcher.close()
@@ -620,6 +650,66 @@ def _call(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Ou
         outcome.planned = {}  # never finished: nothing to hold it to
 
     return {"bulk-nats": publish, "grpc": publish, "consume": consume}.get(schedule.path, exactly_once)
+
+
+OPERATOR_PATHS = ("consume-operator", "archive")
+_DAGS = Path(__file__).parent / "dags"
+_AIRFLOW_READY: list[bool] = []
+
+
+def _operator_call(schedule: Schedule, rig: Any, stream: str, outcome: Outcome) -> Callable[[], None]:
+    """The operator paths: one ``dag.test()`` run of ``dags/reliability_campaign.py`` in a process
+    of its own, the task retried by Airflow; the messages handed over (consume) or the archive's
+    rows (archive) go into ``outcome``."""
+    from tests.airflow_support import configure_airflow, init_db, liftbridge_conn_json
+
+    from .scenarios import run_dag_subprocess
+
+    if not _AIRFLOW_READY:  # a migrated metadata database for dag.test(), once per process
+        configure_airflow()
+        init_db()
+        _AIRFLOW_READY.append(True)
+    work = Path(tempfile.mkdtemp(prefix="campaign-"))
+    archive, seen, out = work / "archive", work / "seen", work / "result.json"
+    env = dict(os.environ) | {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(_DAGS),
+        "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": liftbridge_conn_json(",".join(rig.addresses)),
+        "EO_DAG_ID": f"liftbridge_campaign_{'archive' if schedule.path == 'archive' else 'consume'}",
+        "EO_STREAM": stream,
+        "EO_ARCHIVE": f"file://{archive}",
+        "EO_SEEN": str(seen),
+        "EO_OUT": str(out),
+    }
+
+    def call() -> None:
+        done = run_dag_subprocess(env, timeout=400)
+        state = json.loads(out.read_text())["state"] if out.exists() else f"not finished (exit {done.returncode})"
+        if state != "success":
+            outcome.errors.append(RuntimeError(f"the DAG run ended {state}: {done.stderr[-800:]}"))
+            return
+        outcome.finished = True
+        if schedule.path == "archive":
+            outcome.archived = _archived(archive)
+        else:
+            lines = seen.read_text().split() if seen.exists() else []
+            outcome.consumed = [(int(p), int(o), None) for p, o in zip(lines[::2], lines[1::2], strict=True)]  # type: ignore[misc]
+
+    return call
+
+
+def _ends(client: LiftbridgeClient, stream: str, partitions: int) -> dict[int, int]:
+    """Each partition's end (high watermark + 1): the reading paths read a stream filled before."""
+    return {p: client.fetch_partition_metadata(stream, p).high_watermark + 1 for p in range(partitions)}
+
+
+def _archived(directory: Path) -> Counter[tuple[int, int]]:
+    import pyarrow.parquet as pq
+
+    rows: Counter[tuple[int, int]] = Counter()
+    for path in directory.glob("*.parquet"):
+        table = pq.read_table(path, columns=["partition", "offset"]).to_pydict()
+        rows.update(zip(table["partition"], table["offset"], strict=True))
+    return rows
 
 
 def _left_after(client: LiftbridgeClient, stream: str, schedule: Schedule) -> int:

@@ -47,3 +47,10 @@ def kill_first_try_after_file(entry: dict[str, object], after: int) -> None:
         if len(lines) == after:
             marker.write_text("retry\n" + "\n".join(lines) + "\n")  # the next process is the retry
             os.kill(os.getpid(), signal.SIGKILL)  # no handler, no cleanup, no task state update
+
+
+def note_batch(messages: list[object]) -> None:
+    """``apply_function_batch`` of the campaign's consume DAG: append ``partition offset`` of each
+    message to the file ``EO_SEEN``."""
+    with open(os.environ["EO_SEEN"], "a") as seen:
+        seen.writelines(f"{m.partition} {m.offset}\n" for m in messages)  # type: ignore[attr-defined]
