@@ -287,9 +287,8 @@ def _send_batch(
         warn_resent(stream, outcome.resent, "without an ack in time, as the resend policy allows")
     # With NO_RESEND the caller decides what to send again (exactly-once publishing reads the
     # partitions first): the time-outs stand, and so does the stop.
-    while options.resend is not NO_RESEND and outcome.timed_out and outcome.failure is None:
-        if stream not in core.seen_streams:
-            break
+    checked = options.resend is not NO_RESEND and stream in core.seen_streams
+    while checked and outcome.timed_out and outcome.failure is None:
         yield from send_unstored_again(core, stream, outcome, planned)
         # The engine stops sending at its first time-out; once every record sent so far is
         # accounted for, the rest of the batch goes out (nothing of it can be stored yet).
@@ -506,9 +505,12 @@ def _explain_timeouts(
     except LiftbridgeError:
         pass  # keep the timeout errors
     info = core.cache.stream(stream)
+    paused: dict[int, bool] = {}  # asked once per partition: the flag alone may be stale
     for i in outcome.timed_out:
         p = parts[i]
         part = info.partitions.get(p) if info is not None else None
+        if part is not None and part.paused and p not in paused:
+            paused[p] = yield from _really_paused(core, stream, p)
         error: LiftbridgeError
         if info is None:
             error = NoSuchStreamError(f"stream {stream!r} no longer exists (deleted while publishing)")
@@ -518,7 +520,7 @@ def _explain_timeouts(
             error = ReadonlyPartitionError(
                 f"stream {stream!r} partition {p} became read-only while publishing; record {i} was dropped"
             )
-        elif part.paused and (yield from _really_paused(core, stream, p)):
+        elif paused.get(p, False):
             error = PartitionPausedError(
                 f"stream {stream!r} partition {p} was paused while publishing and record {i} was dropped; "
                 "publish it again over gRPC, which resumes the partition"
