@@ -31,6 +31,7 @@ from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests.processes import sigstop
 
 
 def test_nats_py_internals_have_the_expected_shape() -> None:
@@ -164,7 +165,7 @@ async def test_connect_makes_again_a_connection_the_handshake_left_half_open(
 async def test_flush_against_a_stopped_server_times_out_and_can_be_cancelled() -> None:
     server = NatsServerProcess()
     nc = await nats_adapter.connect(await server.start_async(), allow_reconnect=False)
-    _stop(server.pid)  # type: ignore[arg-type]
+    sigstop(server.pid)  # type: ignore[arg-type]
     try:
         with pytest.raises(nats.errors.FlushTimeoutError):
             await nats_adapter.flush(nc, timeout=1)
@@ -296,20 +297,6 @@ async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url:
     await nc.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await fast.publish_burst(["s"], [b"x"])
-
-
-def _stop(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until every thread of it has stopped: the signal takes a moment to
-    reach them all, and a thread still running meanwhile answers (seen: 7 flushes in 40 got their
-    PONG after os.kill had returned)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while any(
-        stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
-    ):
-        assert time.monotonic() < deadline, f"process {pid} did not stop"
-        time.sleep(0.001)
 
 
 async def _until(cond: object, timeout: float = 30.0) -> None:

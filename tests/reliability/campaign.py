@@ -48,7 +48,6 @@ import json
 import os
 import random
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -76,6 +75,7 @@ from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests.processes import nats_cluster, sigstop
 
 from .freezing import ExternalFreezable, run_command
 
@@ -154,31 +154,6 @@ def draw(
 # -- where faults strike -----------------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def sigstop(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until every thread of it has stopped (``os.kill`` returns before
-    they all have, and a thread still running meanwhile answers)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while any(
-        stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"process {pid} did not stop")
-        time.sleep(0.001)
-
-
 class DevRig:
     """Three ``nats-server`` processes in one NATS cluster and a three-broker dev cluster on
     node 0; the client is given node 1 only and discovers the others from the cluster."""
@@ -186,15 +161,7 @@ class DevRig:
     external = False
 
     def __init__(self) -> None:
-        ports = _free_ports(6)
-        routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports[3:])
-        self.nats = [
-            NatsServerProcess(
-                port=ports[i],
-                extra_args=["--cluster_name", "c", "--cluster", f"nats://127.0.0.1:{ports[3 + i]}", "--routes", routes],
-            )
-            for i in range(3)
-        ]
+        self.nats = nats_cluster(3)
         self.server: DevServer | None = None
 
     def __enter__(self) -> DevRig:

@@ -16,7 +16,6 @@ Needs processes of its own: skipped against an external cluster (no node to kill
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -33,36 +32,17 @@ from airflow_provider_liftbridge.client.exactly_once import (
 )
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests import processes
 
 from .scenarios import count, read_stream, values
 
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture
 def nats_cluster() -> Iterator[list[NatsServerProcess]]:
     """Three ``nats-server`` processes routed to each other (one NATS cluster)."""
-    ports = _free_ports(6)
-    client_ports, route_ports = ports[:3], ports[3:]
-    routes = ",".join(f"nats://127.0.0.1:{p}" for p in route_ports)
-    nodes = [
-        NatsServerProcess(
-            port=client_ports[i],
-            extra_args=["--cluster_name", "t", "--cluster", f"nats://127.0.0.1:{route_ports[i]}", "--routes", routes],
-        )
-        for i in range(3)
-    ]
+    nodes = processes.nats_cluster(3)
     try:
         for node in nodes:
             node.start()
