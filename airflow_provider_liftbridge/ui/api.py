@@ -1,5 +1,5 @@
 """The Liftbridge view's FastAPI app: a static page and JSON endpoints, mounted by Airflow's
-api-server under :data:`URL_PREFIX` (see :mod:`.plugin`).
+api-server under :data:`~.plugin.URL_PREFIX` (see :mod:`.plugin`).
 
 Security. Airflow does not protect a plugin's endpoints: every JSON endpoint here checks the user
 with Airflow's own dependencies, as the core API's connection routes do
@@ -48,10 +48,8 @@ from airflow_provider_liftbridge.hooks.connection import settings_from_connectio
 
 from . import model
 
-__all__ = ["MESSAGES_RESOURCE", "URL_PREFIX", "app", "create_app"]
+__all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
 
-#: Where Airflow mounts the app.
-URL_PREFIX = "/liftbridge"
 #: The custom view a user needs (``GET``) to read message contents.
 MESSAGES_RESOURCE = "Liftbridge Messages"
 STATIC = Path(__file__).resolve().parent / "static"

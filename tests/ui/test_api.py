@@ -40,7 +40,8 @@ def airflow_app() -> Any:
     from airflow.api_fastapi.app import init_auth_manager
     from fastapi import FastAPI
 
-    from airflow_provider_liftbridge.ui.api import URL_PREFIX, app
+    from airflow_provider_liftbridge.ui.api import app
+    from airflow_provider_liftbridge.ui.plugin import URL_PREFIX
 
     root = FastAPI()
     init_auth_manager(root)
@@ -337,6 +338,10 @@ def test_airflow_mounts_the_plugin(tmp_path: Any) -> None:
         app = create_app("core")
         paths = [getattr(r, "path", "") for r in app.routes]
         print("MOUNTS", sorted(p for p in paths if p.startswith("/liftbridge")))
+        from fastapi.testclient import TestClient
+        client = TestClient(app)
+        page, nobody = client.get("/liftbridge/"), client.get("/liftbridge/api/connections")
+        print("PAGE", page.status_code, "NOBODY", nobody.status_code)
         info = [p for p in plugins_manager.get_plugin_info() if p["name"] == "liftbridge_ui"]
         print("VIEWS", [v["href"] for p in info for v in p["external_views"]])
         print("ERRORS", [k for k in plugins_manager.get_import_errors() if "iftbridge" in k])
@@ -354,4 +359,5 @@ def test_airflow_mounts_the_plugin(tmp_path: Any) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MOUNTS ['/liftbridge']" in done.stdout, done.stdout[-2000:]
     assert "VIEWS ['/liftbridge/']" in done.stdout, done.stdout[-2000:]
+    assert "PAGE 200 NOBODY 401" in done.stdout, done.stdout[-2000:]
     assert "ERRORS []" in done.stdout, done.stdout[-2000:]
