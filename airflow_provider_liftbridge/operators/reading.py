@@ -62,6 +62,7 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .metrics import emit_reading_stats
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
@@ -315,6 +316,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 )
                 raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
         result = self.result(reports)
+        emit_reading_stats(self.dag_id, self.task_id, self.stream, reports)
         self.log.info(
             "Read stream %r: %d message(s) processed, %d dead-lettered",
             self.stream,
