@@ -11,6 +11,7 @@ the system tier.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -361,3 +362,45 @@ def test_airflow_mounts_the_plugin(tmp_path: Any) -> None:
     assert "VIEWS ['/liftbridge/']" in done.stdout, done.stdout[-2000:]
     assert "PAGE 200 NOBODY 401" in done.stdout, done.stdout[-2000:]
     assert "ERRORS []" in done.stdout, done.stdout[-2000:]
+
+
+def test_a_consumer_groups_pipeline_and_the_newest_registry_entry(
+    op_api: Api, stream_name: str, lb_address: str, connections: Any
+) -> None:
+    """A group's pipeline covers every partition of its stream, from the group's positions
+    (``__group:<id>``); of two entries of one task the newer wins; a registry message that is not
+    an entry is skipped."""
+    from airflow_provider_liftbridge.client.consumer import group_cursor_id
+    from airflow_provider_liftbridge.client.reading import REGISTRY_STREAM, PipelineEntry, record_pipeline
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name, partitions=3)
+        for partition in range(3):
+            client.publish_many(stream_name, [b"x"] * (partition + 2), partition=partition)
+        entry = PipelineEntry(
+            stream=stream_name,
+            position_cursor=group_cursor_id(group),
+            plan_key="grouped/read",
+            dag_id="grouped",
+            task_id="read",
+            run_id="run-1",
+            partitions=(0,),
+            group_id=group,
+            operator="LiftbridgeConsumeOperator",
+        )
+        record_pipeline(client, entry)
+        client.publish(REGISTRY_STREAM, b"not an entry", key=b"junk")
+        record_pipeline(client, dataclasses.replace(entry, run_id="run-2"))
+        client.set_cursor(group_cursor_id(group), stream_name, 0, 1)
+        client.set_cursor(group_cursor_id(group), stream_name, 2, 0)
+    pipeline = pipeline_of(op_api.get("/api/connections/liftbridge_default/pipelines"), stream_name)
+    assert (pipeline["group_id"], pipeline["cursor_id"], pipeline["position_cursor"]) == (
+        group,
+        None,
+        f"__group:{group}",
+    )
+    assert pipeline["last_run_id"] == "run-2"
+    rows = {r["partition"]: (r["position"], r["high_watermark"], r["lag"]) for r in pipeline["partitions"]}
+    assert rows == {0: (1, 1, 0), 1: (-1, 2, 3), 2: (0, 3, 3)}
+    assert group in op_api.get("/api/connections/liftbridge_default/pipelines")["groups"]
