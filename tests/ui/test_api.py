@@ -404,3 +404,28 @@ def test_a_consumer_groups_pipeline_and_the_newest_registry_entry(
     rows = {r["partition"]: (r["position"], r["high_watermark"], r["lag"]) for r in pipeline["partitions"]}
     assert rows == {0: (1, 1, 0), 1: (-1, 2, 3), 2: (0, 3, 3)}
     assert group in op_api.get("/api/connections/liftbridge_default/pipelines")["groups"]
+
+
+def test_reading_messages_needs_the_messages_view(
+    op_api: Api, monkeypatch: pytest.MonkeyPatch, connections: Any
+) -> None:
+    """An auth manager that grants the connection but not the ``Liftbridge Messages`` view: the
+    cluster and pipelines answer, the browser and dead letters are refused. (The simple auth
+    manager grants that view to every role, so its answer is replaced here for this one check.)"""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    from airflow_provider_liftbridge.ui.api import MESSAGES_RESOURCE
+
+    asked: list[str] = []
+
+    def deny(*, method: str, resource_name: str, user: Any) -> bool:
+        asked.append(resource_name)
+        return False
+
+    monkeypatch.setattr(get_auth_manager(), "is_authorized_custom_view", deny)
+    op_api.get("/api/connections/liftbridge_default/cluster")
+    op_api.get("/api/connections/liftbridge_default/pipelines")
+    refused = op_api.get("/api/connections/liftbridge_default/streams/s/partitions/0/messages", expect=403)
+    assert MESSAGES_RESOURCE in refused["detail"]
+    op_api.get("/api/connections/liftbridge_default/dead-letters", expect=403)
+    assert asked == [MESSAGES_RESOURCE, MESSAGES_RESOURCE]
