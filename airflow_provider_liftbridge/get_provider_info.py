@@ -70,4 +70,6 @@ def get_provider_info() -> dict[str, Any]:
         # Read by the common.messaging provider (MessageQueueTrigger, scheme "liftbridge").
         "queues": [f"{_PKG}.queues.liftbridge.LiftbridgeMessageQueueProvider"],
         "connection-types": [connection_type_info()],
+        # The Liftbridge view in the UI (Airflow 3.1+: fastapi_apps + external_views), docs/ui.md.
+        "plugins": [{"name": "liftbridge_ui", "plugin-class": f"{_PKG}.ui.plugin.LiftbridgeUiPlugin"}],
     }

@@ -187,6 +187,8 @@ Look at:    DAGs -> liftbridge_stream_lifecycle, run {run_id}: its sensors defer
             DAGs -> liftbridge_event_consumer: one run per "ready" order (the asset's events)
             Assets -> liftbridge_ready_orders: the asset events the watcher fired
             Admin -> Connections -> liftbridge_default (the Test button works)
+            Browse -> Liftbridge ({deployment.url}/liftbridge/): streams, the stream-archive
+            example's pipelines with their lag, its dead letters, a message browser (docs/ui.md)
 Logs:       {deployment.log_dir}/<component>.log
 
 Ctrl-C stops everything.""",

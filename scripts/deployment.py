@@ -255,6 +255,8 @@ class Deployment:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+            # Airflow 3.3 loads providers' plugins (the Liftbridge view, docs/ui.md) only then.
+            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             # A killed triggerer's triggers move to the next one once its heartbeat is this old.
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOMS = ["codec", "client", "hooks", "operators", "sensors", "triggers", "spark", "devserver"]
+ROOMS = ["codec", "client", "hooks", "operators", "sensors", "triggers", "spark", "devserver", "ui"]
 
 BLOCKER = """
 import importlib.abc, sys

@@ -22,6 +22,7 @@ from airflow.sdk import Context, conf
 
 from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
+    LiftbridgeError,
     NotLeaderError,
     PartitionPausedError,
     RequestTimeoutError,
@@ -35,10 +36,12 @@ from airflow_provider_liftbridge.client.reading import (
     BatchHandler,
     PartitionPlan,
     PartitionReport,
+    PipelineEntry,
     RangePlanner,
     StartSpec,
     check_cadence,
     read_plan,
+    record_pipeline,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
@@ -59,6 +62,7 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .metrics import emit_reading_stats
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
@@ -241,6 +245,13 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         planned or read)."""
         raise NotImplementedError
 
+    def dead_letter_target(self) -> str | None:
+        """The stream this task sends what it cannot process to (``None``: none): the
+        ``dead_letter_stream`` of a subclass that has one, with ``on_error="dead_letter"``;
+        recorded in the pipeline registry for the UI view."""
+        stream = getattr(self, "dead_letter_stream", None)
+        return str(stream) if stream and getattr(self, "on_error", "fail") == "dead_letter" else None
+
     def describe_failure(self, failed: BatchFailed) -> str:
         """The task's error message for a batch that failed (default: the handler's words)."""
         return str(failed)
@@ -280,6 +291,8 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
             plans = planner.plan(partitions)
             self._log_plans(plans)
+            if not all(plan.resumed for plan in plans):  # once per run: the UI view finds the pipeline
+                self._record_pipeline(client, context, plan_key, run_id, plans)
             try:
                 reports = read_plan(
                     client,
@@ -303,6 +316,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 )
                 raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
         result = self.result(reports)
+        emit_reading_stats(self.dag_id, self.task_id, self.stream, reports)
         self.log.info(
             "Read stream %r: %d message(s) processed, %d dead-lettered",
             self.stream,
@@ -424,6 +438,32 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return LiftbridgeOffsetTrigger(
             stream=self.stream, partition=partition, target_offset=target, liftbridge_conn_id=self.liftbridge_conn_id
         )
+
+    def _record_pipeline(
+        self, client: LiftbridgeClient, context: Context, plan_key: str, run_id: str, plans: list[PartitionPlan]
+    ) -> None:
+        """Note this task in the pipeline registry (see ``docs/ui.md``); a failure is logged, never
+        fatal: the registry only makes the pipeline visible, reading does not depend on it."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", None)
+        entry = PipelineEntry(
+            stream=self.stream,
+            position_cursor=self.position_cursor,
+            plan_key=plan_key,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            map_index=map_index if isinstance(map_index, int) else -1,
+            run_id=run_id,
+            partitions=tuple(plan.partition for plan in plans),
+            cursor_id=self.cursor_id or None,
+            group_id=self.group_id or None,
+            operator=type(self).__name__,
+            dead_letter_stream=self.dead_letter_target(),
+        )
+        try:
+            record_pipeline(client, entry)
+        except LiftbridgeError as exc:
+            self.log.warning("could not record this pipeline for the Liftbridge UI view (%s); reading goes on", exc)
 
     def _log_plans(self, plans: list[PartitionPlan]) -> None:
         for plan in plans:

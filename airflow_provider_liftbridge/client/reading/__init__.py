@@ -7,6 +7,8 @@
   the position cursor after each finished batch (or as the commit cadence says).
 - :mod:`.dead_letter`: :class:`DeadLetters` publishes what could not be processed, with why;
   :func:`json_value` decodes a JSON value or names the offset that is not JSON.
+- :mod:`.registry`: :func:`record_pipeline` notes, on the server, which task reads which stream
+  with which cursor, so viewers can find the pipelines (:func:`read_pipelines`).
 
 See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 """
@@ -24,6 +26,7 @@ from .plan import (
     plan_start_cursor_id,
     run_tag,
 )
+from .registry import REGISTRY_STREAM, PipelineEntry, read_pipelines, record_pipeline
 from .runner import (
     COMMIT_CADENCES,
     BatchFailed,
@@ -40,6 +43,7 @@ __all__ = [
     "COMMIT_CADENCES",
     "DEAD_LETTER_HEADERS",
     "NO_PLAN",
+    "REGISTRY_STREAM",
     "BatchFailed",
     "BatchHandler",
     "CommitCadence",
@@ -47,6 +51,7 @@ __all__ = [
     "NotJsonError",
     "PartitionPlan",
     "PartitionReport",
+    "PipelineEntry",
     "RangePlanner",
     "StartSpec",
     "batches",
@@ -57,6 +62,8 @@ __all__ = [
     "json_value",
     "plan_cursor_ids",
     "plan_start_cursor_id",
+    "read_pipelines",
     "read_plan",
+    "record_pipeline",
     "run_tag",
 ]

@@ -1,0 +1,129 @@
+"""The pipeline registry: where the reading operators say, on the server, which task reads which
+stream with which position cursor, so that a viewer (the Airflow UI view, a script) can find
+every pipeline without Airflow's database.
+
+Liftbridge has no call that lists cursors (FetchCursor needs the cursor id, the stream and the
+partition), nor one that lists consumer groups (FetchMetadata answers only for groups named in
+the request). The position and plan cursors alone therefore cannot be found: each reading task
+records, once per run when it plans, one small JSON message in the registry stream
+(:data:`REGISTRY_STREAM`, one partition, compacted) keyed by (position cursor, stream, plan key).
+From an entry a reader knows every cursor id (:mod:`.plan`) and can fetch positions and plans.
+
+Imports neither Airflow nor PySpark.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import InvalidArgumentError, StreamExistsError
+from ..sync_client import LiftbridgeClient
+from ..types import AckPolicy
+
+__all__ = ["REGISTRY_STREAM", "PipelineEntry", "read_pipelines", "record_pipeline"]
+
+#: The registry stream (and its subject).
+REGISTRY_STREAM = "airflow-liftbridge-pipelines"
+#: At most this many registry messages are read (the newest); compaction keeps one per key.
+MAX_REGISTRY_MESSAGES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineEntry:
+    """One reading task as recorded in the registry.
+
+    :param stream: the stream it reads.
+    :param position_cursor: the cursor id holding its positions (``__group:<group>`` for a group).
+    :param plan_key: its plan key (``dag_id/task_id[/map_index]``).
+    :param dag_id: / :param task_id: / :param map_index: the task (``-1``: not mapped).
+    :param run_id: the run that made its latest plan.
+    :param partitions: the partitions that plan covered.
+    :param cursor_id: the user's cursor id, or ``None`` in a consumer group.
+    :param group_id: the consumer group, or ``None``.
+    :param operator: the operator class name.
+    :param dead_letter_stream: where it sends what it cannot process, if anywhere.
+    :param recorded_at: when it was recorded (milliseconds since the epoch).
+    """
+
+    stream: str
+    position_cursor: str
+    plan_key: str
+    dag_id: str
+    task_id: str
+    run_id: str
+    partitions: tuple[int, ...]
+    map_index: int = -1
+    cursor_id: str | None = None
+    group_id: str | None = None
+    operator: str = ""
+    dead_letter_stream: str | None = None
+    recorded_at: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def key(self) -> bytes:
+        """The registry key: one entry per (position cursor, stream, plan key)."""
+        return f"{self.position_cursor}\x1f{self.stream}\x1f{self.plan_key}".encode()
+
+    def to_json(self) -> bytes:
+        """The registry message's value."""
+        return json.dumps(asdict(self) | {"partitions": list(self.partitions)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> PipelineEntry:
+        """An entry from a registry message's value.
+
+        :raises InvalidArgumentError: not an entry (the message says what was wrong).
+        """
+        try:
+            data: dict[str, Any] = json.loads(value)
+            known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+            known["partitions"] = tuple(int(p) for p in known.get("partitions", ()))
+            return cls(**known)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidArgumentError(f"not a pipeline registry entry ({type(exc).__name__}: {exc})") from None
+
+
+def record_pipeline(client: LiftbridgeClient, entry: PipelineEntry, *, stream: str = REGISTRY_STREAM) -> None:
+    """Publish ``entry`` to the registry (creating the registry stream, compacted, if missing) and
+    wait for the leader's ack.
+
+    :raises LiftbridgeError: the stream could not be created or the entry was not acknowledged.
+    """
+    if stream not in client.fetch_metadata([stream]).streams:
+        try:
+            client.create_stream(stream, stream, compact_enabled=True)
+        except StreamExistsError:
+            pass  # another task created it meanwhile
+    client.publish(stream, entry.to_json(), key=entry.key, ack_policy=AckPolicy.LEADER)
+
+
+def read_pipelines(
+    client: LiftbridgeClient, *, stream: str = REGISTRY_STREAM, limit: int = MAX_REGISTRY_MESSAGES
+) -> list[PipelineEntry]:
+    """The registry's entries, the newest per key, sorted by DAG, task and stream (``[]`` when no
+    reading task recorded one yet). Messages that are not entries are skipped.
+
+    :raises LiftbridgeError: the registry could not be read.
+    """
+    info = client.fetch_metadata([stream]).streams.get(stream)
+    if info is None:
+        return []
+    newest: dict[bytes, PipelineEntry] = {}
+    for partition in sorted(info.partitions):
+        hw = client.fetch_partition_metadata(stream, partition).high_watermark
+        if hw < 0:
+            continue
+        messages = client.subscribe(stream, partition=partition, start_at=max(0, hw - limit + 1), stop_at=hw)
+        try:
+            for message in messages:
+                try:
+                    entry = PipelineEntry.from_json(message.value)
+                except InvalidArgumentError:
+                    continue
+                newest[entry.key] = entry
+        finally:
+            messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+    return sorted(newest.values(), key=lambda e: (e.dag_id, e.task_id, e.map_index, e.stream))
