@@ -61,8 +61,8 @@ def accounted(acks: Sequence[Ack | None], n: int, *, expects_acks: bool, where: 
     if not expects_acks:
         if not acks:
             return []
-    elif len(acks) == n and not any(map(operator.is_, acks, repeat(None))):
-        return list(acks)  # type: ignore[arg-type]  # no None left
+    elif len(acks) == n and not any(map(operator.is_, acks, repeat(None))):  # at C speed
+        return acks if isinstance(acks, list) else list(acks)  # type: ignore[arg-type]  # no None
     raise _unaccounted(acks, n, {}, where, None)
 
 
