@@ -228,3 +228,19 @@ def test_a_paused_partition_is_planned_and_read(lb: LiftbridgeClient, stream_nam
     seen: list[int] = []
     read_plan(lb, plans, lambda b: seen.extend(m.offset for m in b) or 0, position_cursor="pos")
     assert seen == [0, 1, 2]
+
+
+def test_a_plan_made_while_a_restarted_cluster_reads_its_high_watermarks_as_unknown_waits_for_them() -> None:
+    """Right after a full restart a partition's high watermark reads -1 though its log holds
+    messages (liftbridge-semantics.md: about 9 s on v1.9; 3 s here). A plan made then used to
+    take the -1 at its word and read nothing of the partition in that run (found by the fault
+    campaign, seed 2233); it waits until the high watermark is known."""
+    from airflow_provider_liftbridge.devserver import ClusterTimings
+
+    timings = ClusterTimings.fast(restart_hw_unknown=3.0)
+    with DevServer(brokers=3, timings=timings) as cluster, LiftbridgeClient(cluster.addresses, timeout=10.0) as lb:
+        lb.create_stream("restarted", "restarted", replication_factor=3)
+        fill(lb, "restarted", 100)
+        cluster.restart_cluster()
+        (plan,) = planner(lb, "restarted").plan([0])
+    assert (plan.next_offset, plan.end) == (0, 100)

@@ -29,10 +29,17 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError, PartitionPausedError
+from ..errors import (
+    InvalidArgumentError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    UnavailableError,
+)
 from ..sync_client import LiftbridgeClient
 from ..types import StartPosition
 
@@ -74,20 +81,45 @@ def plan_start_cursor_id(position_cursor: str, plan_key: str) -> str:
     return f"{position_cursor}|plan-start|{plan_key}"
 
 
-def high_watermark(client: LiftbridgeClient, stream: str, partition: int) -> int:
+#: How long a plan waits for a high watermark that a restarting cluster does not know yet.
+HW_UNKNOWN_WAIT = 30.0
+
+
+def high_watermark(
+    client: LiftbridgeClient, stream: str, partition: int, *, unknown_wait: float = HW_UNKNOWN_WAIT
+) -> int:
     """The partition's high watermark; for a paused partition (whose leader does not answer for
     it) the one in the cluster's metadata, without resuming it.
 
+    Right after a full-cluster restart a partition's high watermark reads -1 for a while (about
+    9 s on Liftbridge v1.9) although its log holds messages (``liftbridge-semantics.md``): taken at
+    its word, a plan would read nothing of it in this run. Such a -1 beside a newest offset of 0 or
+    more is waited out, with backoff, for up to ``unknown_wait`` seconds.
+
     :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
+    :raises UnavailableError: the high watermark stayed unknown for ``unknown_wait`` seconds.
     """
     try:
-        return client.fetch_partition_metadata(stream, partition).high_watermark
+        deadline = time.monotonic() + unknown_wait
+        pause = 0.1
+        while True:
+            part = client.fetch_partition_metadata(stream, partition)
+            if part.high_watermark >= 0 or part.newest_offset < 0:
+                return part.high_watermark
+            if time.monotonic() + pause > deadline:
+                raise UnavailableError(
+                    f"stream {stream!r} partition {partition}: the high watermark is still unknown (-1) "
+                    f"{unknown_wait:g} s on, while the leader's log ends at offset {part.newest_offset} (a cluster "
+                    "restarting reads -1 until its partitions commit again); try again once the cluster is back"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
     except PartitionPausedError:
         info = client.fetch_metadata([stream]).streams.get(stream)
-        part = info.partitions.get(partition) if info is not None else None
-        if part is None:
+        listed = info.partitions.get(partition) if info is not None else None
+        if listed is None:
             raise
-        return part.high_watermark
+        return listed.high_watermark
 
 
 @dataclass(frozen=True, slots=True)
