@@ -71,9 +71,11 @@ def unary(
     until: float | None = None,
 ) -> Op[object]:
     """One unary call, retried on a lost connection across the known brokers, with backoff: the
-    first ``max_retries`` retries always, more while the backoff ends before ``until`` (on
-    ``core.clock``; default: ``timeout`` from now), so a cluster whose brokers are all restarting
-    is waited out for the call's time, not for a count of attempts. Each attempt has ``timeout``.
+    first ``max_retries`` retries always; once some broker has answered this client
+    (``core.reached``), more while the backoff ends before ``until`` (on ``core.clock``; default:
+    ``timeout`` from now), so a cluster whose brokers are all restarting is waited out for the
+    call's time. A cluster never reached (likely a wrong address) fails after the count. Each
+    attempt has ``timeout``.
 
     Every call is retried on UNAVAILABLE and kin (see ``is_transient``): for idempotent calls that
     is harmless; CreateStream, DeleteStream and the publishes are retried too, which makes a
@@ -90,7 +92,7 @@ def unary(
         try:
             response = yield Unary(address, method, request, deadline)
         except RpcFailure as failure:
-            wait = core.retry_wait(attempt + 1, until) if is_transient(failure) else None
+            wait = core.retry_wait(attempt + 1, until if core.reached else None) if is_transient(failure) else None
             if wait is not None:
                 attempt += 1
                 yield Sleep(wait)

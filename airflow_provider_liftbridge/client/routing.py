@@ -97,6 +97,9 @@ class ClientCore:
         #: them is only believed once confirmed, and not at all while they are fresh (``presence.py``).
         self.seen_streams = StreamSightings()
         self._good = 0  # index (in known_addresses()) of the broker that answered last
+        #: Whether some broker has answered a call of this client: until then, brokers that cannot
+        #: be reached are more likely a wrong address than a restart (``unary`` waits less).
+        self.reached = False
         self._lock = threading.Lock()
 
     # --- broker cycling ---------------------------------------------------------------------
@@ -120,6 +123,7 @@ class ClientCore:
         return addrs[(start + attempt) % len(addrs)]
 
     def mark_good(self, address: str) -> None:
+        self.reached = True
         addrs = self.known_addresses()
         if address in addrs:
             with self._lock:
@@ -128,16 +132,16 @@ class ClientCore:
     def backoff(self, attempt: int) -> float:
         return self.retry.backoff(attempt, self.rng)
 
-    def retry_wait(self, retry: int, until: float) -> float | None:
+    def retry_wait(self, retry: int, until: float | None) -> float | None:
         """The backoff before retry number ``retry`` (1-based) of a call that must be over by
-        ``until`` (on :attr:`clock`), or ``None`` when the call gives up: at once when
-        ``max_retries`` is 0; never within the first ``max_retries`` retries; after those, once the
-        wait would not end before ``until`` (so the call's time, not a count, bounds how long it
-        waits out a cluster electing leaders)."""
+        ``until`` (on :attr:`clock`; ``None``: bounded by the count alone), or ``None`` when the
+        call gives up: at once when ``max_retries`` is 0; never within the first ``max_retries``
+        retries; after those, once the wait would not end before ``until`` (so the call's time,
+        not a count, bounds how long it waits out a cluster electing leaders)."""
         if self.retry.max_retries == 0:
             return None
         wait = self.backoff(retry)
-        if retry <= self.retry.max_retries or self.clock() + wait < until:
+        if retry <= self.retry.max_retries or (until is not None and self.clock() + wait < until):
             return wait
         return None
 

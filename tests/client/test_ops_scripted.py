@@ -88,6 +88,7 @@ def test_unary_retries_an_unavailable_cluster_for_its_timeout_then_gives_up() ->
     # A cluster whose brokers are all restarting: the call keeps trying, with growing backoff,
     # past max_retries for as long as its timeout (5 s) allows, and not longer.
     c = without_cursors_stream(core(max_retries=2, backoff_max=1.0))
+    c.mark_good("a:1")  # the cluster answered before: it may be restarting
     run = Run()
 
     def answer(e: Any) -> Any:
@@ -104,8 +105,24 @@ def test_unary_retries_an_unavailable_cluster_for_its_timeout_then_gives_up() ->
     assert max(waits) <= 1.0  # backoff_max caps each wait
 
 
+def test_a_cluster_never_reached_fails_after_max_retries() -> None:
+    # No broker has ever answered this client: more likely a wrong address than a restart.
+    c = without_cursors_stream(core(max_retries=2))
+    run = Run()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            raise UNAVAILABLE
+        return None
+
+    with pytest.raises(UnavailableError, match="3 attempt"):
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+    assert len([e for e in run.effects if isinstance(e, Unary)]) == 3
+
+
 def test_with_max_retries_0_a_call_is_tried_once() -> None:
     c = without_cursors_stream(core(max_retries=0))
+    c.mark_good("a:1")
     run = Run()
 
     def answer(e: Any) -> Any:
