@@ -30,9 +30,11 @@ class ClientBase:
         ``None`` or empty: no NATS.
     :param nats_security: TLS and authentication of every NATS connection the client opens
         (``None``: plain and anonymous, or whatever the URLs carry).
-    :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack).
-    :param max_retries: retries after a lost connection, cycling through the known brokers with
-        exponential backoff and jitter.
+    :param timeout: default per-call deadline in seconds (also how long a publish waits for its ack,
+        and how long a call waits out a cluster with no leader yet, retrying with backoff).
+    :param max_retries: the fewest retries after a lost connection, cycling through the known
+        brokers with exponential backoff and jitter (more within ``timeout`` once a broker has
+        answered); 0: no retry.
     :param ack_policy: default ack policy of publishes.
     :param resubscribe_wait: how long a subscription keeps trying to resubscribe after a
         transient failure, in seconds.

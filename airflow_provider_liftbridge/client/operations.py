@@ -68,8 +68,14 @@ def unary(
     preferred: str | None = None,
     stream: str | None = None,
     partition: int | None = None,
+    until: float | None = None,
 ) -> Op[object]:
-    """One unary call, retried on a lost connection across the known brokers, with backoff.
+    """One unary call, retried on a lost connection across the known brokers, with backoff: the
+    first ``max_retries`` retries always; once some broker has answered this client
+    (``core.reached``), more while the backoff ends before ``until`` (on ``core.clock``; default:
+    ``timeout`` from now), so a cluster whose brokers are all restarting is waited out for the
+    call's time. A cluster never reached (likely a wrong address) fails after the count. Each
+    attempt has ``timeout``.
 
     Every call is retried on UNAVAILABLE and kin (see ``is_transient``): for idempotent calls that
     is harmless; CreateStream, DeleteStream and the publishes are retried too, which makes a
@@ -77,6 +83,7 @@ def unary(
     attempt went through (the error says so).
     """
     deadline = core.call_timeout(timeout)
+    until = core.clock() + deadline if until is None else until
     tried: list[str] = []
     attempt = 0
     while True:
@@ -85,9 +92,10 @@ def unary(
         try:
             response = yield Unary(address, method, request, deadline)
         except RpcFailure as failure:
-            if is_transient(failure) and attempt < core.retry.max_retries:
+            wait = core.retry_wait(attempt + 1, until if core.reached else None) if is_transient(failure) else None
+            if wait is not None:
                 attempt += 1
-                yield Sleep(core.backoff(attempt))
+                yield Sleep(wait)
                 continue
             if (
                 _stalled(failure, method)
@@ -119,26 +127,31 @@ def _stalled(failure: RpcFailure, method: str) -> bool:
     return failure.code == grpc.StatusCode.DEADLINE_EXCEEDED and method in IDEMPOTENT
 
 
-def refresh_metadata(core: ClientCore, streams: Sequence[str] | None) -> Op[Metadata]:
-    response = yield from unary(core, "FetchMetadata", api_pb2.FetchMetadataRequest(streams=streams or ()))
+def refresh_metadata(core: ClientCore, streams: Sequence[str] | None, until: float | None = None) -> Op[Metadata]:
+    """Fetch the metadata of ``streams`` (``None``: all) into the cache; retried as :func:`unary`."""
+    request = api_pb2.FetchMetadataRequest(streams=streams or ())
+    response = yield from unary(core, "FetchMetadata", request, until=until)
     metadata = metadata_from_pb(response)  # type: ignore[arg-type]
     core.cache.update(metadata, streams)
     core.seen_streams.update(metadata.streams)
     return metadata
 
 
-def settled_metadata(core: ClientCore, streams: Sequence[str]) -> Op[Metadata]:
+def settled_metadata(core: ClientCore, streams: Sequence[str], until: float | None = None) -> Op[Metadata]:
     """The metadata of ``streams`` (names given); one this client has just created that the
-    broker asked does not list yet is asked for again, with backoff, up to ``max_retries`` times (a
-    new stream reaches the brokers one by one: :mod:`.presence`)."""
-    metadata = yield from refresh_metadata(core, streams)
+    broker asked does not list yet is asked for again, with backoff, until ``until`` (default: the
+    client's timeout from now; see ``ClientCore.retry_wait``): a new stream reaches the brokers one
+    by one (:mod:`.presence`)."""
+    until = core.call_deadline(None) if until is None else until
+    metadata = yield from refresh_metadata(core, streams, until)
     tries = 0
-    while tries < core.retry.max_retries and any(
-        s not in metadata.streams and core.seen_streams.fresh(s) for s in streams
-    ):
+    while any(s not in metadata.streams and core.seen_streams.fresh(s) for s in streams):
+        wait = core.retry_wait(tries + 1, until)
+        if wait is None:
+            break
         tries += 1
-        yield Sleep(core.backoff(tries))
-        metadata = yield from refresh_metadata(core, streams)
+        yield Sleep(wait)
+        metadata = yield from refresh_metadata(core, streams, until)
     return metadata
 
 
@@ -157,14 +170,17 @@ def missing_confirmed_op(core: ClientCore, stream: str, partition: int) -> Op[bo
         return False  # no broker answers yet: the cluster is not back
 
 
-def ensure_partition(core: ClientCore, stream: str, partition: int, *, refresh: bool) -> Op[None]:
-    """Make sure the cache knows ``stream``/``partition``, fetching metadata when asked or needed.
+def ensure_partition(
+    core: ClientCore, stream: str, partition: int, *, refresh: bool, until: float | None = None
+) -> Op[None]:
+    """Make sure the cache knows ``stream``/``partition``, fetching metadata when asked or needed
+    (a fresh stream's metadata is waited for until ``until``: :func:`settled_metadata`).
 
     :raises NoSuchStreamError: the server does not know the stream.
     :raises NoSuchPartitionError: the stream has no such partition.
     """
     if refresh or core.partition_info(stream, partition) is None:
-        yield from settled_metadata(core, [stream])
+        yield from settled_metadata(core, [stream], until)
     info = core.cache.stream(stream)
     if info is None:
         raise NoSuchStreamError(f"stream {stream!r} does not exist; create it first or check the name.")
@@ -217,30 +233,37 @@ PAUSED_REFUSALS = 2
 
 
 def leader_unary(core: ClientCore, method: str, request: object, stream: str, partition: int) -> Op[object]:
-    """A unary call that must reach the partition leader: on NOT_FOUND / FAILED_PRECONDITION the
-    metadata is refreshed (with backoff) and the call re-routed, up to ``max_retries`` times.
+    """A unary call that must reach the partition leader. While the partition has no leader (NOT
+    LEADER, or a restarting cluster's "no such stream / partition" about a stream this client has
+    seen) the metadata is refreshed and the call re-routed, with backoff, within the client's
+    timeout (``ClientCore.retry_wait``). A stream never seen, or confirmed missing, fails at once.
 
     A paused partition's leader refuses such calls with the words of a non-leader, and metadata
     keeps saying ``paused`` after a publish resumed the partition (Liftbridge v1.9). So the flag
-    alone decides nothing: the partition counts as paused (PartitionPausedError) only when the
-    broker that fresh metadata names leader refused :data:`PAUSED_REFUSALS` times in a row while
-    that metadata said paused; a refusal by a broker no longer named leader is a leader change.
+    alone decides nothing: the partition counts as paused only when the broker that fresh metadata
+    names leader refused :data:`PAUSED_REFUSALS` times in a row while that metadata said paused; a
+    refusal by a broker no longer named leader is a leader change.
+
+    :raises NoSuchStreamError: the stream does not exist (confirmed as in :mod:`.presence`).
+    :raises NoSuchPartitionError: the stream has no such partition (confirmed likewise).
+    :raises NotLeaderError: no broker took the call as leader within the timeout.
+    :raises PartitionPausedError: the partition is paused (see above), or the server said so
+        ``max_retries`` + 1 times.
     """
-    refreshes = paused_refusals = 0
-    yield from ensure_partition(core, stream, partition, refresh=False)
+    until = core.call_deadline(None)
+    retries = paused_refusals = 0
+    error: Exception | None = None
+    refused_by: str | None = None
     while True:
-        refused_by = core.route(stream, partition)
         try:
-            return (yield from unary(core, method, request, preferred=refused_by, stream=stream, partition=partition))
-        except ROUTING_ERRORS as exc:
-            if refreshes >= core.retry.max_retries:
-                raise
-            refreshes += 1
-            yield Sleep(core.backoff(refreshes))
-            yield from ensure_partition(core, stream, partition, refresh=True)
+            yield from ensure_partition(core, stream, partition, refresh=error is not None, until=until)
+        except (NoSuchStreamError, NoSuchPartitionError) as exc:
+            error, paused_refusals = exc, 0
+        else:
             part = core.partition_info(stream, partition)
-            still_leader = refused_by is not None and core.route(stream, partition) == refused_by
-            if isinstance(exc, NotLeaderError) and part is not None and part.paused and still_leader:
+            route = core.route(stream, partition)
+            still_leader = refused_by is not None and route == refused_by
+            if isinstance(error, NotLeaderError) and part is not None and part.paused and still_leader:
                 paused_refusals += 1
             else:
                 paused_refusals = 0
@@ -248,7 +271,27 @@ def leader_unary(core: ClientCore, method: str, request: object, stream: str, pa
                 raise PartitionPausedError(
                     f"stream {stream!r} partition {partition} is paused (its leader refuses {method} and the "
                     "metadata says paused); publish to it, or subscribe with resume=True, to resume it."
-                ) from exc
+                ) from error
+            try:
+                refused_by = route
+                return (
+                    yield from unary(
+                        core, method, request, preferred=route, stream=stream, partition=partition, until=until
+                    )
+                )
+            except ROUTING_ERRORS as exc:
+                error = exc
+        if isinstance(error, (NoSuchStreamError, NoSuchPartitionError)) and (
+            yield from missing_confirmed_op(core, stream, partition)
+        ):
+            raise error
+        # Paused is a state of the partition, not an election: no longer than a count of retries.
+        counted = isinstance(error, PartitionPausedError) and retries >= core.retry.max_retries
+        wait = None if counted else core.retry_wait(retries + 1, until)
+        if wait is None:
+            raise error
+        retries += 1
+        yield Sleep(wait)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,30 +422,55 @@ def _cursor_unary(
 ) -> Op[object]:
     """A cursor call, sent where the cursor lives: the leader of the cursors-stream partition
     that owns it. A broker that is not (or no longer) that leader refuses the call; the cursors
-    stream's metadata is then refreshed and the call re-routed, up to ``max_retries`` times.
+    stream's metadata is then refreshed and the call re-routed, with backoff, within the client's
+    timeout (``ClientCore.retry_wait``): a cluster electing leaders after a restart is waited out.
     Without a cursors stream in metadata (checked again every ``CURSORS_RECHECK`` seconds) the
     call goes to any broker; one that answers "not leader" shows the stream exists after all (a
     restarting cluster lists no streams for a moment), so that also looks it up again. So does
-    "Cursors stream does not exist" once metadata has listed the cursors stream: a cluster right
-    after a full restart answers that for a moment too (it is believed when never seen)."""
-    refreshes = 0
+    "Cursors stream does not exist" until the cluster is confirmed to have no cursors stream (see
+    :func:`_cursors_off_confirmed`): a cluster right after a full restart answers that for a moment too."""
+    until = core.call_deadline(None)
+    retries = 0
     while True:
         if core.cursors_unknown():
-            yield from refresh_metadata(core, [CURSORS_STREAM])
+            yield from refresh_metadata(core, [CURSORS_STREAM], until)
             core.cursors_absent_since = None if core.cache.stream(CURSORS_STREAM) else time.monotonic()
         owner = core.cursors_partition(cursor_id, stream, partition)
         preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
         try:
-            return (yield from unary(core, method, request, preferred=preferred, stream=stream, partition=partition))
+            return (
+                yield from unary(
+                    core, method, request, preferred=preferred, stream=stream, partition=partition, until=until
+                )
+            )
         except (NotLeaderError, CursorsDisabledError) as exc:
-            if refreshes >= core.retry.max_retries or (
-                isinstance(exc, CursorsDisabledError) and CURSORS_STREAM not in core.seen_streams
-            ):
+            if isinstance(exc, CursorsDisabledError) and (yield from _cursors_off_confirmed(core, retries)):
+                raise  # cursors are off in this cluster: waiting cannot help
+            wait = core.retry_wait(retries + 1, until)
+            if wait is None:
                 raise
-            refreshes += 1
-            yield Sleep(core.backoff(refreshes))
+            retries += 1
+            yield Sleep(wait)
             core.cache.forget(CURSORS_STREAM)  # the leader moved: look it up again
             core.cursors_absent_since = None
+
+
+def _cursors_off_confirmed(core: ClientCore, retries: int) -> Op[bool]:
+    """After "Cursors stream does not exist": whether cursors really are off. Not when this client
+    has seen the cursors stream listed, or the metadata of all streams lists it (a restarting
+    cluster: it answers so until the stream has a leader again). Yes when that metadata lists
+    other streams and no cursors stream. A cluster that lists no stream at all is either empty or
+    in the first moment of a full restart (about 0.3 s on Liftbridge): believed after
+    ``max_retries`` waits."""
+    if CURSORS_STREAM in core.seen_streams:
+        return False
+    try:
+        metadata = yield from refresh_metadata(core, None)
+    except UnavailableError:
+        return False  # no broker answers yet: the cluster is not back
+    if CURSORS_STREAM in metadata.streams:
+        return False
+    return bool(metadata.streams) or retries >= core.retry.max_retries
 
 
 def _cursor_args(cursor_id: str, stream: str) -> None:

@@ -31,7 +31,8 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """The wait before retry number ``attempt`` (1-based): exponential, with jitter in [50%, 100%]."""
-        cap = min(self.backoff_max, self.backoff_base * 2.0 ** max(0, attempt - 1))
+        # The exponent stops growing long after the cap is reached (2.0 ** 1024 overflows).
+        cap = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(0, attempt - 1), 64))
         return cap * (0.5 + rng.random() / 2)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import InvalidArgumentError
 from .partitioners import partition_for_key
@@ -88,12 +88,18 @@ class ClientCore:
         #: NATS URLs: when given, ``publish_many`` takes the NATS-direct bulk path (see ``bulk``).
         self.nats_servers: tuple[str, ...] = settings.nats_servers
         self.rng = random.Random()
+        #: The clock of retry budgets (monotonic seconds); tests driving operations step by step
+        #: replace it with a virtual one advanced by the backoffs they answer.
+        self.clock: Callable[[], float] = time.monotonic
         #: When metadata last showed no cursors stream (monotonic seconds), or None.
         self.cursors_absent_since: float | None = None
         #: Streams some metadata answer has listed, or this client created: a "no such stream" about
         #: them is only believed once confirmed, and not at all while they are fresh (``presence.py``).
         self.seen_streams = StreamSightings()
         self._good = 0  # index (in known_addresses()) of the broker that answered last
+        #: Whether some broker has answered a call of this client: until then, brokers that cannot
+        #: be reached are more likely a wrong address than a restart (``unary`` waits less).
+        self.reached = False
         self._lock = threading.Lock()
 
     # --- broker cycling ---------------------------------------------------------------------
@@ -117,6 +123,7 @@ class ClientCore:
         return addrs[(start + attempt) % len(addrs)]
 
     def mark_good(self, address: str) -> None:
+        self.reached = True
         addrs = self.known_addresses()
         if address in addrs:
             with self._lock:
@@ -124,6 +131,26 @@ class ClientCore:
 
     def backoff(self, attempt: int) -> float:
         return self.retry.backoff(attempt, self.rng)
+
+    def retry_wait(self, retry: int, until: float | None) -> float | None:
+        """The backoff before retry number ``retry`` (1-based) of a call that must be over by
+        ``until`` (on :attr:`clock`; ``None``: bounded by the count alone), or ``None`` when the
+        call gives up: at once when ``max_retries`` is 0; never within the first ``max_retries``
+        retries; after those, once the wait would not end before ``until`` (so the call's time,
+        not a count, bounds how long it waits out a cluster electing leaders)."""
+        if self.retry.max_retries == 0:
+            return None
+        wait = self.backoff(retry)
+        if retry <= self.retry.max_retries or (until is not None and self.clock() + wait < until):
+            return wait
+        return None
+
+    def call_deadline(self, timeout: float | None) -> float:
+        """When a call given ``timeout`` (``None``: the client's) stops retrying, on :attr:`clock`.
+
+        :raises InvalidArgumentError: ``timeout`` is not a positive number.
+        """
+        return self.clock() + self.call_timeout(timeout)
 
     def call_timeout(self, timeout: float | None) -> float:
         if timeout is None:

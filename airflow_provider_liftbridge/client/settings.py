@@ -71,8 +71,8 @@ class ConnectionSettings:
         publishing goes straight to NATS with acks on an ack inbox.
     :param nats_security: TLS and authentication of every NATS connection, or ``None``.
     :param ack_policy: the default ack policy of publishes.
-    :param timeout: per-call deadline in seconds.
-    :param max_retries: retries of a call on an unavailable broker, cycling brokers.
+    :param timeout: per-call deadline in seconds; also bounds a call's waiting for a leader.
+    :param max_retries: the fewest retries of a call on an unavailable broker, cycling brokers.
     :param resubscribe_wait: how long a subscription tries to resubscribe, in seconds.
     :param conn_id: where the settings came from (an Airflow connection id), for messages.
     :param backoff_base: first retry wait in seconds (doubled per retry; not shipped to Spark).

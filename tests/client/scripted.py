@@ -11,7 +11,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
-from airflow_provider_liftbridge.client.effects import END, Effect, Emit, Op, Pump, Read, ReadTimeout, RpcFailure
+from airflow_provider_liftbridge.client.effects import END, Effect, Emit, Op, Pump, Read, ReadTimeout, RpcFailure, Sleep
+
+
+class VirtualClock:
+    """A clock for ``ClientCore.clock`` that only moves when :func:`drive` answers a ``Sleep``:
+    retry budgets bounded by time run out after the backoffs they asked for, without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class Run:
@@ -23,9 +37,17 @@ class Run:
         self.result: Any = None
 
 
-def drive(op: Op[Any], answer: Callable[[Effect], Any], *, run: Run | None = None, limit: int = 10_000) -> Run:
+def drive(
+    op: Op[Any],
+    answer: Callable[[Effect], Any],
+    *,
+    run: Run | None = None,
+    limit: int = 10_000,
+    clock: VirtualClock | None = None,
+) -> Run:
     """Run ``op``; ``answer(effect)`` returns the effect's result or raises RpcFailure/ReadTimeout.
-    Pass ``run`` to keep the record when the operation raises."""
+    Pass ``run`` to keep the record when the operation raises, ``clock`` (the core's) to have each
+    ``Sleep`` move it on."""
     run = run if run is not None else Run()
     send: Any = None
     error: BaseException | None = None
@@ -40,6 +62,8 @@ def drive(op: Op[Any], answer: Callable[[Effect], Any], *, run: Run | None = Non
         if isinstance(effect, Emit):
             run.emitted.append(effect.item)
             continue
+        if clock is not None and isinstance(effect, Sleep):
+            clock.advance(effect.seconds)
         try:
             send = _pump(effect, answer, run) if isinstance(effect, Pump) else answer(effect)
         except (RpcFailure, ReadTimeout) as exc:

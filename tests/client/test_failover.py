@@ -122,3 +122,19 @@ def test_cursor_calls_wait_out_a_full_restart_that_lists_no_cursors_stream(strea
         c.set_cursor("reader", stream_name, 0, 4)
         srv.restart_cluster()
         assert c.fetch_cursor("reader", stream_name, 0) == 4
+
+
+def test_cursor_calls_outlast_a_leader_election_longer_than_the_retry_count_allowed(stream_name: str) -> None:
+    # After a full restart the cursors partition has no leader for 3.5 s here (a loaded real
+    # cluster takes seconds too). Five retries with backoff used to give up after ~0.8-1.5 s;
+    # the call now waits, with backoff, within its timeout (10 s).
+    timings = ClusterTimings.fast(restart_no_streams=0.5, restart_no_leaders=3.5, restart_hw_unknown=3.6)
+    with DevServer(brokers=3, timings=timings) as srv, LiftbridgeClient(srv.addresses, timeout=10.0) as c:
+        c.set_cursor("reader", stream_name, 0, 9)
+        srv.restart_cluster()
+        started = time.monotonic()
+        assert c.fetch_cursor("reader", stream_name, 0) == 9
+        waited = time.monotonic() - started
+        c.set_cursor("reader", stream_name, 0, 10)
+        assert c.fetch_cursor("reader", stream_name, 0) == 10
+    assert waited > 1.6, f"the call returned after {waited:.2f} s: the election was not stretched past the old budget"

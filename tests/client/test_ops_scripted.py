@@ -14,6 +14,8 @@ import pytest
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import (
     AckPolicy,
+    CursorsDisabledError,
+    NoSuchStreamError,
     NotLeaderError,
     RequestTimeoutError,
     StartPosition,
@@ -27,15 +29,22 @@ from airflow_provider_liftbridge.client.routing import ClientCore
 from airflow_provider_liftbridge.client.settings import ConnectionSettings
 from airflow_provider_liftbridge.client.subscription import subscribe
 
-from .scripted import Run, drive
+from .scripted import Run, VirtualClock, drive
 
 UNAVAILABLE = RpcFailure(grpc.StatusCode.UNAVAILABLE, "down")
 
 
 def core(**kw: Any) -> ClientCore:
+    """A core on a :class:`VirtualClock` (pass it to ``drive`` where retries run out of time)."""
     args = dict(brokers=("a:1", "b:2", "c:3"), timeout=5.0, max_retries=3, ack_policy=AckPolicy.LEADER)
     args.update(kw)
-    return ClientCore(ConnectionSettings(**args))  # type: ignore[arg-type]
+    c = ClientCore(ConnectionSettings(**args))  # type: ignore[arg-type]
+    c.clock = VirtualClock()
+    return c
+
+
+def slept(run: Run) -> list[float]:
+    return [e.seconds for e in run.effects if isinstance(e, Sleep)]
 
 
 def metadata(leader: str = "b1", port: int = 2) -> api_pb2.FetchMetadataResponse:
@@ -75,7 +84,29 @@ def test_unary_cycles_brokers_with_growing_backoff_and_sticks_to_the_good_one() 
     assert [e.address for e in again.effects if isinstance(e, Unary)] == ["c:3"]  # sticky
 
 
-def test_unary_gives_up_after_max_retries() -> None:
+def test_unary_retries_an_unavailable_cluster_for_its_timeout_then_gives_up() -> None:
+    # A cluster whose brokers are all restarting: the call keeps trying, with growing backoff,
+    # past max_retries for as long as its timeout (5 s) allows, and not longer.
+    c = without_cursors_stream(core(max_retries=2, backoff_max=1.0))
+    c.mark_good("a:1")  # the cluster answered before: it may be restarting
+    run = Run()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            raise UNAVAILABLE
+        return None
+
+    with pytest.raises(UnavailableError, match="no broker reachable") as raised:
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+    attempts = len([e for e in run.effects if isinstance(e, Unary)])
+    waits = slept(run)
+    assert attempts > 3 and len(waits) == attempts - 1 and f"{attempts} attempt" in str(raised.value)
+    assert 4.0 <= sum(waits) < 5.0  # the timeout bounds the waiting; the last backoff would pass it
+    assert max(waits) <= 1.0  # backoff_max caps each wait
+
+
+def test_a_cluster_never_reached_fails_after_max_retries() -> None:
+    # No broker has ever answered this client: more likely a wrong address than a restart.
     c = without_cursors_stream(core(max_retries=2))
     run = Run()
 
@@ -85,8 +116,23 @@ def test_unary_gives_up_after_max_retries() -> None:
         return None
 
     with pytest.raises(UnavailableError, match="3 attempt"):
-        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run)
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
     assert len([e for e in run.effects if isinstance(e, Unary)]) == 3
+
+
+def test_with_max_retries_0_a_call_is_tried_once() -> None:
+    c = without_cursors_stream(core(max_retries=0))
+    c.mark_good("a:1")
+    run = Run()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            raise UNAVAILABLE
+        return None
+
+    with pytest.raises(UnavailableError, match="1 attempt"):
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+    assert len([e for e in run.effects if isinstance(e, Unary)]) == 1 and not slept(run)
 
 
 def test_subscribe_resumes_from_last_offset_plus_one_on_the_new_leader() -> None:
@@ -261,7 +307,7 @@ def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() 
     assert calls[-1] == ("FetchCursor", ADDRESSES[moved])
 
 
-def test_a_cursor_call_gives_up_when_no_leader_accepts_it() -> None:
+def test_a_cursor_call_gives_up_when_no_leader_accepts_it_within_its_timeout() -> None:
     c = core(max_retries=2)
 
     def answer(e: Any) -> Any:
@@ -273,8 +319,75 @@ def test_a_cursor_call_gives_up_when_no_leader_accepts_it() -> None:
 
     run = Run()
     with pytest.raises(NotLeaderError):
-        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run)
-    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]) == 3
+        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
+    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]) > 3
+    assert 3.0 <= sum(slept(run)) < 5.0  # waited for a leader up to the 5 s timeout, not 2 retries
+
+
+def test_a_cursor_call_outlasts_an_election_longer_than_its_retry_count() -> None:
+    # After a full restart no broker leads the cursors partition for a while (here 3 s of the
+    # virtual clock: past what 5 retries with backoff used to wait, ~1.5 s); the call waits it out.
+    c = core(max_retries=5)
+    elected_at = c.clock() + 3.0
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(["b1", "b1", "b1"])
+        if isinstance(e, Unary):
+            if c.clock() < elected_at:
+                raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "Server not leader for cursors partition 0")
+            return api_pb2.FetchCursorResponse(offset=12)
+        return None
+
+    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    assert run.result == 12
+    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"]) > 6
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["cluster-with-streams", "empty-cluster"])
+def test_a_cursor_call_fails_when_cursors_are_disabled(listed: bool) -> None:
+    """A cluster that lists streams but no cursors stream has cursors off: at once. One that
+    lists no stream at all may be in the first moment of a full restart: believed after the
+    client's retries (an empty cluster with cursors off is rare; a restart is not)."""
+    c = core()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            empty = api_pb2.FetchMetadataResponse(brokers=[api_pb2.Broker(id="b1", host="a", port=1)])
+            return metadata() if listed else empty
+        if isinstance(e, Unary):
+            raise RpcFailure(grpc.StatusCode.INTERNAL, "Cursors stream does not exist")
+        return None
+
+    run = Run()
+    with pytest.raises(CursorsDisabledError):
+        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+    calls = len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"])
+    if listed:
+        assert calls == 1 and not slept(run)
+    else:
+        assert calls == c.retry.max_retries + 1 and len(slept(run)) == c.retry.max_retries
+
+
+def test_a_leader_call_on_a_stream_never_seen_fails_at_once_and_a_seen_one_waits_for_its_leader() -> None:
+    c = core()
+    listed = {"s": False}
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            # Right after a full restart the cluster lists brokers and no streams for a moment.
+            return metadata() if listed["s"] or c.clock() > 1002.5 else api_pb2.FetchMetadataResponse()
+        if isinstance(e, Unary):
+            return api_pb2.FetchPartitionMetadataResponse(metadata=api_pb2.PartitionMetadata(id=0, leader="b1"))
+        return None
+
+    run = Run()
+    with pytest.raises(NoSuchStreamError):
+        drive(operations.fetch_partition_metadata(c, "never", 0), answer, run=run, clock=c.clock)
+    assert not slept(run)
+    c.seen_streams.update(["s"])  # listed by an earlier answer
+    run = drive(operations.fetch_partition_metadata(c, "s", 0), answer, clock=c.clock)
+    assert run.result.leader == "b1" and sum(slept(run)) >= 2.0
 
 
 def test_without_a_cursors_stream_cursor_calls_go_to_any_broker_and_metadata_is_asked_again_later() -> None:
