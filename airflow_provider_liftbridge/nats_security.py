@@ -203,7 +203,7 @@ def _expand(path: str | None) -> str | None:
 
 def _require_nkeys() -> None:
     try:
-        with needs_extra("nats-nkeys", "NKEY seeds and .creds files"):
+        with needs_extra("nats-nkeys", "using NKEY seeds or .creds files"):
             import nkeys  # type: ignore[import-untyped]  # noqa: F401
     except MissingExtraError as exc:
         raise NatsSecurityError(str(exc)) from None
