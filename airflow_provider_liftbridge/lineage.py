@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .extras import needs_extra
+
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import Dataset
@@ -51,16 +53,24 @@ def stream_namespace(brokers: Sequence[str]) -> str:
 
 
 def stream_dataset(brokers: Sequence[str], stream: str) -> Dataset:
-    """The OpenLineage dataset of a stream (needs the OpenLineage client)."""
-    from openlineage.client.event_v2 import Dataset
+    """The OpenLineage dataset of a stream.
+
+    :raises MissingExtraError: the OpenLineage client is not installed (the ``openlineage`` extra).
+    """
+    with needs_extra("openlineage", "OpenLineage datasets"):
+        from openlineage.client.event_v2 import Dataset
 
     return Dataset(namespace=stream_namespace(brokers), name=stream)
 
 
 def file_dataset(path: Any) -> Dataset:
     """The OpenLineage dataset of a file: a local path, a URL (``s3a://bucket/key``) or an
-    ``ObjectStoragePath``."""
-    from openlineage.client.event_v2 import Dataset
+    ``ObjectStoragePath``.
+
+    :raises MissingExtraError: the OpenLineage client is not installed (the ``openlineage`` extra).
+    """
+    with needs_extra("openlineage", "OpenLineage datasets"):
+        from openlineage.client.event_v2 import Dataset
 
     if isinstance(path, str):
         url = urlsplit(path)

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .extras import MissingExtraError, needs_extra
+
 __all__ = ["NATS_SCHEMES", "NatsSecurity", "NatsSecurityError", "check_nats_url", "redact_url", "redact_urls"]
 
 
@@ -201,9 +203,7 @@ def _expand(path: str | None) -> str | None:
 
 def _require_nkeys() -> None:
     try:
-        import nkeys  # type: ignore[import-untyped]  # noqa: F401
-    except ImportError:
-        raise NatsSecurityError(
-            "NKEY seeds and .creds files need the 'nkeys' package: pip install"
-            " 'airflow-provider-liftbridge[nats-nkeys]' (or pip install nkeys)"
-        ) from None
+        with needs_extra("nats-nkeys", "using NKEY seeds or .creds files"):
+            import nkeys  # type: ignore[import-untyped]  # noqa: F401
+    except MissingExtraError as exc:
+        raise NatsSecurityError(str(exc)) from None

@@ -17,6 +17,8 @@ What it does, in order:
 6. stops the server and exits non-zero if anything failed.
 
 Usage: ``python scripts/demo.py [--dag-id ID] [--timeout SECONDS] [--skip-archive] [--keep-home] [--verbose]``.
+``--server HOST:PORT --nats-url URL`` uses a server that already runs instead of step 1 (the wheel
+tier, ``scripts/test_wheel.py``, starts ``liftbridge-devserver`` from the installed wheel).
 
 ``--ui [--port PORT]`` instead starts a whole deployment to look at in a browser (the one the
 system tests use, ``scripts/deployment.py``): the dev server, then ``airflow api-server`` (UI
@@ -29,6 +31,7 @@ lifecycle example (which feeds the event-driven example), and stops everything o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +151,16 @@ def report(dag_id: str, run_id: str, state: str, states: dict[str, str], xcoms: 
         print(f"deleted     {xcoms['delete_stream'].get('deleted')}")
 
 
+def running_server(address: str | None, nats_url: str | None) -> contextlib.AbstractContextManager[Any]:
+    """A dev server started in this process, or (``address`` given) the server that runs there;
+    either has ``address`` and ``nats_url``."""
+    if address:
+        return contextlib.nullcontext(types.SimpleNamespace(address=address, nats_url=nats_url))
+    from airflow_provider_liftbridge.devserver import DevServer
+
+    return DevServer()
+
+
 def serve_ui(port: int, keep_home: bool) -> int:
     """``--ui``: run the deployment until Ctrl-C (or SIGTERM); 0 when it stopped cleanly."""
     import signal
@@ -218,20 +232,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print Airflow's output at the end")
     parser.add_argument("--skip-archive", action="store_true", help=f"do not run {ARCHIVE_DAG} beside it")
     parser.add_argument("--ui", action="store_true", help="run the whole deployment with the UI until Ctrl-C")
+    parser.add_argument("--server", metavar="HOST:PORT", help="use this running server instead of starting one")
+    parser.add_argument("--nats-url", help="with --server: the NATS URL of that server")
     parser.add_argument("--port", type=int, default=8080, help="--ui: the UI's port (default 8080; 0: any free one)")
     args = parser.parse_args(argv)
     if args.ui:
         return serve_ui(args.port, args.keep_home)
+    if bool(args.server) != bool(args.nats_url):
+        parser.error("--server and --nats-url go together")
 
     from airflow_provider_liftbridge.client import LiftbridgeClient
-    from airflow_provider_liftbridge.devserver import DevServer
 
     home = Path(tempfile.mkdtemp(prefix="liftbridge-demo-airflow-"))
     log = home / "demo.log"
     started = time.monotonic()
     ok = False
     try:
-        with DevServer() as server:
+        with running_server(args.server, args.nats_url) as server:
             print(f"dev server  gRPC {server.address}, NATS {server.nats_url}")
             conn = {
                 "conn_type": "liftbridge",

@@ -43,8 +43,8 @@ def test_every_room_has_a_docstring(room: str) -> None:
 
 
 PACKAGE = Path(__file__).resolve().parent.parent / "airflow_provider_liftbridge"
-#: What the dev server may import of the project: the codec, the stubs and the neutral NATS modules.
-DEVSERVER_MAY_IMPORT = ("codec", "_proto", "nats_adapter", "nats_security", "devserver")
+#: What the dev server may import of the project: the codec, the stubs, the neutral NATS modules and extras.
+DEVSERVER_MAY_IMPORT = ("codec", "_proto", "nats_adapter", "nats_security", "extras", "devserver")
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -251,6 +251,7 @@ CORE = (
     "nats_adapter",
     "nats_security",
     "connection_fields",
+    "extras",
 )
 #: What they may never reach, directly or through another module of the package.
 ABOVE_THE_CORE = ("hooks", "operators", "sensors", "triggers", "queues", "spark", "devserver")

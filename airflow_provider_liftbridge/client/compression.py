@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from airflow_provider_liftbridge.extras import MissingExtraError, needs_extra
+
 from .errors import InvalidArgumentError
 
 __all__ = [
@@ -57,12 +59,10 @@ def check_compression(value: Any) -> Compression:
 
 def _zstandard() -> Any:
     try:
-        import zstandard
-    except ImportError:
-        raise InvalidArgumentError(
-            "compression='zstd' needs the zstandard package: pip install 'airflow-provider-liftbridge[zstd]'"
-            " (or use compression='gzip')"
-        ) from None
+        with needs_extra("zstd", "compression='zstd'"):
+            import zstandard
+    except MissingExtraError as exc:
+        raise InvalidArgumentError(f"{exc} (or use compression='gzip')") from None
     return zstandard
 
 

@@ -34,13 +34,17 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-from h2.errors import ErrorCodes
-from h2.settings import SettingCodes
+
+from airflow_provider_liftbridge.extras import needs_extra
+
+with needs_extra("devserver", "the dev server"):
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.exceptions
+    import h2.settings
+    from h2.errors import ErrorCodes
+    from h2.settings import SettingCodes
 
 log = logging.getLogger(__name__)
 

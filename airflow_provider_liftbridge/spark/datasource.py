@@ -21,15 +21,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    InputPartition,
-    WriterCommitMessage,
-)
+from airflow_provider_liftbridge.extras import needs_extra
+
+with needs_extra("spark", "the liftbridge Spark data source"):
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        InputPartition,
+        WriterCommitMessage,
+    )
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
 

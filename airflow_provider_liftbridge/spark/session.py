@@ -15,10 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_provider_liftbridge.extras import needs_extra
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+#: What needs the ``spark`` extra, in its missing-extra message.
+SESSION_FEATURE = "a SparkSession (build_spark_session, the Spark operators)"
 log = logging.getLogger(__name__)
 #: What pyspark sets in ``os.environ`` once a Spark Connect session was built in the process.
 _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
@@ -103,14 +107,16 @@ def build_spark_session(
     :param app_name: the application name shown in the Spark UI.
     :param config: extra Spark settings (``spark.*``), applied last.
     :returns: the session (the caller stops it).
+    :raises MissingExtraError: PySpark is not installed (the ``spark`` extra).
     """
-    from pyspark.sql import SparkSession
+    with needs_extra("spark", SESSION_FEATURE):
+        from pyspark import SparkContext  # classic PySpark: pyspark-client alone lacks it
+        from pyspark.sql import SparkSession
 
     from .datasource import register
 
     remote = bool(master and master.startswith("sc://"))
     if remote:
-        from pyspark import SparkContext
         from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
         # The generic builder also switches pyspark.sql.functions to Spark Connect for the
@@ -178,7 +184,8 @@ def _session_running(remote: bool) -> bool:
     this call then starts would never be stopped (its exit hook then retries for minutes against
     a server that may be gone).
     """
-    from pyspark import SparkContext
+    with needs_extra("spark", SESSION_FEATURE):
+        from pyspark import SparkContext
 
     if remote:
         from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
