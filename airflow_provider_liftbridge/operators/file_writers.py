@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.json as pa_json  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from airflow_provider_liftbridge.client import Message
@@ -405,6 +406,30 @@ def _utf8_column(data: list[bytes | None], batch: Sequence[Message], what: str) 
         raise
 
 
+_JSON_READ = pa_json.ReadOptions(use_threads=False)
+
+
+def _json_table(batch: Sequence[Message], schema: pa.Schema) -> pa.Table | None:
+    """The batch's JSON values as a table of ``schema``, parsed by Arrow's JSON reader in one pass
+    (about 5× cheaper than ``json.loads`` per value and a conversion of the dicts); ``None`` when
+    Arrow cannot say which row is at fault (any value it refuses: not a JSON object, a field or
+    type outside ``schema``, a key given twice) or could split a value in two (a line break in a
+    value), so the caller converts the batch value by value and names the offset."""
+    if any(name.startswith("value_") and name[6:] in _META for name in schema.names):
+        return None  # a field renamed for a clash with a column: the reader knows it by its own name
+    data = b"\n".join([m.value for m in batch])
+    if data.count(b"\n") != len(batch) - 1 or b"\r" in data:
+        return None
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    try:
+        table = pa_json.read_json(pa.py_buffer(data), read_options=_JSON_READ, parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(batch):  # an empty value is an empty line, which the reader skips
+        return None
+    return table.select(schema.names)
+
+
 class _ParquetWriter:
     """Columns built per batch (no row dicts for the fixed columns), one row group per batch."""
 
@@ -422,6 +447,12 @@ class _ParquetWriter:
             return [("value", pa.array([m.value for m in batch], pa.binary()))]
         if fmt == "text":
             return [("value", _utf8_column([m.value for m in batch], batch, "value"))]
+        if self._value_schema is not None:
+            # The file's columns are known (json_schema, or the first rows'): Arrow parses the
+            # values; what it refuses is converted below, which names the offset at fault.
+            parsed = _json_table(batch, self._value_schema)
+            if parsed is not None:
+                return list(zip(parsed.column_names, parsed.columns, strict=True))
         values = [_json_fields(m) for m in batch]
         if self._value_schema is None:
             try:
