@@ -38,6 +38,7 @@ from airflow_provider_liftbridge.extras import needs_extra
 
 with needs_extra("files", "writing stream files (LiftbridgeStreamToFileOperator)"):
     import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.json as pa_json  # type: ignore[import-untyped]
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
@@ -175,6 +176,24 @@ def _iso(ns: int) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{nanos:09d}Z"
 
 
+def _iso_all(batch: Sequence[Message]) -> list[str]:
+    """:func:`_iso` of every message's timestamp; the date and time of each second formatted once
+    (a batch's messages share few seconds: 0.8 µs per message instead of 5)."""
+    seconds_text: dict[int, str] = {}
+    out = []
+    for message in batch:
+        seconds, nanos = divmod(message.timestamp, 1_000_000_000)
+        prefix = seconds_text.get(seconds)
+        if prefix is None:
+            prefix = seconds_text[seconds] = f"{dt.datetime.fromtimestamp(seconds, dt.UTC):%Y-%m-%dT%H:%M:%S}."
+        out.append(f"{prefix}{nanos:09d}Z")
+    return out
+
+
+#: One encoder for every row (``json.dumps`` with options builds a new one per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _text(data: bytes, message: Message, what: str) -> str:
     try:
         return data.decode("utf-8")
@@ -214,6 +233,20 @@ def _key_text(message: Message) -> str | None:
     return None if message.key is None else _text(message.key, message, "key")
 
 
+def _first_unwritable(batch: Sequence[Message], value_format: str) -> None:
+    """Raise the :class:`ArchiveValueError` of the batch's first message that cannot be written
+    (its key, value, then headers), if there is one: the writers convert a batch column by column,
+    so the error they met first may be a later message's."""
+    for message in batch:
+        if value_format != "bytes":
+            _key_text(message)
+            if value_format == "json":
+                _json_fields(message)
+            else:
+                _text(message.value, message, "value")
+        _text_headers(message)
+
+
 class _Writer(Protocol):
     def write(self, batch: Sequence[Message]) -> None: ...
 
@@ -221,36 +254,55 @@ class _Writer(Protocol):
 
 
 class _JsonlWriter:
-    """One JSON object per line; JSON values merged into the row object."""
+    """One JSON object per line; JSON values merged into the row object. A batch is converted
+    column by column (timestamps, keys, values, headers), then encoded and written at once."""
 
     def __init__(self, handle: IO[bytes], options: WriteOptions) -> None:
         self._handle = handle
         self._options = options
 
-    def _row(self, m: Message) -> dict[str, Any]:
-        fmt = self._options.value_format
-        row: dict[str, Any] = {
-            "stream": m.stream,
-            "partition": m.partition,
-            "offset": m.offset,
-            "timestamp": _iso(m.timestamp),
-        }
-        if fmt == "bytes":
-            row["key"] = None if m.key is None else base64.b64encode(m.key).decode("ascii")
-        else:
-            row["key"] = _key_text(m)
-        if fmt == "json":
-            row |= _json_fields(m)
-        elif fmt == "bytes":
-            row["value"] = base64.b64encode(m.value).decode("ascii")
-        else:
-            row["value"] = _text(m.value, m, "value")
-        row["headers"] = _text_headers(m)
-        return row
-
     def write(self, batch: Sequence[Message]) -> None:
-        lines = [json.dumps(self._row(m), ensure_ascii=False, separators=(",", ":")) for m in batch]
-        self._handle.write(("\n".join(lines) + "\n").encode("utf-8"))
+        try:
+            rows = self._rows(batch)
+        except ArchiveValueError:
+            _first_unwritable(batch, self._options.value_format)
+            raise
+        self._handle.write(("\n".join(map(_ENCODE, rows)) + "\n").encode("utf-8"))
+
+    def _rows(self, batch: Sequence[Message]) -> list[dict[str, Any]]:
+        fmt = self._options.value_format
+        stamps = _iso_all(batch)
+        headers = [_text_headers(m) for m in batch]
+        if fmt == "bytes":
+            keys = [None if m.key is None else base64.b64encode(m.key).decode("ascii") for m in batch]
+        else:
+            keys = [None if m.key is None else _text(m.key, m, "key") for m in batch]
+        if fmt == "json":
+            fields = [_json_fields(m) for m in batch]
+            rows = [
+                {"stream": m.stream, "partition": m.partition, "offset": m.offset, "timestamp": t, "key": k}
+                | f
+                | {"headers": h}
+                for m, t, k, f, h in zip(batch, stamps, keys, fields, headers, strict=True)
+            ]
+        else:
+            if fmt == "bytes":
+                values = [base64.b64encode(m.value).decode("ascii") for m in batch]
+            else:
+                values = [_text(m.value, m, "value") for m in batch]
+            rows = [
+                {
+                    "stream": m.stream,
+                    "partition": m.partition,
+                    "offset": m.offset,
+                    "timestamp": t,
+                    "key": k,
+                    "value": v,
+                    "headers": h,
+                }
+                for m, t, k, v, h in zip(batch, stamps, keys, values, headers, strict=True)
+            ]
+        return rows
 
     def close(self) -> None:
         pass
@@ -281,10 +333,17 @@ class _CsvWriter:
     @staticmethod
     def _cell(value: Any) -> Any:
         if isinstance(value, dict | list):
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            return _ENCODE(value)
         return "" if value is None else value
 
     def write(self, batch: Sequence[Message]) -> None:
+        try:
+            self._write(batch)
+        except ArchiveValueError:
+            _first_unwritable(batch, self._options.value_format)
+            raise
+
+    def _write(self, batch: Sequence[Message]) -> None:
         fmt = self._options.value_format
         if fmt == "json":
             values = [_json_fields(m) for m in batch]
@@ -296,20 +355,22 @@ class _CsvWriter:
         elif self._fields is None:
             self._fields = []
             self._writer.writerow(COLUMNS)
-        out = []
-        for i, m in enumerate(batch):
-            if fmt == "bytes":
-                key = "" if m.key is None else base64.b64encode(m.key).decode("ascii")
-                cells = [base64.b64encode(m.value).decode("ascii")]
+        stamps = _iso_all(batch)
+        headers = [_ENCODE(_text_headers(m)) for m in batch]
+        if fmt == "bytes":
+            keys = ["" if m.key is None else base64.b64encode(m.key).decode("ascii") for m in batch]
+            cells = [[base64.b64encode(m.value).decode("ascii")] for m in batch]
+        else:
+            keys = ["" if m.key is None else _text(m.key, m, "key") for m in batch]
+            if fmt == "json":
+                cell, names = self._cell, self._fields
+                cells = [[cell(row.get(name)) for name in names] for row in values]
             else:
-                key = _key_text(m) or ""
-                if fmt == "json":
-                    fields = values[i]
-                    cells = [self._cell(fields.get(name)) for name in self._fields]
-                else:
-                    cells = [_text(m.value, m, "value")]
-            headers = json.dumps(_text_headers(m), ensure_ascii=False, separators=(",", ":"))
-            out.append([m.stream, m.partition, m.offset, _iso(m.timestamp), key, *cells, headers])
+                cells = [[_text(m.value, m, "value")] for m in batch]
+        out = [
+            [m.stream, m.partition, m.offset, t, k, *c, h]
+            for m, t, k, c, h in zip(batch, stamps, keys, cells, headers, strict=True)
+        ]
         self._writer.writerows(out)
 
     def close(self) -> None:
@@ -348,6 +409,30 @@ def _utf8_column(data: list[bytes | None], batch: Sequence[Message], what: str) 
         raise
 
 
+_JSON_READ = pa_json.ReadOptions(use_threads=False)
+
+
+def _json_table(batch: Sequence[Message], schema: pa.Schema) -> pa.Table | None:
+    """The batch's JSON values as a table of ``schema``, parsed by Arrow's JSON reader in one pass
+    (about 5× cheaper than ``json.loads`` per value and a conversion of the dicts); ``None`` when
+    Arrow cannot say which row is at fault (any value it refuses: not a JSON object, a field or
+    type outside ``schema``, a key given twice) or could split a value in two (a line break in a
+    value), so the caller converts the batch value by value and names the offset."""
+    if any(name.startswith("value_") and name[6:] in _META for name in schema.names):
+        return None  # a field renamed for a clash with a column: the reader knows it by its own name
+    data = b"\n".join([m.value for m in batch])
+    if data.count(b"\n") != len(batch) - 1 or b"\r" in data:
+        return None
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    try:
+        table = pa_json.read_json(pa.py_buffer(data), read_options=_JSON_READ, parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(batch):  # an empty value is an empty line, which the reader skips
+        return None
+    return table.select(schema.names)
+
+
 class _ParquetWriter:
     """Columns built per batch (no row dicts for the fixed columns), one row group per batch."""
 
@@ -365,6 +450,12 @@ class _ParquetWriter:
             return [("value", pa.array([m.value for m in batch], pa.binary()))]
         if fmt == "text":
             return [("value", _utf8_column([m.value for m in batch], batch, "value"))]
+        if self._value_schema is not None:
+            # The file's columns are known (json_schema, or the first rows'): Arrow parses the
+            # values; what it refuses is converted below, which names the offset at fault.
+            parsed = _json_table(batch, self._value_schema)
+            if parsed is not None:
+                return list(zip(parsed.column_names, parsed.columns, strict=True))
         values = [_json_fields(m) for m in batch]
         if self._value_schema is None:
             try:

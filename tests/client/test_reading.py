@@ -4,6 +4,7 @@ new run, start positions, commit cadences, bad input, cursors off."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import time
 from collections.abc import Iterator
 
@@ -244,3 +245,46 @@ def test_a_plan_made_while_a_restarted_cluster_reads_its_high_watermarks_as_unkn
         cluster.restart_cluster()
         (plan,) = planner(lb, "restarted").plan([0])
     assert (plan.next_offset, plan.end) == (0, 100)
+
+
+def test_a_batch_reaches_the_handler_after_the_commit_of_the_batch_before(
+    lb: LiftbridgeClient, stream_name: str
+) -> None:
+    """The commit runs while the next batch is read: the handler still sees every earlier batch
+    committed on the server, and the report's position is the last one."""
+    lb.create_stream(stream_name, stream_name)
+    fill(lb, stream_name, 10)
+    positions: list[int] = []
+
+    def handler(batch: list[Message]) -> int:
+        positions.append(lb.fetch_cursor("pos", stream_name, 0))
+        return 0
+
+    reports = read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=3)
+    assert positions == [-1, 2, 5, 8]
+    assert reports[0].committed == 9 and lb.fetch_cursor("pos", stream_name, 0) == 9
+
+
+def test_the_gc_threshold_is_raised_while_reading_and_put_back(lb: LiftbridgeClient, stream_name: str) -> None:
+    """A batch's worth of young objects (4 per message) sets off no collection while reading; the
+    threshold is put back however the read ends, and a disabled collector stays disabled."""
+    lb.create_stream(stream_name, stream_name)
+    fill(lb, stream_name, 4)
+    before = gc.get_threshold()
+    seen: list[int] = []
+
+    def handler(batch: list[Message]) -> int:
+        seen.append(gc.get_threshold()[0])
+        raise OSError("disk full")
+
+    try:
+        gc.set_threshold(700, *before[1:])
+        with pytest.raises(BatchFailed):
+            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=1000)
+        assert seen == [4000] and gc.get_threshold() == (700, *before[1:])
+        gc.set_threshold(0)
+        with pytest.raises(BatchFailed):
+            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=1000)
+        assert seen == [4000, 0] and gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)

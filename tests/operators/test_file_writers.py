@@ -171,6 +171,62 @@ def test_a_field_outside_the_first_rows_columns_names_its_offset(tmp_path: Path)
     assert os.listdir(tmp_path) == []
 
 
+def test_json_values_after_the_first_rows_hold_what_json_loads_reads(tmp_path: Path) -> None:
+    """Once a file's columns are known, Arrow's JSON reader parses a batch's values; what it would
+    read otherwise (a value over two lines, a key given twice) is converted value by value: the
+    file holds what ``json.loads`` reads, in the first rows' column types."""
+
+    def value(o: int, **more: object) -> bytes:
+        fields = {"id": o, "amount": o + 0.5, "name": f"n-{o}", "tags": ["a", str(o)], "nested": {"x": o}} | more
+        return json.dumps(fields).encode()
+
+    first = [message(o, value(o)) for o in range(3)]
+    by_arrow = [
+        message(3, value(3, amount=4)),  # an int in a float column
+        message(4, b'{"id": 4, "name": "\\u00e9\\n"}'),  # fields missing, escapes
+        message(5, value(5, nested={"x": -1}, tags=[])),
+    ]
+    by_python = [message(6, b'{"id": 6,\n "amount": 1.25}'), message(7, b'{"id": 7, "id": 8}')]
+    written = write_range(
+        ObjectStoragePath(str(tmp_path)),
+        "orders",
+        1,
+        [first, by_arrow, by_python],
+        WriteOptions(value_format="json"),
+    )
+    assert written is not None
+    table = pq.read_table(written.path)
+    assert [str(t) for t in table.schema.types[5:10]] == [
+        "int64", "double", "string", "list<element: string>", "struct<x: int64>"
+    ]  # fmt: skip
+    names = ["id", "amount", "name", "tags", "nested"]
+    expected = [{name: json.loads(m.value).get(name) for name in names} for m in first + by_arrow + by_python]
+    expected[3]["amount"] = 4.0
+    assert table.select(names).to_pylist() == expected
+    wrong = message(9, value(9, id="nine"))
+    with pytest.raises(ArchiveValueError, match=r"offset 9: a field of the value does not fit"):
+        write_range(
+            ObjectStoragePath(str(tmp_path)),
+            "orders",
+            1,
+            [first, [message(8, value(8)), wrong, message(10, value(10))]],
+            WriteOptions(value_format="json"),
+        )
+    two_in_one = [message(11, b'{"id": 11}\n{"id": 12}'), message(12, b"")]  # as many lines as messages
+    with pytest.raises(ArchiveValueError, match=r"offset 11: the value is not JSON"):
+        write_range(
+            ObjectStoragePath(str(tmp_path)), "orders", 1, [first, two_in_one], WriteOptions(value_format="json")
+        )
+
+
+def test_jsonl_and_csv_name_the_first_message_that_cannot_be_written(tmp_path: Path) -> None:
+    """A batch is converted column by column (headers before values): still the first bad message is named."""
+    batch = [*orders(0, 2), message(2, b"\xff"), message(3, b"ok", headers={"h": b"\xfe"})]
+    for fmt in ("jsonl", "csv"):
+        with pytest.raises(ArchiveValueError, match=r"offset 2: the value is not UTF-8"):
+            write_range(ObjectStoragePath(str(tmp_path)), "orders", 1, [batch], WriteOptions(format=fmt))
+
+
 def test_an_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocked = tmp_path / "blocked"
     blocked.write_text("a file, not a directory")
