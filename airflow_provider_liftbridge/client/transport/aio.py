@@ -21,7 +21,7 @@ from .. import effects
 from ..base import SubscriptionReader
 from ..errors import ClientClosedError, UnavailableError
 from ..types import TlsConfig
-from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns
+from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns, StubCache
 from .nats import NatsLink
 
 __all__ = ["AsyncTransport"]
@@ -265,6 +265,7 @@ class AsyncTransport:
         self._reader = reader
         self._slots = SlotTurns(subscription_channels)
         self._held: dict[tuple[str, int], tuple[grpc.aio.Channel, _Key]] = {}
+        self._stubs = StubCache()
         self._held_sync: dict[tuple[str, int], tuple[grpc.Channel, _SyncKey]] = {}
         self._streams: set[_AsyncStream | _ThreadedStream] = set()  # open streams, cancelled by close()
         self.closed = False
@@ -279,9 +280,7 @@ class AsyncTransport:
         held = self._held.get((address, slot))
         if held is None:
             held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
-        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
-            held[0]
-        )
+        return self._stubs.get((address, slot), held[0])
 
     def _sync_channel(self, address: str) -> grpc.Channel:
         self._check_open()

@@ -24,6 +24,8 @@ import grpc
 import grpc.aio
 import grpc.experimental
 
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+
 from ..errors import ClientClosedError, InvalidArgumentError
 from ..types import TlsConfig
 
@@ -250,3 +252,20 @@ class SyncChannelRegistry:
 
 #: The process's blocking channels for threaded subscriptions.
 SYNC_REGISTRY = SyncChannelRegistry()
+
+
+
+class StubCache:
+    """The API stub of each channel slot, made again only when the slot's channel changes:
+    building a stub makes a callable per RPC (about 0.2 ms), which every unary call paid again (a
+    cursor commit per batch of a reading task, among others). At most one stub per key is kept."""
+
+    def __init__(self) -> None:
+        self._stubs: dict[Any, tuple[Any, Any]] = {}
+
+    def get(self, key: Any, channel: Any) -> Any:
+        """The ``APIStub`` of ``channel``, the channel now behind ``key``."""
+        held = self._stubs.get(key)
+        if held is None or held[0] is not channel:
+            held = self._stubs[key] = (channel, api_pb2_grpc.APIStub(channel))  # type: ignore[no-untyped-call]
+        return held[1]

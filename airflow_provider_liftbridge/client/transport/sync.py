@@ -14,11 +14,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from airflow_provider_liftbridge._proto import api_pb2_grpc
-
 from .. import effects
 from ..errors import UnavailableError
-from .channels import SyncChannelPool
+from .channels import StubCache, SyncChannelPool
 from .nats import NatsLink
 
 __all__ = ["LoopThread", "SyncTransport"]
@@ -144,15 +142,14 @@ class SyncTransport:
         self._pool = pool
         self._nats = nats
         self._loop = LoopThread()
+        self._stubs = StubCache()
 
     def close(self) -> None:
         self._loop.stop(self._nats.close())
         self._pool.close()
 
     def _stub(self, address: str, long_lived: bool = False) -> Any:
-        return api_pb2_grpc.APIStub(  # type: ignore[no-untyped-call]
-            self._pool.get(address, long_lived)
-        )
+        return self._stubs.get((address, long_lived), self._pool.get(address, long_lived))
 
     def execute(self, effect: effects.Effect) -> Any:
         try:
