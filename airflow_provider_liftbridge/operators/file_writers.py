@@ -43,6 +43,8 @@ with needs_extra("files", "writing stream files (LiftbridgeStreamToFileOperator)
 
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
+from .archive_files import WRITE_FORMATS, ArchivedFile, file_name, partition_prefix, temporary_prefix
+
 __all__ = [
     "COLUMNS",
     "VALUE_FORMATS",
@@ -57,16 +59,10 @@ __all__ = [
     "write_range",
 ]
 
-#: File formats the archiver writes, with their suffixes.
-WRITE_FORMATS: dict[str, str] = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet"}
 #: How message values are written (see the module docstring).
 VALUE_FORMATS = ("text", "bytes", "json")
 COLUMNS = ("stream", "partition", "offset", "timestamp", "key", "value", "headers")
 _META = frozenset(COLUMNS) - {"value"}
-#: Digits of the offsets in file names: any int64 offset, names sort in offset order.
-_OFFSET_DIGITS = 20
-#: Characters kept as they are when a stream name becomes part of a file name.
-_NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 class ArchiveValueError(LiftbridgeFileError):
@@ -123,48 +119,6 @@ class WriteOptions:
                         f"json_schema field {name!r}: {type_name!r} is not a pyarrow type name "
                         "(string, int64, float64, bool, timestamp[us], ...)"
                     ) from None
-
-
-@dataclass(frozen=True)
-class ArchivedFile:
-    """A file the archiver completed: where, and which messages it holds."""
-
-    path: str
-    stream: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    rows: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The XCom form."""
-        return {
-            "path": self.path,
-            "stream": self.stream,
-            "partition": self.partition,
-            "first_offset": self.first_offset,
-            "last_offset": self.last_offset,
-            "rows": self.rows,
-        }
-
-
-def file_name(stream: str, partition: int, first: int, last: int, fmt: str) -> str:
-    """The name of the file holding offsets ``first``..``last`` of a partition: fixed by them, so a
-    retry writes the same name. Characters of the stream name outside ``[A-Za-z0-9._-]`` become
-    ``_``; offsets are zero-padded so names sort in offset order."""
-    safe = "".join(ch if ch in _NAME_SAFE else "_" for ch in stream).lstrip(".") or "_"
-    return f"{safe}-{partition}-{first:0{_OFFSET_DIGITS}d}-{last:0{_OFFSET_DIGITS}d}{WRITE_FORMATS[fmt]}"
-
-
-def partition_prefix(stream: str, partition: int) -> str:
-    """The start every file name of a partition shares (:func:`file_name` up to the offsets)."""
-    return file_name(stream, partition, 0, 0, "jsonl").rsplit("-", 2)[0] + "-"
-
-
-def temporary_prefix(stream: str, partition: int) -> str:
-    """The start of the temporary names of a partition's files. The leading dot hides them from
-    Spark and Hive-style readers while they are written."""
-    return "." + partition_prefix(stream, partition)
 
 
 # -- converting messages ------------------------------------------------------------------------

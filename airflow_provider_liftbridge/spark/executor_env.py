@@ -52,6 +52,7 @@ AIRFLOW_LAYER = (
     "sensors",
     "triggers",
     "queues",
+    "ui",
     "exceptions.py",
     "validation.py",
     "lineage.py",

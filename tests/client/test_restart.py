@@ -17,6 +17,7 @@ from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
     PublishError,
     StartPosition,
+    StopPosition,
     UnavailableError,
 )
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
@@ -71,8 +72,8 @@ def test_publish_many_over_nats_right_after_a_full_restart_sends_again_only_what
 ) -> None:
     """Published while the cluster restarts (brokers down, then partitions without a leader), the
     records are dropped and their acks time out. The call checks that nothing was stored (the
-    leader's newest offset) and sends them again within its retry budget, never blindly
-    (``NO_RESEND``: the call's own re-sends are off), so each is stored once."""
+    leader's newest offset) and sends them again within its retry budget, never blindly (the
+    default ``resend=None``), so each is stored once."""
     with LiftbridgeClient(
         fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.5, max_retries=8, backoff_base=0.05
     ) as c:
@@ -82,11 +83,39 @@ def test_publish_many_over_nats_right_after_a_full_restart_sends_again_only_what
         restart.start()
         time.sleep(0.05 + down / 2)  # inside the window: brokers down, or partitions without a leader
         records = [b"r%d" % i for i in range(20)]
-        acks = c.publish_many("restarting", records, path="nats", ack_policy=AckPolicy.LEADER, resend=NO_RESEND)
+        acks = c.publish_many("restarting", records, path="nats", ack_policy=AckPolicy.LEADER)
         restart.join()
         assert [a.offset for a in acks] == list(range(1, 21))
         stored = c.subscribe("restarting", start_at=StartPosition.EARLIEST, stop_at=20)  # once committed
         assert [m.value for m in stored] == [b"before", *records]
+
+
+def test_with_no_resend_a_restart_fails_the_call_naming_every_record_and_sends_nothing_again(
+    fast_cluster: DevServer,
+) -> None:
+    """``resend=NO_RESEND`` (what exactly-once publishing passes) means the call never sends a
+    record again on its own, not even one it could prove unstored: the caller decides after
+    reading (issue 36: exactly-once logged "re-sending ..." although it had asked for none). The
+    call fails, every record named: timed out (may or may not be stored) or never sent."""
+    with LiftbridgeClient(
+        fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.5, max_retries=8, backoff_base=0.05
+    ) as c:
+        c.create_stream("restarting", "restarting", replication_factor=3)
+        c.publish_many("restarting", [b"before"], path="nats")
+        restart = threading.Thread(target=fast_cluster.restart_cluster)
+        restart.start()
+        time.sleep(0.05)  # inside the window: partitions without a leader drop what they are sent
+        records = [b"r%d" % i for i in range(20)]
+        with pytest.raises(PublishError) as caught:
+            c.publish_many("restarting", records, path="nats", ack_policy=AckPolicy.LEADER, resend=NO_RESEND)
+        restart.join()
+        err = caught.value
+        assert all(err.acks[i] is not None or i in err.errors for i in range(20)), err.errors
+        c.publish_many("restarting", [b"after"], path="nats", ack_policy=AckPolicy.ALL)  # back, and committed
+        whole = c.subscribe("restarting", start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST)
+        stored = [m.value for m in whole]
+    assert stored[0] == b"before" and stored[-1] == b"after"
+    assert len(set(stored)) == len(stored)  # nothing stored twice
 
 
 def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_stored_without_acking() -> None:
