@@ -26,6 +26,7 @@ from ..errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    NotSentError,
     PublishError,
     RequestTimeoutError,
     ServerError,
@@ -56,14 +57,17 @@ MISSING = (NoSuchStreamError, NoSuchPartitionError)
 
 
 def unwrap(exc: PublishError) -> LiftbridgeError:
-    """The typed error behind a ``PublishError``: the failed record's own, else the cause."""
+    """The typed error behind a ``PublishError``: the failed record's own, else the cause, else the
+    first record's that says more than "not sent" (every record without an ack is named, and the
+    ones the call never sent only say that it stopped: what stopped it is the cause)."""
     if exc.index is not None and exc.index in exc.errors:
         return exc.errors[exc.index]
-    if exc.errors:
-        return exc.errors[min(exc.errors)]
     cause = exc.__cause__
-    if isinstance(cause, LiftbridgeError):
+    if isinstance(cause, LiftbridgeError) and not isinstance(cause, PublishError):
         return cause
+    telling = [i for i, e in exc.errors.items() if not isinstance(e, NotSentError)]
+    if telling:
+        return exc.errors[min(telling)]
     return AckTimeoutError(str(exc)) if "ack" in str(exc).lower() else UnavailableError(str(exc))
 
 
