@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,9 +25,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def page(deployment: Deployment) -> Iterator[Any]:
-    """A logged-in browser page (the simple auth manager's login form, as a user would)."""
+@contextmanager
+def logged_in_page(url: str) -> Iterator[Any]:
+    """A page of a fresh headless chromium, logged in through the simple auth manager's login
+    form at ``url`` as a user would; the browser is closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -34,14 +36,21 @@ def page(deployment: Deployment) -> Iterator[Any]:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
-            page.goto(f"{deployment.url}/auth/login")
+            page.goto(f"{url}/auth/login")
             page.locator("input").nth(0).fill(USERNAME)
             page.locator("input[type=password]").fill(PASSWORD)
             page.locator("button[type=submit]").click()
-            page.wait_for_url(lambda url: "/auth/login" not in url)
+            page.wait_for_url(lambda at: "/auth/login" not in at)
             yield page
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(deployment: Deployment) -> Iterator[Any]:
+    """A logged-in browser page."""
+    with logged_in_page(deployment.url) as logged_in:
+        yield logged_in
 
 
 def test_connections_page_lists_the_liftbridge_connection(deployment: Deployment, page: Any) -> None:

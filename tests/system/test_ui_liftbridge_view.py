@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
-from scripts.deployment import PASSWORD, USERNAME, Deployment, wait_until
-from tests.system.test_ui import chromium_path
+from scripts.deployment import Deployment, wait_until
+from tests.system.test_ui import logged_in_page
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 DAG_ID = "liftbridge_stream_archive"
@@ -46,21 +46,8 @@ def finished_run(deployment: Deployment) -> str:
 @pytest.fixture(scope="module")
 def view(deployment: Deployment, finished_run: str) -> Iterator[Any]:
     """A logged-in page (the simple auth manager's login form) of a fresh browser."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(60_000)
-            page.goto(f"{deployment.url}/auth/login")
-            page.locator("input").nth(0).fill(USERNAME)
-            page.locator("input[type=password]").fill(PASSWORD)
-            page.locator("button[type=submit]").click()
-            page.wait_for_url(lambda url: "/auth/login" not in url)
-            yield page
-        finally:
-            browser.close()
+    with logged_in_page(deployment.url) as page:
+        yield page
 
 
 def test_pipeline_shows_lag_zero_then_n_after_n_more(deployment: Deployment, view: Any) -> None:
