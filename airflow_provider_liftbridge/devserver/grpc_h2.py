@@ -241,6 +241,13 @@ class _Connection(asyncio.Protocol):
     # -- connection ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if self.server.stopped:
+            # Accepted just before the server stopped listening, made just after (asyncio sets a
+            # connection up a few loop turns after accepting it): a stopped broker serves nothing,
+            # so it is reset at once instead of serving calls the server no longer answers for.
+            self.closed = True
+            transport.abort()
+            return
         self.transport = transport
         transport.set_write_buffer_limits(high=_TRANSPORT_HIGH_WATER)
         self.peer = _peer_name(transport.get_extra_info("peername"))
@@ -696,6 +703,8 @@ class H2GrpcServer:
         self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        #: Set by :meth:`stop`: connections made from then on are refused (see ``connection_made``).
+        self.stopped = False
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0 picks a free port) and return the port.
@@ -703,6 +712,7 @@ class H2GrpcServer:
         :raises OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
+        self.stopped = False
         self._server = await loop.create_server(lambda: _Connection(self), host, port, ssl=self.ssl_context)
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -722,10 +732,14 @@ class H2GrpcServer:
 
         With ``grace``, new calls are refused (REFUSED_STREAM, which clients retry) and running
         calls get up to ``grace`` seconds to finish; then, or at once without ``grace``, every
-        connection gets GOAWAY, its calls are cancelled and it is closed.
+        connection gets GOAWAY, its calls are cancelled and it is closed. A connection accepted
+        before the listening socket closed but set up only after this began (asyncio makes it a few
+        loop turns later) is reset as it is made: no connection outlives a stopped server.
         """
+        self.stopped = True
         server, self._server = self._server, None
         if server is not None:
+            await _stop_accepting(server)
             server.close()
         connections = list(self._connections)
         if grace:
@@ -741,6 +755,24 @@ class H2GrpcServer:
             await asyncio.wait(tasks, timeout=5.0)  # let cancelled calls run their cleanup
         if server is not None:
             await server.wait_closed()
+
+
+#: Loop turns asyncio takes from accepting a connection to making it (``_accept_connection2``
+#: starts, then creates the transport, which calls ``connection_made`` on the next turn), plus one.
+_ACCEPT_TURNS = 3
+
+
+async def _stop_accepting(server: asyncio.Server) -> None:
+    """Stop accepting on ``server``'s sockets and let the connections it already accepted be made
+    (they are then refused: :attr:`H2GrpcServer.stopped`). Closing the server first would leave
+    them half made: asyncio (3.11) fails to create the transport of a connection accepted just
+    before ``close()``, swallows the error and leaves the socket open, unserved, until the garbage
+    collector closes it; a client's calls on it wait for their deadline meanwhile."""
+    loop = asyncio.get_running_loop()
+    for sock in server.sockets:
+        loop.remove_reader(sock.fileno())
+    for _ in range(_ACCEPT_TURNS):
+        await asyncio.sleep(0)
 
 
 def method_table(service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> dict[str, grpc.RpcMethodHandler]:

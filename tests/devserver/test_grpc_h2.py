@@ -8,6 +8,7 @@ the wire: coalesced DATA frames, trailers, GOAWAY.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Iterator
@@ -383,3 +384,44 @@ async def test_a_handler_that_does_not_read_holds_back_its_stream_but_not_the_co
     assert reply == b"AFTER"
     # Every stream got past the 1 MiB the server lets pile up, and none got the whole 3 MiB in.
     assert all(2 << 20 <= n < len(blob) for n in held), held
+
+
+def _ended_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` (EOF or reset) within ``within`` s; a live connection
+    sends its SETTINGS and then nothing, so reading it runs into the time-out."""
+    sock.setblocking(True)
+    sock.settimeout(within)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except ConnectionError:
+        return True
+    except TimeoutError:
+        return False
+
+
+async def test_a_connection_accepted_while_the_server_stops_is_not_served() -> None:
+    # Seed 5006 of the fault campaign: a full-cluster restart stopped every broker's server while
+    # a client was connecting. asyncio sets a connection up a few loop turns after accepting it;
+    # one accepted before the listening socket closed but made after stop() had taken its list of
+    # connections outlived the server and kept serving the stopped brokers' closed store.
+    # Whatever the number of loop turns between the connect and the stop, none may survive.
+    turns = range(8)
+    survivors = []
+    for k in turns:
+        server = H2GrpcServer(Echo().methods())
+        port = await server.start("127.0.0.1", 0)
+        sock = socket.socket()
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect(("127.0.0.1", port))
+        for _ in range(k):
+            await asyncio.sleep(0)
+        await server.stop()
+        try:
+            if not await asyncio.to_thread(_ended_by_server, sock, 10.0):
+                survivors.append(k)
+        finally:
+            sock.close()
+    assert survivors == [], f"connections outlived the stopped server after {survivors} loop turn(s)"
