@@ -67,10 +67,14 @@ class Cluster:
         self.metadata = MetadataLeader(self, store.brokers)
         #: Which brokers know a just-created stream (faults.py).
         self.propagation = StreamPropagation(timings.stream_propagation, self.metadata)
+        #: Set by :meth:`stop`: these brokers' processes are gone (the server stops, or the whole
+        #: cluster restarts with new ones), and with them whatever a stalled broker held.
+        self.stopped = False
 
     async def until_running(self, broker: BrokerSlot) -> None:
-        """Return once ``broker`` is not stalled (at once when it is not)."""
-        while broker.stalled:
+        """Return once ``broker`` is not stalled (at once when it is not), or once this cluster
+        stopped (:attr:`stopped`: the caller must then drop what it held, see ``faults.py``)."""
+        while broker.stalled and not self.stopped:
             event = self._resumed.get(broker.index)
             if event is None:
                 event = self._resumed[broker.index] = asyncio.Event()
@@ -138,6 +142,14 @@ class Cluster:
             part.notify()  # subscribers that waited with a high watermark of -1
 
     def stop(self) -> None:
+        """Stop the checks and the followers; wake every wait for a stalled broker, which then
+        finds the cluster stopped. (The broker slots outlive a restart and read running again
+        then, but the new cluster's brokers are other processes: what a stalled one held before
+        the restart is lost, never carried out on this cluster's closed logs.)"""
+        self.stopped = True
+        resumed, self._resumed = self._resumed, {}
+        for event in resumed.values():
+            event.set()
         self.metadata.close()
         if self._task is not None:
             self._task.cancel()

@@ -55,8 +55,16 @@ class FaultCluster(Protocol):
     """What the fault models ask of the cluster (:class:`~.cluster.Cluster`)."""
 
     timings: ClusterTimings
+    #: The brokers' processes are gone (the server stopped or the cluster restarted).
+    stopped: bool
 
     async def until_running(self, broker: BrokerSlot) -> None: ...
+
+
+def _gone(cluster: FaultCluster, broker: BrokerSlot) -> bool:
+    """Whether what stalled ``broker`` held is lost: it was killed while stalled, or its whole
+    cluster stopped or restarted (the slot is reused by the new process, which never got it)."""
+    return cluster.stopped or not broker.live
 
 
 def _log_failure(task: asyncio.Task[object]) -> None:
@@ -71,20 +79,21 @@ async def carried_out(cluster: FaultCluster, broker: BrokerSlot, call: Callable[
     The work is detached from the caller: if the call is cancelled while the broker is stalled (the
     client's deadline, a cancel, a closed channel), it is still carried out when the broker resumes,
     as a SIGSTOPped process reads its socket buffer on SIGCONT. A broker killed meanwhile does
-    nothing.
+    nothing, nor does one whose whole cluster was restarted meanwhile (the work is dropped, never
+    run on the stopped brokers' closed logs, and its waiter ends).
 
-    :raises asyncio.CancelledError: the broker was killed before it resumed.
+    :raises asyncio.CancelledError: the broker was killed (or its cluster restarted) before it resumed.
     """
     if not broker.stalled:
         return await call()
 
     async def when_resumed() -> T:
         await cluster.until_running(broker)
-        if not broker.live:
+        if _gone(cluster, broker):
             raise asyncio.CancelledError("the broker died while stalled")
         return await call()
 
-    task = asyncio.get_running_loop().create_task(when_resumed())
+    task = asyncio.get_running_loop().create_task(when_resumed(), name=f"held by stalled {broker.id}")
     task.add_done_callback(_log_failure)
     return await asyncio.shield(task)
 
@@ -177,7 +186,7 @@ class HeldRequests:
         try:
             await self._cluster.until_running(self._broker)
             while self._queue:
-                if not self._broker.live:
+                if _gone(self._cluster, self._broker):
                     self._queue.clear()  # killed while stalled: what it held is gone
                     break
                 await self._queue.popleft()()

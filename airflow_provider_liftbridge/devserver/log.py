@@ -42,6 +42,11 @@ _SUFFIX = ".log"
 _crc32c = google_crc32c.value
 
 
+class LogClosedError(OSError):
+    """A write reached a log after :meth:`PartitionLog.close` (its broker stopped or restarted):
+    Liftbridge's ``ErrCommitLogClosed`` ("commit log was closed"). The records are not stored."""
+
+
 def frame(offset: int, timestamp: int, body: bytes) -> bytes:
     """Return the on-disk bytes of one record."""
     rest = _OT.pack(offset, timestamp) + body
@@ -93,6 +98,7 @@ class PartitionLog:
         self._next = 0
         self._flushed_next = 0
         self._oldest = 0
+        self._closed = False
         #: Records dropped while opening because they were torn or corrupt.
         self.recovered_torn_records = 0
         try:
@@ -176,6 +182,11 @@ class PartitionLog:
     def next_offset(self) -> int:
         """Offset the next :meth:`append` gets (counts records not flushed yet)."""
         return self._next
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: a later :meth:`flush` refuses what was buffered."""
+        return self._closed
 
     @property
     def has_pending(self) -> bool:
@@ -262,10 +273,16 @@ class PartitionLog:
 
         :raises OSError: the write failed (disk full, ...): the buffered records are dropped and the
             log is as it was before them (their offsets are given out again).
+        :raises LogClosedError: the log was closed: the buffered records are dropped likewise.
         """
         pending = self._pending
         if not pending:
             return 0
+        if self._closed:
+            # Written to the closed descriptors this would fail with EBADF; say what happened.
+            self._pending, self._pending_ts = [], []
+            self._next = self._flushed_next
+            raise LogClosedError(f"commit log was closed: {len(pending)} record(s) for {self.directory} not stored")
         timestamps = self._pending_ts
         self._pending = []
         self._pending_ts = []
@@ -463,12 +480,14 @@ class PartitionLog:
 
     # -- lifecycle ------------------------------------------------------------
     def close(self) -> None:
-        """Flush what is buffered (best effort) and close every segment file."""
-        if self._pending and self._segments and self._segments[-1].fd >= 0:
+        """Flush what is buffered (best effort) and close every segment file; idempotent. Records
+        appended afterwards are refused by :meth:`flush` (:class:`LogClosedError`)."""
+        if self._pending and self._segments and self._segments[-1].fd >= 0 and not self._closed:
             try:
                 self.flush()
             except OSError:
                 pass
+        self._closed = True
         for seg in self._segments:
             seg.close()
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import IncorrectOffsetError
-from .log import PartitionLog
+from .log import LogClosedError, PartitionLog
 from .model import REFUSED, CommitCallback, NewMessage, StreamConfig, partition_subject
 from .wire import TimestampField, header_entries, header_entry, length_delimited, message_body, varint
 
@@ -148,6 +148,15 @@ class Partition:
         self._flush_scheduled = False
         try:
             self.log.flush()
+        except LogClosedError as exc:
+            # Its broker stopped (or the cluster restarted) after the write was accepted: as on a
+            # killed broker the write is lost and never acknowledged; its callers time out (a
+            # SetCursor after Liftbridge's 5 s, with INTERNAL "context deadline exceeded").
+            log.warning("partition %s/%d: %s; their publishes get no ack", self.stream.name, self.id, exc)
+            self._callbacks.clear()
+            if self.store.listener is not None:
+                self.store.listener.commit_failed(self)
+            return
         except OSError:
             log.exception(
                 "writing partition %s/%d failed; its unacked publishes will time out", self.stream.name, self.id

@@ -5,12 +5,16 @@ Probed with the generated stubs only."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
@@ -254,3 +258,73 @@ def test_cluster_restart_reads_cursors_back_from_the_replicated_messages(tmp_pat
     with DevServer(brokers=3, cursors_partitions=2, data_dir=tmp_path, timings=ClusterTimings.fast()) as second:
         run(second, fetch_them)
     assert got == [10, 11, 12, 13]
+
+
+# -- a restart under a pending cursor write ---------------------------------------------------------
+
+
+def _held_writes(srv: DevServer) -> int:
+    """Requests a stalled broker holds, to carry out when it resumes (``faults.carried_out``),
+    still waiting on the server's loop."""
+
+    async def count() -> int:
+        return sum("carried_out" in t.get_coro().__qualname__ for t in asyncio.all_tasks())  # type: ignore[union-attr]
+
+    return int(srv._run(count()))
+
+
+def test_cluster_restart_under_a_held_cursor_write_drops_it_and_ends_its_waiter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Seed 5006 of the fault campaign: SetCursor calls reached the brokers a full restart had
+    # stopped, and were written to the closed __cursors log. Here the write is pending in the
+    # other way a stopped broker keeps one: its leader is stalled (SIGSTOP) and holds the request
+    # to carry out when it runs again. The restart replaces the processes: the held write is lost
+    # with them (never written to a closed log, never carried out later), and whatever waited for
+    # the stalled broker ends instead of waiting forever.
+    timings = ClusterTimings.fast(
+        replica_max_lag_time=60.0, replica_max_leader_timeout=60.0, metadata_election_timeout=60.0
+    )
+    cursor = pb.SetCursorRequest(cursorId="held", stream="s", offset=1)
+    with DevServer(brokers=3, data_dir=tmp_path, timings=timings) as srv:
+        channels = [grpc.insecure_channel(a) for a in srv.addresses]
+        stubs = [Stub(ch) for ch in channels]
+        try:
+            owner = _cursor_leader(srv, stubs, "held")
+            stubs[owner].SetCursor(cursor, timeout=TIMEOUT)
+            srv.stall_broker(owner)
+            late = pb.SetCursorRequest(cursorId="held", stream="s", offset=2)
+            err = rpc_error(stubs[owner].SetCursor, late, timeout=0.5)
+            assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert _held_writes(srv) == 1  # the stalled leader holds the write
+
+            srv.restart_cluster(down=0.2)
+            deadline = time.monotonic() + 10
+            while _held_writes(srv) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _held_writes(srv) == 0, "a write held before the restart still waits for its broker"
+            srv.resume_broker(owner)  # the new process was never stopped: nothing to carry out
+
+            owner = _cursor_leader(srv, stubs, "held")
+            fetch = pb.FetchCursorRequest(cursorId="held", stream="s")
+            assert stubs[owner].FetchCursor(fetch, timeout=TIMEOUT).offset == 1
+        finally:
+            for ch in channels:
+                ch.close()
+    failed = [r.getMessage() for r in caplog.records if "__cursors" in r.getMessage() and r.levelno >= logging.WARNING]
+    assert failed == [], failed
+
+
+def _cursor_leader(srv: DevServer, stubs: list[Stub], cursor_id: str) -> int:
+    """The broker leading the ``__cursors`` partition that owns ``(cursor_id, "s", 0)``, once
+    one does (a restarted cluster has no leaders at first)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with contextlib.suppress(grpc.RpcError):
+            md = stubs[0].FetchMetadata(pb.FetchMetadataRequest(streams=["__cursors"]), timeout=TIMEOUT)
+            parts = md.streamMetadata[0].partitions
+            leader = parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
+            if leader:
+                return srv.broker_ids.index(leader)
+        assert time.monotonic() < deadline, "no leader for the cursors partition"
+        time.sleep(0.05)

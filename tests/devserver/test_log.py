@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_liftbridge.devserver.log import RECORD_OVERHEAD, PartitionLog
+from airflow_provider_liftbridge.devserver.log import RECORD_OVERHEAD, LogClosedError, PartitionLog
 
 
 def fill(log: PartitionLog, n: int, *, start_ts: int = 1_000, size: int = 10) -> None:
@@ -154,4 +154,21 @@ def test_failed_write_rolls_the_log_back(tmp_path: Path, monkeypatch: pytest.Mon
     log.close()
     again = PartitionLog(tmp_path)
     assert again.read(0)[-1] == b"next" and again.recovered_torn_records == 0
+    again.close()
+
+
+def test_a_write_after_close_is_refused_and_not_stored(tmp_path: Path) -> None:
+    # A broker that stopped (or a restarted cluster) closed the log while a write was on its way:
+    # the write is refused as Liftbridge's "commit log was closed", not tried on closed descriptors.
+    log = PartitionLog(tmp_path)
+    fill(log, 3)
+    log.close()
+    assert log.closed
+    log.append(b"late", 9_999)
+    with pytest.raises(LogClosedError, match="commit log was closed: 1 record"):
+        log.flush()
+    assert log.next_offset == 3 and not log.has_pending
+    log.close()  # idempotent
+    again = PartitionLog(tmp_path)
+    assert again.newest_offset == 2 and b"late" not in again.read(0)
     again.close()
