@@ -112,6 +112,13 @@ def map_rpc_error(
         )
     if code == C.UNAVAILABLE:
         return diagnostics.unavailable_error(method, said, attempts=attempts, tried=tried)
+    if code == C.INTERNAL and "deadline exceeded" in low:
+        # Liftbridge answers a SetCursor whose message was not committed on the cursors stream's
+        # replicas within its own 5 s with INTERNAL and the Go context's words.
+        return RequestTimeoutError(
+            f"{method} on {what} timed out on the server{server}: the write was not committed in time (it may"
+            " still be); repeating the call is safe."
+        )
     if code == C.INTERNAL and diagnostics.is_cursors_disabled(said):
         return diagnostics.cursors_disabled_error(method, said)
     if code == C.INTERNAL and "segment has been closed" in low:

@@ -324,6 +324,31 @@ def test_a_cursor_call_gives_up_when_no_leader_accepts_it_within_its_timeout() -
     assert 3.0 <= sum(slept(run)) < 5.0  # waited for a leader up to the 5 s timeout, not 2 retries
 
 
+def test_a_set_cursor_whose_commit_never_comes_ends_one_attempt_after_its_timeout() -> None:
+    # Seed 5006 of the fault campaign: every SetCursor attempt waited its whole deadline and the
+    # server answered INTERNAL "context deadline exceeded" (Liftbridge's words when the cursor's
+    # message is not committed in time); each call made max_retries + 1 such attempts, 45 s for a
+    # 5 s timeout. None may start once the call's timeout has passed.
+    c = core(max_retries=8)
+    c.mark_good("a:1")
+    started = c.clock()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(["b1", "b1", "b1"])
+        if isinstance(e, Unary):
+            c.clock.advance(e.timeout * 0.98)  # type: ignore[attr-defined]  # the server answers just in time
+            raise RpcFailure(grpc.StatusCode.INTERNAL, "context deadline exceeded")
+        return None
+
+    run = Run()
+    with pytest.raises(RequestTimeoutError, match="timed out on the server"):
+        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
+    attempts = [e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]
+    assert len(attempts) == 2  # the first ran into the 5 s timeout; the retry started before it was over
+    assert c.clock() - started <= 2 * 5.0 + c.retry.backoff_max
+
+
 def test_a_cursor_call_outlasts_an_election_longer_than_its_retry_count() -> None:
     # After a full restart no broker leads the cursors partition for a while (here 3 s of the
     # virtual clock: past what 5 retries with backoff used to wait, ~1.5 s); the call waits it out.

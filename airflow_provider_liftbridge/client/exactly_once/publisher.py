@@ -332,6 +332,10 @@ class ExactlyOncePublisher:
             return self.state.parts[partition]
         info = self.client.fetch_partition_metadata(self.stream, partition)
         start = info.high_watermark + 1
+        # Retried by the client and resumed here when its commit does not come in time; a write
+        # given up on may still commit later. That is safe: every value written is a high
+        # watermark + 1 read before any record of ours went to this partition, so whichever write
+        # lands last, the scan starts at or before our first record.
         self.client.set_cursor(self._cursor_id, self.stream, partition, start)
         # Nothing of ours can be there yet; an uncommitted tail is someone else's. The expected
         # offset still stops at what was seen (a foreign tail makes OCC refuse, then we wait).
