@@ -143,6 +143,11 @@ class NatsCall:
     operation as :class:`~.errors.UnavailableError` (``fn`` is not called)."""
 
     fn: Callable[[Any], Awaitable[Any]]
+    #: Try to connect even if the last attempt failed moments ago. The transport otherwise fails
+    #: at once for a while after a failed connect (``NatsLink.retry_after``, so that ``"auto"``
+    #: falls back to gRPC without waiting for NATS every time); a caller that asked for NATS has
+    #: no other path, and must find a NATS server that is back after a restart at once.
+    fresh: bool = False
 
 
 @dataclass(frozen=True, slots=True)

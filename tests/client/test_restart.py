@@ -21,6 +21,7 @@ from airflow_provider_liftbridge.client import (
     UnavailableError,
 )
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
+from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 
 
 def test_resubscribe_across_a_broker_kill_and_restart(make_client: Any, tmp_path: Path) -> None:
@@ -145,3 +146,50 @@ def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_sto
             c.publish_many("late-acks", records, path="nats", ack_policy=AckPolicy.ALL, resend=NO_RESEND, timeout=0.2)
         stored = c.subscribe("late-acks", start_at=StartPosition.EARLIEST, stop_at=5)  # once committed
         assert [m.value for m in stored] == [b"before", *records]
+
+
+def test_publish_over_nats_uses_a_nats_server_back_after_a_restart_at_once() -> None:
+    # Seed 6029 of the fault campaign: the client's NATS node was down for 2.8 s before an
+    # exactly-once publish over NATS. The client remembered the failed connect for 30 s (so that
+    # path="auto" falls back to gRPC without waiting for NATS every time) and failed every send
+    # at once meanwhile, although NATS was back: the try used up its 8 resumes (22 s) and failed.
+    # A caller that asked for NATS has no other path: it connects again on every send.
+    nats = NatsServerProcess()
+    url = nats.start()
+    try:
+        with DevServer(nats_url=url) as srv:
+            with LiftbridgeClient(srv.address, timeout=5.0) as admin:
+                admin.create_stream("nats-back", "nats-back")
+            with LiftbridgeClient(srv.address, nats_servers=[url], timeout=5.0) as c:
+                nats.kill()
+                with pytest.raises(PublishError) as raised:
+                    c.publish_many("nats-back", [b"while down"], path="nats")
+                assert isinstance(raised.value.__cause__, UnavailableError), repr(raised.value.__cause__)
+                _restart(nats)
+                # Another client shows when the server takes NATS publishes again.
+                with LiftbridgeClient(srv.address, nats_servers=[url], timeout=5.0) as probe:
+                    deadline = time.monotonic() + 20
+                    while True:
+                        try:
+                            probe.publish_many("nats-back", [b"probe"], path="nats")
+                            break
+                        except PublishError:
+                            assert time.monotonic() < deadline, "the dev server did not take NATS publishes again"
+                            time.sleep(0.2)
+                acks = c.publish_many("nats-back", [b"after"], path="nats")
+                assert len(acks) == 1
+    finally:
+        nats.stop()
+
+
+def _restart(nats: NatsServerProcess) -> None:
+    """Start ``nats`` again on its port (free again a moment after the kill)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            nats.start()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

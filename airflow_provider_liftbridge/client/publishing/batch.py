@@ -250,7 +250,7 @@ class NatsBatch:
             publish_enveloped, subjects=subjects, records=items, ids=ids, options=self.options, sent_ns=sent_ns
         )
         try:
-            done: BulkOutcome = yield NatsCall(run)
+            done: BulkOutcome = yield NatsCall(run, fresh=self.options.path == "nats")
         except UnavailableError as exc:
             return BulkOutcome([None] * len(items), failure=exc)
         return done

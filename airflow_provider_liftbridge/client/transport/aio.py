@@ -339,7 +339,7 @@ class AsyncTransport:
                 return await asyncio.sleep(effect.seconds)
             if isinstance(effect, effects.NatsCall):
                 self._check_open()
-                return await effect.fn(await self._nats.get())
+                return await effect.fn(await self._nats.get(fresh=effect.fresh))
             if isinstance(effect, effects.DropNats):
                 return await self._nats.discard()
         except grpc.RpcError as exc:

@@ -98,11 +98,13 @@ class NatsLink:
         self._lock: asyncio.Lock | None = None
         self._failed: tuple[float, UnavailableError] | None = None
 
-    async def get(self) -> NatsClient:
+    async def get(self, *, fresh: bool = False) -> NatsClient:
         """The connection, opened if needed.
 
-        :raises UnavailableError: NATS cannot be reached (now, or less than :attr:`retry_after`
-            seconds ago).
+        :param fresh: try to connect even when the last attempt failed less than
+            :attr:`retry_after` seconds ago (see :class:`~..effects.NatsCall`).
+        :raises UnavailableError: NATS cannot be reached (now, or, unless ``fresh``, less than
+            :attr:`retry_after` seconds ago).
         """
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
@@ -110,7 +112,7 @@ class NatsLink:
         assert self._lock is not None
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
-                if self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
+                if not fresh and self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
                     raise self._failed[1]
                 try:
                     self._nc = await connect_nats(

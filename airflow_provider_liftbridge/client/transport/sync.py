@@ -169,15 +169,15 @@ class SyncTransport:
                 return time.sleep(effect.seconds)
             if isinstance(effect, effects.NatsCall):
                 # The thread switch: the connection is opened (or reused) and used on the loop.
-                return self._loop.run(self._on_connection(effect.fn))
+                return self._loop.run(self._on_connection(effect.fn, effect.fresh))
             if isinstance(effect, effects.DropNats):
                 return self._loop.run(self._nats.discard())
         except grpc.RpcError as exc:
             raise effects.RpcFailure.of(exc) from exc
         raise TypeError(f"unknown effect {effect!r}")
 
-    async def _on_connection(self, fn: Callable[[Any], Awaitable[_T]]) -> _T:
-        return await fn(await self._nats.get())
+    async def _on_connection(self, fn: Callable[[Any], Awaitable[_T]], fresh: bool) -> _T:
+        return await fn(await self._nats.get(fresh=fresh))
 
     def drive(self, op: effects.Op[_R]) -> Generator[Any, None, _R]:
         """Execute ``op``'s effects; yield what it emits; return what it returns. Streams it
