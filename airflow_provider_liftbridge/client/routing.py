@@ -136,7 +136,7 @@ class ClientCore:
         """The backoff before retry number ``retry`` (1-based) of a call that must be over by
         ``until`` (on :attr:`clock`; ``None``: bounded by the count alone), or ``None`` when the
         call gives up: at once when ``max_retries`` is 0; within the first ``max_retries``
-        retries, only once ``until`` has passed; after those, once the wait would not end before
+        retries, once ``until`` has passed; after those, once the wait would not end before
         ``until`` (so the call's time, not a count, bounds how long it waits out a cluster
         electing leaders).
 
