@@ -2,6 +2,9 @@
 # Set up (if needed) and run the test suite. Extra arguments go to pytest.
 # --busy (anywhere among the arguments): run it beside a CPU hog, one busy-looping process per
 # core (BUSY_PROCS=N for another count), stopped when the run ends, fails or is interrupted.
+# The tests run on LIFTBRIDGE_TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this
+# process), a test file per worker at a time (tests/conftest.py): most of a test's time is spent
+# waiting on servers and processes, not on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -33,7 +36,7 @@ while os.getppid() == parent:
   echo "test.sh --busy: $n CPU hog process(es) running beside the tests: ${hogs[*]}" >&2
 fi
 set +e
-python -m pytest -q -p no:cacheprovider ${args[@]+"${args[@]}"}
+python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_TEST_WORKERS:-2}" ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 stop_hogs

@@ -34,6 +34,7 @@ import os  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -90,8 +91,29 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How ``scripts/test.sh`` shares the suite between its pytest-xdist workers: a test file at a
+    time, so a file's module fixtures start once and its tests keep their order, as in a run of
+    one process; and ``tests/system`` as one unit, because its Airflow deployment is a package
+    fixture (split, each worker would start a deployment of its own). pytest-xdist's own
+    ``loadgroup`` cannot do it on pytest 9.2: its group suffix is written to an attribute pytest
+    no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/system" if path.startswith("tests/system/") else path
+
+    return FileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Against an external cluster, skip what needs a server of its own (the reason says so)."""
+    """On a pytest-xdist worker, collect the system tier first: it is the longest unit of work,
+    so it starts at once rather than last beside an idle worker. Against an external cluster, skip
+    what needs a server of its own (the reason says so)."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/system/"))  # stable: else unchanged
     if not EXTERNAL_BROKERS:
         return
     skip = pytest.mark.skip(reason=f"this test {_OWN_SERVER}")
