@@ -1,5 +1,6 @@
 """Helpers for tests that start, stop and signal processes of their own: free ports, a SIGSTOP
-that waits until the process really stopped, and a NATS cluster of real ``nats-server`` nodes."""
+that waits until the process really stopped, a killed ``nats-server`` started again on its port,
+and a NATS cluster of real ``nats-server`` nodes."""
 
 from __future__ import annotations
 
@@ -40,6 +41,22 @@ def sigstop(pid: int, within: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"process {pid} did not stop within {within:g} s")
         time.sleep(0.001)
+
+
+def restart_nats(node: NatsServerProcess, within: float = 10.0) -> None:
+    """Start a killed ``node`` again on its port, which the system frees a moment after the kill.
+
+    :raises Exception: what ``node.start()`` raised last, once ``within`` seconds have passed.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            node.start()
+            return
+        except Exception:  # the port is not free yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def nats_cluster(n: int = 3) -> list[NatsServerProcess]:

@@ -22,6 +22,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests.processes import restart_nats
 
 
 def test_resubscribe_across_a_broker_kill_and_restart(make_client: Any, tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_publish_over_nats_uses_a_nats_server_back_after_a_restart_at_once() -> 
                 with pytest.raises(PublishError) as raised:
                     c.publish_many("nats-back", [b"while down"], path="nats")
                 assert isinstance(raised.value.__cause__, UnavailableError), repr(raised.value.__cause__)
-                _restart(nats)
+                restart_nats(nats)
                 # Another client shows when the server takes NATS publishes again.
                 with LiftbridgeClient(srv.address, nats_servers=[url], timeout=5.0) as probe:
                     deadline = time.monotonic() + 20
@@ -180,16 +181,3 @@ def test_publish_over_nats_uses_a_nats_server_back_after_a_restart_at_once() -> 
                 assert len(acks) == 1
     finally:
         nats.stop()
-
-
-def _restart(nats: NatsServerProcess) -> None:
-    """Start ``nats`` again on its port (free again a moment after the kill)."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            nats.start()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

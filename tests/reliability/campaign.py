@@ -74,8 +74,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
-from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
-from tests.processes import nats_cluster, sigstop
+from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
 
@@ -199,7 +198,7 @@ class DevRig:
             node = self.nats[1 if target == "client-nats" else 0]
             if action == "kill":
                 node.kill()
-                return lambda: _restart_node(node)
+                return lambda: restart_nats(node)
             pid = node.pid
             assert pid is not None
             sigstop(pid)
@@ -296,18 +295,6 @@ class ExternalRig:
         heal = self.strike("cluster", "kill", "", 0)
         time.sleep(down)
         heal()
-
-
-def _restart_node(node: NatsServerProcess) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            node.start()
-            return
-        except Exception:  # the port is not free yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 # -- what a run did ----------------------------------------------------------------------------
