@@ -158,12 +158,14 @@ class GroupMember:
 
 
 def _call_any(core: ClientCore, method: str, request: object) -> Op[Any]:
-    """A group call any broker may answer, retried on other brokers after a lost connection.
+    """A group call any broker may answer, retried on other brokers after a lost connection,
+    within the client's timeout as :func:`..operations.unary` (at least ``max_retries`` times).
 
     :raises RpcFailure: the server refused the call (the callers classify the refusal).
     :raises UnavailableError: no broker answered.
     """
     attempt = 0
+    until = core.clock() + core.timeout
     while True:
         address = core.address_for_attempt(attempt)
         try:
@@ -172,12 +174,14 @@ def _call_any(core: ClientCore, method: str, request: object) -> Op[Any]:
             if not is_transient(failure):
                 raise
             attempt += 1
-            if attempt > core.retry.max_retries:
+            backoff = core.retry_wait(attempt, until if core.reached else None)
+            if backoff is None:
                 raise UnavailableError(
-                    f"{method} failed: no broker reachable after {attempt} attempt(s); check that the brokers"
-                    " are running, or raise max_retries."
+                    f"{method} failed: no broker reachable after {attempt} attempt(s) in"
+                    f" {core.clock() - until + core.timeout:.1f} s; check that the brokers are running,"
+                    " or raise timeout or max_retries."
                 ) from failure.__cause__
-            yield Sleep(core.backoff(attempt))
+            yield Sleep(backoff)
             continue
         core.mark_good(address)
         return response

@@ -217,3 +217,35 @@ class ClientCore:
             if addr:
                 return addr
         return None
+
+
+class RetryStretch:
+    """The retry budget of one stretch without progress, for calls that run longer than their
+    timeout (a long batch): it opens at the first failure after progress, lasts ``wait`` seconds
+    (at least ``max_retries`` retries, :meth:`ClientCore.retry_wait`), and closes when the caller
+    says :meth:`over` (an ack came), so each outage gets a whole budget."""
+
+    __slots__ = ("_core", "_wait", "_retries", "_until")
+
+    def __init__(self, core: ClientCore, wait: float) -> None:
+        self._core, self._wait = core, wait
+        self._retries = 0
+        self._until: float | None = None
+
+    @property
+    def until(self) -> float | None:
+        """When the open budget ends (on ``ClientCore.clock``): for the calls made within it;
+        ``None`` when no budget is open or time does not bound it (see :meth:`retry`)."""
+        return self._until if self._core.reached else None
+
+    def over(self) -> None:
+        """Progress: the next failure opens a new budget."""
+        self._retries, self._until = 0, None
+
+    def retry(self) -> float | None:
+        """The backoff before the next retry, or ``None`` when the budget is spent. Time bounds it
+        only once some broker has answered this client (a wrong address fails after the count)."""
+        if self._until is None:
+            self._until = self._core.clock() + self._wait
+        self._retries += 1
+        return self._core.retry_wait(self._retries, self.until)

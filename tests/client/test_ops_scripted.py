@@ -17,14 +17,18 @@ from airflow_provider_liftbridge.client import (
     CursorsDisabledError,
     NoSuchStreamError,
     NotLeaderError,
+    PublishError,
     RequestTimeoutError,
     StartPosition,
     UnavailableError,
+    consumer,
     operations,
 )
+from airflow_provider_liftbridge.client.consumer import GroupMember
 from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, Read, RpcFailure, Sleep, Unary, Write
 from airflow_provider_liftbridge.client.publishing import grpc_batch
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
+from airflow_provider_liftbridge.client.publishing.resend import DEFAULT_RESEND
 from airflow_provider_liftbridge.client.routing import ClientCore
 from airflow_provider_liftbridge.client.settings import ConnectionSettings
 from airflow_provider_liftbridge.client.subscription import subscribe
@@ -194,6 +198,113 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
     run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 20, PublishOptions(window=3)), answer)
     assert peak == 3
     assert [a.offset for a in run.result] == list(range(20))
+
+
+def outage_answers(c: ClientCore, down: list[tuple[float, float]]) -> Callable[[Any], Any]:
+    """A broker that is unreachable during each ``(start, end)`` of ``down`` (seconds on ``c``'s
+    virtual clock from now: calls and reads fail UNAVAILABLE) and otherwise acknowledges every
+    record of a PublishAsync stream, each ack taking 0.1 s."""
+    t0 = c.clock()
+    written: list[str] = []
+
+    def is_down() -> bool:
+        return any(t0 + a <= c.clock() < t0 + b for a, b in down)
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):  # the metadata a lost connection refreshes
+            if is_down():
+                raise UNAVAILABLE
+            return metadata()
+        if isinstance(e, OpenStream):  # lazy, as gRPC's: a broker that is down fails the first read
+            written.clear()
+            return "h"
+        if isinstance(e, Write):
+            written.append(e.request.correlationId)
+            return None
+        if isinstance(e, Read):
+            c.clock.advance(0.1)  # type: ignore[attr-defined]
+            if is_down():
+                raise UNAVAILABLE
+            cid = written.pop(0)
+            return api_pb2.PublishResponse(correlationId=cid, ack=api_pb2.Ack(stream="s", correlationId=cid))
+        return None
+
+    return answer
+
+
+def reached_core() -> ClientCore:
+    """A core whose cluster answered before (so an outage may be an election), two retries."""
+    c = core(max_retries=2, backoff_max=1.0)
+    c.mark_good("a:1")
+    return c
+
+
+def test_publish_many_waits_out_an_outage_for_its_timeout_not_for_the_retry_count() -> None:
+    # An election of 3 s: two retries with backoff (max_retries=2) used to give up after ~0.15 s.
+    c = reached_core()
+    t0 = c.clock()
+    options = PublishOptions(resend=DEFAULT_RESEND)
+    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 10, options), outage_answers(c, [(0.0, 3.0)]), clock=c.clock)
+    assert len(run.result) == 10 and all(a is not None for a in run.result)
+    assert 3.0 <= c.clock() - t0 < 5.0 and len(slept(run)) > 3
+    # The records were handed over twice, not once per failed reconnect: the default policy's
+    # two re-sends are not spent on a broker that was not there.
+    assert len([e for e in run.effects if isinstance(e, Write)]) == 20
+
+
+def test_publish_many_gives_up_on_an_outage_after_its_timeout_naming_every_record() -> None:
+    c = reached_core()
+    run = Run()
+    t0 = c.clock()
+    with pytest.raises(PublishError) as raised:
+        drive(grpc_batch.publish_many(c, "s", [b"x"] * 10), outage_answers(c, [(0.0, 60.0)]), run=run, clock=c.clock)
+    # The timeout (5 s) from the first failure (the first read, 0.1 s in) bounds the waiting.
+    assert 4.0 <= c.clock() - t0 <= 5.1
+    err = raised.value
+    assert err.acked == 0 and isinstance(err.__cause__, UnavailableError)
+    assert set(err.errors) == set(range(10))  # every record named
+
+
+def test_publish_many_gets_a_whole_budget_for_each_outage_of_a_long_batch() -> None:
+    # Two outages of 3.5 s with acks between them: more than one timeout (5 s) in all, but
+    # each within it. One record in flight at a time, so the second outage cuts the batch.
+    c = reached_core()
+    t0 = c.clock()
+    answer = outage_answers(c, [(0.0, 3.0), (4.5, 8.0)])  # the gap outlasts one backoff (<= 1 s): acks come
+    options = PublishOptions(window=1, resend=DEFAULT_RESEND)
+    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 40, options), answer, clock=c.clock)
+    assert len(run.result) == 40 and all(a is not None for a in run.result)
+    assert c.clock() - t0 > 8.0  # 4 s of acks: the batch was still going when the second outage came
+
+
+def test_a_group_call_waits_out_an_unavailable_cluster_for_the_timeout() -> None:
+    c = reached_core()
+    t0 = c.clock()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            if c.clock() < t0 + 3.0:
+                raise UNAVAILABLE
+            return api_pb2.JoinConsumerGroupResponse(coordinator="b1", epoch=4)
+        return None
+
+    member = GroupMember("g", ["s"], consumer_id="m")
+    run = drive(consumer.join(c, member), answer, clock=c.clock)
+    assert (member.coordinator, member.epoch) == ("b1", 4) and sum(slept(run)) >= 3.0
+
+
+def test_a_group_call_gives_up_on_an_unavailable_cluster_after_the_timeout() -> None:
+    c = reached_core()
+    run = Run()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary):
+            raise UNAVAILABLE
+        return None
+
+    with pytest.raises(UnavailableError, match=r"JoinConsumerGroup failed: no broker reachable after \d+ attempt"):
+        drive(consumer.join(c, GroupMember("g", ["s"], consumer_id="m")), answer, run=run, clock=c.clock)
+    assert 4.0 <= sum(slept(run)) < 5.0
 
 
 def subscription_answers(script: list[Any]) -> Callable[[Any], Any]:

@@ -26,10 +26,10 @@ from ..errors import (
     NoSuchStreamError,
     PublishError,
 )
-from ..operations import choose_partition, missing_confirmed_op
+from ..operations import choose_partition, missing_confirmed_op, refresh_metadata
 from ..requests import build_publish
 from ..retry import is_transient
-from ..routing import ClientCore
+from ..routing import ClientCore, RetryStretch
 from ..types import Ack, AckPolicy, Record
 from .contract import name_unacknowledged
 from .options import DEFAULT_OPTIONS, PublishOptions
@@ -58,11 +58,14 @@ def publish_many(
 
     A record's own ``partition`` wins over ``options.partition``, which wins over ``options.partitioner``. If
     the connection is lost (UNAVAILABLE) the unacknowledged records are sent again on another
-    broker, up to ``max_retries`` times, while ``options.resend`` allows it (default: always):
-    at-least-once. Records refused with "no such stream" for a stream this client has seen in
-    metadata are sent again after a backoff, up to ``max_retries`` times, unless the metadata of
-    all streams confirms it is gone (see :mod:`..presence`). ``options.timeout`` bounds the wait for each ack
-    (unset: the client's), ``options.window`` the records in flight (unset: 256).
+    broker while ``options.resend`` allows it (default: twice): at-least-once. Records refused
+    with "no such stream" for a stream this client has seen in metadata are sent again after a
+    backoff, unless the metadata of all streams confirms it is gone (see :mod:`..presence`).
+    Either kind of retry goes on, with backoff, for at least ``max_retries`` retries and then
+    while the wait ends within ``options.timeout`` of the first failure since the last ack
+    (``ClientCore.retry_wait``), so a partition electing a leader is waited out for the call's
+    time, as the unary calls do. ``options.timeout`` also bounds the wait for each ack (unset: the
+    client's), ``options.window`` the records in flight (unset: 256).
     ``sent_ns``, when given, gets each record's first send time in wall-clock nanoseconds (for
     write statistics).
 
@@ -165,8 +168,9 @@ def _pipeline(
     index_of = {cid: i for i, cid in enumerate(ids)}
     pending: deque[int] = deque(range(len(requests)))
     inflight: set[int] = set()
-    attempt = 0
-    refusals = 0
+    attempt = 0  # connections lost in this call: picks the broker
+    sends: dict[int, int] = {}  # how often each re-sent record was sent
+    outage = RetryStretch(core, wait)
     # A batch for one partition goes to that partition's leader (when the metadata cache knows
     # it), not to whichever broker answered last: any broker accepts a publish and forwards it,
     # but a stopped broker that received it carries it out when it wakes, long after the client
@@ -195,6 +199,7 @@ def _pipeline(
                     err = response.asyncError
                     errors[i] = map_async_error(err.code, err.message, stream=stream, partition=req.partition)
                     continue
+                outage.over()  # an ack, not a refusal: refusals share one budget
                 ack = ack_from_pb(response.ack)
                 try:
                     acks[i] = check_ack(ack)
@@ -204,13 +209,13 @@ def _pipeline(
             # stream (a real server takes seconds to).
             yield Cancel(handle)
             missing = sorted(i for i, e in errors.items() if isinstance(e, NoSuchStreamError | NoSuchPartitionError))
-            if missing and len(missing) == len(errors) and refusals < core.retry.max_retries:
+            backoff = outage.retry() if missing and len(missing) == len(errors) else None
+            if backoff is not None:
                 # "No such stream" about a stream just created, or seen before: a new stream reaches
                 # the brokers one by one, a restarting cluster says that for a second or two
                 # (presence.py). Refused records were not stored: sending them again after a
                 # backoff cannot duplicate them, unless metadata confirms the stream is gone.
-                refusals += 1
-                yield Sleep(core.backoff(refusals))
+                yield Sleep(backoff)
                 if not (yield from missing_confirmed_op(core, stream, requests[missing[0]].partition)):
                     for i in missing:
                         del errors[i]
@@ -219,11 +224,14 @@ def _pipeline(
             break
         except RpcFailure as failure:
             yield Cancel(handle)
-            if is_transient(failure) and attempt < core.retry.max_retries:
+            backoff = outage.retry() if is_transient(failure) else None
+            if backoff is not None:
                 attempt += 1
                 # Resend what was not acknowledged, in input order (at-least-once), unless the
-                # caller's policy refuses (exactly-once publishing decides for itself).
-                refused = sorted(i for i in inflight if resend is not None and not resend.should_resend(i, attempt + 1))
+                # caller's policy refuses (exactly-once publishing decides for itself). Counted per
+                # record: the send each would be.
+                again = {i: sends.get(i, 1) + 1 for i in inflight}
+                refused = sorted(i for i, n in again.items() if resend is not None and not resend.should_resend(i, n))
                 for i in refused:
                     errors[i] = AckTimeoutError(
                         f"the connection was lost before record {i} was acknowledged and the resend policy "
@@ -242,9 +250,20 @@ def _pipeline(
                     )
                     if stats is not None:
                         stats.note_resent(len(inflight))
+                sends.update(again)
                 pending = deque(sorted(inflight | set(pending)))
                 inflight.clear()
-                yield Sleep(core.backoff(attempt))
+                yield Sleep(backoff)
+                try:
+                    # Hand the records over again only once the cluster answers, within the
+                    # outage's budget: each reconnect that failed after they were written would
+                    # count as one more send of each (it may have stored them), and the refreshed
+                    # metadata names the partition's leader now.
+                    yield from refresh_metadata(core, [stream], until=outage.until)
+                except LiftbridgeError as unreachable:
+                    why = f"publishing to stream {stream!r} failed: {unreachable}"
+                    raise _failed(acks, errors, None, why, handed, unreachable) from unreachable
+                leader = _leader_of(core, stream, requests)
                 continue
             cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
             why = f"publishing to stream {stream!r} failed: {cause}"

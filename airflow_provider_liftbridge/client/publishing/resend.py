@@ -18,7 +18,7 @@ class ResendPolicy(Protocol):
 
     def should_resend(self, index: int, attempt: int) -> bool:
         """:param index: the record's position in the call's input.
-        :param attempt: the send this would be (2 for the first re-send).
+        :param attempt: the send of this record this would be (2 for its first re-send).
         :returns: ``True`` to publish the record again, ``False`` to give up on it (the call then
             raises ``PublishError`` with an ``AckTimeoutError`` for it).
         """

@@ -49,6 +49,7 @@ def publish(
         correlation_id=correlation_id or uuid.uuid4().hex,
     )
     refused = 0
+    until = core.clock() + timeout  # one deadline for the whole call, refusals included
     while True:
         try:
             response = yield from unary(
@@ -59,15 +60,17 @@ def publish(
                 preferred=core.route(stream, chosen),
                 stream=stream,
                 partition=chosen,
+                until=until,
             )
             return ack_of(response, policy)
         except (NoSuchStreamError, NoSuchPartitionError) as error:
             core.cache.forget(stream)  # a stale partition count may have chosen the partition
             # A stream seen before may be missing only because the cluster is restarting (presence.py).
-            if stream not in core.seen_streams or refused >= core.retry.max_retries:
-                raise
             refused += 1
-            yield Sleep(core.backoff(refused))
+            backoff = core.retry_wait(refused, until) if stream in core.seen_streams else None
+            if backoff is None:
+                raise
+            yield Sleep(backoff)
             if (yield from missing_confirmed_op(core, stream, chosen)):
                 raise error from error.__cause__
 

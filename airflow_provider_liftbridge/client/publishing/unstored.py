@@ -14,7 +14,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 from ..effects import DropNats, Op, Sleep
 from ..errors import LiftbridgeError, NoSuchPartitionError, NoSuchStreamError, NotLeaderError, UnavailableError
 from ..operations import fetch_partition_metadata, missing_confirmed_op
-from ..routing import ClientCore
+from ..routing import ClientCore, RetryStretch
 from ..subscription import read_committed
 from ..types import Ack, AckPolicy, Record
 from .grpc_batch import as_record
@@ -47,8 +47,9 @@ class SentBatch(Protocol):
 def send_unstored_again(
     core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch
 ) -> Op[None]:
-    """Send again, within the call's retry budget, the timed-out records that are certainly not
-    stored; ``outcome`` is updated in place (the rest stay timed out).
+    """Send again, within the call's retry budget (:class:`RetryStretch`: the ack timeout, at least
+    ``max_retries`` rounds), the timed-out records that are certainly not stored; ``outcome`` is
+    updated in place (the rest stay timed out).
 
     Over NATS a publish that no broker takes gets no answer at all: right after a full-cluster
     restart the partitions have no leader for a second or two, and what is published to their
@@ -69,9 +70,10 @@ def send_unstored_again(
     parts, before = batch.parts, batch.before
     if any(before[parts[i]] < -1 for i in outcome.timed_out):
         return  # metadata without offsets: nothing to judge by
-    for attempt in range(1, core.retry.max_retries + 1):
+    stretch = RetryStretch(core, batch.options.wait)
+    while (backoff := stretch.retry()) is not None:
         yield from discard_nats()
-        yield Sleep(core.backoff(attempt))
+        yield Sleep(backoff)
         waiting = sorted({parts[i] for i in outcome.timed_out})
         try:
             newest: dict[int, int] = {}
@@ -105,6 +107,8 @@ def send_unstored_again(
         merge_retry(outcome, again, (yield from batch.send(again)))
         if not outcome.timed_out or outcome.failure is not None:
             return
+        if len(outcome.timed_out) < len(again):
+            stretch.over()  # some were acknowledged: the cluster is taking records again
         # Still no ack: judge again (this batch's new acks count as what the partitions hold).
 
 
