@@ -23,14 +23,16 @@ The rule the client follows (subscriptions, publishes, exactly-once publishing):
 - About a stream the caller **has seen** before that, it is only a suspicion. The caller waits its usual
   backoff, fetches the metadata of all streams, and believes it when :func:`missing_confirmed`
   says so: the cluster has elected leaders again (some partition has one) and still does not list
-  the stream. Otherwise it retries, within its own budget (``max_retries`` for a call,
-  ``resubscribe_wait`` for a subscription, ``max_resumes`` for exactly-once publishing), and
+  the stream. Otherwise it retries, within its own budget (the call's timeout, and at least
+  ``max_retries`` retries, for a call; ``resubscribe_wait`` for a subscription; ``max_resumes``
+  for exactly-once publishing), and
   raises the last error when the budget runs out.
 
 Over NATS nobody says "no such stream": what is published to a partition without a leader is
 dropped and its ack times out. ``publish_many`` then sends again only the records its partition
 certainly does not hold (the leader's newest offset is what it held before the batch plus the
-records it acknowledged), within ``max_retries`` (``publishing/batch.py``).
+records it acknowledged), within the ack timeout and at least ``max_retries`` rounds
+(``publishing/unstored.py``).
 """
 
 from __future__ import annotations
