@@ -49,6 +49,8 @@ T = TypeVar("T")
 HELD_BYTES = 256 * 1024
 #: How long Liftbridge's broker survey waits when the caller set no deadline (``defaultPropagateTimeout``).
 SURVEY_TIMEOUT = 5.0
+#: Name prefix of the task that holds a call for a stalled broker (tests count them by it).
+HELD_TASK_PREFIX = "held by stalled"
 
 
 class FaultCluster(Protocol):
@@ -93,7 +95,7 @@ async def carried_out(cluster: FaultCluster, broker: BrokerSlot, call: Callable[
             raise asyncio.CancelledError("the broker died while stalled")
         return await call()
 
-    task = asyncio.get_running_loop().create_task(when_resumed(), name=f"held by stalled {broker.id}")
+    task = asyncio.get_running_loop().create_task(when_resumed(), name=f"{HELD_TASK_PREFIX} {broker.id}")
     task.add_done_callback(_log_failure)
     return await asyncio.shield(task)
 

@@ -20,6 +20,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.cursors import COMPACT_MIN
+from airflow_provider_liftbridge.devserver.faults import HELD_TASK_PREFIX
 from airflow_provider_liftbridge.devserver.log import PartitionLog
 
 from .helpers import TIMEOUT, rpc_error, subscribe, user_streams
@@ -264,11 +265,11 @@ def test_cluster_restart_reads_cursors_back_from_the_replicated_messages(tmp_pat
 
 
 def _held_writes(srv: DevServer) -> int:
-    """Requests a stalled broker holds, to carry out when it resumes (``faults.carried_out``),
+    """Calls a stalled broker holds, to carry out when it resumes (``faults.carried_out``),
     still waiting on the server's loop."""
 
     async def count() -> int:
-        return sum("carried_out" in t.get_coro().__qualname__ for t in asyncio.all_tasks())  # type: ignore[union-attr]
+        return sum(t.get_name().startswith(HELD_TASK_PREFIX) for t in asyncio.all_tasks())
 
     return int(srv._run(count()))
 
