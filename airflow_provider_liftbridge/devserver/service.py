@@ -105,6 +105,15 @@ async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoRet
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+
+def _reader_done(reader: asyncio.Task[None], session: _AsyncSession) -> None:
+    """Done callback of a PublishAsync call's request reader: wake the call, and read the reader's
+    failure (a client gone, a server stopping) so that it is not reported as never retrieved when the
+    call has already ended."""
+    session.wakeup.set()
+    if not reader.cancelled() and reader.exception() is not None:
+        log.debug("PublishAsync request reader ended: %r", reader.exception())
+
 class ApiService:
     """The API as served by one broker of the dev server.
 
@@ -356,7 +365,7 @@ class ApiService:
     ) -> AsyncIterator[bytes]:
         session = _AsyncSession(self._inboxes.next())
         reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
-        reader.add_done_callback(lambda _t: session.wakeup.set())
+        reader.add_done_callback(lambda t: _reader_done(t, session))
         drain_deadline: float | None = None
         cluster = self.store.cluster
         try:
