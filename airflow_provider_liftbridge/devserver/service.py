@@ -27,8 +27,9 @@ from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
 from .model import BrokerSlot, is_valid_subject
 from .partition import Partition
+from .publish_async import AsyncSession
 from .state import ASYNC_BAD_REQUEST, ASYNC_INCORRECT_OFFSET, ASYNC_NOT_FOUND, ASYNC_READONLY, Store
-from .wire import async_error_bytes, build_ack, publish_response_bytes
+from .wire import async_error_bytes, build_ack
 
 if TYPE_CHECKING:
     from .nats_ingest import NatsIngest
@@ -68,33 +69,6 @@ class _Inboxes:
         return "liftbridge-default.ack." + self._nuid.next().decode()
 
 
-class _AsyncSession:
-    """Responses of one PublishAsync call waiting to be written, and the count of acks still owed."""
-
-    __slots__ = ("inbox", "inflight", "out", "wakeup")
-
-    def __init__(self, inbox: str) -> None:
-        self.inbox = inbox
-        self.out: list[bytes] = []
-        self.inflight = 0
-        self.wakeup = asyncio.Event()
-
-    def committed(self, arg: tuple[Any, ...], commit_ts: int) -> None:
-        part, offset, cid, policy, recv_ts = arg
-        ack = build_ack(
-            part.stream.name, part.stream.subject, part.subject, offset, self.inbox, cid, policy, recv_ts, commit_ts
-        )
-        self.out.append(publish_response_bytes(ack.SerializeToString(), cid))
-        self.inflight -= 1
-        self.wakeup.set()
-
-    def refused(self, arg: tuple[str, int, str], _commit_ts: int) -> None:
-        cid, code, message = arg
-        self.out.append(async_error_bytes(cid, code, message))
-        self.inflight -= 1
-        self.wakeup.set()
-
-
 def _resolve(fut: asyncio.Future[int], commit_ts: int) -> None:
     if not fut.done():
         fut.set_result(commit_ts)
@@ -104,15 +78,6 @@ async def _abort(context: aio.ServicerContext[Any, Any], err: ApiError) -> NoRet
     await context.abort(err.code, err.message)
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
-
-
-def _reader_done(reader: asyncio.Task[None], session: _AsyncSession) -> None:
-    """Done callback of a PublishAsync call's request reader: wake the call, and read the reader's
-    failure (a client gone, a server stopping) so that it is not reported as never retrieved when the
-    call has already ended."""
-    session.wakeup.set()
-    if not reader.cancelled() and reader.exception() is not None:
-        log.debug("PublishAsync request reader ended: %r", reader.exception())
 
 class ApiService:
     """The API as served by one broker of the dev server.
@@ -363,9 +328,9 @@ class ApiService:
     async def PublishAsync(
         self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
-        session = _AsyncSession(self._inboxes.next())
+        session = AsyncSession(self._inboxes.next())
         reader = asyncio.get_running_loop().create_task(self._publish_async_reader(requests, session))
-        reader.add_done_callback(lambda t: _reader_done(t, session))
+        reader.add_done_callback(session.reader_done)
         drain_deadline: float | None = None
         cluster = self.store.cluster
         try:
@@ -397,7 +362,7 @@ class ApiService:
                 reader.cancel()
 
     async def _publish_async_reader(
-        self, requests: AsyncIterator[api_pb2.PublishRequest], session: _AsyncSession
+        self, requests: AsyncIterator[api_pb2.PublishRequest], session: AsyncSession
     ) -> None:
         cluster = self.store.cluster
         if cluster is None:
@@ -414,7 +379,7 @@ class ApiService:
                 await self._publish_one(req, session)
         await held.finished()  # the call stays open while its requests wait for a stalled broker
 
-    async def _publish_one(self, req: api_pb2.PublishRequest, session: _AsyncSession) -> None:
+    async def _publish_one(self, req: api_pb2.PublishRequest, session: AsyncSession) -> None:
         """Take one PublishAsync request: append it, or queue its refusal; its ack goes to ``session``."""
         try:
             part = self._publish_target(req)
@@ -439,7 +404,7 @@ class ApiService:
             return  # a dead leader: lost on the way, no response, the client times out
         self._take(req, part, session, time.time_ns())
 
-    def _take(self, req: api_pb2.PublishRequest, part: Partition, session: _AsyncSession, now: int) -> None:
+    def _take(self, req: api_pb2.PublishRequest, part: Partition, session: AsyncSession, now: int) -> None:
         """Append one PublishAsync request to ``part`` and arrange its ack (or refusal) on ``session``."""
         repl = part.replication
         policy = req.ackPolicy
