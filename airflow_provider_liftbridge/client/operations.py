@@ -424,39 +424,42 @@ CURSORS_SETTLE_WAIT = 30.0
 
 
 def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[None]:
-    """Return once the leader of cursors partition ``owner`` has committed every message it held
-    when first asked (high watermark >= that newest offset).
+    """Return once ``leader``, the leader of cursors partition ``owner``, has committed every
+    message it held when first asked (high watermark >= that newest offset).
 
     Liftbridge answers a FetchCursor it has no cached answer for by reading the partition backwards
     from the leader's high watermark, and caches what it found until the next SetCursor of that
     cursor or the next leadership change (``server/cursors.go``). A leader restarted from its
     high-watermark checkpoint (written every 5 s), or newly elected (it knows the high watermark a
     fetch late), reports a high watermark below messages that were committed: asked then, it
-    answers an older position, or -1, and keeps answering it (measured: docs/reading-positions.md).
-    Asking only once what the leader held is committed closes that window for this client's own
-    reads. A paused partition answers "not leader" for its metadata (its log is closed, its high
-    watermark current): the read goes ahead; a real leader change makes the FetchCursor itself
-    refused and re-routed, and the next attempt asks again.
+    answers an older position, or -1, and keeps answering it (docs/reading-positions.md). Asking
+    only once what the leader held is committed closes that window for this client's reads.
 
+    Only the leader is asked. One that cannot be reached, or that no longer leads, raises
+    :class:`NotLeaderError` (the caller looks the leader up again and retries). A paused partition's
+    leader refuses partition metadata in a non-leader's words: when the metadata says paused, the
+    read goes ahead (a paused log was closed cleanly, its high watermark is current); a broker that
+    really no longer leads refuses the FetchCursor too, and the caller re-routes it.
+
+    :raises NotLeaderError: the leader is unknown, unreachable or refuses as not the leader.
     :raises UnsettledCursorError: not committed within :data:`CURSORS_SETTLE_WAIT` s.
     """
+    if leader is None:
+        raise NotLeaderError(f"the leader of {CURSORS_STREAM} partition {owner} is not known yet")
     request = api_pb2.FetchPartitionMetadataRequest(stream=CURSORS_STREAM, partition=owner)
     give_up = core.clock() + CURSORS_SETTLE_WAIT
     held = None
     pause = 0.05
     while True:
         try:
-            response = yield from unary(
-                core, "FetchPartitionMetadata", request, preferred=leader, stream=CURSORS_STREAM, partition=owner
-            )
-        except NotLeaderError:
-            info = core.partition_info(CURSORS_STREAM, owner)
-            if info is not None and info.paused:
+            response = yield Unary(leader, "FetchPartitionMetadata", request, core.call_timeout(None))
+        except RpcFailure as failure:
+            listed = core.partition_info(CURSORS_STREAM, owner)
+            if failure.code == grpc.StatusCode.FAILED_PRECONDITION and listed is not None and listed.paused:
                 return
-            raise
-        except (NoSuchStreamError, NoSuchPartitionError) as exc:
-            # A restarting cluster does not know its streams for a moment: wait for a leader.
-            raise NotLeaderError(f"{CURSORS_STREAM} partition {owner} has no leader yet: {exc}") from exc
+            raise NotLeaderError(
+                f"the leader of {CURSORS_STREAM} partition {owner} ({leader}) did not answer for it: {failure}"
+            ) from failure
         info = partition_from_pb(CURSORS_STREAM, response.metadata)  # type: ignore[attr-defined]
         held = info.newest_offset if held is None else held
         if info.high_watermark >= held:
