@@ -423,8 +423,8 @@ def fetch_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int) 
 CURSORS_SETTLE_WAIT = 30.0
 
 
-def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[None]:
-    """Return once ``leader``, the leader of cursors partition ``owner``, has committed every
+def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[str]:
+    """Return the address of the leader of cursors partition ``owner`` once it has committed every
     message it held when first asked (high watermark >= that newest offset).
 
     Liftbridge answers a FetchCursor it has no cached answer for by reading the partition backwards
@@ -435,18 +435,20 @@ def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[Non
     answers an older position, or -1, and keeps answering it (docs/reading-positions.md). Asking
     only once what the leader held is committed closes that window for this client's reads.
 
-    Only the leader is asked. One that cannot be reached, or that no longer leads, raises
-    :class:`NotLeaderError` (the caller looks the leader up again and retries). A paused partition's
-    leader refuses partition metadata in a non-leader's words: when the metadata says paused, the
-    read goes ahead (a paused log was closed cleanly, its high watermark is current); a broker that
-    really no longer leads refuses the FetchCursor too, and the caller re-routes it.
+    Only the leader is asked: ``leader``, or when metadata names none this client can reach (a
+    leader just restarted can be missing from what the others list), the broker that answers for
+    the partition (only its leader does). One that cannot be reached, or that no longer leads,
+    raises :class:`NotLeaderError` (the caller looks the leader up again and retries). A paused
+    partition's leader refuses partition metadata in a non-leader's words: when the metadata says
+    paused, the read goes ahead (a paused log was closed cleanly, its high watermark is current); a
+    broker that really no longer leads refuses the FetchCursor too, and the caller re-routes it.
 
-    :raises NotLeaderError: the leader is unknown, unreachable or refuses as not the leader.
+    :raises NotLeaderError: no leader found, or it is unreachable or refuses as not the leader.
     :raises UnsettledCursorError: not committed within :data:`CURSORS_SETTLE_WAIT` s.
     """
-    if leader is None:
-        raise NotLeaderError(f"the leader of {CURSORS_STREAM} partition {owner} is not known yet")
     request = api_pb2.FetchPartitionMetadataRequest(stream=CURSORS_STREAM, partition=owner)
+    if leader is None:
+        leader = yield from _answering_leader(core, request)
     give_up = core.clock() + CURSORS_SETTLE_WAIT
     held = None
     pause = 0.05
@@ -456,14 +458,14 @@ def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[Non
         except RpcFailure as failure:
             listed = core.partition_info(CURSORS_STREAM, owner)
             if failure.code == grpc.StatusCode.FAILED_PRECONDITION and listed is not None and listed.paused:
-                return
+                return leader
             raise NotLeaderError(
                 f"the leader of {CURSORS_STREAM} partition {owner} ({leader}) did not answer for it: {failure}"
             ) from failure
-        info = partition_from_pb(CURSORS_STREAM, response.metadata)  # type: ignore[attr-defined]
+        info = partition_from_pb(CURSORS_STREAM, response.metadata)
         held = info.newest_offset if held is None else held
         if info.high_watermark >= held:
-            return
+            return leader
         if core.clock() + pause > give_up:
             raise UnsettledCursorError(
                 f"the leader of {CURSORS_STREAM} partition {owner} ({info.leader}) has committed up to offset "
@@ -474,6 +476,21 @@ def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[Non
             )
         yield Sleep(pause)
         pause = min(pause * 2, 1.0)
+
+
+def _answering_leader(core: ClientCore, request: object) -> Op[str]:
+    """The known broker that answers ``request`` (partition metadata: only a partition's leader
+    does), each asked once.
+
+    :raises NotLeaderError: none did.
+    """
+    for address in core.known_addresses():
+        try:
+            yield Unary(address, "FetchPartitionMetadata", request, core.call_timeout(None))
+        except RpcFailure:
+            continue
+        return address
+    raise NotLeaderError(f"no broker answers for {CURSORS_STREAM} partition {request.partition} yet")  # type: ignore[attr-defined]
 
 
 def _cursor_unary(
@@ -507,7 +524,7 @@ def _cursor_unary(
         preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
         try:
             if settle and owner is not None:
-                yield from _cursors_settled(core, owner, preferred)
+                preferred = yield from _cursors_settled(core, owner, preferred)
             return (
                 yield from unary(
                     core, method, request, preferred=preferred, stream=stream, partition=partition, until=until

@@ -650,3 +650,25 @@ def test_a_read_that_a_stalled_broker_does_not_answer_in_time_is_asked_of_the_ne
     lone = without_cursors_stream(core(brokers=("a:1",)))
     with pytest.raises(RequestTimeoutError):
         drive(operations.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once
+
+
+def test_a_cursors_leader_missing_from_the_broker_list_is_found_by_asking_who_answers_for_it() -> None:
+    # Right after a restart the metadata can name a leader whose address this client has not
+    # been told (it lists only brokers that answered): the broker answering the partition's
+    # metadata is its leader (only the leader does), and the cursor is read there.
+    c = core()
+    listed = cursors_metadata(["b9", "b9", "b9"])  # a leader id the broker list does not have
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return listed
+        if isinstance(e, Unary) and e.address != ADDRESSES["b3"]:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            return cursors_partition_metadata(e)
+        return api_pb2.FetchCursorResponse(offset=8) if isinstance(e, Unary) else None
+
+    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    assert run.result == 8
+    reads = [e.address for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"]
+    assert reads == [ADDRESSES["b3"]]
