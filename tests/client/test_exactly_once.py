@@ -426,7 +426,8 @@ def test_a_fresh_producer_makes_only_the_round_trips_its_scan_start_needs(
 ) -> None:
     """No faults, a new producer: besides sending the records, exactly-once publishing only reads
     the stream's metadata, asks each partition for a cursor (once its cursors partition has
-    settled: docs/reading-positions.md), and stores the scan start of each partition it writes to. Counted on the client's own transport (a spy: every call is real)."""
+    settled: docs/reading-positions.md), and stores the scan start of each partition it writes to.
+    Counted on the client's own transport (a spy: every call is real)."""
     with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as c:
         c.create_stream(stream_name, stream_name, partitions=2)
         c.fetch_cursor("warm-up", stream_name, 0)  # the cursor routing's own lookup, made once per client
