@@ -12,8 +12,8 @@ INTERNAL "Cursors stream does not exist".
 
 Every SetCursor is a message of the owning partition (key and value: :mod:`.cursors`), published
 with ack policy ALL and a 5 s limit as Liftbridge does; FetchCursor answers from the serving
-broker's cursor cache, or on a miss from its replica of the owning partition, read backwards from
-the high watermark that replica knows (:func:`read_cursor`, :mod:`.cursors`).
+broker's cursor cache, or on a miss from its replica of the owning partition, read up to the
+high watermark that replica knows (:func:`read_cursor`, :mod:`.cursors`).
 """
 
 from __future__ import annotations
@@ -127,8 +127,9 @@ async def write_cursor(store: Store, owner: Partition, cursor: CursorId, offset:
 
 def read_cursor(store: Store, broker: BrokerSlot, owner: Partition, cursor: CursorId) -> int:
     """FetchCursor on ``broker`` (the leader of ``owner``, the cursor's ``__cursors`` partition):
-    the cached offset, else the newest message of the cursor in ``broker``'s replica of ``owner``
-    at or below the high watermark that replica knows (-1 when none), which is then cached."""
+    the cached offset, else what ``broker``'s replica of ``owner`` holds for the cursor at or below
+    the high watermark that replica knows (:func:`~.cursors.latest_cursor_offset`; -1 when
+    nothing), which is then cached."""
     key = cursor_key(*cursor)
     cache = store.cursors.cache(broker.id)
     offset = cache.get(key)
