@@ -18,12 +18,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
+from airflow_provider_liftbridge.devserver.cursors import (
+    CACHE_SIZE,
+    CursorCache,
+    cursor_key,
+    cursor_value,
+    latest_cursor_offset,
+)
+from airflow_provider_liftbridge.devserver.log import PartitionLog
+from airflow_provider_liftbridge.devserver.replication import HW_CHECKPOINT_FILE
 
 from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish, subscribe
 
@@ -160,3 +170,51 @@ def test_a_new_leader_starts_from_the_high_watermark_it_knew_as_a_follower(strea
         # The old leader rejoins: three ISR members again, and the new leader commits the rest.
         server.start_broker(leader)
         _wait_for("the high watermark to settle", lambda: _hw_newest(stubs[new], stream_name) == (9, 9))
+
+
+def test_a_killed_leader_comes_back_with_its_last_checkpoint(stream_name: str, tmp_path: Path) -> None:
+    timings = ClusterTimings.fast(
+        replica_max_leader_timeout=30.0,
+        replica_max_lag_time=30.0,
+        hw_checkpoint_interval=0.05,
+        replica_max_idle_wait=3.0,
+    )
+    with DevServer(brokers=3, timings=timings, data_dir=tmp_path) as server:
+        stubs = _stubs(server)
+        create(stubs[0], stream_name, replicationFactor=3)
+        known_everywhere(stubs, stream_name)
+        leader = _leader(stubs[0], stream_name)
+        for i in range(10):
+            publish(stubs[leader], stream_name, b"m%d" % i, ackPolicy=pb.ALL)
+        (replica_dir,) = tmp_path.glob(f"streams/{stream_name}-*/{'0' if leader == 0 else f'0.broker-{leader}'}")
+        checkpoint = replica_dir / HW_CHECKPOINT_FILE
+        _wait_for("the leader's checkpoint", lambda: checkpoint.exists() and checkpoint.read_text() == "9")
+        server.kill_broker(leader)
+        server.start_broker(leader)
+        assert _hw_newest(stubs[leader], stream_name) == (9, 9)
+
+
+def test_the_cursor_cache_keeps_the_512_most_recently_used() -> None:
+    cache = CursorCache()
+    for i in range(CACHE_SIZE):
+        cache.add(b"k%d" % i, i)
+    assert cache.get(b"k0") == 0  # now the most recently used
+    cache.add(b"new", 1)
+    assert len(cache) == CACHE_SIZE
+    assert (cache.get(b"k0"), cache.get(b"k1"), cache.get(b"new")) == (0, None, 1)
+
+
+def test_a_cache_miss_takes_the_largest_offset_of_the_key_up_to_the_hw(tmp_path: Path) -> None:
+    log_ = PartitionLog(tmp_path / "c")
+    try:
+        key = cursor_key("c", "s", 0)
+        for offset, (k, value) in enumerate([(key, 50), (b"other", 99), (key, 20), (key, 70)]):
+            body = pb.Message(offset=offset, key=k, value=cursor_value("c", "s", 0, value)).SerializeToString()
+            log_.append(body, 0)
+        log_.flush()
+        assert latest_cursor_offset(log_, key, -1) == -1
+        assert latest_cursor_offset(log_, key, 2) == 50  # v1.9: the largest, not the newest (20)
+        assert latest_cursor_offset(log_, key, 3) == 70
+        assert latest_cursor_offset(log_, b"missing", 3) == -1
+    finally:
+        log_.close()
