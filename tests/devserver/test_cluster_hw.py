@@ -40,13 +40,14 @@ from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish,
 Stub = api_pb2_grpc.APIStub
 
 #: No checkpoint during a test (a killed broker comes back with -1, as Liftbridge without the file),
-#: followers re-fetch from a restarted leader 3 s after it is back, a leader stays one for 30 s,
-#: followers stay in the ISR meanwhile, and nothing commits below two ISR members (as measured).
+#: followers re-fetch from a restarted leader 5 s after it is back (the window the test looks in),
+#: a leader stays one for 30 s, followers stay in the ISR meanwhile, and nothing commits below two
+#: ISR members (as measured).
 RESTART = ClusterTimings.fast(
     replica_max_leader_timeout=30.0,
     replica_max_lag_time=30.0,
     hw_checkpoint_interval=600.0,
-    replica_max_idle_wait=3.0,
+    replica_max_idle_wait=5.0,
     min_insync_replicas=2,
 )
 
