@@ -9,9 +9,9 @@ The stream is compacted by key, and its newest offset grows with every write.
 
 FetchCursor reads them as Liftbridge's ``GetCursor`` does: each broker keeps an LRU cache of
 :data:`CACHE_SIZE` cursor offsets (:class:`CursorCache`); a SetCursor caches its value once its
-message is committed; a miss reads the owning partition's log on that broker up to the high watermark
-that replica knows (:func:`latest_cursor_offset`) and caches what it finds, -1 when the key is not
-at or below it, so a miss answered from a stale high watermark stays until the
+message is committed; a miss reads the owning partition's log on that broker backwards from the high
+watermark that replica knows (:func:`latest_cursor_offset`) and caches what it finds, -1 when the
+key is not at or below it, so a miss answered from a stale high watermark stays until the
 cursor is set again or the cache is purged (the broker becomes leader of a ``__cursors``
 partition, or starts: a new process).
 
@@ -112,28 +112,27 @@ def _range(log_: PartitionLog, first: int, last: int) -> list[bytes]:
 
 def latest_cursor_offset(log_: PartitionLog, key: bytes, hw: int) -> int:
     """The cursor offset a FetchCursor miss finds for ``key`` in a ``__cursors`` log: as
-    Liftbridge v1.9's ``getLatestCursorOffset``, the **largest** offset any message of the key
-    holds from the oldest record up to ``hw``; -1 when ``hw`` is -1 or no such message is there.
-    (Liftbridge after v1.9 reads backwards from ``hw`` and takes the newest message instead.)"""
+    Liftbridge's ``getLatestCursorOffset`` (v1.9.0-72, the measured build), the offset in the
+    newest message of the key, read backwards from ``hw`` to the oldest record; -1 when ``hw`` is
+    -1 or no message of the key is at or below it. (v1.9.0 itself read forwards and took the
+    largest offset.)"""
     oldest = log_.oldest_offset
     if hw < 0 or log_.is_empty:
         return -1
     end = min(hw, log_.newest_offset)
-    found = -1
-    start = oldest
-    while start <= end:
-        last = min(end, start + 4095)
-        for body in _range(log_, start, last):
+    while end >= oldest:
+        start = max(oldest, end - 4095)
+        for body in reversed(_range(log_, start, end)):
             msg = api_pb2.Message.FromString(body)
             if msg.key != key:
                 continue
             parsed = parse_cursor(msg.value)
             if parsed is None:
                 log.warning("invalid cursor message in __cursors (key %r)", msg.key)
-            elif parsed[1] > found:
-                found = parsed[1]
-        start = last + 1
-    return found
+                continue
+            return parsed[1]
+        end = start - 1
+    return -1
 
 
 class CursorCache:

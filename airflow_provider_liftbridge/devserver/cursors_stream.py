@@ -12,8 +12,8 @@ INTERNAL "Cursors stream does not exist".
 
 Every SetCursor is a message of the owning partition (key and value: :mod:`.cursors`), published
 with ack policy ALL and a 5 s limit as Liftbridge does; FetchCursor answers from the serving
-broker's cursor cache, or on a miss from its replica of the owning partition, read up to the
-high watermark that replica knows (:func:`read_cursor`, :mod:`.cursors`).
+broker's cursor cache, or on a miss from its replica of the owning partition, read backwards from
+the high watermark that replica knows (:func:`read_cursor`, :mod:`.cursors`).
 """
 
 from __future__ import annotations

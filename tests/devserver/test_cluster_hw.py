@@ -205,7 +205,7 @@ def test_the_cursor_cache_keeps_the_512_most_recently_used() -> None:
     assert (cache.get(b"k0"), cache.get(b"k1"), cache.get(b"new")) == (0, None, 1)
 
 
-def test_a_cache_miss_takes_the_largest_offset_of_the_key_up_to_the_hw(tmp_path: Path) -> None:
+def test_a_cache_miss_takes_the_newest_message_of_the_key_at_or_below_the_hw(tmp_path: Path) -> None:
     log_ = PartitionLog(tmp_path / "c")
     try:
         key = cursor_key("c", "s", 0)
@@ -214,7 +214,8 @@ def test_a_cache_miss_takes_the_largest_offset_of_the_key_up_to_the_hw(tmp_path:
             log_.append(body, 0)
         log_.flush()
         assert latest_cursor_offset(log_, key, -1) == -1
-        assert latest_cursor_offset(log_, key, 2) == 50  # v1.9: the largest, not the newest (20)
+        assert latest_cursor_offset(log_, key, 0) == 50
+        assert latest_cursor_offset(log_, key, 2) == 20  # the newest, read backwards (not the largest, 50)
         assert latest_cursor_offset(log_, key, 3) == 70
         assert latest_cursor_offset(log_, b"missing", 3) == -1
     finally:
