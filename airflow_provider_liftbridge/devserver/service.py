@@ -21,7 +21,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
-from .cursors_stream import check_cursor_owner, write_cursor
+from .cursors_stream import check_cursor_owner, read_cursor, write_cursor
 from .errors import ApiError, IncorrectOffsetError
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
@@ -452,8 +452,9 @@ class ApiService:
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._check_cursor_request(req, context)
-        return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
+        owner = await self._check_cursor_request(req, context)
+        cursor = (req.cursorId, req.stream, req.partition)
+        return api_pb2.FetchCursorResponse(offset=read_cursor(self.store, self.broker, owner, cursor))
 
     async def _check_cursor_request(
         self, req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]
