@@ -50,9 +50,18 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream_port, timeout=300)
         try:
-            upstream.request(self.command, self.path, body=body, headers=headers)
-            response = upstream.getresponse()
-            data = response.read()
+            try:
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                response = upstream.getresponse()
+                data = response.read()
+            except OSError as exc:  # the upstream is not up (yet), or went away
+                message = f"upstream: {exc}".encode()
+                self.send_response(502)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(message)))
+                self.end_headers()
+                self.wfile.write(message)
+                return
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
                 if name.lower() not in _HOP:

@@ -62,7 +62,21 @@ function rendered(v) {
   return el("pre", {"data-format": v.format}, text + (v.truncated ? ` … (${v.size} bytes, cut)` : ""));
 }
 // A link into Airflow: the API gives it relative to Airflow's base URL; the page is at <base>/liftbridge/.
-function airflowLink(path, text) { return el("a", {href: `../${path}`, target: "_top"}, text); }
+function airflowLink(path, text) { return el("a", {href: `../${path}`, target: "_top", "data-airflow-link": ""}, text); }
+// Airflow's frame is sandboxed without top navigation: a link of the frame cannot open an Airflow
+// page in the window. The same link, clicked in the Airflow page around the frame, can.
+document.addEventListener("click", (event) => {
+  const link = event.target instanceof Element ? event.target.closest("a[data-airflow-link]") : null;
+  const doc = airflowDocument();
+  if (!link || !doc || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  event.preventDefault();
+  const outer = doc.createElement("a");
+  outer.href = link.href;  // absolute: resolved against this page
+  outer.hidden = true;
+  doc.body.append(outer);
+  outer.click();
+  outer.remove();
+});
 function connection() { return $("conn").value; }
 async function get(path) {
   const conn = connection();
