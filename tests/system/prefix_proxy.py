@@ -73,6 +73,12 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             upstream.close()
 
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except (BrokenPipeError, ConnectionResetError):  # the browser went away mid-answer
+            self.close_connection = True
+
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
 
     def log_message(self, format: str, *args: object) -> None:  # quiet: the tests say what failed

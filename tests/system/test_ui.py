@@ -26,16 +26,15 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def logged_in_page(url: str, color_scheme: str = "light") -> Iterator[Any]:
+def logged_in_page(url: str) -> Iterator[Any]:
     """A page of a fresh headless chromium, logged in through the simple auth manager's login
-    form at ``url`` as a user would; the browser is closed afterwards. ``color_scheme``: what
-    the browser says the system prefers (Airflow's UI follows it by default)."""
+    form at ``url`` as a user would; the browser is closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900}, color_scheme=color_scheme)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
             page.goto(f"{url}/auth/login")
             page.locator("input").nth(0).fill(USERNAME)

@@ -161,30 +161,29 @@ def test_the_task_instances_extra_link_opens_the_pipeline(
     run_id = archive_runs[-1]
     links = deployment.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/clean_orders/links")
     assert set(links["extra_links"]) == {"Liftbridge pipeline", "Liftbridge stream"}, links
-    view.goto(f"{deployment.url}/dags/{DAG_ID}/runs/{run_id}/tasks/clean_orders")
-    button = view.get_by_role("link", name="Liftbridge pipeline")
-    with view.context.expect_page() as opened:
-        button.click()
-    page = opened.value
+    view.goto(f"{deployment.url}/dags/{DAG_ID}/runs/{run_id}/tasks/clean_orders/details")
     try:
-        page.wait_for_url(lambda at: "/plugin/liftbridge" in at)
-        focused = page.frame_locator("iframe").locator(f"{PIPELINE}.focused")
-        expect(focused).to_be_visible(timeout=60_000)
+        view.get_by_role("link", name="Liftbridge pipeline").click()  # same origin: opens in the window
+        view.wait_for_url(lambda at: "/plugin/liftbridge" in at)
+        focused = view.frame_locator("iframe").locator(f"{PIPELINE}.focused")
+        expect(focused).to_be_visible()
         expect(focused).to_contain_text("shop-orders")
     finally:
-        page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-extra-link.png"), full_page=True)
-        page.close()
+        view.screenshot(path=str(deployment.log_dir / "ui-liftbridge-extra-link.png"), full_page=True)
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_screenshots_follow_airflows_colour_mode(deployment: Deployment, archive_runs: list[str], mode: str) -> None:
+def test_screenshots_follow_airflows_colour_mode(
+    deployment: Deployment, view: Any, archive_runs: list[str], mode: str
+) -> None:
     """In Airflow's frame, the page takes the UI's colour mode (here the system's, Airflow's
     default): in dark mode its background is dark and its links light. Screenshots of the
     pipelines and of the charts, for docs/ui.md."""
     from playwright.sync_api import expect
 
-    with logged_in_page(deployment.url, color_scheme=mode) as page:
-        page.set_viewport_size({"width": 1400, "height": 1000})
+    page = view
+    page.emulate_media(color_scheme=mode)
+    try:
         page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=pipelines")
         frame = page.frame_locator("iframe")
         expect(frame.locator("html")).to_have_attribute("data-theme", mode)
@@ -203,6 +202,8 @@ def test_screenshots_follow_airflows_colour_mode(deployment: Deployment, archive
         )
         expect(frame.locator('[data-chart="lag"] canvas').first).to_be_visible()
         shoot(page, deployment.log_dir, f"ui-liftbridge-charts-{mode}.png")
+    finally:
+        page.emulate_media(color_scheme="light")
 
 
 def _luminance(css: str) -> float:
