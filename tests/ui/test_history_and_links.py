@@ -139,3 +139,24 @@ def test_a_task_process_loads_the_plugin_without_the_views_app(tmp_path: Any) ->
     assert "APP ['airflow_provider_liftbridge.ui.paths', 'airflow_provider_liftbridge.ui.plugin']" in done.stdout, (
         done.stdout[-2000:]
     )
+
+
+def test_the_page_loads_everything_from_the_package_by_relative_addresses(airflow_app: Any) -> None:  # noqa: F811
+    """The page, its script and style and the chart library come from the view itself (no CDN:
+    the api-server may have no internet), each address relative (no leading ``/``, no host), so
+    the page works under Airflow's base URL path."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    client = TestClient(airflow_app)
+    page = client.get("/liftbridge/")
+    assert page.status_code == 200
+    addresses = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert addresses and all(not a.startswith(("/", "http:", "https:", "//")) for a in addresses), addresses
+    for address in addresses:
+        served = client.get(f"/liftbridge/{address}")
+        assert served.status_code == 200 and served.content, address
+    script = client.get("/liftbridge/static/app.js").text
+    assert "http://" not in script and "https://" not in script
+    assert not re.search(r"""fetch\(\s*[`'"]/""", script)  # every fetch relative to the page
