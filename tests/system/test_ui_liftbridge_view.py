@@ -183,6 +183,7 @@ def test_screenshots_follow_airflows_colour_mode(
 
     page = view
     page.emulate_media(color_scheme=mode)
+    page.set_viewport_size({"width": 1400, "height": 1150})  # the charts of two pipelines and two streams
     try:
         page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=pipelines")
         frame = page.frame_locator("iframe")
@@ -204,6 +205,7 @@ def test_screenshots_follow_airflows_colour_mode(
         shoot(page, deployment.log_dir, f"ui-liftbridge-charts-{mode}.png")
     finally:
         page.emulate_media(color_scheme="light")
+        page.set_viewport_size({"width": 1400, "height": 900})
 
 
 def _luminance(css: str) -> float:
