@@ -160,3 +160,40 @@ def test_the_page_loads_everything_from_the_package_by_relative_addresses(airflo
     script = client.get("/liftbridge/static/app.js").text
     assert "http://" not in script and "https://" not in script
     assert not re.search(r"""fetch\(\s*[`'"]/""", script)  # every fetch relative to the page
+
+
+def test_no_link_where_the_view_is_not_installed(tmp_path: Any) -> None:
+    """An installation whose metadata for this package has no ``airflow.plugins`` entry point
+    (as a build before the view had one): the view is not registered there, and the links are
+    empty, so Airflow shows no button. (Python takes a distribution's first metadata found on
+    ``sys.path``: a dist-info without the entry point, put first, stands for that installation.)"""
+    dist = tmp_path / "site" / "airflow_provider_liftbridge-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-provider-liftbridge\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[apache_airflow_provider]\nprovider_info = airflow_provider_liftbridge.get_provider_info:get_provider_info\n"
+    )
+    script = textwrap.dedent(
+        """
+        from airflow.models.taskinstancekey import TaskInstanceKey
+        from airflow_provider_liftbridge.operators import links
+        from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
+        op = LiftbridgePublishOperator(task_id="pub", stream="orders", records=[])
+        key = TaskInstanceKey(dag_id="d", task_id="pub", run_id="r")
+        print("INSTALLED", links.view_installed())
+        kinds = (links.LiftbridgeStreamLink(), links.LiftbridgePipelineLink())
+        made = [link.get_link(op, ti_key=key) for link in kinds]
+        print("LINKS", made)
+        """
+    )
+    env = {
+        "AIRFLOW_HOME": str(tmp_path / "home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "INSTALLED False" in done.stdout and "LINKS ['', '']" in done.stdout, done.stdout[-2000:]
