@@ -53,6 +53,7 @@ from airflow_provider_liftbridge.validation import (
 )
 
 from .base import LiftbridgeBaseOperator, producer_id_of
+from .links import LiftbridgeStreamLink
 from .records import PARTITIONERS, make_partitioner
 
 __all__ = ["MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
@@ -129,6 +130,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     """
 
     argument_checks = PUBLISHING_CHECKS
+    #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
+    operator_extra_links = (LiftbridgeStreamLink(),)
 
     def __init__(
         self,

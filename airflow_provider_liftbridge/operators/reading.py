@@ -36,12 +36,15 @@ from airflow_provider_liftbridge.client.reading import (
     BatchHandler,
     PartitionPlan,
     PartitionReport,
+    PartitionRun,
     PipelineEntry,
     RangePlanner,
+    RunEntry,
     StartSpec,
     check_cadence,
     read_plan,
     record_pipeline,
+    record_run,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
@@ -62,6 +65,7 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
@@ -158,6 +162,8 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     """
 
     template_fields: Sequence[str] = ("stream", "partitions", "cursor_id", "group_id", "start_at", "liftbridge_conn_id")
+    #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
+    operator_extra_links = (LiftbridgeStreamLink(), LiftbridgePipelineLink())
     argument_checks = {
         "partitions": parse_partitions,
         "cursor_id": optional(check_name),
@@ -315,6 +321,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                     report.committed if report else "unknown",
                 )
                 raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
+            self._record_run(client, context, run_id, reports)
         result = self.result(reports)
         emit_reading_stats(self.dag_id, self.task_id, self.stream, reports)
         self.log.info(
@@ -464,6 +471,35 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             record_pipeline(client, entry)
         except LiftbridgeError as exc:
             self.log.warning("could not record this pipeline for the Liftbridge UI view (%s); reading goes on", exc)
+
+    def _record_run(
+        self, client: LiftbridgeClient, context: Context, run_id: str, reports: dict[int, PartitionReport]
+    ) -> None:
+        """Append this try to the run history the view charts (see ``docs/ui.md``); a failure is
+        logged, never fatal, as for the registry."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", None)
+        entry = RunEntry(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            map_index=map_index if isinstance(map_index, int) else -1,
+            run_id=run_id,
+            stream=self.stream,
+            partitions={
+                p: PartitionRun(
+                    processed=r.processed,
+                    dead_lettered=r.dead_lettered,
+                    lag=r.lag,
+                    # What the try saw last: its position plus the messages after it.
+                    high_watermark=(r.last_offset if r.last_offset is not None else r.committed) + r.lag,
+                )
+                for p, r in reports.items()
+            },
+        )
+        try:
+            record_run(client, entry)
+        except LiftbridgeError as exc:
+            self.log.warning("could not record this run for the Liftbridge UI view's charts (%s); reading goes on", exc)
 
     def _log_plans(self, plans: list[PartitionPlan]) -> None:
         for plan in plans:

@@ -9,6 +9,8 @@
   :func:`json_value` decodes a JSON value or names the offset that is not JSON.
 - :mod:`.registry`: :func:`record_pipeline` notes, on the server, which task reads which stream
   with which cursor, so viewers can find the pipelines (:func:`read_pipelines`).
+- :mod:`.history`: :func:`record_run` appends what each finished try did (per partition:
+  processed, lag, high watermark) to a retention-limited stream, for charts (:func:`read_history`).
 
 See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 """
@@ -16,6 +18,7 @@ See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 from __future__ import annotations
 
 from .dead_letter import DEAD_LETTER_HEADERS, DeadLetters, NotJsonError, dead_letter_headers, json_value
+from .history import HISTORY_STREAM, PartitionRun, RunEntry, read_history, record_run
 from .plan import (
     NO_PLAN,
     PartitionPlan,
@@ -42,6 +45,7 @@ from .runner import (
 __all__ = [
     "COMMIT_CADENCES",
     "DEAD_LETTER_HEADERS",
+    "HISTORY_STREAM",
     "NO_PLAN",
     "REGISTRY_STREAM",
     "BatchFailed",
@@ -51,8 +55,10 @@ __all__ = [
     "NotJsonError",
     "PartitionPlan",
     "PartitionReport",
+    "PartitionRun",
     "PipelineEntry",
     "RangePlanner",
+    "RunEntry",
     "StartSpec",
     "batches",
     "check_batch_size",
@@ -62,8 +68,10 @@ __all__ = [
     "json_value",
     "plan_cursor_ids",
     "plan_start_cursor_id",
+    "read_history",
     "read_pipelines",
     "read_plan",
     "record_pipeline",
+    "record_run",
     "run_tag",
 ]
