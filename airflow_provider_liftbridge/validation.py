@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from airflow_provider_liftbridge import callables
 from airflow_provider_liftbridge.callables import WORKER, FunctionPathError
 from airflow_provider_liftbridge.client import InvalidArgumentError, StartPosition, checks
-from airflow_provider_liftbridge.client.checks import Check, argument_message, number, optional, whole_number
+from airflow_provider_liftbridge.client.checks import Check, argument_message, optional, whole_number
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeUnknownArgumentError
 
 __all__ = [
@@ -191,65 +191,24 @@ def check_offset(value: Any, name: str = "target_offset") -> int:
 check_positive_int: Check = airflow_check(checks.check_positive_int)
 #: A whole number, 0 or more (the client's check).
 check_non_negative_int: Check = airflow_check(checks.check_non_negative_int)
-
-
-def check_partition_count(value: Any, name: str = "partitions") -> int:
-    """How many partitions a new stream gets: a whole number; 0 means Liftbridge's default, 1.
-
-    :raises LiftbridgeArgumentError: not a whole number, or negative.
-    """
-    whole = whole_number(value)
-    if whole is None or whole < 0:
-        raise bad_argument(name, value, "the number of partitions is a whole number, 1 or more", f"e.g. {name}=3")
-    return whole
-
-
-def check_replication_factor(value: Any, name: str = "replication_factor") -> int:
-    """Copies of each partition: 1 or more, or -1 for every broker. 0 is what Liftbridge reads as
-    "not set" and turns into its default, 1 (its API has no way to say 0), so it is accepted as 1.
-
-    :raises LiftbridgeArgumentError: not a whole number, or below -1.
-    """
-    whole = whole_number(value)
-    if whole is None or whole < -1:
-        raise bad_argument(name, value, "copies of each partition: 1 or more, or -1 for every broker", f"e.g. {name}=3")
-    return whole
+#: How many partitions a new stream gets (0 means Liftbridge's 1; the client's check).
+check_partition_count: Check = airflow_check(checks.check_partition_count)
+#: Copies of each partition, 1 or more or -1 for every broker (0 is Liftbridge's 1; the client's check).
+check_replication_factor: Check = airflow_check(checks.check_replication_factor)
 
 
 #: Seconds to wait: a positive number, or ``None`` for the default (the client's check).
 check_timeout: Check = airflow_check(checks.check_timeout)
 
 
-def check_duration(value: Any, name: str) -> dt.timedelta | None:
-    """A duration: a ``timedelta`` or a number of seconds, not negative; ``None`` leaves it unset.
-
-    :raises LiftbridgeArgumentError: anything else.
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, dt.timedelta):
-        seconds: float | None = value.total_seconds()
-    else:
-        seconds = number(value)
-    if seconds is None or seconds < 0:
-        raise bad_argument(
-            name, value, "a timedelta or a number of seconds, 0 or more", f"e.g. {name}=timedelta(hours=1) or 3600"
-        )
-    return dt.timedelta(seconds=seconds)
+#: A duration: a ``timedelta`` or a number of seconds, 0 or more (the client's check).
+check_duration: Check = airflow_check(checks.check_duration)
 
 
 # -- choices --------------------------------------------------------------------------------------
 
-
-def check_bool(value: Any, name: str) -> bool:
-    """``True`` or ``False`` (not ``1``, ``"yes"`` or ``"false"``: a non-empty string is true to
-    Python, so ``"false"`` would silently mean yes).
-
-    :raises LiftbridgeArgumentError: anything but a ``bool``.
-    """
-    if isinstance(value, bool):
-        return value
-    raise bad_argument(name, value, "True or False is required", f"e.g. {name}=True")
+#: ``True`` or ``False``, nothing else (the client's check).
+check_bool: Check = airflow_check(checks.check_bool)
 
 
 def check_choice(choices: Iterable[str]) -> Check:
@@ -425,6 +384,9 @@ class ArgumentChecks:
     #: :func:`check_function` or :func:`check_function_path`, checks the shape): imported by
     #: :meth:`import_functions` when the task runs, never when the DAG is parsed.
     function_arguments: ClassVar[tuple[str, ...]] = ()
+    #: This class's parameters that its ``__init__`` takes through ``**kwargs`` (the fields of an
+    #: options value, declared once there: see ``LiftbridgeCreateStreamOperator``).
+    keyword_parameters: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def all_argument_checks(cls) -> dict[str, Check]:
@@ -496,6 +458,7 @@ class ArgumentChecks:
             except (TypeError, ValueError):
                 continue
             names = [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"]
+            names.extend(vars(klass).get("keyword_parameters", ()))
             (own if klass.__module__.startswith("airflow_provider_liftbridge") else inherited).extend(names)
         return own, inherited
 

@@ -44,9 +44,7 @@ class SentBatch(Protocol):
     def send(self, indices: Sequence[int] | None = None) -> Op[BulkOutcome]: ...
 
 
-def send_unstored_again(
-    core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch
-) -> Op[None]:
+def send_unstored_again(core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch) -> Op[None]:
     """Send again, within the call's retry budget (:class:`RetryStretch`: the ack timeout, at least
     ``max_retries`` rounds), the timed-out records that are certainly not stored; ``outcome`` is
     updated in place (the rest stay timed out).
