@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -353,6 +354,32 @@ SYNONYMS: dict[str, str] = {
 }
 
 
+#: Instance attribute counting the ``__init__`` calls under way (the outermost one validates).
+_BUILDING = "_argument_checks_building"
+
+
+def _checked_when_built(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, followed by :meth:`ArgumentChecks.check_literal_arguments` when it is the
+    outermost ``__init__`` of the object (a subclass's ``__init__`` calls its base's inside)."""
+
+    @functools.wraps(init)
+    def init_then_check(self: ArgumentChecks, *args: Any, **kwargs: Any) -> None:
+        depth = self.__dict__.get(_BUILDING, 0)
+        object.__setattr__(self, _BUILDING, depth + 1)  # Airflow's __setattr__ is not for this
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            if depth:
+                object.__setattr__(self, _BUILDING, depth)
+            else:
+                object.__delattr__(self, _BUILDING)
+        if not depth:
+            self.check_literal_arguments()
+
+    init_then_check._checks_when_built = True  # type: ignore[attr-defined]
+    return init_then_check
+
+
 def suggest_parameter(unknown: str, own: Iterable[str], inherited: Iterable[str] = ()) -> str | None:
     """The parameter ``unknown`` most likely meant: a known synonym, else the closest of the
     class's ``own`` parameters, else the closest ``inherited`` one (Airflow's); ``None`` if none is close."""
@@ -369,13 +396,16 @@ def suggest_parameter(unknown: str, own: Iterable[str], inherited: Iterable[str]
 
 class ArgumentChecks:
     """Mixin of the provider's operators and sensors: validators declared per class, run on the
-    literal values in the constructor and on every value once templates are rendered.
+    literal values once the object is built and on every value once templates are rendered.
 
     A class lists its parameters' validators in ``argument_checks`` (merged along the class
-    hierarchy), calls :meth:`reject_unknown_arguments` before ``BaseOperator.__init__`` and
-    :meth:`check_literal_arguments` at the end of its ``__init__``; :meth:`render_template_fields`
-    runs every validator again on the rendered values, and :meth:`check_combination` (override it)
-    checks what depends on several parameters at both moments.
+    hierarchy) and calls :meth:`reject_unknown_arguments` before ``BaseOperator.__init__``.
+    Validation is a step of its own: when the outermost ``__init__`` (the most derived class's)
+    returns, every attribute of every class is set, and :meth:`check_literal_arguments` runs (each
+    ``__init__`` of a subclass is wrapped for that, in :meth:`__init_subclass__`, under Airflow's
+    ``apply_defaults``). :meth:`render_template_fields` runs every validator again on the rendered
+    values, and :meth:`check_combination` (override it) checks what depends on several parameters
+    at both moments.
     """
 
     #: Parameter name -> validator, for this class's own parameters.
@@ -387,6 +417,12 @@ class ArgumentChecks:
     #: This class's parameters that its ``__init__`` takes through ``**kwargs`` (the fields of an
     #: options value, declared once there: see ``LiftbridgeCreateStreamOperator``).
     keyword_parameters: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = vars(cls).get("__init__")
+        if init is not None and not getattr(init, "_checks_when_built", False):
+            cls.__init__ = _checked_when_built(init)  # type: ignore[misc]
 
     @classmethod
     def all_argument_checks(cls) -> dict[str, Check]:
@@ -405,7 +441,8 @@ class ArgumentChecks:
 
     def check_literal_arguments(self, owner: type | None = None) -> None:
         """Run the validators of ``owner``'s own parameters (default: all) on the values that are
-        known now; a value that waits for rendering is checked after rendering.
+        known now; a value that waits for rendering is checked after rendering. Runs by itself,
+        with every validator, once the object is built (see the class).
 
         :raises LiftbridgeArgumentError: a value is invalid (the DAG fails to parse).
         """
@@ -435,8 +472,8 @@ class ArgumentChecks:
 
     def check_combination(self, *, rendered: bool) -> None:
         """Check what depends on several parameters (a value waiting for rendering is skipped
-        before rendering: use :func:`waits_for_rendering`). Default: nothing. It runs at the end
-        of every class's ``__init__``, so an attribute a subclass sets may be missing yet."""
+        before rendering: use :func:`waits_for_rendering`). Default: nothing. It runs once the
+        object is built (every attribute of every class is set) and after rendering."""
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render the templated fields (Airflow), then validate every argument."""

@@ -87,7 +87,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         self.records_callable_args = records_callable_args
         self.records_callable_kwargs = records_callable_kwargs
         self.key_field = key_field
-        self.check_literal_arguments(LiftbridgePublishOperator)
 
     def source_records(self, context: Context) -> Iterator[Record]:
         """The records to publish, from ``records`` or ``records_callable``, built lazily.

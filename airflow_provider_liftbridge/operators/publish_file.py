@@ -169,7 +169,6 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
             batch_rows=max(1, self.window),
             max_whole_file_bytes=max_whole_file_bytes,
         )
-        self.check_literal_arguments(LiftbridgePublishFileOperator)
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
         name = str(path)

@@ -8,6 +8,7 @@ when it publishes in parts (files), how it reports them.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -159,14 +160,15 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.publish_timeout = publish_timeout
         self.exactly_once = exactly_once
         self.producer_id = producer_id
-        self._exactly_once: tuple[BatchPublisher, ExactlyOncePublisher] | None = None
-        self.check_literal_arguments(LiftbridgePublishingOperator)
+        # The exactly-once publisher wrapping each batch publisher, made when it first publishes.
+        self._exactly_once: weakref.WeakKeyDictionary[BatchPublisher, ExactlyOncePublisher] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def check_combination(self, *, rendered: bool) -> None:
         """Exactly-once needs acknowledgements: it is refused with ``ack_policy="none"``."""
         super().check_combination(rendered=rendered)
-        # Called at the end of every class's __init__: the subclass's attributes may not be set yet.
-        policy, exactly_once = getattr(self, "ack_policy", None), getattr(self, "exactly_once", False)
+        policy, exactly_once = self.ack_policy, self.exactly_once
         if exactly_once is True and policy not in (None, "") and not waits_for_rendering(policy):
             if check_ack_policy(policy) is AckPolicy.NONE:
                 raise bad_argument(
@@ -238,8 +240,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
-        With ``exactly_once`` it never re-sends, and the exactly-once publisher that
-        :meth:`publish` goes through wraps it and ``client``.
+        With ``exactly_once`` it never re-sends (:meth:`publish` wraps it for exactly-once).
 
         :raises LiftbridgeArgumentError: ``publish_path="nats"`` while the connection lists no
             NATS servers, or a bad ack policy or partition.
@@ -263,8 +264,6 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             self.log.warning(
                 "The connection lists NATS servers, but this publish goes over gRPC: %s", publisher.fallback_reason
             )
-        if self.exactly_once:
-            self._wrap_exactly_once(client, publisher)
         return publisher
 
     def publish(
@@ -278,7 +277,9 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
         With ``exactly_once`` the records go through the
         :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` wrapping
-        ``publisher`` (so sequence numbers run on across calls, e.g. across files).
+        ``publisher`` and the task's client (the hook's, the one :meth:`run` is given): made on the
+        first call for ``publisher`` and kept, so sequence numbers run on across calls, e.g.
+        across files.
 
         :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused,
             or fewer records are accounted for than were read from the source.
@@ -308,12 +309,9 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         records: Iterable[Record],
         on_progress: Callable[[PublishSummary], None] | None,
     ) -> PublishSummary:
-        if self._exactly_once is None or self._exactly_once[0] is not publisher:
-            raise LiftbridgeArgumentError(
-                "exactly-once publishing goes through the publisher open_publisher() opened (it wraps that one); "
-                "publish through it"
-            )
-        eo = self._exactly_once[1]
+        eo = self._exactly_once.get(publisher)
+        if eo is None:
+            eo = self._exactly_once[publisher] = self._wrap_exactly_once(self.hook.client, publisher)
         first_call = eo.total.count == 0
         try:
             result = eo.publish(records)
@@ -324,7 +322,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             on_progress(summary)
         return summary
 
-    def _wrap_exactly_once(self, client: LiftbridgeClient, publisher: BatchPublisher) -> None:
+    def _wrap_exactly_once(self, client: LiftbridgeClient, publisher: BatchPublisher) -> ExactlyOncePublisher:
         """Wrap ``publisher`` (opened without re-sends) and ``client`` for exactly-once publishing:
         no second publisher or client. A zombie try is waited for up to the task's
         ``execution_timeout`` when it has one."""
@@ -332,8 +330,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.log.info("Exactly-once publishing to stream %r as producer %r", self.stream, producer_id)
         limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         waits = {"zombie_wait": limit} if limit and limit > 0 else {}
-        eo = ExactlyOncePublisher.wrapping(client, publisher, producer_id, batch=int(self.window), **waits)
-        self._exactly_once = (publisher, eo)
+        return ExactlyOncePublisher.wrapping(client, publisher, producer_id, batch=int(self.window), **waits)
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: writes the stream."""

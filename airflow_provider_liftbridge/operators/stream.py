@@ -112,7 +112,6 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
         for name, value in chosen.items():  # one attribute per option: ``partitions`` is templated
             setattr(self, name, value)
         self.fail_if_exists = fail_if_exists
-        self.check_literal_arguments(LiftbridgeCreateStreamOperator)
 
     def create_options(self) -> StreamOptions:
         """The stream options of this task, from its (rendered) attributes.
@@ -176,7 +175,6 @@ class LiftbridgeDeleteStreamOperator(LiftbridgeBaseOperator):
     def __init__(self, *, stream: str, fail_if_missing: bool = False, **kwargs: Any) -> None:
         super().__init__(stream=stream, **kwargs)
         self.fail_if_missing = fail_if_missing
-        self.check_literal_arguments(LiftbridgeDeleteStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         try:
@@ -211,7 +209,6 @@ class LiftbridgePauseStreamOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.resume_all = resume_all
-        self.check_literal_arguments(LiftbridgePauseStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         partitions = check_partition_list(self.partitions)
@@ -241,7 +238,6 @@ class LiftbridgeSetStreamReadonlyOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.readonly = readonly
-        self.check_literal_arguments(LiftbridgeSetStreamReadonlyOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         partitions = check_partition_list(self.partitions)
