@@ -335,8 +335,8 @@ def check_partition_list(value: Any, name: str = "partitions") -> list[int] | No
 
 #: What DAG authors coming from other providers or clients write, and what it is called here.
 SYNONYMS: dict[str, str] = {
-    "batch_size": "window",
-    "max_batch_size": "window",
+    "max_batch_size": "batch_size",
+    "window_size": "batch_size",
     "fail_if_not_exists": "fail_if_missing",
     "fail_if_not_exist": "fail_if_missing",
     "ignore_if_exists": "fail_if_exists",

@@ -110,7 +110,7 @@ def liftbridge_publish_files() -> None:
         path="{{ ti.xcom_pull(task_ids='write_sample_files') }}/orders-*.jsonl",
         key_field="customer",
         partitioner="key",
-        window=20,
+        batch_size=20,
         progress_every=20,
     )
     tables = LiftbridgePublishFileOperator(

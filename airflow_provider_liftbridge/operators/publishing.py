@@ -1,6 +1,6 @@
 """``LiftbridgePublishingOperator``: the base of the operators that publish records.
 
-It holds the options they share (key, headers, partitioning, acks, path, window, exactly-once),
+It holds the options they share (key, headers, partitioning, acks, path, batch size, exactly-once),
 validates them, opens the client's batch publisher and publishes through it, so each operator
 only says where its records come from (:meth:`LiftbridgePublishingOperator.source_records`) and,
 when it publishes in parts (files), how it reports them.
@@ -8,10 +8,12 @@ when it publishes in parts (files), how it reports them.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import Context, get_current_context
 
 from airflow_provider_liftbridge.client import (
@@ -56,10 +58,12 @@ from airflow_provider_liftbridge.validation import (
 from .base import LiftbridgeBaseOperator, producer_id_of
 from .records import PARTITIONERS, make_partitioner
 
-__all__ = ["MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
+__all__ = ["DEFAULT_BATCH_SIZE", "MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
 
-#: Cap of unacknowledged records in flight, whatever the window.
+#: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
 MAX_IN_FLIGHT = 1024
+#: Records per batch, unless ``batch_size`` says otherwise.
+DEFAULT_BATCH_SIZE = 1000
 
 
 def check_compression_argument(value: Any, name: str = "compression") -> str | None:
@@ -80,7 +84,9 @@ PUBLISHING_CHECKS: dict[str, Check] = {
     "partition": check_optional_partition,
     "partitioner": optional(check_choice(PARTITIONERS)),
     "ack_policy": optional(check_ack_policy),
-    "window": check_positive_int,
+    # The deprecated name first: when given it is the batch size, and a bad value is named as written.
+    "window": optional(check_positive_int),
+    "batch_size": check_positive_int,
     "publish_timeout": check_timeout,
     "publish_path": check_choice(PUBLISH_PATHS),
     "exactly_once": check_bool,
@@ -103,7 +109,12 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         unset: partition 0 unless ``partition`` is set.
     :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
         ``"none"`` nothing is acknowledged and the summary has no offsets.
-    :param window: records published (and acknowledged) per batch, 1 or more; bounds memory.
+    :param batch_size: records published (and acknowledged) per batch, 1 or more; bounds memory.
+        At most ``min(batch_size, 1024)`` records are unacknowledged at a time (the client's
+        window, :data:`MAX_IN_FLIGHT`).
+    :param window: deprecated, the old name of ``batch_size`` (the client calls "window" the
+        records in flight, which this never was); when given it is used as ``batch_size``, with an
+        ``AirflowProviderDeprecationWarning``.
     :param publish_timeout: how long to wait for each ack, positive seconds (default: the
         connection's timeout).
     :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
@@ -140,7 +151,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         partition: int | None = None,
         partitioner: str | None = None,
         ack_policy: str | int | AckPolicy | None = None,
-        window: int = 1000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        window: int | None = None,
         publish_timeout: float | None = None,
         publish_path: str = "auto",
         exactly_once: bool = False,
@@ -156,6 +168,15 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.partition = partition
         self.partitioner = partitioner
         self.ack_policy = ack_policy
+        if window is not None:
+            warnings.warn(
+                "window is deprecated on the publishing operators: it is the number of records per batch, now "
+                f"batch_size; use batch_size={window!r}",
+                AirflowProviderDeprecationWarning,
+                stacklevel=2,
+            )
+        #: Records per batch (``window``, the deprecated name, wins when given).
+        self.batch_size = batch_size if window is None else window
         self.window = window
         self.publish_timeout = publish_timeout
         self.exactly_once = exactly_once
@@ -209,6 +230,12 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.log.info("Write statistics for stream %r: %s", self.stream, stats.log_line())
         return {"write_stats": stats.summary()}
 
+    @property
+    def _batch_size(self) -> int:
+        if self.window is not None:  # the deprecated name, given: its own check names it
+            return int(check_positive_int(self.window, "window"))
+        return int(check_positive_int(self.batch_size, "batch_size"))
+
     def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
         """The ack policy to publish with: the operator's, else the connection's default.
 
@@ -232,7 +259,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             partition=check_optional_partition(self.partition, "partition"),
             partitioner=make_partitioner(self.partitioner),
             ack_policy=self.resolved_ack_policy(settings.ack_policy),
-            window=min(check_positive_int(self.window, "window"), MAX_IN_FLIGHT),
+            window=min(self._batch_size, MAX_IN_FLIGHT),
             timeout=check_timeout(self.publish_timeout, "publish_timeout") or settings.timeout,
             resend=NO_RESEND if self.exactly_once else None,
             compression=check_compression_argument(self.compression),
@@ -289,7 +316,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         else:
             summary = PublishSummary(self.stream, publisher.options.policy)
             try:
-                publisher.publish(records, batch=int(self.window), summary=summary, on_progress=on_progress)
+                publisher.publish(records, batch=self._batch_size, summary=summary, on_progress=on_progress)
             except PublishError as exc:
                 raise LiftbridgePublishNotAcknowledgedError(self.stream, summary.acknowledged, str(exc)) from exc
         # ``count`` is what the publisher read from the source (exactly-once checks its own);
@@ -330,7 +357,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.log.info("Exactly-once publishing to stream %r as producer %r", self.stream, producer_id)
         limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         waits = {"zombie_wait": limit} if limit and limit > 0 else {}
-        return ExactlyOncePublisher.wrapping(client, publisher, producer_id, batch=int(self.window), **waits)
+        return ExactlyOncePublisher.wrapping(client, publisher, producer_id, batch=self._batch_size, **waits)
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: writes the stream."""
