@@ -225,7 +225,7 @@ def read_committed(
     message (the rest is not committed yet) or the partition ends sooner.
 
     For checks that must see what a partition holds exactly as it was stored, such as which
-    records of a batch without acks were stored (:mod:`.publishing.unstored`).
+    records of a batch without acks were stored (:mod:`.publishing.timeout_recovery`).
 
     :raises LiftbridgeError: the subscription failed (mapped as ``subscribe`` maps it).
     """

@@ -29,7 +29,7 @@ from ..errors import (
 from ..operations import choose_partition, missing_confirmed_op, refresh_metadata
 from ..requests import build_publish
 from ..retry import is_transient
-from ..routing import ClientCore, RetryStretch
+from ..routing import ClientCore, OutageBudget
 from ..types import Ack, AckPolicy, Record
 from .contract import name_unacknowledged
 from .options import DEFAULT_OPTIONS, PublishOptions
@@ -164,13 +164,13 @@ def _pipeline(
 ) -> Op[list[Ack]]:
     acks: list[Ack | None] = [None] * len(requests)
     errors: dict[int, LiftbridgeError] = {}
-    handed = bytearray(len(requests))  # 1: written to a stream at least once (may be stored)
+    written_once = bytearray(len(requests))  # 1: written to a stream at least once (may be stored)
     index_of = {cid: i for i, cid in enumerate(ids)}
     pending: deque[int] = deque(range(len(requests)))
     inflight: set[int] = set()
     attempt = 0  # connections lost in this call: picks the broker
     sends: dict[int, int] = {}  # how often each re-sent record was sent
-    outage = RetryStretch(core, wait)
+    outage = OutageBudget(core, wait)
     # A batch for one partition goes to that partition's leader (when the metadata cache knows
     # it), not to whichever broker answered last: any broker accepts a publish and forwards it,
     # but a stopped broker that received it carries it out when it wakes, long after the client
@@ -185,7 +185,7 @@ def _pipeline(
                     inflight.add(i)
                     if sent_ns is not None and not sent_ns[i]:
                         sent_ns[i] = time.time_ns()
-                    handed[i] = 1
+                    written_once[i] = 1
                     yield Write(handle, requests[i])
                 response = yield Read(handle, wait)
                 if response is END:
@@ -199,7 +199,7 @@ def _pipeline(
                     err = response.asyncError
                     errors[i] = map_async_error(err.code, err.message, stream=stream, partition=req.partition)
                     continue
-                outage.over()  # an ack, not a refusal: refusals share one budget
+                outage.progressed()  # an ack, not a refusal: refusals share one budget
                 ack = ack_from_pb(response.ack)
                 try:
                     acks[i] = check_ack(ack)
@@ -239,7 +239,7 @@ def _pipeline(
                     )
                 if refused:
                     why = f"record {refused[0]} failed: {errors[refused[0]]}"
-                    raise _failed(acks, errors, refused[0], why, handed, None) from errors[refused[0]]
+                    raise _failed(acks, errors, refused[0], why, written_once, None) from errors[refused[0]]
                 if inflight:
                     # At-least-once: the lost attempt may have stored them. Said and counted.
                     log.warning(
@@ -262,12 +262,12 @@ def _pipeline(
                     yield from refresh_metadata(core, [stream], until=outage.until)
                 except LiftbridgeError as unreachable:
                     why = f"publishing to stream {stream!r} failed: {unreachable}"
-                    raise _failed(acks, errors, None, why, handed, unreachable) from unreachable
+                    raise _failed(acks, errors, None, why, written_once, unreachable) from unreachable
                 leader = _leader_of(core, stream, requests)
                 continue
             cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
             why = f"publishing to stream {stream!r} failed: {cause}"
-            raise _failed(acks, errors, None, why, handed, cause) from cause
+            raise _failed(acks, errors, None, why, written_once, cause) from cause
         except ReadTimeout:
             first = min(inflight)
             cause = AckTimeoutError(
@@ -275,11 +275,11 @@ def _pipeline(
                 "broker. Unacknowledged records may or may not be stored."
             )
             errors[first] = cause
-            raise _failed(acks, errors, first, str(cause), handed, cause) from cause
+            raise _failed(acks, errors, first, str(cause), written_once, cause) from cause
     if errors:
         first = min(errors)
         why = f"record {first} was refused: {errors[first]}"
-        raise _failed(acks, errors, first, why, handed, None) from errors[first]
+        raise _failed(acks, errors, first, why, written_once, None) from errors[first]
     return acks  # type: ignore[return-value]  # complete: the publish contract (send_batch) checks it
 
 
@@ -288,7 +288,7 @@ def _failed(
     errors: dict[int, LiftbridgeError],
     index: int | None,
     why: str,
-    handed: bytearray,
+    written_once: bytearray,
     in_doubt: LiftbridgeError | None,
 ) -> PublishError:
     """The :class:`PublishError` of a pipeline that stopped, every record named: those never
@@ -301,7 +301,7 @@ def _failed(
         return type(in_doubt)(f"record {i} was sent without an ack before the publish failed: {in_doubt}")
 
     stopped_by = f"record {index}'s failure" if index is not None else "a failure of the publish stream"
-    unsent = [i for i, h in enumerate(handed) if not h]
+    unsent = [i for i, h in enumerate(written_once) if not h]
     name_unacknowledged(
         acks, errors, unsent=unsent, in_doubt=None if in_doubt is None else doubt, stopped_by=stopped_by
     )

@@ -116,7 +116,7 @@ class NatsPublisher:
         at-least-once). Unlike ``LiftbridgeClient.publish_many``, which re-sends by default, this
         standalone publisher does not unless asked: holding only a NATS connection, it cannot read
         a partition back to tell a lost record from a late ack (the client does, see
-        :mod:`.unstored`), so a blind re-send could store a record twice. A message the broker
+        :mod:`.timeout_recovery`), so a blind re-send could store a record twice. A message the broker
         drops without an ack (paused or read-only partition) ends as an :class:`AckTimeoutError`.
 
         :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
