@@ -414,9 +414,6 @@ class ArgumentChecks:
     #: :func:`check_function` or :func:`check_function_path`, checks the shape): imported by
     #: :meth:`import_functions` when the task runs, never when the DAG is parsed.
     function_arguments: ClassVar[tuple[str, ...]] = ()
-    #: This class's parameters that its ``__init__`` takes through ``**kwargs`` (the fields of an
-    #: options value, declared once there: see ``LiftbridgeCreateStreamOperator``).
-    keyword_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -495,7 +492,6 @@ class ArgumentChecks:
             except (TypeError, ValueError):
                 continue
             names = [p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"]
-            names.extend(vars(klass).get("keyword_parameters", ()))
             (own if klass.__module__.startswith("airflow_provider_liftbridge") else inherited).extend(names)
         return own, inherited
 

@@ -8,7 +8,9 @@ them fatal). Each operator returns a small JSON-safe dict describing what it did
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from airflow.sdk import Context
@@ -20,6 +22,7 @@ from airflow_provider_liftbridge.client import (
     StreamExistsError,
     StreamOptions,
 )
+from airflow_provider_liftbridge.client.checks import check_duration
 from airflow_provider_liftbridge.client.stream_options import STREAM_OPTION_NAMES
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
 from airflow_provider_liftbridge.validation import (
@@ -45,6 +48,28 @@ _CREATE_CHECKS: dict[str, Check] = {
     # One per stream option, the option's own (client/stream_options.py), as Airflow's error.
     **{name: airflow_check(check) for name, check in StreamOptions.keyword_checks().items()},
 }
+
+
+def _stream_option_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, which takes the stream options through ``**kwargs``, with a signature that names
+    each of them (from ``StreamOptions``, where they are declared once): Airflow reads it for
+    ``default_args`` and for ``partial()`` / ``expand()``, the unknown-keyword check and
+    ``help()`` for the parameters."""
+    signature = inspect.signature(init)
+    *named, rest = signature.parameters.values()
+    seconds = StreamOptions.keyword_checks()
+    options = [
+        inspect.Parameter(
+            each.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=each.default,
+            # A duration is given as a timedelta or seconds (its keyword check reads both).
+            annotation="timedelta | float | None" if seconds[each.name] is check_duration else each.type,
+        )
+        for each in dataclasses.fields(StreamOptions)
+    ]
+    init.__signature__ = signature.replace(parameters=[*named, *options, rest])  # type: ignore[attr-defined]
+    return init
 
 
 @contextlib.contextmanager
@@ -93,9 +118,7 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
     template_fields: Sequence[str] = ("stream", "subject", "partitions", "liftbridge_conn_id")
     argument_checks = _CREATE_CHECKS
 
-    #: Keywords taken through ``**kwargs``: the stream options, declared once in ``StreamOptions``.
-    keyword_parameters = STREAM_OPTION_NAMES
-
+    @_stream_option_keywords
     def __init__(
         self,
         *,
