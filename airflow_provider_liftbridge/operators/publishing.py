@@ -77,6 +77,24 @@ def check_compression_argument(value: Any, name: str = "compression") -> str | N
         raise bad_argument(name, value, str(exc)) from None
 
 
+def _check_options(value: Any, name: str = "options") -> PublishOptions | None:
+    """``None`` or a :class:`PublishOptions` (which checked its own values when it was made).
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    if value is None or isinstance(value, PublishOptions):
+        return value
+    raise bad_argument(name, value, "a PublishOptions value is required", f"e.g. {name}=PublishOptions(path='grpc')")
+
+
+def _deprecated(name: str, value: Any, instead: str) -> None:
+    warnings.warn(
+        f"{name} is deprecated on the publishing operators; use {instead} (got {name}={value!r})",
+        AirflowProviderDeprecationWarning,
+        stacklevel=3,
+    )
+
+
 #: The publishing options' validators (run when the DAG is parsed and after rendering).
 PUBLISHING_CHECKS: dict[str, Check] = {
     "key": check_key,
@@ -87,11 +105,12 @@ PUBLISHING_CHECKS: dict[str, Check] = {
     # The deprecated name first: when given it is the batch size, and a bad value is named as written.
     "window": optional(check_positive_int),
     "batch_size": check_positive_int,
-    "publish_timeout": check_timeout,
-    "publish_path": check_choice(PUBLISH_PATHS),
+    "options": _check_options,
+    "publish_timeout": check_timeout,  # deprecated: options.timeout
+    "publish_path": optional(check_choice(PUBLISH_PATHS)),  # deprecated: options.path
     "exactly_once": check_bool,
     "producer_id": check_optional_name,
-    "compression": check_compression_argument,
+    "compression": check_compression_argument,  # deprecated: options.compression
 }
 
 
@@ -115,20 +134,28 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     :param window: deprecated, the old name of ``batch_size`` (the client calls "window" the
         records in flight, which this never was); when given it is used as ``batch_size``, with an
         ``AirflowProviderDeprecationWarning``.
-    :param publish_timeout: how long to wait for each ack, positive seconds (default: the
-        connection's timeout).
-    :param publish_path: ``"auto"`` (NATS-direct when the connection lists NATS servers, else gRPC),
-        ``"grpc"`` or ``"nats"``.
+    :param options: how records travel, a
+        :class:`~airflow_provider_liftbridge.client.PublishOptions`: its ``path`` (``"auto"``:
+        NATS-direct when the connection lists NATS servers, else gRPC; ``"grpc"``; ``"nats"``),
+        ``timeout`` (seconds to wait for each ack; default: the connection's), ``compression``
+        (``"gzip"`` or ``"zstd"``, see below) and ``window`` (records in flight; default
+        ``min(batch_size, 1024)``). Its ``partition``, ``partitioner`` and ``ack_policy`` apply where
+        this operator's own keywords are unset; its ``resend`` unless ``exactly_once``. The one home
+        of the transport's tuning: the keywords below that did it are deprecated.
+    :param publish_timeout: deprecated, use ``options=PublishOptions(timeout=...)`` (still works,
+        with an ``AirflowProviderDeprecationWarning``; it wins over ``options``).
+    :param publish_path: deprecated, use ``options=PublishOptions(path=...)`` (as above).
     :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md;
         needs cursors enabled on the cluster, else ``CursorsDisabledError`` at once):
         every record carries the producer id and its position in the input, and a retry skips
         what an earlier try already put in the stream. The input must be the same, in the same
         order, on every try. Needs acknowledgements: ``ack_policy="none"`` is refused with it.
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
-    :param compression: ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): compress every value before it
-        is sent, marked by a ``content-encoding`` header; this provider's readers (subscriptions,
-        sensors, triggers, the Spark data source) decompress it again. Combines with ``exactly_once``
-        (a retry recognises records by their headers, not their values).
+    :param compression: deprecated, use ``options=PublishOptions(compression=...)`` (as above).
+        ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): compress every value before it is sent,
+        marked by a ``content-encoding`` header; this provider's readers (subscriptions, sensors,
+        triggers, the Spark data source) decompress it again. Combines with ``exactly_once`` (a
+        retry recognises records by their headers, not their values).
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: an invalid option: when the DAG is parsed for a literal value,
         once templates are rendered for a templated one (the message names the option, the value
@@ -153,14 +180,24 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         ack_policy: str | int | AckPolicy | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         window: int | None = None,
+        options: PublishOptions | None = None,
         publish_timeout: float | None = None,
-        publish_path: str = "auto",
+        publish_path: str | None = None,
         exactly_once: bool = False,
         producer_id: str | None = None,
         compression: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
+        for name, value, field in (
+            ("publish_path", publish_path, "path"),
+            ("publish_timeout", publish_timeout, "timeout"),
+            ("compression", compression, "compression"),
+        ):
+            if value is not None:
+                _deprecated(name, value, f"options=PublishOptions({field}=...)")
+        #: How records travel (``None``: every option at its default), see the class.
+        self.options = options
         self.compression = compression
         self.publish_path = publish_path
         self.key = key
@@ -169,12 +206,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.partitioner = partitioner
         self.ack_policy = ack_policy
         if window is not None:
-            warnings.warn(
-                "window is deprecated on the publishing operators: it is the number of records per batch, now "
-                f"batch_size; use batch_size={window!r}",
-                AirflowProviderDeprecationWarning,
-                stacklevel=2,
-            )
+            _deprecated("window", window, f"batch_size={window!r} (it is the number of records per batch)")
         #: Records per batch (``window``, the deprecated name, wins when given).
         self.batch_size = batch_size if window is None else window
         self.window = window
@@ -190,6 +222,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         """Exactly-once needs acknowledgements: it is refused with ``ack_policy="none"``."""
         super().check_combination(rendered=rendered)
         policy, exactly_once = self.ack_policy, self.exactly_once
+        if policy in (None, "") and isinstance(self.options, PublishOptions):
+            policy = self.options.ack_policy
         if exactly_once is True and policy not in (None, "") and not waits_for_rendering(policy):
             if check_ack_policy(policy) is AckPolicy.NONE:
                 raise bad_argument(
@@ -237,32 +271,38 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         return int(check_positive_int(self.batch_size, "batch_size"))
 
     def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
-        """The ack policy to publish with: the operator's, else the connection's default.
+        """The ack policy to publish with: the operator's, else that of its ``options``, else the
+        connection's ``default``.
 
         :raises LiftbridgeArgumentError: the operator's value names no ack policy.
         """
-        if self.ack_policy is None or self.ack_policy == "":
-            return default
-        return check_ack_policy(self.ack_policy)
+        if self.ack_policy is not None and self.ack_policy != "":
+            return check_ack_policy(self.ack_policy)
+        given = _check_options(self.options)
+        return default if given is None or given.ack_policy is None else given.ack_policy
 
     def publish_options(self, settings: ConnectionSettings) -> PublishOptions:
-        """This operator's keywords (rendered) as the one options value, checked by the shared
-        validators; the connection's ack policy and timeout where the operator sets none.
-        With ``exactly_once`` nothing is re-sent blindly (it decides itself what to send again,
-        after reading the partition).
+        """This operator's options (rendered) as the one options value: ``options``, with the
+        operator's own keywords where they are set (checked by the shared validators), the
+        connection's ack policy and timeout where neither sets one. With ``exactly_once`` nothing
+        is re-sent blindly (it decides itself what to send again, after reading the partition).
 
         :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
         """
+        base = _check_options(self.options) or PublishOptions()
+        path = optional(check_choice(PUBLISH_PATHS))(self.publish_path, "publish_path") or base.path
+        timeout = check_timeout(self.publish_timeout, "publish_timeout") or base.timeout or settings.timeout
+        compression = check_compression_argument(self.compression) if self.compression else base.compression
+        partition = check_optional_partition(self.partition, "partition")  # a rendered "" is "not set"
         return PublishOptions(
-            path=check_choice(PUBLISH_PATHS)(self.publish_path, "publish_path"),  # type: ignore[arg-type]
-            # A templated partition renders to a string; an empty one means "not set".
-            partition=check_optional_partition(self.partition, "partition"),
-            partitioner=make_partitioner(self.partitioner),
+            path=path,  # type: ignore[arg-type]
+            partition=base.partition if partition is None else partition,
+            partitioner=make_partitioner(self.partitioner) if self.partitioner else base.partitioner,
             ack_policy=self.resolved_ack_policy(settings.ack_policy),
-            window=min(self._batch_size, MAX_IN_FLIGHT),
-            timeout=check_timeout(self.publish_timeout, "publish_timeout") or settings.timeout,
-            resend=NO_RESEND if self.exactly_once else None,
-            compression=check_compression_argument(self.compression),
+            window=base.window if base.window is not None else min(self._batch_size, MAX_IN_FLIGHT),
+            timeout=timeout,
+            resend=NO_RESEND if self.exactly_once else base.resend,
+            compression=compression,
         )
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
@@ -274,11 +314,12 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
         """
         settings = self.hook.settings
-        if self.publish_path == "nats" and not settings.nats_servers:
+        options = self.publish_options(settings)
+        if options.path == "nats" and not settings.nats_servers:
             raise LiftbridgeArgumentError(
                 "publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'"
             )
-        publisher = client.batch_publisher(self.stream, self.publish_options(settings), write_stats=True)
+        publisher = client.batch_publisher(self.stream, options, write_stats=True)
         path = publisher.path
         self.log.info(
             "Publishing to stream %r over %s (ack policy %s%s)",

@@ -40,3 +40,53 @@ def test_window_still_works_and_warns() -> None:
 def test_each_name_is_checked_under_its_own_name(keyword: str, words: str) -> None:
     with pytest.raises(LiftbridgeArgumentError, match=words):
         _publish(**{keyword: 0})
+
+
+# -- transport tuning: one ``options`` value ---------------------------------------------------
+
+
+def test_options_is_the_one_home_of_the_transport_tuning() -> None:
+    from airflow_provider_liftbridge.client import AckPolicy, PublishOptions
+
+    settings = ConnectionSettings(["127.0.0.1:1"], timeout=7.0)
+    given = PublishOptions(path="grpc", timeout=3.0, compression="gzip", window=64, ack_policy=AckPolicy.ALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        op = _publish(options=given)
+    made = op.publish_options(settings)
+    assert (made.path, made.timeout, made.compression, made.window, made.ack_policy) == (
+        "grpc",
+        3.0,
+        "gzip",
+        64,
+        AckPolicy.ALL,
+    )
+    # Unset: the connection's timeout and ack policy, the window from the batch size.
+    plain = _publish(batch_size=10).publish_options(settings)
+    assert (plain.path, plain.timeout, plain.window, plain.ack_policy) == ("auto", 7.0, 10, settings.ack_policy)
+    # The operator's own keywords win where they are set.
+    assert _publish(options=given, ack_policy="leader").publish_options(settings).ack_policy is AckPolicy.LEADER
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "field"),
+    [("publish_path", "grpc", "path"), ("publish_timeout", 2.5, "timeout"), ("compression", "gzip", "compression")],
+)
+def test_the_old_transport_keywords_still_work_and_warn(keyword: str, value: object, field: str) -> None:
+    from airflow_provider_liftbridge.client import PublishOptions
+
+    with pytest.warns(AirflowProviderDeprecationWarning, match=f"use options=PublishOptions\\({field}="):
+        op = _publish(**{keyword: value}, options=PublishOptions(path="nats", timeout=9.0))
+    assert getattr(op.publish_options(ConnectionSettings(["127.0.0.1:1"])), field) == value  # the keyword wins
+
+
+def test_options_must_be_a_publish_options_value() -> None:
+    with pytest.raises(LiftbridgeArgumentError, match="options=.* is not valid: a PublishOptions value is required"):
+        _publish(options={"path": "grpc"})
+
+
+def test_exactly_once_refuses_an_ack_policy_of_none_from_the_options_too() -> None:
+    from airflow_provider_liftbridge.client import AckPolicy, PublishOptions
+
+    with pytest.raises(LiftbridgeArgumentError, match="exactly_once=True needs acknowledgements"):
+        _publish(exactly_once=True, options=PublishOptions(ack_policy=AckPolicy.NONE))
