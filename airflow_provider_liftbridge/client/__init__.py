@@ -29,6 +29,7 @@ from .errors import (
     StreamExistsError,
     UnaccountedRecordError,
     UnavailableError,
+    UnsettledCursorError,
 )
 from .group_consumer import AsyncGroupConsumer, GroupConsumer
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
@@ -106,5 +107,6 @@ __all__ = [
     "TlsConfig",
     "UnaccountedRecordError",
     "UnavailableError",
+    "UnsettledCursorError",
     "partition_for_key",
 ]

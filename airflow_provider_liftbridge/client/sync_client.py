@@ -318,11 +318,15 @@ class LiftbridgeClient(ClientBase):
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored for cursor ``cursor_id`` on ``stream``/``partition``; -1 if never set.
 
-        Routed like :func:`set_cursor`.
+        Read only once the owning cursors partition's leader has committed what it
+        holds: asked before, Liftbridge can answer an older position and keep answering it (see
+        docs/reading-positions.md). Routed like :func:`set_cursor`.
 
         :raises InvalidArgumentError: an empty cursor id or stream.
         :raises NotLeaderError: the owning partition's leader could not be found in time.
         :raises UnavailableError: no broker could be reached.
+        :raises UnsettledCursorError: that leader did not commit what it holds within
+            ``CURSORS_SETTLE_WAIT`` (30 s); nothing was read.
         """
         return self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
 

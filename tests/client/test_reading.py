@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_liftbridge.client import (
+    AckPolicy,
     CursorsDisabledError,
     InvalidArgumentError,
     LiftbridgeClient,
@@ -245,6 +246,38 @@ def test_a_plan_made_while_a_restarted_cluster_reads_its_high_watermarks_as_unkn
         cluster.restart_cluster()
         (plan,) = planner(lb, "restarted").plan([0])
     assert (plan.next_offset, plan.end) == (0, 100)
+
+
+def test_a_plan_waits_for_what_the_leader_held_to_commit(cluster: DevServer) -> None:
+    """A leader whose high watermark reads below messages it holds (a restarted leader reads its
+    checkpoint, a new one knows the watermark a fetch late, an in-sync follower lags: issue 47)
+    must not end the run's plan there: the plan waits until what the leader held is committed.
+    Here a follower is stalled (it stays in the ISR for 15 s), so five LEADER-acked messages wait
+    above the high watermark until it runs again."""
+    import threading
+
+    with LiftbridgeClient(cluster.addresses, timeout=10.0) as lb:
+        lb.create_stream("held", "held", replication_factor=3)
+        fill(lb, "held", 10)
+        listed = lb.fetch_metadata(["held", "__cursors"]).streams
+        part, cursors_leader = listed["held"].partitions[0], listed["__cursors"].partitions[0].leader
+        # Not the cursors leader: the plan's own cursor calls must not be what holds it up.
+        stalled = next(r for r in part.replicas if r not in (part.leader, cursors_leader))
+        follower = cluster.broker_ids.index(stalled)
+        cluster.stall_broker(follower)
+        try:
+            lb.publish_many("held", [b"late%d" % i for i in range(5)], ack_policy=AckPolicy.LEADER)
+            info = lb.fetch_partition_metadata("held", 0)
+            assert (info.high_watermark, info.newest_offset) == (9, 14)
+            plans: list[object] = []
+            planning = threading.Thread(target=lambda: plans.extend(planner(lb, "held").plan([0])))
+            planning.start()
+            planning.join(1.0)
+            assert planning.is_alive()  # still waiting: the five are not committed
+        finally:
+            cluster.resume_broker(follower)
+        planning.join(30)
+    assert [(p.next_offset, p.end) for p in plans] == [(0, 15)]  # type: ignore[attr-defined]
 
 
 def test_a_batch_reaches_the_handler_after_the_commit_of_the_batch_before(
