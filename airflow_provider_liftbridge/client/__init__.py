@@ -38,6 +38,7 @@ from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .publishing.summary import PublishSummary
 from .settings import ConnectionSettings
+from .stream_options import StreamOptions
 from .sync_client import LiftbridgeClient
 from .types import (
     Ack,
@@ -65,6 +66,7 @@ __all__ = [
     "AsyncLiftbridgeClient",
     "BatchPublisher",
     "PublishOptions",
+    "StreamOptions",
     "ConsumerGroupError",
     "GroupConsumer",
     "LiftbridgeClient",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 
 import grpc
 
@@ -33,6 +32,7 @@ from .presence import missing_confirmed
 from .requests import build_create_stream
 from .retry import IDEMPOTENT, is_transient
 from .routing import CURSORS_STREAM, ClientCore
+from .stream_options import StreamOptions
 from .types import Metadata, PartitionInfo
 
 __all__ = [
@@ -300,49 +300,9 @@ def leader_unary(core: ClientCore, method: str, request: object, stream: str, pa
 # ---------------------------------------------------------------------------------------------
 
 
-def create_stream(
-    core: ClientCore,
-    subject: str,
-    name: str,
-    *,
-    partitions: int = 1,
-    replication_factor: int = 1,
-    group: str | None = None,
-    retention_max_bytes: int | None = None,
-    retention_max_messages: int | None = None,
-    retention_max_age: timedelta | None = None,
-    cleaner_interval: timedelta | None = None,
-    segment_max_bytes: int | None = None,
-    segment_max_age: timedelta | None = None,
-    compact_enabled: bool | None = None,
-    compact_max_goroutines: int | None = None,
-    auto_pause_time: timedelta | None = None,
-    auto_pause_disable_if_subscribers: bool | None = None,
-    min_isr: int | None = None,
-    optimistic_concurrency_control: bool | None = None,
-    encryption: bool | None = None,
-) -> Op[None]:
+def create_stream(core: ClientCore, subject: str, name: str, options: StreamOptions) -> Op[None]:
     """The operation of ``LiftbridgeClient.create_stream`` (documented there)."""
-    request = build_create_stream(
-        subject,
-        name,
-        partitions=partitions,
-        replication_factor=replication_factor,
-        group=group,
-        retention_max_bytes=retention_max_bytes,
-        retention_max_messages=retention_max_messages,
-        retention_max_age=retention_max_age,
-        cleaner_interval=cleaner_interval,
-        segment_max_bytes=segment_max_bytes,
-        segment_max_age=segment_max_age,
-        compact_enabled=compact_enabled,
-        compact_max_goroutines=compact_max_goroutines,
-        auto_pause_time=auto_pause_time,
-        auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
-        min_isr=min_isr,
-        optimistic_concurrency_control=optimistic_concurrency_control,
-        encryption=encryption,
-    )
+    request = build_create_stream(subject, name, options)
     core.cache.forget(name)
     try:
         yield from unary(core, "CreateStream", request, stream=name)

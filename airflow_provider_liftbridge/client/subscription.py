@@ -152,10 +152,10 @@ def subscribe(
     attempt = 0
     connected = False  # has any (re)subscription got its handshake?
     incarnation: int | None = None  # the stream's creation timestamp when the subscription first worked
-    refresh = False
     while True:
         try:
-            yield from ensure_partition(core, stream, partition, refresh=refresh)
+            # The cache will do: on a resubscription the end of this loop has just refreshed it.
+            yield from ensure_partition(core, stream, partition, refresh=False)
         except (NoSuchStreamError, NoSuchPartitionError):
             if give_up_at is None:  # only a resubscription waits for a missing stream
                 raise
@@ -215,7 +215,6 @@ def subscribe(
             # Not "NotLeaderError and metadata says paused": the flag stays set after a resume
             # (Liftbridge v1.9). A paused partition answers Subscribe in words of its own, which
             # map_rpc_error turns into PartitionPausedError above.
-            refresh = False
 
 
 def read_committed(
@@ -226,7 +225,7 @@ def read_committed(
     message (the rest is not committed yet) or the partition ends sooner.
 
     For checks that must see what a partition holds exactly as it was stored, such as which
-    records of a batch without acks were stored (:mod:`.publishing.unstored`).
+    records of a batch without acks were stored (:mod:`.publishing.timeout_recovery`).
 
     :raises LiftbridgeError: the subscription failed (mapped as ``subscribe`` maps it).
     """

@@ -204,15 +204,12 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.poll_timeout = poll_timeout
         self.deferrable = deferrable
         super().__init__(stream=stream, **kwargs)
-        self.check_literal_arguments(LiftbridgeReadingOperator)
 
     # -- arguments ----------------------------------------------------------------------------
     def check_combination(self, *, rendered: bool) -> None:
-        """Runs :meth:`check_arguments` once the reading arguments are set (the base classes
-        call this before that, at the end of their ``__init__``)."""
+        """Runs :meth:`check_arguments` (what this class and its subclasses check together)."""
         super().check_combination(rendered=rendered)
-        if hasattr(self, "deferrable"):
-            self.check_arguments(rendered=rendered)
+        self.check_arguments(rendered=rendered)
 
     def check_arguments(self, *, rendered: bool) -> None:
         """What depends on several arguments (each one alone is checked by ``argument_checks``):

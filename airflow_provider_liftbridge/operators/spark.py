@@ -182,7 +182,6 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         self.exactly_once = exactly_once
         self.producer_id = producer_id
         self.compression = compression
-        self.check_literal_arguments(LiftbridgeSparkPublishOperator)
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:

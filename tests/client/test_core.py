@@ -37,6 +37,7 @@ from airflow_provider_liftbridge.client.error_mapping import check_ack, map_asyn
 from airflow_provider_liftbridge.client.requests import build_create_stream, build_publish, start_fields, stop_fields
 from airflow_provider_liftbridge.client.retry import RetryPolicy
 from airflow_provider_liftbridge.client.settings import parse_brokers
+from airflow_provider_liftbridge.client.stream_options import StreamOptions
 from airflow_provider_liftbridge.client.subscription import SubscriptionState
 
 C = grpc.StatusCode
@@ -73,7 +74,7 @@ def test_parse_brokers_refuses_malformed(bad: str) -> None:
 
 
 def test_create_stream_leaves_unset_options_unset() -> None:
-    req = build_create_stream("subj", "name", partitions=3, replication_factor=1, **NONE)
+    req = build_create_stream("subj", "name", StreamOptions(partitions=3, replication_factor=1, **NONE))
     assert (req.subject, req.name, req.partitions, req.replicationFactor) == ("subj", "name", 3, 1)
     for field in ("retentionMaxAge", "retentionMaxBytes", "compactEnabled", "minIsr", "optimisticConcurrencyControl"):
         assert not req.HasField(field)
@@ -91,7 +92,7 @@ def test_create_stream_sends_durations_in_milliseconds() -> None:
         compact_enabled=False,
         optimistic_concurrency_control=True,
     )
-    req = build_create_stream("s", "n", partitions=1, replication_factor=-1, **opts)
+    req = build_create_stream("s", "n", StreamOptions(partitions=1, replication_factor=-1, **opts))
     assert req.retentionMaxAge.value == 3_600_000
     assert req.cleanerInterval.value == 30_000
     assert req.segmentMaxAge.value == 300_007
@@ -105,13 +106,13 @@ def test_create_stream_sends_durations_in_milliseconds() -> None:
 def test_create_stream_refuses_a_number_for_a_duration() -> None:
     opts = dict(NONE, retention_max_age=3600)
     with pytest.raises(InvalidArgumentError, match="retention_max_age must be a datetime.timedelta"):
-        build_create_stream("s", "n", partitions=1, replication_factor=1, **opts)
+        build_create_stream("s", "n", StreamOptions(partitions=1, replication_factor=1, **opts))
 
 
 @pytest.mark.parametrize(("subject", "name"), [("", "n"), ("s", "")])
 def test_create_stream_refuses_empty_names(subject: str, name: str) -> None:
     with pytest.raises(InvalidArgumentError, match="non-empty"):
-        build_create_stream(subject, name, partitions=1, replication_factor=1, **NONE)
+        build_create_stream(subject, name, StreamOptions(partitions=1, replication_factor=1, **NONE))
 
 
 def test_publish_request_defaults_expected_offset_to_minus_one() -> None:
