@@ -356,8 +356,11 @@ def test_airflow_mounts_the_plugin(tmp_path: Any, lazy_discover_providers: str |
     env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": "/usr/bin:/bin"}
     if lazy_discover_providers is not None:
         env["AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS"] = lazy_discover_providers
+    # -P: the working directory is not on sys.path, as for the airflow command. A source
+    # checkout's *.egg-info there is a second copy of this distribution, whose entry point
+    # would register the plugin again.
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=200
+        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=200
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MOUNTS ['/liftbridge']" in done.stdout, done.stdout[-2000:]

@@ -131,8 +131,11 @@ def test_a_task_process_loads_the_plugin_without_the_views_app(tmp_path: Any) ->
         """
     )
     env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": "/usr/bin:/bin"}
+    # -P: the working directory is not on sys.path, as for the airflow command. A source
+    # checkout's *.egg-info there is a second copy of this distribution, whose entry point
+    # would register the plugin again.
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LOADED True" in done.stdout, done.stdout[-2000:]
@@ -192,8 +195,11 @@ def test_no_link_where_the_view_is_not_installed(tmp_path: Any) -> None:
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}",
     }
+    # -P: the working directory is not on sys.path, as for the airflow command. A source
+    # checkout's *.egg-info there is a second copy of this distribution, whose entry point
+    # would register the plugin again.
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "INSTALLED False" in done.stdout and "LINKS ['', '']" in done.stdout, done.stdout[-2000:]
