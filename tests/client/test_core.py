@@ -217,6 +217,33 @@ def test_subscribed_message_conversion_matches_the_dataclass_constructor() -> No
     assert not st.done and st.last_offset == 9
 
 
+def test_messages_with_only_the_server_headers_share_one_mapping() -> None:
+    st = SubscriptionState("s", 0, StartPosition.EARLIEST, None, read_isr_replica=False, resume=False)
+
+    def pb(offset: int, subject: str = "s", reply: str = "", **headers: bytes) -> api_pb2.Message:
+        server = {"subject": subject.encode(), "reply": reply.encode()}
+        return api_pb2.Message(offset=offset, subject=subject, replySubject=reply, headers=server | headers)
+
+    first, second = st.take(pb(0)), st.take(pb(1))
+    assert first is not None and second is not None
+    assert first.headers == {"subject": b"s", "reply": b""} and first.headers is second.headers
+    with pytest.raises(TypeError):
+        first.headers["subject"] = b"x"  # type: ignore[index]
+    # Another subject or reply subject: checked again, then shared from there on.
+    other, again = st.take(pb(2, "s.x", "inbox")), st.take(pb(3, "s.x", "inbox"))
+    assert other is not None and again is not None
+    assert other.headers == {"subject": b"s.x", "reply": b"inbox"} and other.headers is again.headers
+    # Headers of the publisher's own, or two that are not the server's: a mapping of their own.
+    own = st.take(pb(4, a=b"1"))
+    assert own is not None and own.headers == {"subject": b"s", "reply": b"", "a": b"1"}
+    fresh = SubscriptionState("s", 0, StartPosition.EARLIEST, None, read_isr_replica=False, resume=False)
+    odd = fresh.take(api_pb2.Message(offset=0, subject="s", headers={"a": b"1", "b": b""}))
+    assert odd is not None and odd.headers == {"a": b"1", "b": b""}
+    mismatched = fresh.take(api_pb2.Message(offset=1, subject="s", headers={"subject": b"t", "reply": b""}))
+    assert mismatched is not None and mismatched.headers == {"subject": b"t", "reply": b""}
+    assert dict(fresh.take(pb(2)).headers) == {"subject": b"s", "reply": b""}  # type: ignore[union-attr]
+
+
 def test_subscription_is_done_at_the_stop_offset_and_skips_what_it_delivered() -> None:
     st = SubscriptionState("s", 0, StartPosition.EARLIEST, 3, read_isr_replica=False, resume=False)
     taken = [st.take(api_pb2.Message(offset=o)) for o in (1, 1, 0, 2)]  # a lagging replica repeats itself
