@@ -79,6 +79,8 @@ class Interval:
         for name, value in (("start_time", self.start), ("end_time", self.end)):
             if not isinstance(value, dt.datetime) or value.tzinfo is None:
                 raise InvalidArgumentError(f"{name} must be an aware datetime (with a time zone), got {value!r}")
+        for name in ("start", "end"):  # plain UTC datetimes (Airflow hands pendulum ones, whose arithmetic differs)
+            object.__setattr__(self, name, _plain_utc(getattr(self, name)))
         if self.end <= self.start:
             raise InvalidArgumentError(
                 f"the interval's end {self.end.isoformat()} is not after its start {self.start.isoformat()}: "
@@ -104,6 +106,11 @@ class Interval:
     def to_dict(self) -> dict[str, str]:
         """JSON-safe (XCom): ISO 8601 start and end."""
         return {"start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
+def _plain_utc(moment: dt.datetime) -> dt.datetime:
+    utc = moment.astimezone(dt.UTC)
+    return dt.datetime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond, tzinfo=dt.UTC)
 
 
 def _ns(moment: dt.datetime) -> int:
