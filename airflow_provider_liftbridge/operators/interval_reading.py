@@ -35,6 +35,9 @@ class LiftbridgeReadingOperator(Protocol):
     partitions: Any
     cursor_id: str | None
     group_id: str | None
+    min_messages: Any
+    max_messages: Any
+    start_at: Any
     read_by: str
     start_time: Any
     end_time: Any
@@ -117,6 +120,16 @@ def check_read_by_arguments(task: LiftbridgeReadingOperator, *, rendered: bool) 
             "read_by='interval' cannot be combined with group_id: an interval is read whole by one task, from "
             "its own progress cursors, while a consumer group shares partitions by position; give cursor_id "
             "(or nothing) instead of group_id, or read_by='position'"
+        )
+    unused = [
+        f"{name}={getattr(task, name)!r}"
+        for name, unset in (("min_messages", None), ("max_messages", None), ("start_at", "earliest"))
+        if getattr(task, name, unset) not in (unset, "")
+    ]
+    if unused:
+        raise LiftbridgeArgumentError(
+            f"{', '.join(unused)}: not used with read_by='interval' (the interval says what is read and the task "
+            "waits until it is complete): leave them out, or read_by='position'"
         )
     start, end = task.start_time, task.end_time
     if start in (None, "") or end in (None, ""):

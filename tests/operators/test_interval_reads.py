@@ -180,6 +180,8 @@ def test_bad_interval_arguments_fail_at_parse_time(stream_name: str) -> None:
         op(cursor_id="c", read_by="time")
     with pytest.raises(LiftbridgeArgumentError, match="start_time.*time zone"):
         op(read_by="interval", start_time="2026-03-02T10:00:00")
+    with pytest.raises(LiftbridgeArgumentError, match="min_messages=5, start_at='latest': not used with read_by"):
+        op(read_by="interval", min_messages=5, start_at="latest")
     with pytest.raises(LiftbridgeArgumentError, match="allowed_lateness"):
         op(read_by="interval", allowed_lateness=-1)
     op(read_by="interval", start_time="{{ data_interval_start }}", end_time="{{ data_interval_start }}")  # later
