@@ -154,3 +154,12 @@ def test_bad_intervals() -> None:
         Interval(T0, T0)
     with pytest.raises(InvalidArgumentError, match="aware datetime"):
         Interval(dt.datetime(2026, 1, 1), T0)  # noqa: DTZ001
+
+
+def test_a_paused_partition_is_read_by_interval(lb: LiftbridgeClient, hours: str) -> None:
+    """Liftbridge auto-pauses idle partitions: a past hour's are. Looking and reading resume them."""
+    lb.pause_stream(hours)
+    p = planner(lb, hours, 2)
+    assert p.incomplete([0, 1]) == []
+    got = read_all(lb, p, [0, 1])
+    assert sorted((m.partition, m.offset) for m in got) == [(q, 6 + i) for q in (0, 1) for i in range(3)]

@@ -192,10 +192,11 @@ class IntervalPlanner:
         return check_partitions(self.client, self.stream, partitions)
 
     # -- looking ------------------------------------------------------------------------------
-    def bounds(self, partition: int, *, resume: bool = False) -> IntervalBounds:
-        """Where the interval lies in ``partition`` now, and whether that is final.
+    def bounds(self, partition: int) -> IntervalBounds:
+        """Where the interval lies in ``partition`` now, and whether that is final. A paused
+        partition is resumed by the look (two bounded reads), as reading it would: an idle past
+        hour is exactly what Liftbridge's auto-pause pauses.
 
-        :param resume: a paused partition is resumed to look into it (when about to read it).
         :raises NoTimestampsError: the partition's newest committed message has no timestamp.
         :raises NoSuchStreamError: / :raises NoSuchPartitionError: the partition is gone.
         """
@@ -204,10 +205,10 @@ class IntervalPlanner:
         if hw < 0:
             done = self._now_ns() >= self.complete_at_ns and newest < 0
             return IntervalBounds(partition, 0, 0, hw, done, "empty partition, lateness passed" if done else "waiting")
-        last = self._newest_timestamp(partition, hw, resume)
-        first = first_offset_at(self.client, self.stream, partition, interval.start, hw, resume=resume)
+        last = self._newest_timestamp(partition, hw)
+        first = first_offset_at(self.client, self.stream, partition, interval.start, hw, resume=True)
         if last >= interval.end_ns:
-            end = first_offset_at(self.client, self.stream, partition, interval.end, hw, resume=resume)
+            end = first_offset_at(self.client, self.stream, partition, interval.end, hw, resume=True)
             return IntervalBounds(partition, min(first, end), end, hw, True, "a committed message at or after the end")
         if self._now_ns() >= self.complete_at_ns and newest <= hw:
             return IntervalBounds(partition, first, hw + 1, hw, True, "lateness passed, all committed")
@@ -228,12 +229,12 @@ class IntervalPlanner:
             return high_watermark(self.client, self.stream, partition), info.newest_offset
         return info.high_watermark, info.newest_offset
 
-    def _newest_timestamp(self, partition: int, hw: int, resume: bool) -> int:
+    def _newest_timestamp(self, partition: int, hw: int) -> int:
         """The timestamp of the newest committed message (one bounded read).
 
         :raises NoTimestampsError: it has none.
         """
-        messages = self.client.subscribe(self.stream, partition=partition, start_at=hw, stop_at=hw, resume=resume)
+        messages = self.client.subscribe(self.stream, partition=partition, start_at=hw, stop_at=hw, resume=True)
         try:
             message = next(messages, None)
         finally:
@@ -259,7 +260,7 @@ class IntervalPlanner:
         """
         if not partitions:
             return []
-        bounds = [self.bounds(p, resume=True) for p in partitions]
+        bounds = [self.bounds(p) for p in partitions]
         waiting = [b.partition for b in bounds if not b.complete]
         if waiting:
             raise InvalidArgumentError(
