@@ -205,45 +205,28 @@ def test_a_rendered_interval_whose_end_is_not_after_its_start_fails_before_readi
 def test_a_deferrable_run_started_before_its_interval_is_complete_waits_in_the_trigger(
     stream_name: str, liftbridge_client: LiftbridgeClient
 ) -> None:
-    """The interval lies ahead of the real clock: the task defers (LiftbridgeIntervalTrigger, run
-    inline by dag.test()); once it is deferred a message after the interval's end is committed,
-    the trigger fires and execute_complete reads the interval: the one message inside it."""
-    import threading
+    """The interval ends 10 s after the run starts, with no allowed lateness, and no message comes
+    after it: the task finds it incomplete, defers (LiftbridgeIntervalTrigger, run inline by
+    dag.test()) until the end, and execute_complete then reads the interval's one message."""
+    from airflow_provider_liftbridge.client.reading import Interval, IntervalPlanner
 
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-
-    start = (dt.datetime.now(UTC) + dt.timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
     liftbridge_client.create_stream(stream_name, stream_name)
-    set_reception_clock(stream_name, start + dt.timedelta(minutes=10))
-    try:
-        liftbridge_client.publish(stream_name, b"inside")
-    finally:
-        set_reception_clock(stream_name, None)
+    liftbridge_client.publish(stream_name, b"inside")  # the real clock: inside the interval below
+    now = dt.datetime.now(UTC)
+    interval = Interval(now - dt.timedelta(minutes=1), now + dt.timedelta(seconds=10))
+    look = IntervalPlanner(
+        liftbridge_client, stream_name, cursor_prefix="x", plan_key="x/x", interval=interval, lateness=dt.timedelta(0)
+    )
+    assert [b.partition for b in look.incomplete([0])] == [0]  # not complete when the run starts
     support.reset()
-    dag = make_dag(stream_name, deferrable=True, start_time=start.isoformat(), end_time=(start + HOUR).isoformat())
-    done = threading.Event()
-
-    def publish_after_the_end_once_deferred() -> None:
-        while not done.is_set():
-            with create_session() as session:
-                states = session.query(TaskInstance.state).filter(TaskInstance.dag_id == dag.dag_id).all()
-            if any(str(s) in ("deferred", "TaskInstanceState.DEFERRED") for (s,) in states):
-                with LiftbridgeClient(liftbridge_client.brokers[0]) as client:
-                    set_reception_clock(stream_name, start + HOUR + dt.timedelta(seconds=1))
-                    try:
-                        client.publish(stream_name, b"after")
-                    finally:
-                        set_reception_clock(stream_name, None)
-                return
-            done.wait(0.2)
-
-    helper = threading.Thread(target=publish_after_the_end_once_deferred, daemon=True)
-    helper.start()
-    try:
-        dag_run, result = run_hour(dag, 0)
-    finally:
-        done.set()
-        helper.join(10)
+    dag = make_dag(
+        stream_name,
+        deferrable=True,
+        allowed_lateness=0,
+        start_time=interval.start.isoformat(),
+        end_time=interval.end.isoformat(),
+    )
+    dag_run, result = run_hour(dag, 0)
     assert str(dag_run.state) == "success"
     assert [v for _, _, v in support.SEEN] == [b"inside"] and result["processed"] == 1
+    assert dt.datetime.now(UTC) >= interval.end  # it did not read before the interval was over
