@@ -48,7 +48,9 @@ def main() -> None:
             run = dag.test(logical_date=logical_date_of(hour), run_conf={"archive_url": root.as_uri()})
             with create_session() as session:
                 rows = session.scalars(
-                    XComModel.get_many(run_id=run.run_id, dag_ids=dag.dag_id, task_ids="hour_report", key="return_value")
+                    XComModel.get_many(
+                        run_id=run.run_id, dag_ids=dag.dag_id, task_ids="hour_report", key="return_value"
+                    )
                 ).all()
                 report = XComModel.deserialize_value(rows[0])
             print(f"run {run.run_id}: {run.state}; {json.dumps(report)}")
