@@ -75,10 +75,18 @@ def test_each_hour_reads_exactly_its_messages_by_the_time_index(lb: LiftbridgeCl
         )
 
 
-def test_a_clear_after_success_reads_the_interval_again(lb: LiftbridgeClient, hours: str) -> None:
-    first = read_all(lb, planner(lb, hours, 1), [0])
-    again = read_all(lb, planner(lb, hours, 1), [0])
+def test_a_clear_after_success_reads_the_interval_again_without_setting_a_cursor_back(
+    lb: LiftbridgeClient, hours: str
+) -> None:
+    p = planner(lb, hours, 1)
+    first = read_all(lb, p, [0])
+    assert lb.fetch_cursor(p.readings_cursor, hours, 0) == 1  # reading 0 finished
+    cleared = planner(lb, hours, 1)
+    again = read_all(lb, cleared, [0])
     assert [m.offset for m in again] == [m.offset for m in first] == [3, 4, 5]
+    assert cleared.progress_cursor == p.progress_cursor + "|g1"  # a fresh cursor, not the old one set back
+    assert lb.fetch_cursor(p.progress_cursor, hours, 0) == 5 and lb.fetch_cursor(cleared.progress_cursor, hours, 0) == 5
+    assert lb.fetch_cursor(p.readings_cursor, hours, 0) == 3  # reading 1 finished: only ever counted up
 
 
 def test_a_retry_resumes_after_the_last_finished_batch(lb: LiftbridgeClient, hours: str) -> None:

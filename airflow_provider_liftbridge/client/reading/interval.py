@@ -22,16 +22,21 @@ after the end (the newest committed message is that late), or when the time has 
 time is the reading process's clock: Liftbridge has no call that reads a broker's clock, so
 ``lateness`` must also cover the skew between workers and brokers.
 
-**Progress, retries and clears.** Per (position-cursor prefix, plan key, interval, partition) one
-cursor holds the last offset handed over and finished (``<prefix>|interval|<plan key>|<start
-ms>-<end ms>``), and one cursor on the task's first partition says the interval was read to its
-end by a try that succeeded (``...|interval-done|...``). A try that finds the interval not done
-goes on after the progress cursors (a retry, or a clear of a run whose last try failed: batches
-handed over before are not handed again). A try that finds it done (a clear, or a rerun, after a
-success) reads the whole interval again: the function gets those batches a second time, so it
-must be idempotent for them (the archiver is: it rewrites the same file names). The cursors
-stream is compacted by key, so each interval costs two small cursors per partition on the server
-(one per partition, plus one), whatever the number of tries.
+**Progress, retries and clears.** Per (position-cursor prefix, plan key, interval) one cursor on
+the task's first partition counts the readings of the interval (``<prefix>|interval-run|<plan
+key>|<start ms>-<end ms>``): ``2g`` while reading ``g`` is under way, ``2g + 1`` once a try
+finished it (never set: reading 0 under way). Per partition, the reading's progress cursor holds
+the last offset handed over and finished (``<prefix>|interval|<plan key>|<start ms>-<end ms>``,
+plus ``|g<g>`` from the second reading on). A try that finds a reading under way goes on after its
+progress cursors (a retry, or a clear of a run whose last try failed: batches handed over before
+are not handed again). A try that finds the last reading finished (a clear, or a rerun, after a
+success) starts reading ``g + 1``, with fresh progress cursors: it reads the whole interval again,
+and the function gets those batches a second time, so it must be idempotent for them (the
+archiver is: it rewrites the same file names). Every cursor only ever moves forward: Liftbridge's
+FetchCursor can answer the largest value a cursor held when its cache misses (``server/cursors.go``,
+see ``devserver.md``), so a cursor set back could read back as its old value. The cursors stream
+is compacted by key, so each reading costs one small cursor per partition on the server, plus one
+per interval, whatever the number of tries.
 
 Imports neither Airflow nor PySpark.
 """
@@ -118,10 +123,12 @@ def _ns(moment: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def interval_cursor_ids(prefix: str, plan_key: str, interval: Interval) -> tuple[str, str]:
-    """The cursor ids of an interval's progress (per partition) and of its done mark."""
+def interval_cursor_ids(prefix: str, plan_key: str, interval: Interval, reading: int = 0) -> tuple[str, str]:
+    """The cursor ids of an interval's progress in reading ``reading`` (per partition) and of the
+    count of its readings (see the module docstring)."""
     tail = f"{plan_key}|{interval.key}"
-    return f"{prefix}|interval|{tail}", f"{prefix}|interval-done|{tail}"
+    progress = f"{prefix}|interval|{tail}" + (f"|g{reading}" if reading else "")
+    return progress, f"{prefix}|interval-run|{tail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +187,10 @@ class IntervalPlanner:
         self.interval = interval
         self.lateness = lateness
         self._now_ns = now_ns
-        self.progress_cursor, self.done_cursor = interval_cursor_ids(cursor_prefix, plan_key, interval)
+        self._ids = (cursor_prefix, plan_key)
+        #: The progress cursor of the reading :meth:`plan` chose (before it: the first reading's).
+        self.progress_cursor, self.readings_cursor = interval_cursor_ids(cursor_prefix, plan_key, interval)
+        self.reading = 0
 
     @property
     def complete_at_ns(self) -> int:
@@ -252,8 +262,8 @@ class IntervalPlanner:
     def plan(self, partitions: Sequence[int]) -> list[PartitionPlan]:
         """The plan of every partition: the interval's offsets, from after the progress cursor when
         an earlier try of this interval did not finish, else from the interval's first offset (see
-        the module docstring). Nothing is read; progress cursors are reset only when the interval
-        was read to its end before (a clear or a rerun).
+        the module docstring). Nothing is read. When the last reading finished (a clear or a
+        rerun), this starts the next one, with fresh progress cursors; no cursor is set back.
 
         :raises InvalidArgumentError: a partition is not complete (wait with :meth:`incomplete` first).
         :raises CursorsDisabledError: the cluster has cursors off.
@@ -267,23 +277,23 @@ class IntervalPlanner:
                 f"stream {self.stream!r}: partition(s) {waiting} are not complete for {self.interval.key}"
             )
         client, stream, mark_partition = self.client, self.stream, min(partitions)
-        again = client.fetch_cursor(self.done_cursor, stream, mark_partition) == 1
+        count = client.fetch_cursor(self.readings_cursor, stream, mark_partition)  # -1: never set
+        self.reading = max(0, count) // 2
+        if count >= 0 and count % 2 == 1:  # the last reading finished: a clear or a rerun reads it again
+            self.reading += 1
+            client.set_cursor(self.readings_cursor, stream, mark_partition, 2 * self.reading)
+        self.progress_cursor, _ = interval_cursor_ids(*self._ids, self.interval, self.reading)
         plans = []
         for b in bounds:
             progress = client.fetch_cursor(self.progress_cursor, stream, b.partition)
-            if again and progress != b.first - 1:
-                client.set_cursor(self.progress_cursor, stream, b.partition, b.first - 1)
-                progress = b.first - 1
             # A progress inside the interval is where an unfinished earlier try stopped (at its end:
             # that partition is done and the try died later, on another partition).
             resumed = b.first <= progress < b.end
             start = progress + 1 if resumed else b.first
             plans.append(PartitionPlan(stream, b.partition, start, b.end, b.high_watermark, resumed, start=b.first))
-        if again:  # every progress cursor is back at the start before the mark goes: a retry resumes
-            client.set_cursor(self.done_cursor, stream, mark_partition, 0)
         return plans
 
     def finish(self, partitions: Sequence[int]) -> None:
-        """Mark the interval as read to its end (after a try handed over every batch)."""
+        """Mark this reading of the interval finished (after a try handed over every batch)."""
         if partitions:
-            self.client.set_cursor(self.done_cursor, self.stream, min(partitions), 1)
+            self.client.set_cursor(self.readings_cursor, self.stream, min(partitions), 2 * self.reading + 1)
