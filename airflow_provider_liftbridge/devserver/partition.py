@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .clock import RECEPTION_SHIFTS, clock_shift_ns
 from .errors import IncorrectOffsetError
 from .group_subscribers import GroupSubscribers
 from .log import LogClosedError, PartitionLog
@@ -92,6 +93,8 @@ class Partition:
         """
         log_ = self.log
         offset = first = log_.next_offset
+        if RECEPTION_SHIFTS:  # a test moved this stream's reception clock (devserver/clock.py)
+            timestamp += clock_shift_ns(self.stream.name)
         # Reception timestamps never go backwards, so timestamp lookups can bisect.
         if timestamp < self._last_ts:
             timestamp = self._last_ts

@@ -32,6 +32,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
+    DEFAULT_LATENESS,
     BatchFailed,
     BatchHandler,
     PartitionPlan,
@@ -65,6 +66,7 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
 from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
 
@@ -157,11 +159,30 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         task's partitions) before planning; ``deferrable=True`` waits in the triggerer.
     :param poll_timeout: seconds to wait for ``min_messages`` before the try fails (default 60).
     :param deferrable: wait for ``min_messages`` in the triggerer (default: ``[operators] default_deferrable``).
+    :param read_by: ``"position"`` (default): what arrived since the last run, as above;
+        ``"interval"``: every message whose timestamp is in the run's data interval (or
+        ``[start_time, end_time)``), found by Liftbridge's time index, the same in every try,
+        clear and backfill. ``cursor_id`` then only names the progress cursors (optional),
+        ``group_id``, ``start_at``, ``max_messages`` and ``min_messages`` do not apply. The task
+        waits until every partition is complete for the interval. See ``docs/consume.md``.
+    :param start_time: / :param end_time: with ``read_by="interval"``: the interval to read
+        instead of the data interval (aware datetimes or ISO 8601 text). (templated)
+    :param allowed_lateness: with ``read_by="interval"``: how long after the end a partition that
+        has no later message counts as complete (``timedelta`` or seconds; default 60 s).
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
     """
 
-    template_fields: Sequence[str] = ("stream", "partitions", "cursor_id", "group_id", "start_at", "liftbridge_conn_id")
+    template_fields: Sequence[str] = (
+        "stream",
+        "partitions",
+        "cursor_id",
+        "group_id",
+        "start_at",
+        "start_time",
+        "end_time",
+        "liftbridge_conn_id",
+    )
     #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
     operator_extra_links = (LiftbridgeStreamLink(), LiftbridgePipelineLink())
     argument_checks = {
@@ -175,6 +196,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "min_messages": optional(check_non_negative_int),
         "poll_timeout": check_timeout,
         "deferrable": check_bool,
+        "read_by": check_choice(READ_BY),
+        "start_time": parse_time,
+        "end_time": parse_time,
+        "allowed_lateness": check_lateness,
     }
 
     def __init__(
@@ -191,6 +216,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         min_messages: int | None = None,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        read_by: str = "position",
+        start_time: Any = None,
+        end_time: Any = None,
+        allowed_lateness: Any = DEFAULT_LATENESS,
         **kwargs: Any,
     ) -> None:
         self.partitions = partitions
@@ -202,6 +231,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.commit_cadence = commit_cadence
         self.min_messages = min_messages
         self.poll_timeout = poll_timeout
+        self.read_by = read_by
+        self.start_time = start_time
+        self.end_time = end_time
+        self.allowed_lateness = allowed_lateness
         self.deferrable = deferrable
         super().__init__(stream=stream, **kwargs)
 
@@ -218,7 +251,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
 
         :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
+        check_read_by_arguments(self, rendered=rendered)
         cursor, group = self.cursor_id, self.group_id
+        if self.read_by == "interval":
+            return
         if not cursor and not group:
             raise LiftbridgeArgumentError(
                 "give cursor_id (the cursor that keeps this task's position) or group_id (a consumer group):"
@@ -272,12 +308,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
 
     # -- running ------------------------------------------------------------------------------
     def run(self, client: LiftbridgeClient, context: Context) -> Any:
-        """Wait for ``min_messages`` if asked, plan, read, commit; return the XCom value.
+        """Wait for ``min_messages`` (or, by interval, for the interval to be complete) if asked,
+        plan, read, commit; return the XCom value.
 
-        :raises TaskDeferred: waiting for ``min_messages`` in the triggerer.
+        :raises TaskDeferred: waiting in the triggerer.
         :raises LiftbridgeAirflowError: the handler failed on a message (named by stream,
             partition and offset), or ``min_messages`` were not there within ``poll_timeout``.
+        :raises NoTimestampsError: by interval, a partition's messages have no usable timestamps.
         """
+        if self.read_by == "interval":
+            return self._run_interval(client, context)
         with self._partitions(client) as (partitions, keep_reading):
             plan_key, run_id = plan_key_of(context)
             planner = RangePlanner(
@@ -296,30 +336,72 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             self._log_plans(plans)
             if not all(plan.resumed for plan in plans):  # once per run: the UI view finds the pipeline
                 self._record_pipeline(client, context, plan_key, run_id, plans)
-            try:
-                reports = read_plan(
-                    client,
-                    plans,
-                    handler,
-                    position_cursor=self.position_cursor,
-                    max_batch_size=int(self.max_batch_size),
-                    commit_cadence=check_cadence(self.commit_cadence),
-                    keep_reading=keep_reading,
-                )
-            except BatchFailed as failed:
-                message = failed.message
-                report = failed.reports.get(message.partition)
-                self.log.error(
-                    "stream %r partition %d offset %d failed: %s (position committed up to offset %s)",
-                    message.stream,
-                    message.partition,
-                    message.offset,
-                    failed,
-                    report.committed if report else "unknown",
-                )
-                raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
+            reports = self._read(client, plans, handler, self.position_cursor, keep_reading)
             self._record_run(client, context, run_id, reports)
-        result = self.result(reports)
+        return self._summarize(reports, self.result(reports))
+
+    def _run_interval(self, client: LiftbridgeClient, context: Context) -> Any:
+        """``read_by="interval"``: wait for the interval, plan it, read it with the shared batches
+        and commits (to the interval's progress cursors), mark it done."""
+        plan_key, _ = plan_key_of(context)
+        planner, partitions = wait_for_interval(self, client, context, parse_partitions(self.partitions), plan_key)
+        handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
+        plans = planner.plan(partitions)
+        self.planned(plans)
+        self._log_plans(plans)
+        reports = self._read(client, plans, handler, planner.progress_cursor, None)
+        planner.finish([p.partition for p in plans])
+        result = self.result(reports) | {"read_by": "interval", "interval": planner.interval.to_dict()}
+        for plan in plans:
+            result["partitions"][str(plan.partition)]["interval_first_offset"] = plan.start
+        if not any(plan.end > plan.start for plan in plans):
+            self.log.info(
+                "The interval [%s, %s) holds no messages on stream %r partitions %s: nothing to read",
+                planner.interval.start.isoformat(),
+                planner.interval.end.isoformat(),
+                self.stream,
+                [p.partition for p in plans],
+            )
+            result["empty"] = True
+        return self._summarize(reports, result)
+
+    def planned(self, plans: list[PartitionPlan]) -> None:
+        """Told the plans before the handler is made and anything is read (default: nothing)."""
+
+    def _read(
+        self,
+        client: LiftbridgeClient,
+        plans: list[PartitionPlan],
+        handler: BatchHandler,
+        position_cursor: str,
+        keep_reading: KeepReading | None,
+    ) -> dict[int, PartitionReport]:
+        """:func:`read_plan` with this task's batch size and cadence; a failed batch becomes the
+        task's error, naming the message."""
+        try:
+            return read_plan(
+                client,
+                plans,
+                handler,
+                position_cursor=position_cursor,
+                max_batch_size=int(self.max_batch_size),
+                commit_cadence=check_cadence(self.commit_cadence),
+                keep_reading=keep_reading,
+            )
+        except BatchFailed as failed:
+            message = failed.message
+            report = failed.reports.get(message.partition)
+            self.log.error(
+                "stream %r partition %d offset %d failed: %s (position committed up to offset %s)",
+                message.stream,
+                message.partition,
+                message.offset,
+                failed,
+                report.committed if report else "unknown",
+            )
+            raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
+
+    def _summarize(self, reports: dict[int, PartitionReport], result: dict[str, Any]) -> dict[str, Any]:
         emit_reading_stats(self.dag_id, self.task_id, self.stream, reports)
         self.log.info(
             "Read stream %r: %d message(s) processed, %d dead-lettered",

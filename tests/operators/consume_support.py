@@ -106,3 +106,13 @@ def reject_odd_batches(messages: list[Message]) -> None:
 def record_plain(message: Message) -> None:
     """Record the message (a JSON value ``{"n": ...}``, as bytes)."""
     SEEN.append((0, message.offset, message.value))
+
+
+def record_interval(message: Message) -> None:
+    """Remember (try, partition, offset, value) of each message; raise at ``STATE['fail_at']``
+    (a ``(partition, offset)``) the first ``STATE['fails']`` times it comes."""
+    try_number = get_current_context()["ti"].try_number
+    if (message.partition, message.offset) == STATE.get("fail_at") and STATE.get("fails", 0) > 0:
+        STATE["fails"] -= 1
+        raise ValueError(f"cannot handle partition {message.partition} offset {message.offset}")
+    SEEN.append((try_number, (message.partition, message.offset), message.value))

@@ -11,7 +11,9 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   ``RangePlanner`` and ``read_plan``, retried with the same run id after a failure),
   ``consume-operator`` and ``archive`` (``LiftbridgeConsumeOperator`` and
   ``LiftbridgeStreamToFileOperator`` in a real DAG run, ``dag.test()`` in a process of its own,
-  retried by Airflow: ``dags/reliability_campaign.py``);
+  retried by Airflow: ``dags/reliability_campaign.py``); ``consume-interval`` (``IntervalPlanner``
+  and ``read_plan``: interval_path.py) is drawn only when asked for (``--paths``), so the seeds of
+  the default paths keep their schedules;
 - targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
   leader, a follower, the metadata leader, the whole cluster;
 - actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
@@ -78,10 +80,12 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
+from .interval_path import PATH as INTERVAL_PATH
+from .interval_path import ends_again, interval_call
 
 PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume", "consume-operator", "archive")
 #: The paths that read a stream filled before the run (the others publish during it).
-READING_PATHS = ("consume", "consume-operator", "archive")
+READING_PATHS = ("consume", "consume-operator", "archive", INTERVAL_PATH)
 #: Cursor ids of the reading paths' positions.
 POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operator", "archive": "campaign-archive"}
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
@@ -339,6 +343,7 @@ class Outcome:
     left_after: int | None = None  # reading: offsets a next run would still read
     archived: Counter[tuple[int, int]] | None = None  # archive: (partition, offset) -> rows in the files
     finished: bool = False  # operator paths: the DAG run succeeded
+    progress_cursor: str = ""  # consume-interval: the interval's progress cursor
     struck: str = ""  # when the fault actually struck
 
 
@@ -479,7 +484,7 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
                 bad.append(f"{len(twice)} message(s) in the archive more than once, e.g. {twice[:3]}")
             if outcome.left_after:
                 bad.append(f"the position stops {outcome.left_after} offset(s) short of the end")
-    elif schedule.path in ("consume", "consume-operator"):
+    elif schedule.path in ("consume", "consume-operator", INTERVAL_PATH):
         handed = {(p, o) for p, o, _ in outcome.consumed}
         skipped = [(p, o) for p, end in outcome.planned.items() for o in range(end) if (p, o) not in handed]
         if outcome.left_after is not None and skipped:
@@ -487,7 +492,9 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
         wrong = [(p, o) for p, o, v in outcome.consumed if v is not None and at.get((p, o), v) != v]
         if wrong:
             bad.append(f"{len(wrong)} message(s) handed over with a value other than stored, e.g. {wrong[:3]}")
-        if outcome.left_after:
+        if outcome.left_after and schedule.path == INTERVAL_PATH:
+            bad.append(f"a second look at the interval ends elsewhere on {outcome.left_after} partition(s)")
+        elif outcome.left_after:
             bad.append(f"a next run would read {outcome.left_after} offset(s) the finished run had planned")
     return bad
 
@@ -559,11 +566,13 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     client = LiftbridgeClient(rig.addresses, nats_servers=rig.client_nats, timeout=5.0, max_retries=8)
     watcher = LiftbridgeClient(rig.addresses, timeout=1.0, max_retries=0)
     call = _operator_call(schedule, rig, stream, outcome) if schedule.path in OPERATOR_PATHS else None
+    if schedule.path == INTERVAL_PATH:
+        call, outcome.progress_cursor = interval_call(client, stream, schedule.partitions, outcome, TRIES)
     call = call or _call(schedule, client, stream, outcome)
 
     def progress() -> int:
         if schedule.path in READING_PATHS:  # the committed position
-            cursor = POSITION_CURSORS[schedule.path]
+            cursor = outcome.progress_cursor or POSITION_CURSORS[schedule.path]
             return sum(watcher.fetch_cursor(cursor, stream, p) + 1 for p in range(schedule.partitions))
         return sum(watcher.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(schedule.partitions))
 
@@ -639,13 +648,16 @@ def _read_positions(schedule: Schedule, client: LiftbridgeClient, stream: str, o
 
     :raises Unsettled: the positions could not be read in :data:`POSITIONS_WITHIN` s.
     """
-    if not ((schedule.path == "consume" and outcome.planned) or (schedule.path in OPERATOR_PATHS and outcome.finished)):
+    planned = schedule.path in ("consume", INTERVAL_PATH) and outcome.planned
+    if not (planned or (schedule.path in OPERATOR_PATHS and outcome.finished)):
         return
     deadline = time.monotonic() + POSITIONS_WITHIN
     while True:
         try:
             if schedule.path == "consume":
                 outcome.left_after = _left_after(client, stream, schedule)
+            elif schedule.path == INTERVAL_PATH:
+                outcome.left_after = ends_again(client, stream, schedule.partitions, outcome.planned)
             else:
                 outcome.planned = _ends(client, stream, schedule.partitions)
                 cursor = POSITION_CURSORS[schedule.path]

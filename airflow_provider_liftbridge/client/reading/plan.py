@@ -49,6 +49,8 @@ __all__ = [
     "PartitionPlan",
     "RangePlanner",
     "StartSpec",
+    "check_partitions",
+    "first_offset_at",
     "high_watermark",
     "plan_cursor_ids",
     "plan_start_cursor_id",
@@ -148,6 +150,27 @@ def high_watermark(
         return listed.high_watermark
 
 
+def check_partitions(client: LiftbridgeClient, stream: str, partitions: Sequence[int] | None) -> list[int]:
+    """The partitions to read: ``partitions`` (checked against the stream) or all of them.
+
+    :raises NoSuchStreamError: the stream does not exist.
+    :raises NoSuchPartitionError: a listed partition does not exist (the message lists the ones that do).
+    """
+    info = client.fetch_metadata([stream]).streams.get(stream)
+    if info is None:
+        raise NoSuchStreamError(f"stream {stream!r} does not exist: create it first, or fix the stream name")
+    known = sorted(info.partitions)
+    if partitions is None:
+        return known
+    missing = sorted(set(partitions) - set(known))
+    if missing:
+        raise NoSuchPartitionError(
+            f"stream {stream!r} has no partition {', '.join(map(str, missing))} (it has partitions "
+            f"{known[0]}..{known[-1]}): fix partitions"
+        )
+    return sorted(set(partitions))
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionPlan:
     """What one partition's plan leaves to read in this try.
@@ -228,24 +251,8 @@ class RangePlanner:
 
     # -- looking ------------------------------------------------------------------------------
     def check_partitions(self, partitions: Sequence[int] | None) -> list[int]:
-        """The partitions to read: ``partitions`` (checked against the stream) or all of them.
-
-        :raises NoSuchStreamError: the stream does not exist.
-        :raises NoSuchPartitionError: a listed partition does not exist (the message lists the ones that do).
-        """
-        info = self.client.fetch_metadata([self.stream]).streams.get(self.stream)
-        if info is None:
-            raise NoSuchStreamError(f"stream {self.stream!r} does not exist: create it first, or fix the stream name")
-        known = sorted(info.partitions)
-        if partitions is None:
-            return known
-        missing = sorted(set(partitions) - set(known))
-        if missing:
-            raise NoSuchPartitionError(
-                f"stream {self.stream!r} has no partition {', '.join(map(str, missing))} (it has partitions "
-                f"{known[0]}..{known[-1]}): fix partitions"
-            )
-        return sorted(set(partitions))
+        """:func:`check_partitions` of this planner's stream."""
+        return check_partitions(self.client, self.stream, partitions)
 
     def high_watermark(self, partition: int) -> int:
         """:func:`high_watermark` of this stream's ``partition``."""
@@ -320,14 +327,29 @@ class RangePlanner:
             return start
         if hw < 0:
             return 0
-        # The first message at or after the time: one bounded read of what is committed now. A
-        # time after the last committed message makes the server refuse the read (its start is
-        # past the stop): nothing is there yet, so the partition starts after the high watermark.
-        messages = self.client.subscribe(self.stream, partition=partition, start_at=start, stop_at=hw)
-        try:
-            first = next(messages, None)
-        except InvalidArgumentError:
-            first = None
-        finally:
-            messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
-        return hw + 1 if first is None else first.offset
+        return first_offset_at(self.client, self.stream, partition, start, hw)
+
+
+def first_offset_at(
+    client: LiftbridgeClient, stream: str, partition: int, when: dt.datetime, hw: int, *, resume: bool = False
+) -> int:
+    """The offset of the first committed message whose timestamp is at or after ``when``, found by
+    Liftbridge's time index (a subscription from ``when``, ``StartPosition.TIMESTAMP``, bounded by
+    the high watermark ``hw``); ``hw + 1`` when no committed message is that late yet. ``resume``:
+    a paused partition is resumed by the read (as reading it would), else it raises.
+
+    :raises PartitionPausedError: the partition is paused and ``resume`` is false.
+    :raises NoSuchStreamError: / :raises NoSuchPartitionError: the partition went away.
+    """
+    if hw < 0:
+        return 0
+    # One bounded read of what is committed now. A time after the last committed message makes the
+    # server refuse the read (its start is past the stop): nothing is there yet.
+    messages = client.subscribe(stream, partition=partition, start_at=when, stop_at=hw, resume=resume)
+    try:
+        first = next(messages, None)
+    except InvalidArgumentError:
+        first = None
+    finally:
+        messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+    return hw + 1 if first is None else first.offset
