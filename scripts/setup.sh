@@ -21,3 +21,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q -e '.[spark,devserver,files,openlineage,zstd,dev]'
   rm -f .venv/.installed-* && touch "$stamp"
 fi
+# The editable install keeps its metadata in .venv; the *.egg-info setuptools leaves in the checkout
+# would be a second copy of the distribution to any process with the checkout on sys.path (the
+# system tier's Airflow processes), whose entry point then registers the Liftbridge view twice.
+rm -rf airflow_provider_liftbridge.egg-info
