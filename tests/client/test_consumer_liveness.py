@@ -1,10 +1,11 @@
 """A member stays in its group while its caller works, and leaves when the caller never comes back
 (client/liveness.py, docs/consumer-groups.md "What keeps a member alive").
 
-The ``groups_server`` fixture's member timeout is 1 s: a batch of 4 s would cost a member that only
-heartbeats when polled its partitions three times over. What the tests look at are the server's
-own words (its log: a member "timed out of" or "left" a group) and who read what, not a window
-between two timeouts.
+The server here times a member out after 3 s without a heartbeat, and a batch takes 4 s: a member
+that heartbeats only when polled would lose its partitions in every batch. The keeper heartbeats
+every second, so a member survives two seconds of its process not running (a loaded machine).
+What the tests look at are the server's own words (its log: a member "timed out of" or "left" a
+group) and who read what, not a window between two timeouts.
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
 
-#: The handling of one batch: four times the server's member timeout.
+#: Seconds without a heartbeat after which the server removes a member.
+MEMBER_TIMEOUT = 3.0
+#: The handling of one batch: longer than the member timeout.
 SLOW_BATCH = 4.0
 GROUPS_LOG = "airflow_provider_liftbridge.devserver.groups"
+
+
+@pytest.fixture
+def groups_server() -> Iterator[DevServer]:
+    """A one-broker dev server whose member timeout is :data:`MEMBER_TIMEOUT`."""
+    with DevServer(brokers=1, groups_consumer_timeout=MEMBER_TIMEOUT, groups_coordinator_timeout=MEMBER_TIMEOUT) as s:
+        yield s
 
 
 @pytest.fixture
@@ -123,7 +133,7 @@ def test_a_stuck_caller_leaves_after_max_poll_interval_and_the_other_member_take
         consumer_id="a-stuck",
         auto_offset="earliest",
         auto_commit_interval=None,
-        max_poll_interval=2.0,
+        max_poll_interval=MEMBER_TIMEOUT + 1.5,
     )
     other = client.group_consumer(group, stream_name, consumer_id="b-other", auto_offset="earliest")
     stuck.join()
@@ -133,7 +143,7 @@ def test_a_stuck_caller_leaves_after_max_poll_interval_and_the_other_member_take
     assert next(messages).offset == 0
     stuck.commit()  # offset 0 is done
     assert next(messages).offset == 1  # ... and the caller never comes back from offset 1
-    # Its keeper heartbeats for 2 s (twice the member timeout), then leaves: a clean leave, which
+    # Its keeper heartbeats for longer than the member timeout, then leaves: a clean leave, which
     # moves partition 0 to the other member at once. That lasts until the stuck caller comes back.
     _wait_until(lambda: _said(group_log, group, "a-stuck left group"))
     assert _said(group_log, group, "timed out of") == []
