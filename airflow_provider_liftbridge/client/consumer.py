@@ -29,6 +29,7 @@ client's transport, one at a time per member.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -47,6 +48,8 @@ from .routing import ClientCore
 from .types import Message
 
 __all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember"]
+
+log = logging.getLogger(__name__)
 
 #: Where a member starts a partition the group has no position for: only messages published after
 #: the assignment (``"new_only"``, the Go client's default), the oldest (``"earliest"``), the newest
@@ -389,6 +392,15 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
     member.assignments = assignments
     new = set(member.assigned())
     revoked = sorted(old - new)
+    log.info(
+        "consumer %s of group %s (epoch %d) now reads %s; taken over: %s; given up: %s",
+        member.consumer_id,
+        member.group_id,
+        member.epoch,
+        assignments,
+        sorted(new - old),
+        revoked,
+    )
     if revoked and member.auto_commit_interval:
         yield from _commit(core, member, revoked)
     for key in revoked:

@@ -4,6 +4,7 @@ partitions, and what one member looked at is not read again by another (dev serv
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -58,9 +59,21 @@ def test_poking_members_never_read_what_another_member_looked_at(
     assert cursors == [1, 1]
 
 
+def _reads(caplog: pytest.LogCaptureFixture, group: str) -> dict[str, str]:
+    """What each member of ``group`` last said it reads (the client's log of adopted assignments)."""
+    said: dict[str, str] = {}
+    for record in caplog.records:
+        if record.name == "airflow_provider_liftbridge.client.consumer" and " now reads " in str(record.msg):
+            member, of_group, _, reads = record.args[:4]  # type: ignore[index,misc]
+            if of_group == group:
+                said[str(member)] = str(reads)
+    return said
+
+
 def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
-    groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, stream_name: str
+    groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream_name: str
 ) -> None:
+    caplog.set_level(logging.INFO, logger="airflow_provider_liftbridge.client.consumer")
     monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(groups_server.address))
     group = f"{stream_name}-g"
     triggers = []
@@ -80,7 +93,15 @@ def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
                 raise AssertionError("no event")
 
             tasks = [asyncio.create_task(first(t)) for t in triggers]
-            await asyncio.sleep(2.0)  # both joined; the group has split the partitions
+            # Both joined and each took its one partition (and fixed where it starts reading it:
+            # new messages only). That lasts: both stay in the group until their event.
+            split = {"a": str({stream_name: [0]}), "b": str({stream_name: [1]})}
+
+            async def both_joined() -> None:
+                while _reads(caplog, group) != split:
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(both_joined(), 60)
             for p in (0, 1):
                 _put(client, stream_name, p, f"x-{p}".encode())
             return list(await asyncio.wait_for(asyncio.gather(*tasks), 30))
