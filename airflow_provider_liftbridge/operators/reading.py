@@ -29,7 +29,7 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
-from airflow_provider_liftbridge.client.consumer import group_cursor_id
+from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
     BatchFailed,
@@ -153,6 +153,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         task's partitions) before planning; ``deferrable=True`` waits in the triggerer.
     :param poll_timeout: seconds to wait for ``min_messages`` before the try fails (default 60).
     :param deferrable: wait for ``min_messages`` in the triggerer (default: ``[operators] default_deferrable``).
+    :param max_poll_interval: with ``group_id``: seconds one batch (reading it and the handler) may
+        take before the task's member leaves the group (default 300; ``None``: never). Until then
+        the member heartbeats on its own, so a batch slower than the group's consumer timeout
+        keeps its partitions (``docs/consumer-groups.md``, "What keeps a member alive").
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
     """
@@ -169,6 +173,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "min_messages": optional(check_non_negative_int),
         "poll_timeout": check_timeout,
         "deferrable": check_bool,
+        "max_poll_interval": check_timeout,
     }
 
     def __init__(
@@ -185,6 +190,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         min_messages: int | None = None,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        max_poll_interval: float | None = MAX_POLL_INTERVAL,
         **kwargs: Any,
     ) -> None:
         self.partitions = partitions
@@ -197,6 +203,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.min_messages = min_messages
         self.poll_timeout = poll_timeout
         self.deferrable = deferrable
+        self.max_poll_interval = max_poll_interval
         super().__init__(stream=stream, **kwargs)
         self.check_literal_arguments(LiftbridgeReadingOperator)
 
@@ -346,7 +353,12 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         if not self.group_id:
             yield parse_partitions(self.partitions), None
             return
-        with client.group_consumer(self.group_id, [self.stream], auto_commit_interval=None) as member:
+        with client.group_consumer(
+            self.group_id,
+            [self.stream],
+            auto_commit_interval=None,
+            max_poll_interval=check_timeout(self.max_poll_interval, "max_poll_interval"),
+        ) as member:
             wait = member.handover_wait
             if wait > 0:
                 self.log.info("Waiting %.1f s for the partitions' previous owners to hand them over", wait)

@@ -10,6 +10,8 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 from tests.operators import consume_support as support
 from tests.operators.test_consume_operator import publish, run_dag
@@ -65,3 +67,22 @@ def test_a_batch_function_slower_than_the_member_timeout_keeps_the_tasks_partiti
         assert report["processed"] == 4 and "moved_away" not in report
         assert support.BATCHES == [[0, 1], [2, 3]]
         assert client.fetch_cursor(f"__group:{group}", stream_name, mine) == 3
+
+
+def test_max_poll_interval_is_checked_when_the_dag_is_parsed() -> None:
+    with pytest.raises(LiftbridgeArgumentError, match="max_poll_interval"):
+        LiftbridgeConsumeOperator(
+            task_id="c",
+            stream="s",
+            group_id="g",
+            apply_function="tests.operators.consume_support.record",
+            max_poll_interval=0,
+        )
+    op = LiftbridgeConsumeOperator(
+        task_id="c",
+        stream="s",
+        group_id="g",
+        apply_function="tests.operators.consume_support.record",
+        max_poll_interval=None,
+    )
+    assert op.max_poll_interval is None  # never leaves for a slow batch
