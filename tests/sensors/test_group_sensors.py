@@ -4,7 +4,6 @@ partitions, and what one member looked at is not read again by another (dev serv
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
+from tests import group_log
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 
 MATCH_X = {"apply_function": "airflow_provider_liftbridge.sensors.matchers.value_contains"}
@@ -59,21 +59,10 @@ def test_poking_members_never_read_what_another_member_looked_at(
     assert cursors == [1, 1]
 
 
-def _reads(caplog: pytest.LogCaptureFixture, group: str) -> dict[str, str]:
-    """What each member of ``group`` last said it reads (the client's log of adopted assignments)."""
-    said: dict[str, str] = {}
-    for record in caplog.records:
-        if record.name == "airflow_provider_liftbridge.client.consumer" and " now reads " in str(record.msg):
-            member, of_group, _, reads = record.args[:4]  # type: ignore[index,misc]
-            if of_group == group:
-                said[str(member)] = str(reads)
-    return said
-
-
 def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
     groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream_name: str
 ) -> None:
-    caplog.set_level(logging.INFO, logger="airflow_provider_liftbridge.client.consumer")
+    group_log.listen(caplog)
     monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(groups_server.address))
     group = f"{stream_name}-g"
     triggers = []
@@ -95,13 +84,9 @@ def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
             tasks = [asyncio.create_task(first(t)) for t in triggers]
             # Both joined and each took its one partition (and fixed where it starts reading it:
             # new messages only). That lasts: both stay in the group until their event.
-            split = {"a": str({stream_name: [0]}), "b": str({stream_name: [1]})}
-
-            async def both_joined() -> None:
-                while _reads(caplog, group) != split:
-                    await asyncio.sleep(0.05)
-
-            await asyncio.wait_for(both_joined(), 60)
+            await asyncio.wait_for(
+                group_log.until_split(caplog, group, {"a": {stream_name: [0]}, "b": {stream_name: [1]}}), 60
+            )
             for p in (0, 1):
                 _put(client, stream_name, p, f"x-{p}".encode())
             return list(await asyncio.wait_for(asyncio.gather(*tasks), 30))
