@@ -70,6 +70,12 @@ def get_provider_info() -> dict[str, Any]:
         # Read by the common.messaging provider (MessageQueueTrigger, scheme "liftbridge").
         "queues": [f"{_PKG}.queues.liftbridge.LiftbridgeMessageQueueProvider"],
         "connection-types": [connection_type_info()],
-        # The Liftbridge view in the UI (Airflow 3.1+: fastapi_apps + external_views), docs/ui.md.
-        "plugins": [{"name": "liftbridge_ui", "plugin-class": f"{_PKG}.ui.plugin.LiftbridgeUiPlugin"}],
+        # Buttons on task instances that open the Liftbridge view (docs/ui.md).
+        "extra-links": [
+            f"{_PKG}.operators.links.LiftbridgeStreamLink",
+            f"{_PKG}.operators.links.LiftbridgePipelineLink",
+        ],
+        # No "plugins": the Liftbridge view registers through the ``airflow.plugins`` entry point
+        # (pyproject.toml), which Airflow loads with its default configuration; listed here too,
+        # it would be loaded twice when [core] lazy_discover_providers = False.
     }

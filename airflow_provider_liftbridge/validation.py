@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 from airflow_provider_liftbridge import callables
 from airflow_provider_liftbridge.callables import WORKER, FunctionPathError
 from airflow_provider_liftbridge.client import InvalidArgumentError, StartPosition, checks
-from airflow_provider_liftbridge.client.checks import Check, argument_message, number, optional, whole_number
+from airflow_provider_liftbridge.client.checks import Check, argument_message, optional, whole_number
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeUnknownArgumentError
 
 __all__ = [
@@ -191,65 +192,24 @@ def check_offset(value: Any, name: str = "target_offset") -> int:
 check_positive_int: Check = airflow_check(checks.check_positive_int)
 #: A whole number, 0 or more (the client's check).
 check_non_negative_int: Check = airflow_check(checks.check_non_negative_int)
-
-
-def check_partition_count(value: Any, name: str = "partitions") -> int:
-    """How many partitions a new stream gets: a whole number; 0 means Liftbridge's default, 1.
-
-    :raises LiftbridgeArgumentError: not a whole number, or negative.
-    """
-    whole = whole_number(value)
-    if whole is None or whole < 0:
-        raise bad_argument(name, value, "the number of partitions is a whole number, 1 or more", f"e.g. {name}=3")
-    return whole
-
-
-def check_replication_factor(value: Any, name: str = "replication_factor") -> int:
-    """Copies of each partition: 1 or more, or -1 for every broker. 0 is what Liftbridge reads as
-    "not set" and turns into its default, 1 (its API has no way to say 0), so it is accepted as 1.
-
-    :raises LiftbridgeArgumentError: not a whole number, or below -1.
-    """
-    whole = whole_number(value)
-    if whole is None or whole < -1:
-        raise bad_argument(name, value, "copies of each partition: 1 or more, or -1 for every broker", f"e.g. {name}=3")
-    return whole
+#: How many partitions a new stream gets (0 means Liftbridge's 1; the client's check).
+check_partition_count: Check = airflow_check(checks.check_partition_count)
+#: Copies of each partition, 1 or more or -1 for every broker (0 is Liftbridge's 1; the client's check).
+check_replication_factor: Check = airflow_check(checks.check_replication_factor)
 
 
 #: Seconds to wait: a positive number, or ``None`` for the default (the client's check).
 check_timeout: Check = airflow_check(checks.check_timeout)
 
 
-def check_duration(value: Any, name: str) -> dt.timedelta | None:
-    """A duration: a ``timedelta`` or a number of seconds, not negative; ``None`` leaves it unset.
-
-    :raises LiftbridgeArgumentError: anything else.
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, dt.timedelta):
-        seconds: float | None = value.total_seconds()
-    else:
-        seconds = number(value)
-    if seconds is None or seconds < 0:
-        raise bad_argument(
-            name, value, "a timedelta or a number of seconds, 0 or more", f"e.g. {name}=timedelta(hours=1) or 3600"
-        )
-    return dt.timedelta(seconds=seconds)
+#: A duration: a ``timedelta`` or a number of seconds, 0 or more (the client's check).
+check_duration: Check = airflow_check(checks.check_duration)
 
 
 # -- choices --------------------------------------------------------------------------------------
 
-
-def check_bool(value: Any, name: str) -> bool:
-    """``True`` or ``False`` (not ``1``, ``"yes"`` or ``"false"``: a non-empty string is true to
-    Python, so ``"false"`` would silently mean yes).
-
-    :raises LiftbridgeArgumentError: anything but a ``bool``.
-    """
-    if isinstance(value, bool):
-        return value
-    raise bad_argument(name, value, "True or False is required", f"e.g. {name}=True")
+#: ``True`` or ``False``, nothing else (the client's check).
+check_bool: Check = airflow_check(checks.check_bool)
 
 
 def check_choice(choices: Iterable[str]) -> Check:
@@ -375,8 +335,8 @@ def check_partition_list(value: Any, name: str = "partitions") -> list[int] | No
 
 #: What DAG authors coming from other providers or clients write, and what it is called here.
 SYNONYMS: dict[str, str] = {
-    "batch_size": "window",
-    "max_batch_size": "window",
+    "max_batch_size": "batch_size",
+    "window_size": "batch_size",
     "fail_if_not_exists": "fail_if_missing",
     "fail_if_not_exist": "fail_if_missing",
     "ignore_if_exists": "fail_if_exists",
@@ -392,6 +352,32 @@ SYNONYMS: dict[str, str] = {
     "start_position": "start_at",
     "start_offset": "start_at",
 }
+
+
+#: Instance attribute counting the ``__init__`` calls under way (the outermost one validates).
+_BUILDING = "_argument_checks_building"
+
+
+def _checked_when_built(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, followed by :meth:`ArgumentChecks.check_literal_arguments` when it is the
+    outermost ``__init__`` of the object (a subclass's ``__init__`` calls its base's inside)."""
+
+    @functools.wraps(init)
+    def init_then_check(self: ArgumentChecks, *args: Any, **kwargs: Any) -> None:
+        depth = self.__dict__.get(_BUILDING, 0)
+        object.__setattr__(self, _BUILDING, depth + 1)  # Airflow's __setattr__ is not for this
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            if depth:
+                object.__setattr__(self, _BUILDING, depth)
+            else:
+                object.__delattr__(self, _BUILDING)
+        if not depth:
+            self.check_literal_arguments()
+
+    init_then_check._checks_when_built = True  # type: ignore[attr-defined]
+    return init_then_check
 
 
 def suggest_parameter(unknown: str, own: Iterable[str], inherited: Iterable[str] = ()) -> str | None:
@@ -410,13 +396,16 @@ def suggest_parameter(unknown: str, own: Iterable[str], inherited: Iterable[str]
 
 class ArgumentChecks:
     """Mixin of the provider's operators and sensors: validators declared per class, run on the
-    literal values in the constructor and on every value once templates are rendered.
+    literal values once the object is built and on every value once templates are rendered.
 
     A class lists its parameters' validators in ``argument_checks`` (merged along the class
-    hierarchy), calls :meth:`reject_unknown_arguments` before ``BaseOperator.__init__`` and
-    :meth:`check_literal_arguments` at the end of its ``__init__``; :meth:`render_template_fields`
-    runs every validator again on the rendered values, and :meth:`check_combination` (override it)
-    checks what depends on several parameters at both moments.
+    hierarchy) and calls :meth:`reject_unknown_arguments` before ``BaseOperator.__init__``.
+    Validation is a step of its own: when the outermost ``__init__`` (the most derived class's)
+    returns, every attribute of every class is set, and :meth:`check_literal_arguments` runs (each
+    ``__init__`` of a subclass is wrapped for that, in :meth:`__init_subclass__`, under Airflow's
+    ``apply_defaults``). :meth:`render_template_fields` runs every validator again on the rendered
+    values, and :meth:`check_combination` (override it) checks what depends on several parameters
+    at both moments.
     """
 
     #: Parameter name -> validator, for this class's own parameters.
@@ -425,6 +414,12 @@ class ArgumentChecks:
     #: :func:`check_function` or :func:`check_function_path`, checks the shape): imported by
     #: :meth:`import_functions` when the task runs, never when the DAG is parsed.
     function_arguments: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = vars(cls).get("__init__")
+        if init is not None and not getattr(init, "_checks_when_built", False):
+            cls.__init__ = _checked_when_built(init)  # type: ignore[misc]
 
     @classmethod
     def all_argument_checks(cls) -> dict[str, Check]:
@@ -443,7 +438,8 @@ class ArgumentChecks:
 
     def check_literal_arguments(self, owner: type | None = None) -> None:
         """Run the validators of ``owner``'s own parameters (default: all) on the values that are
-        known now; a value that waits for rendering is checked after rendering.
+        known now; a value that waits for rendering is checked after rendering. Runs by itself,
+        with every validator, once the object is built (see the class).
 
         :raises LiftbridgeArgumentError: a value is invalid (the DAG fails to parse).
         """
@@ -473,8 +469,8 @@ class ArgumentChecks:
 
     def check_combination(self, *, rendered: bool) -> None:
         """Check what depends on several parameters (a value waiting for rendering is skipped
-        before rendering: use :func:`waits_for_rendering`). Default: nothing. It runs at the end
-        of every class's ``__init__``, so an attribute a subclass sets may be missing yet."""
+        before rendering: use :func:`waits_for_rendering`). Default: nothing. It runs once the
+        object is built (every attribute of every class is set) and after rendering."""
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render the templated fields (Airflow), then validate every argument."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow.sdk import ObjectStoragePath, dag, task
 
+from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
@@ -110,7 +111,7 @@ def liftbridge_publish_files() -> None:
         path="{{ ti.xcom_pull(task_ids='write_sample_files') }}/orders-*.jsonl",
         key_field="customer",
         partitioner="key",
-        window=20,
+        batch_size=20,
         progress_every=20,
     )
     tables = LiftbridgePublishFileOperator(
@@ -122,7 +123,7 @@ def liftbridge_publish_files() -> None:
         ],
         key_field="customer",
         partitioner="key",
-        compression="gzip",  # readers of this provider get the rows back as they were
+        options=PublishOptions(compression="gzip"),  # readers of this provider get the rows back as they were
     )
     # retries: a sensor Airflow 3.3.2 kills right after it resumed from deferral (apache/airflow#72716)
     # is retried, and the retry finds its target reached at once (docs/airflow.md, Troubleshooting).

@@ -164,6 +164,8 @@ class Component:
     args: list[str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    #: Settings of this process only, over the deployment's (e.g. a second api-server's base URL).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def pid(self) -> int | None:
@@ -255,8 +257,6 @@ class Deployment:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-            # Airflow 3.3 loads providers' plugins (the Liftbridge view, docs/ui.md) only then.
-            "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
             # A killed triggerer's triggers move to the next one once its heartbeat is this old.
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
@@ -324,7 +324,7 @@ class Deployment:
             # stops every process in order.
             component.proc = subprocess.Popen(
                 airflow_command() + component.args,
-                env=self.env(),
+                env=self.env() | component.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

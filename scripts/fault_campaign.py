@@ -49,6 +49,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kill-cmd", default=env("LIFTBRIDGE_TEST_KILL_CMD", ""), help="kill a broker (template)")
     p.add_argument("--start-cmd", default=env("LIFTBRIDGE_TEST_START_CMD", ""), help="start a killed broker")
     p.add_argument("--metadata-leader", default=env("LIFTBRIDGE_TEST_METADATA_LEADER", ""), help="index, id or address")
+    p.add_argument(
+        "--metadata-leader-cmd",
+        default=env("LIFTBRIDGE_TEST_METADATA_LEADER_CMD", ""),
+        help="a shell command printing the metadata leader (index, id or address), run before each strike of it",
+    )
     return p.parse_args(argv)
 
 
@@ -62,7 +67,7 @@ def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ..
     with LiftbridgeClient(addresses, timeout=5.0) as client:
         brokers = match_brokers(addresses, client.fetch_metadata().brokers)
     leader = find_broker(args.metadata_leader, brokers) if args.metadata_leader else None
-    cluster = ExternalFreezable(brokers, args.freeze_cmd, args.thaw_cmd, leader)
+    cluster = ExternalFreezable(brokers, args.freeze_cmd, args.thaw_cmd, leader, args.metadata_leader_cmd)
     rig = ExternalRig(cluster, [u for u in args.nats.split(",") if u], args.kill_cmd, args.start_cmd)
     return (lambda: rig), rig.targets(), rig.actions()
 
@@ -80,12 +85,13 @@ def _verdicts(args: argparse.Namespace) -> Iterator[Verdict]:
 
 
 def _table(title: str, rows: dict[str, list[Verdict]]) -> None:
-    print(f"\n{title:<28} {'runs':>5} {'returned':>9} {'raised':>7} {'violations':>11}")
+    print(f"\n{title:<28} {'runs':>5} {'returned':>9} {'raised':>7} {'unsettled':>10} {'violations':>11}")
     for key in sorted(rows):
         vs = rows[key]
         returned = sum(v.outcome.startswith("returned") for v in vs)
+        unsettled = sum(bool(v.unsettled) for v in vs)
         bad = sum(bool(v.violations) for v in vs)
-        print(f"{key:<28} {len(vs):>5} {returned:>9} {len(vs) - returned:>7} {bad:>11}")
+        print(f"{key:<28} {len(vs):>5} {returned:>9} {len(vs) - returned - unsettled:>7} {unsettled:>10} {bad:>11}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,12 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for v in _verdicts(args):
             done.append(v)
-            mark = "VIOLATION" if v.violations else "ok"
+            mark = "VIOLATION" if v.violations else "unsettled" if v.unsettled else "ok"
             print(f"{len(done):>4} {mark:<9} {v.seconds:5.1f}s {v.schedule} | {v.struck} | {v.outcome}", flush=True)
             for violation in v.violations:
                 print(f"          - {violation}", flush=True)
+            if v.unsettled:
+                print(f"          - not judged: {v.unsettled}", flush=True)
             if out is not None:
-                record = {**vars(v.schedule), "outcome": v.outcome, "struck": v.struck}
+                record = {**vars(v.schedule), "outcome": v.outcome, "struck": v.struck, "unsettled": v.unsettled}
                 out.write(json.dumps(record | {"violations": v.violations, "seconds": round(v.seconds, 1)}) + "\n")
                 out.flush()
     finally:
@@ -117,10 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for title in ("path", "fault", "moment"):
         _table(title, by[title])
     bad = [v for v in done if v.violations]
+    unsettled = [v for v in done if v.unsettled]
     minutes = (time.monotonic() - started) / 60
-    print(f"\n{len(done)} runs, {len(bad)} with violations, {minutes:.1f} min")
+    print(f"\n{len(done)} runs, {len(bad)} with violations, {len(unsettled)} not judged, {minutes:.1f} min")
     for v in bad:
         print(f"  seed {v.schedule.seed}: {v.violations}")
+    for v in unsettled:
+        print(f"  not judged: {v.unsettled}")
     return 1 if bad else 0
 
 

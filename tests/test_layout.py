@@ -281,3 +281,52 @@ def test_the_core_reaches_nothing_of_the_airflow_layer_nor_airflow_nor_pyspark()
                 if imported.split(".")[0] in ("airflow", "pyspark") and AIRFLOW_BASE_CLASS.get(module) != imported:
                     offences.append(f"{module} imports {imported}")
     assert not offences, sorted(set(offences))
+
+
+# -- options declared once ----------------------------------------------------------------------
+
+
+def _parameter_lists() -> list[tuple[str, set[str]]]:
+    """``(where, names)`` of every function of the package (its parameters) and every class (its
+    annotated fields), the dev server's left out: it is the server, with a model of its own."""
+    found: list[tuple[str, set[str]]] = []
+    for module, path in MODULES.items():
+        if _room(module) == "devserver":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+                found.append((f"{module}:{node.name}", names))
+            elif isinstance(node, ast.ClassDef):
+                fields = {
+                    s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                }
+                found.append((f"{module}:{node.name}", fields))
+    return found
+
+
+def test_the_stream_options_are_declared_once() -> None:
+    """Create-stream's options are the fields of ``StreamOptions``: no signature spells them again
+    (the clients, the request builder and the operator take the value or its field names)."""
+    from airflow_provider_liftbridge.client.stream_options import STREAM_OPTION_NAMES
+
+    owner = "airflow_provider_liftbridge.client.stream_options:StreamOptions"
+    spelled = [where for where, names in _parameter_lists() if len(names & set(STREAM_OPTION_NAMES)) > 3]
+    assert spelled == [owner]
+
+
+def test_publish_has_one_signature() -> None:
+    """``publish``'s parameters are spelled once, on the operation (``publishing/single.py``); the
+    clients' ``publish`` is made from it."""
+    import inspect
+
+    from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient
+    from airflow_provider_liftbridge.client.publishing import single
+
+    params = set(inspect.signature(single.publish).parameters) - {"core"}
+    owner = "airflow_provider_liftbridge.client.publishing.single:publish"
+    assert [where for where, names in _parameter_lists() if params <= names] == [owner]
+    in_order = [name for name in inspect.signature(single.publish).parameters if name != "core"]
+    for client in (LiftbridgeClient, AsyncLiftbridgeClient):
+        assert list(inspect.signature(client.publish).parameters) == ["self", *in_order]

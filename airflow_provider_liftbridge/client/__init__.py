@@ -29,6 +29,7 @@ from .errors import (
     StreamExistsError,
     UnaccountedRecordError,
     UnavailableError,
+    UnsettledCursorError,
 )
 from .group_consumer import AsyncGroupConsumer, GroupConsumer
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
@@ -37,6 +38,7 @@ from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .publishing.summary import PublishSummary
 from .settings import ConnectionSettings
+from .stream_options import StreamOptions
 from .sync_client import LiftbridgeClient
 from .types import (
     Ack,
@@ -64,6 +66,7 @@ __all__ = [
     "AsyncLiftbridgeClient",
     "BatchPublisher",
     "PublishOptions",
+    "StreamOptions",
     "ConsumerGroupError",
     "GroupConsumer",
     "LiftbridgeClient",
@@ -104,5 +107,6 @@ __all__ = [
     "TlsConfig",
     "UnaccountedRecordError",
     "UnavailableError",
+    "UnsettledCursorError",
     "partition_for_key",
 ]

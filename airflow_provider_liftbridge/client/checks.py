@@ -11,6 +11,7 @@ the core cannot import). Rendered templates are strings, so numbers may come as 
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import re
 from collections.abc import Callable, Iterable
@@ -23,10 +24,16 @@ __all__ = [
     "Check",
     "argument_message",
     "check_ack_policy",
+    "check_bool",
     "check_choice",
+    "check_duration",
     "check_non_negative_int",
     "check_partition",
+    "check_partition_count",
     "check_positive_int",
+    "check_replication_factor",
+    "check_text",
+    "check_timedelta",
     "check_timeout",
     "invalid",
     "number",
@@ -163,3 +170,73 @@ def check_ack_policy(value: Any, name: str = "ack_policy") -> AckPolicy:
     if isinstance(value, str) and value.strip().upper() in AckPolicy.__members__:
         return AckPolicy[value.strip().upper()]
     raise invalid(name, value, "not an ack policy: use one of 'leader', 'all', 'none'", f"e.g. {name}='all'")
+
+
+def check_text(value: Any, name: str) -> str:
+    """A non-empty string (a name, a group...).
+
+    :raises InvalidArgumentError: not a string, or blank.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(name, value, "a non-empty string is required")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``True`` or ``False`` (not ``1``, ``"yes"`` or ``"false"``: a non-empty string is true to
+    Python, so ``"false"`` would silently mean yes).
+
+    :raises InvalidArgumentError: anything but a ``bool``.
+    """
+    if isinstance(value, bool):
+        return value
+    raise invalid(name, value, "True or False is required", f"e.g. {name}=True")
+
+
+def check_partition_count(value: Any, name: str = "partitions") -> int:
+    """How many partitions a new stream gets: a whole number; 0 means Liftbridge's default, 1.
+
+    :raises InvalidArgumentError: not a whole number, or negative.
+    """
+    whole = whole_number(value)
+    if whole is None or whole < 0:
+        raise invalid(name, value, "the number of partitions is a whole number, 1 or more", f"e.g. {name}=3")
+    return whole
+
+
+def check_replication_factor(value: Any, name: str = "replication_factor") -> int:
+    """Copies of each partition: 1 or more, or -1 for every broker. 0 is what Liftbridge reads as
+    "not set" and turns into its default, 1 (its API has no way to say 0), so it is accepted.
+
+    :raises InvalidArgumentError: not a whole number, or below -1.
+    """
+    whole = whole_number(value)
+    if whole is None or whole < -1:
+        raise invalid(name, value, "copies of each partition: 1 or more, or -1 for every broker", f"e.g. {name}=3")
+    return whole
+
+
+def check_timedelta(value: Any, name: str) -> dt.timedelta | None:
+    """A ``datetime.timedelta`` (the client's durations), or ``None`` to leave it unset.
+
+    :raises InvalidArgumentError: anything else (a number of seconds too: see :func:`check_duration`).
+    """
+    if value is None or isinstance(value, dt.timedelta):
+        return value
+    raise InvalidArgumentError(f"{name} must be a datetime.timedelta, got {value!r}")
+
+
+def check_duration(value: Any, name: str) -> dt.timedelta | None:
+    """A duration as an operator's keyword takes it: a ``timedelta`` or a number of seconds, not
+    negative; ``None`` (or ``""``) leaves it unset.
+
+    :raises InvalidArgumentError: anything else.
+    """
+    if value is None or value == "":
+        return None
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else number(value)
+    if seconds is None or seconds < 0:
+        raise invalid(
+            name, value, "a timedelta or a number of seconds, 0 or more", f"e.g. {name}=timedelta(hours=1) or 3600"
+        )
+    return dt.timedelta(seconds=seconds)

@@ -35,6 +35,7 @@ __all__ = [
     "StreamExistsError",
     "UnaccountedRecordError",
     "UnavailableError",
+    "UnsettledCursorError",
 ]
 
 
@@ -110,6 +111,14 @@ class UnavailableError(LiftbridgeError):
     def __init__(self, message: str, *, cause: str = "") -> None:
         super().__init__(message)
         self.cause: str = cause
+
+
+class UnsettledCursorError(UnavailableError):
+    """``fetch_cursor``: the leader of the cursors-stream partition that owns the cursor held
+    messages it had not committed yet, for longer than the client waits. Liftbridge answers a
+    FetchCursor it has not cached by reading that partition backwards from its high watermark and
+    caches the answer, so asked then it could return (and keep returning) an older position than
+    the last one stored. Nothing was read; try again once the cluster has settled."""
 
 
 class CursorsDisabledError(LiftbridgeError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 
 import grpc
 
@@ -26,12 +25,14 @@ from .errors import (
     PartitionPausedError,
     StreamExistsError,
     UnavailableError,
+    UnsettledCursorError,
 )
 from .partitioners import PartitionerFunc
 from .presence import missing_confirmed
 from .requests import build_create_stream
 from .retry import IDEMPOTENT, is_transient
 from .routing import CURSORS_STREAM, ClientCore
+from .stream_options import StreamOptions
 from .types import Metadata, PartitionInfo
 
 __all__ = [
@@ -299,49 +300,9 @@ def leader_unary(core: ClientCore, method: str, request: object, stream: str, pa
 # ---------------------------------------------------------------------------------------------
 
 
-def create_stream(
-    core: ClientCore,
-    subject: str,
-    name: str,
-    *,
-    partitions: int = 1,
-    replication_factor: int = 1,
-    group: str | None = None,
-    retention_max_bytes: int | None = None,
-    retention_max_messages: int | None = None,
-    retention_max_age: timedelta | None = None,
-    cleaner_interval: timedelta | None = None,
-    segment_max_bytes: int | None = None,
-    segment_max_age: timedelta | None = None,
-    compact_enabled: bool | None = None,
-    compact_max_goroutines: int | None = None,
-    auto_pause_time: timedelta | None = None,
-    auto_pause_disable_if_subscribers: bool | None = None,
-    min_isr: int | None = None,
-    optimistic_concurrency_control: bool | None = None,
-    encryption: bool | None = None,
-) -> Op[None]:
+def create_stream(core: ClientCore, subject: str, name: str, options: StreamOptions) -> Op[None]:
     """The operation of ``LiftbridgeClient.create_stream`` (documented there)."""
-    request = build_create_stream(
-        subject,
-        name,
-        partitions=partitions,
-        replication_factor=replication_factor,
-        group=group,
-        retention_max_bytes=retention_max_bytes,
-        retention_max_messages=retention_max_messages,
-        retention_max_age=retention_max_age,
-        cleaner_interval=cleaner_interval,
-        segment_max_bytes=segment_max_bytes,
-        segment_max_age=segment_max_age,
-        compact_enabled=compact_enabled,
-        compact_max_goroutines=compact_max_goroutines,
-        auto_pause_time=auto_pause_time,
-        auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
-        min_isr=min_isr,
-        optimistic_concurrency_control=optimistic_concurrency_control,
-        encryption=encryption,
-    )
+    request = build_create_stream(subject, name, options)
     core.cache.forget(name)
     try:
         yield from unary(core, "CreateStream", request, stream=name)
@@ -413,12 +374,94 @@ def fetch_cursor(core: ClientCore, cursor_id: str, stream: str, partition: int) 
     """The operation of ``LiftbridgeClient.fetch_cursor`` (documented there)."""
     _cursor_args(cursor_id, stream)
     request = api_pb2.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
-    response = yield from _cursor_unary(core, "FetchCursor", request, cursor_id, stream, partition)
+    response = yield from _cursor_unary(core, "FetchCursor", request, cursor_id, stream, partition, settle=True)
     return int(response.offset)  # type: ignore[attr-defined]
 
 
+#: How long a FetchCursor waits for the owning cursors partition's leader to commit what it holds
+#: (a leader restarted from its high-watermark checkpoint took about 6 s on Liftbridge v1.9).
+CURSORS_SETTLE_WAIT = 30.0
+
+
+def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[str]:
+    """Return the address of the leader of cursors partition ``owner`` once it has committed every
+    message it held when first asked (high watermark >= that newest offset).
+
+    Liftbridge answers a FetchCursor it has no cached answer for by reading the partition backwards
+    from the leader's high watermark, and caches what it found until the next SetCursor of that
+    cursor or the next leadership change (``server/cursors.go``). A leader restarted from its
+    high-watermark checkpoint (written every 5 s), or newly elected (it knows the high watermark a
+    fetch late), reports a high watermark below messages that were committed: asked then, it
+    answers an older position, or -1, and keeps answering it (docs/reading-positions.md). Asking
+    only once what the leader held is committed closes that window for this client's reads.
+
+    Only the leader is asked: ``leader``, or when metadata names none this client can reach (a
+    leader just restarted can be missing from what the others list), the broker that answers for
+    the partition (only its leader does). One that cannot be reached, or that no longer leads,
+    raises :class:`NotLeaderError` (the caller looks the leader up again and retries). A paused
+    partition's leader refuses partition metadata in a non-leader's words: when the metadata says
+    paused, the read goes ahead (a paused log was closed cleanly, its high watermark is current); a
+    broker that really no longer leads refuses the FetchCursor too, and the caller re-routes it.
+
+    :raises NotLeaderError: no leader found, or it is unreachable or refuses as not the leader.
+    :raises UnsettledCursorError: not committed within :data:`CURSORS_SETTLE_WAIT` s.
+    """
+    request = api_pb2.FetchPartitionMetadataRequest(stream=CURSORS_STREAM, partition=owner)
+    if leader is None:
+        leader = yield from _answering_leader(core, request)
+    give_up = core.clock() + CURSORS_SETTLE_WAIT
+    held = None
+    pause = 0.05
+    while True:
+        try:
+            response = yield Unary(leader, "FetchPartitionMetadata", request, core.call_timeout(None))
+        except RpcFailure as failure:
+            listed = core.partition_info(CURSORS_STREAM, owner)
+            if failure.code == grpc.StatusCode.FAILED_PRECONDITION and listed is not None and listed.paused:
+                return leader
+            raise NotLeaderError(
+                f"the leader of {CURSORS_STREAM} partition {owner} ({leader}) did not answer for it: {failure}"
+            ) from failure
+        info = partition_from_pb(CURSORS_STREAM, response.metadata)
+        held = info.newest_offset if held is None else held
+        if info.high_watermark >= held:
+            return leader
+        if core.clock() + pause > give_up:
+            raise UnsettledCursorError(
+                f"the leader of {CURSORS_STREAM} partition {owner} ({info.leader}) has committed up to offset "
+                f"{info.high_watermark} of the {held} it holds, {CURSORS_SETTLE_WAIT:g} s on: a cursor read now "
+                "could return an older position than the last one stored (Liftbridge reads cursors up to the "
+                "committed offset and caches the answer), so none was read; try again once the cluster has "
+                "settled (a broker restarting, or an in-sync replica missing)"
+            )
+        yield Sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _answering_leader(core: ClientCore, request: object) -> Op[str]:
+    """The known broker that answers ``request`` (partition metadata: only a partition's leader
+    does), each asked once.
+
+    :raises NotLeaderError: none did.
+    """
+    for address in core.known_addresses():
+        try:
+            yield Unary(address, "FetchPartitionMetadata", request, core.call_timeout(None))
+        except RpcFailure:
+            continue
+        return address
+    raise NotLeaderError(f"no broker answers for {CURSORS_STREAM} partition {request.partition} yet")  # type: ignore[attr-defined]
+
+
 def _cursor_unary(
-    core: ClientCore, method: str, request: object, cursor_id: str, stream: str, partition: int
+    core: ClientCore,
+    method: str,
+    request: object,
+    cursor_id: str,
+    stream: str,
+    partition: int,
+    *,
+    settle: bool = False,
 ) -> Op[object]:
     """A cursor call, sent where the cursor lives: the leader of the cursors-stream partition
     that owns it. A broker that is not (or no longer) that leader refuses the call; the cursors
@@ -428,7 +471,9 @@ def _cursor_unary(
     call goes to any broker; one that answers "not leader" shows the stream exists after all (a
     restarting cluster lists no streams for a moment), so that also looks it up again. So does
     "Cursors stream does not exist" until the cluster is confirmed to have no cursors stream (see
-    :func:`_cursors_off_confirmed`): a cluster right after a full restart answers that for a moment too."""
+    :func:`_cursors_off_confirmed`): a cluster right after a full restart answers that for a moment too.
+    With ``settle`` (FetchCursor) each attempt first waits for the owning partition to commit what its
+    leader holds (:func:`_cursors_settled`)."""
     until = core.call_deadline(None)
     retries = 0
     while True:
@@ -438,6 +483,8 @@ def _cursor_unary(
         owner = core.cursors_partition(cursor_id, stream, partition)
         preferred = None if owner is None else core.route(CURSORS_STREAM, owner)
         try:
+            if settle and owner is not None:
+                preferred = yield from _cursors_settled(core, owner, preferred)
             return (
                 yield from unary(
                     core, method, request, preferred=preferred, stream=stream, partition=partition, until=until

@@ -32,7 +32,7 @@ Over NATS nobody says "no such stream": what is published to a partition without
 dropped and its ack times out. ``publish_many`` then sends again only the records its partition
 certainly does not hold (the leader's newest offset is what it held before the batch plus the
 records it acknowledged), within the ack timeout and at least ``max_retries`` rounds
-(``publishing/unstored.py``).
+(``publishing/timeout_recovery.py``).
 """
 
 from __future__ import annotations

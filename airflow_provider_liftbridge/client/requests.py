@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import InvalidArgumentError
+from .stream_options import StreamOptions
 from .types import AckPolicy, StartPosition, StopPosition
 
 StartAt = StartPosition | int | datetime | timedelta
@@ -31,69 +33,36 @@ def check_partition(partition: int) -> int:
     return partition
 
 
-def _ms(what: str, value: timedelta | None) -> api_pb2.NullableInt64 | None:
-    # The server takes these durations in milliseconds (the Go client sends Duration.Milliseconds()).
-    if value is None:
-        return None
-    if not isinstance(value, timedelta):
-        raise InvalidArgumentError(f"{what} must be a datetime.timedelta, got {value!r}")
-    return api_pb2.NullableInt64(value=value // timedelta(milliseconds=1))
+def _wire_name(option: str) -> str:
+    """The ``CreateStreamRequest`` field of a :class:`StreamOptions` field: ``min_isr`` -> ``minIsr``."""
+    head, *rest = option.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
-def build_create_stream(
-    subject: str,
-    name: str,
-    *,
-    partitions: int,
-    replication_factor: int,
-    group: str | None,
-    retention_max_bytes: int | None,
-    retention_max_messages: int | None,
-    retention_max_age: timedelta | None,
-    cleaner_interval: timedelta | None,
-    segment_max_bytes: int | None,
-    segment_max_age: timedelta | None,
-    compact_enabled: bool | None,
-    compact_max_goroutines: int | None,
-    auto_pause_time: timedelta | None,
-    auto_pause_disable_if_subscribers: bool | None,
-    min_isr: int | None,
-    optimistic_concurrency_control: bool | None,
-    encryption: bool | None,
-) -> api_pb2.CreateStreamRequest:
+def build_create_stream(subject: str, name: str, options: StreamOptions) -> api_pb2.CreateStreamRequest:
     """Build a ``CreateStreamRequest``; unset options stay unset so the server's defaults apply.
 
-    :raises InvalidArgumentError: an empty name or subject, a negative partition count.
+    Each option goes to the request field of its camel-cased name (``NullableInt64`` and the like
+    for the optional ones); durations are sent in milliseconds (the Go client sends
+    ``Duration.Milliseconds()``, which truncates).
+
+    :raises InvalidArgumentError: an empty name or subject.
     """
     check_name("subject", subject)
     check_name("name", name)
-    if partitions < 0:
-        raise InvalidArgumentError(f"partitions must be 0 or more (0 means 1), got {partitions}")
-    i64, i32, flag = api_pb2.NullableInt64, api_pb2.NullableInt32, api_pb2.NullableBool
-    return api_pb2.CreateStreamRequest(
-        subject=subject,
-        name=name,
-        group=group or "",
-        replicationFactor=replication_factor,
-        partitions=partitions,
-        retentionMaxBytes=None if retention_max_bytes is None else i64(value=retention_max_bytes),
-        retentionMaxMessages=None if retention_max_messages is None else i64(value=retention_max_messages),
-        retentionMaxAge=_ms("retention_max_age", retention_max_age),
-        cleanerInterval=_ms("cleaner_interval", cleaner_interval),
-        segmentMaxBytes=None if segment_max_bytes is None else i64(value=segment_max_bytes),
-        segmentMaxAge=_ms("segment_max_age", segment_max_age),
-        compactMaxGoroutines=None if compact_max_goroutines is None else i32(value=compact_max_goroutines),
-        compactEnabled=None if compact_enabled is None else flag(value=compact_enabled),
-        autoPauseTime=_ms("auto_pause_time", auto_pause_time),
-        autoPauseDisableIfSubscribers=(
-            None if auto_pause_disable_if_subscribers is None else flag(value=auto_pause_disable_if_subscribers)
-        ),
-        minIsr=None if min_isr is None else i32(value=min_isr),
-        optimisticConcurrencyControl=(
-            None if optimistic_concurrency_control is None else flag(value=optimistic_concurrency_control)
-        ),
-        encryption=None if encryption is None else flag(value=encryption),
-    )
+    request = api_pb2.CreateStreamRequest(subject=subject, name=name)
+    for option in dataclasses.fields(options):
+        value = getattr(options, option.name)
+        if value is None:
+            continue
+        if isinstance(value, timedelta):
+            value = value // timedelta(milliseconds=1)
+        target = _wire_name(option.name)
+        if request.DESCRIPTOR.fields_by_name[target].message_type is None:
+            setattr(request, target, value)
+        else:  # a Nullable* wrapper: set means "given"
+            getattr(request, target).value = value
+    return request
 
 
 def _headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes] | None:

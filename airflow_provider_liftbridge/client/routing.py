@@ -219,11 +219,11 @@ class ClientCore:
         return None
 
 
-class RetryStretch:
-    """The retry budget of one stretch without progress, for calls that run longer than their
-    timeout (a long batch): it opens at the first failure after progress, lasts ``wait`` seconds
-    (at least ``max_retries`` retries, :meth:`ClientCore.retry_wait`), and closes when the caller
-    says :meth:`over` (an ack came), so each outage gets a whole budget."""
+class OutageBudget:
+    """The retry budget of one outage (a stretch without progress), for calls that run longer than
+    their timeout (a long batch): it opens at the first failure after progress, lasts ``wait``
+    seconds (at least ``max_retries`` retries, :meth:`ClientCore.retry_wait`), and closes when the
+    caller says it :meth:`progressed` (an ack came), so each outage gets a whole budget."""
 
     __slots__ = ("_core", "_wait", "_retries", "_until")
 
@@ -238,7 +238,7 @@ class RetryStretch:
         ``None`` when no budget is open or time does not bound it (see :meth:`retry`)."""
         return self._until if self._core.reached else None
 
-    def over(self) -> None:
+    def progressed(self) -> None:
         """Progress: the next failure opens a new budget."""
         self._retries, self._until = 0, None
 

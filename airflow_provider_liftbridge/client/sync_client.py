@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
-from typing import TypeVar
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import operations, subscription
 from .base import ClientBase
 from .compression import Compression
 from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
+from .effects import Op
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
 from .publishing import batch, single
@@ -17,6 +19,8 @@ from .publishing.options import PublishOptions, PublishPath
 from .publishing.publisher import BatchPublisher
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
+from .routing import ClientCore
+from .stream_options import StreamOptions
 from .transport.channels import ChannelFactory, SyncChannelPool
 from .transport.nats import NatsLink
 from .transport.sync import SyncTransport
@@ -25,6 +29,25 @@ from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, Sta
 __all__ = ["LiftbridgeClient"]
 
 _R = TypeVar("_R")
+_P = ParamSpec("_P")
+
+
+def _runs(op: Callable[Concatenate[ClientCore, _P], Op[_R]]) -> Callable[Concatenate[LiftbridgeClient, _P], _R]:
+    """A client method that runs the operation ``op`` with the client's core and transport: the
+    method has ``op``'s parameters after the core, and its docstring (one signature, written once)."""
+
+    def method(self: LiftbridgeClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return self._transport.run(op(self._core, *args, **kwargs))
+
+    functools.update_wrapper(method, op)
+    signature = inspect.signature(op)
+    params = list(signature.parameters.values())
+    me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    # ``op`` returns an operation; the method returns what it yields in the end (annotated on ``op``).
+    unannotated = signature.replace(parameters=[me, *params[1:]], return_annotation=inspect.Signature.empty)
+    method.__signature__ = unannotated  # type: ignore[attr-defined]
+    vars(method).pop("__wrapped__")  # the signature above, not the operation's (which takes the core)
+    return method
 
 
 class LiftbridgeClient(ClientBase):
@@ -43,61 +66,22 @@ class LiftbridgeClient(ClientBase):
         self._pool = SyncChannelPool(factory, subscription_channels)
         self._transport = SyncTransport(self._pool, NatsLink(self.nats_servers, self._core.timeout, self.nats_security))
 
-    def create_stream(
-        self,
-        subject: str,
-        name: str,
-        *,
-        partitions: int = 1,
-        replication_factor: int = 1,
-        group: str | None = None,
-        retention_max_bytes: int | None = None,
-        retention_max_messages: int | None = None,
-        retention_max_age: timedelta | None = None,
-        cleaner_interval: timedelta | None = None,
-        segment_max_bytes: int | None = None,
-        segment_max_age: timedelta | None = None,
-        compact_enabled: bool | None = None,
-        compact_max_goroutines: int | None = None,
-        auto_pause_time: timedelta | None = None,
-        auto_pause_disable_if_subscribers: bool | None = None,
-        min_isr: int | None = None,
-        optimistic_concurrency_control: bool | None = None,
-        encryption: bool | None = None,
-    ) -> None:
-        """Create a stream named ``name`` attached to the NATS subject ``subject``.
+    def create_stream(self, /, subject: str, name: str, options: StreamOptions | None = None, **keywords: Any) -> None:
+        """Create a stream named ``name`` attached to the NATS subject ``subject``, with ``options``
+        (a :class:`~.stream_options.StreamOptions`) or the same options as keywords
+        (``create_stream(subject, name, partitions=3)``; keywords replace fields of ``options``).
 
         Options left at ``None`` take the server's defaults. Durations are ``timedelta`` and are sent
         in milliseconds. ``partitions=0`` means 1; ``replication_factor=-1`` means every broker.
 
         :raises StreamExistsError: a stream with this name exists.
-        :raises InvalidArgumentError: an empty or invalid name or subject, a reserved name, a
-            replication factor larger than the cluster.
+        :raises InvalidArgumentError: an empty or invalid name, subject or option, a reserved name,
+            a replication factor larger than the cluster.
+        :raises TypeError: a keyword that is no stream option.
         :raises UnavailableError: no broker could be reached.
         """
-        return self._transport.run(
-            operations.create_stream(
-                self._core,
-                subject,
-                name,
-                partitions=partitions,
-                replication_factor=replication_factor,
-                group=group,
-                retention_max_bytes=retention_max_bytes,
-                retention_max_messages=retention_max_messages,
-                retention_max_age=retention_max_age,
-                cleaner_interval=cleaner_interval,
-                segment_max_bytes=segment_max_bytes,
-                segment_max_age=segment_max_age,
-                compact_enabled=compact_enabled,
-                compact_max_goroutines=compact_max_goroutines,
-                auto_pause_time=auto_pause_time,
-                auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
-                min_isr=min_isr,
-                optimistic_concurrency_control=optimistic_concurrency_control,
-                encryption=encryption,
-            )
-        )
+        chosen = StreamOptions.of(options, keywords)
+        return self._transport.run(operations.create_stream(self._core, subject, name, chosen))
 
     def delete_stream(self, name: str) -> None:
         """Delete the stream ``name`` and all its partitions.
@@ -127,52 +111,9 @@ class LiftbridgeClient(ClientBase):
         """
         return self._transport.run(operations.set_stream_readonly(self._core, name, partitions, readonly))
 
-    def publish(
-        self,
-        stream: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: PartitionerFunc | None = None,
-        ack_policy: AckPolicy | None = None,
-        expected_offset: int | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Publish one message and wait for its ack (``None`` with ``AckPolicy.NONE``).
-
-        The partition is ``partition`` if given, else the ``partitioner``'s choice, else 0. A publish
-        that meets UNAVAILABLE is retried on another broker: without ``expected_offset`` that makes it
-        at-least-once (a retried message may be stored twice). A "no such stream" about a stream
-        this client has seen in metadata is retried too (up to ``max_retries`` times, with backoff)
-        until the metadata of all streams confirms it: a restarting cluster answers that for a
-        second or two (see :mod:`.presence`).
-
-        :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
-        :raises ReadonlyPartitionError: the partition is read-only.
-        :raises IncorrectOffsetError: ``expected_offset`` was refused (optimistic concurrency control).
-        :raises AckTimeoutError: no ack within ``timeout`` (or the client's default).
-        :raises UnavailableError: no broker could be reached.
-        """
-        return self._transport.run(
-            single.publish(
-                self._core,
-                stream,
-                value,
-                key=key,
-                headers=headers,
-                partition=partition,
-                partitioner=partitioner,
-                ack_policy=ack_policy,
-                expected_offset=expected_offset,
-                ack_inbox=ack_inbox,
-                correlation_id=correlation_id,
-                timeout=timeout,
-            )
-        )
+    #: One message, waiting for its ack: :func:`.publishing.single.publish` (its signature and
+    #: docstring, declared there once) run by this client's transport.
+    publish = _runs(single.publish)
 
     def publish_many(
         self,
@@ -306,38 +247,9 @@ class LiftbridgeClient(ClientBase):
         )
         return self._consumer_class(self._transport.run, self._transport.drive, self._core, member, idle_wait)
 
-    def publish_to_subject(
-        self,
-        subject: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        ack_policy: AckPolicy | None = None,
-        ack_inbox: str | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Publish one message to a NATS subject; every stream attached to it stores it. Returns the
-        first ack (``None`` with ``AckPolicy.NONE``). Retried on UNAVAILABLE: at-least-once.
-
-        :raises AckTimeoutError: no stream acknowledged within the timeout (also: no stream listens on
-            the subject).
-        :raises UnavailableError: no broker could be reached.
-        """
-        return self._transport.run(
-            single.publish_to_subject(
-                self._core,
-                subject,
-                value,
-                key=key,
-                headers=headers,
-                ack_policy=ack_policy,
-                ack_inbox=ack_inbox,
-                correlation_id=correlation_id,
-                timeout=timeout,
-            )
-        )
+    #: One message to a NATS subject: :func:`.publishing.single.publish_to_subject`, run by this
+    #: client's transport.
+    publish_to_subject = _runs(single.publish_to_subject)
 
     def subscribe(
         self,
@@ -414,11 +326,15 @@ class LiftbridgeClient(ClientBase):
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored for cursor ``cursor_id`` on ``stream``/``partition``; -1 if never set.
 
-        Routed like :func:`set_cursor`.
+        Read only once the owning cursors partition's leader has committed what it
+        holds: asked before, Liftbridge can answer an older position and keep answering it (see
+        docs/reading-positions.md). Routed like :func:`set_cursor`.
 
         :raises InvalidArgumentError: an empty cursor id or stream.
         :raises NotLeaderError: the owning partition's leader could not be found in time.
         :raises UnavailableError: no broker could be reached.
+        :raises UnsettledCursorError: that leader did not commit what it holds within
+            ``CURSORS_SETTLE_WAIT`` (30 s); nothing was read.
         """
         return self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
 

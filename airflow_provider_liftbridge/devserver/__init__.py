@@ -7,6 +7,7 @@ See docs/devserver.md.
 
 from __future__ import annotations
 
+from .clock import set_reception_clock
 from .errors import (
     DataDirError,
     DevServerError,
@@ -33,4 +34,5 @@ __all__ = [
     "PortInUseError",
     "ServerStateError",
     "TlsConfigError",
+    "set_reception_clock",
 ]

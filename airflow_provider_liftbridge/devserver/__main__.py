@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
         "stall meanwhile (default: %(default)s)",
     )
     cluster.add_argument(
+        "--hw-checkpoint-interval",
+        type=float,
+        default=_DEFAULTS.hw_checkpoint_interval,
+        metavar="SECONDS",
+        help="every broker checkpoints its replicas' high watermarks this often; a killed broker comes "
+        "back with them (default: %(default)s, Liftbridge's)",
+    )
+    cluster.add_argument(
         "--stream-propagation",
         type=float,
         default=_DEFAULTS.stream_propagation,
@@ -181,6 +189,7 @@ def _timings(args: argparse.Namespace) -> ClusterTimings:
             metadata_cache_max_age=args.metadata_cache_max_age,
             stream_propagation=args.stream_propagation,
             replica_max_idle_wait=args.replica_max_idle_wait,
+            hw_checkpoint_interval=args.hw_checkpoint_interval,
         )
     except ValueError as exc:
         raise DevServerError(f"bad cluster timings ({exc}); see --help for --restart-window and the others") from exc

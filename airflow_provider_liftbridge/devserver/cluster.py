@@ -10,11 +10,15 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from .cursors import CursorIndex
 from .faults import MetadataLeader, StreamPropagation
 from .log import PartitionLog
 from .model import BrokerSlot, ClusterTimings
 from .partition import Partition, Stream
 from .replication import Replica, Replication
+
+#: The internal cursors stream (``cursors_stream.CURSORS_STREAM``, which imports the store).
+CURSORS_STREAM = "__cursors"
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,7 @@ class ClusterStore(Protocol):
 
     streams: dict[str, Stream]
     brokers: list[BrokerSlot]
+    cursors: CursorIndex
 
     def save(self) -> None: ...
 
@@ -55,6 +60,7 @@ class Cluster:
         #: How long a caught-up follower waits before checking in with the leader.
         self.idle_wait = max(0.01, timings.replica_max_lag_time / 3)
         self._task: asyncio.Task[None] | None = None
+        self._checkpoints: asyncio.Task[None] | None = None
         self._window_end: asyncio.TimerHandle | None = None
         self._commit_kicks: dict[Replication, None] = {}
         self._kick_handle: asyncio.Handle | None = None
@@ -129,6 +135,7 @@ class Cluster:
                 replication_of(part).start_followers()
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._monitor(), name="cluster monitor")
+        self._checkpoints = loop.create_task(self._checkpoint_loop(), name="high watermark checkpoints")
         if self.restarted_at is not None:
             remaining = self.restarted_at + self.timings.restart_hw_unknown - time.monotonic()
             self._window_end = loop.call_later(max(0.0, remaining), self._restart_settled)
@@ -154,6 +161,9 @@ class Cluster:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
+            self._checkpoints = None
         if self._window_end is not None:
             self._window_end.cancel()
             self._window_end = None
@@ -195,6 +205,23 @@ class Cluster:
                 self.check()
             except Exception:
                 log.exception("cluster check failed")
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.timings.hw_checkpoint_interval)
+            try:
+                self.checkpoint_all()
+            except Exception:
+                log.exception("checkpointing high watermarks failed")
+
+    def checkpoint_all(self) -> None:
+        """Every running broker checkpoints the high watermarks of its replicas (Liftbridge's
+        ``checkpointHWLoop``, one per log; a stalled process's ticker does not run)."""
+        running = [b.id for b in self.store.brokers if b.live and not b.stalled]
+        for part in self.partitions():
+            repl = replication_of(part)
+            for bid in running:
+                repl.checkpoint(bid)
 
     def check(self) -> None:
         """Shrink the ISR of followers that fell behind; replace leaders that are gone too long.
@@ -239,9 +266,16 @@ class Cluster:
         if old in part.isr:
             part.isr.remove(old)
         log.warning("leader %s of %s/%d is gone; %s leads now", old, part.stream.name, part.id, new.id)
-        repl.become_leader(new)
-        self.store.leadership_moved(part)
+        self._lead(part, repl, new)
         return True
+
+    def _lead(self, part: Partition, repl: Replication, new: Replica) -> None:
+        """Make ``new`` the leader of ``part``; a broker that becomes leader of a ``__cursors``
+        partition forgets the cursors it cached (Liftbridge's ``BecomePartitionLeader``)."""
+        repl.become_leader(new)
+        if part.stream.name == CURSORS_STREAM:
+            self.store.cursors.purge(new.id)
+        self.store.leadership_moved(part)
 
     def expand_isr(self, repl: Replication, rep: Replica) -> None:
         part = repl.part
@@ -258,9 +292,12 @@ class Cluster:
         if not controlled:
             for part in self.partitions():
                 repl = replication_of(part)
+                repl.broker_killed(broker.id)  # its replicas' high watermarks: the last checkpoint
                 if part.leader == broker.id and repl.leader_down_since is None:
                     repl.leader_down_since = time.monotonic()
             return
+        for part in self.partitions():
+            replication_of(part).checkpoint(broker.id)  # a clean stop writes the checkpoint
         changed = False
         for part in self.partitions():
             repl = replication_of(part)
@@ -279,15 +316,18 @@ class Cluster:
                 while repl.fetch(new, max_batches=64):
                     pass
                 part.isr.remove(broker.id)
-                repl.become_leader(new)
-                self.store.leadership_moved(part)
+                self._lead(part, repl, new)
                 changed = True
         if changed:
             self.store.save()
 
     def broker_started(self, broker: BrokerSlot) -> None:
-        """``broker`` serves again: its replicas catch up (cut back first if leadership moved) and rejoin."""
+        """``broker`` serves again, a new process: its replicas catch up (cut back first if
+        leadership moved) and rejoin; it has no cursors cached. Partitions it still leads start
+        from its checkpointed high watermarks, and their followers fetch from it again only
+        ``replica_max_idle_wait`` later (:meth:`~.replication.Replication.leader_restarted`)."""
         self.metadata.broker_back(broker)
+        self.store.cursors.purge(broker.id)
         for part in self.partitions():
             repl = replication_of(part)
             rep = repl.replicas.get(broker.id)
@@ -295,7 +335,7 @@ class Cluster:
                 continue
             if part.leader == broker.id:
                 repl.leader_down_since = None
-                repl.start_followers()
+                repl.leader_restarted(self.timings.replica_max_idle_wait)
                 continue
             rep.last_seen = rep.last_caught_up = time.monotonic()
             if repl.leader_serving:

@@ -7,9 +7,18 @@ internal ``Cursor`` protobuf (stream = 1, partition = 2, cursorId = 3, offset = 
 numbers of the API's ``SetCursorRequest``, so a serialized ``SetCursorRequest`` is the same bytes).
 The stream is compacted by key, and its newest offset grows with every write.
 
-The dev server stores the same messages and keeps :class:`CursorIndex` in step with them (updated
-when a write commits, rebuilt from the partitions' logs when the server starts), so FetchCursor
-reads no log. Compaction keeps each partition bounded: once it holds more than
+FetchCursor reads them as Liftbridge's ``GetCursor`` does: each broker keeps an LRU cache of
+:data:`CACHE_SIZE` cursor offsets (:class:`CursorCache`); a SetCursor caches its value once its
+message is committed; a miss reads the owning partition's log on that broker backwards from the high
+watermark that replica knows (:func:`latest_cursor_offset`) and caches what it finds, -1 when the
+key is not at or below it, so a miss answered from a stale high watermark stays until the
+cursor is set again or the cache is purged (the broker becomes leader of a ``__cursors``
+partition, or starts: a new process).
+
+The dev server also keeps :class:`CursorIndex`, the committed offset of every cursor (updated
+when a write commits, rebuilt from the partitions' logs when the server starts): compaction writes
+the latest message of every key from it, and moving cursors of an earlier dev server in uses it.
+FetchCursor does not read it. Compaction keeps each partition bounded: once it holds more than
 :data:`COMPACT_MIN` records and more than twice as many as it has live keys, the latest message of
 every key is written again and everything before those copies is discarded
 (:func:`compaction_due`; how it differs from Liftbridge's compaction: ``docs/devserver.md``).
@@ -20,6 +29,7 @@ from __future__ import annotations
 import logging
 import shutil
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: A ``__cursors`` partition is compacted only past this many records (and twice its live keys).
 COMPACT_MIN = 256
+#: Entries of a broker's cursor cache (Liftbridge's ``cursorCacheSize``).
+CACHE_SIZE = 512
 #: Where dev servers before cursors-as-messages kept cursors (read once, then removed).
 LEGACY_DIR = "cursors"
 
@@ -85,14 +97,89 @@ def _bodies(log_: PartitionLog) -> Iterator[bytes]:
         offset += len(batch)
 
 
+def _range(log_: PartitionLog, first: int, last: int) -> list[bytes]:
+    """The bodies of offsets ``first`` to ``last`` of ``log_``, oldest first."""
+    out: list[bytes] = []
+    offset = first
+    while offset <= last:
+        batch = log_.read(offset, last + 1 - offset)
+        if not batch:
+            break
+        out += batch
+        offset += len(batch)
+    return out
+
+
+def latest_cursor_offset(log_: PartitionLog, key: bytes, hw: int) -> int:
+    """The cursor offset a FetchCursor miss finds for ``key`` in a ``__cursors`` log: as
+    Liftbridge's ``getLatestCursorOffset`` (v1.9.0-72, the measured build), the offset in the
+    newest message of the key, read backwards from ``hw`` to the oldest record; -1 when ``hw`` is
+    -1 or no message of the key is at or below it. (v1.9.0 itself read forwards and took the
+    largest offset.)"""
+    oldest = log_.oldest_offset
+    if hw < 0 or log_.is_empty:
+        return -1
+    end = min(hw, log_.newest_offset)
+    while end >= oldest:
+        start = max(oldest, end - 4095)
+        for body in reversed(_range(log_, start, end)):
+            msg = api_pb2.Message.FromString(body)
+            if msg.key != key:
+                continue
+            parsed = parse_cursor(msg.value)
+            if parsed is None:
+                log.warning("invalid cursor message in __cursors (key %r)", msg.key)
+                continue
+            return parsed[1]
+        end = start - 1
+    return -1
+
+
+class CursorCache:
+    """One broker's LRU cache of cursor offsets (:data:`CACHE_SIZE` entries), keyed by cursor key."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._entries: OrderedDict[bytes, int] = OrderedDict()
+
+    def get(self, key: bytes) -> int | None:
+        offset = self._entries.get(key)
+        if offset is not None:
+            self._entries.move_to_end(key)
+        return offset
+
+    def add(self, key: bytes, offset: int) -> None:
+        self._entries[key] = offset
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class CursorIndex:
-    """The committed offset of every cursor, in step with the ``__cursors`` messages."""
+    """The committed offset of every cursor, in step with the ``__cursors`` messages, and every
+    broker's cursor cache (what FetchCursor answers from)."""
 
     def __init__(self) -> None:
         self._offsets: dict[CursorId, int] = {}
         #: Per ``__cursors`` partition, the last compaction's copies (first offset, end): every
         #: replica's log that holds them all may discard what lies before them.
         self.trims: dict[int, tuple[int, int]] = {}
+        self._caches: dict[str, CursorCache] = {}
+
+    def cache(self, broker_id: str) -> CursorCache:
+        """``broker_id``'s cursor cache."""
+        cache = self._caches.get(broker_id)
+        if cache is None:
+            cache = self._caches[broker_id] = CursorCache()
+        return cache
+
+    def purge(self, broker_id: str) -> None:
+        """Empty ``broker_id``'s cursor cache (it became leader of a ``__cursors`` partition, or it
+        is a new process)."""
+        self._caches.pop(broker_id, None)
 
     def get(self, cursor_id: str, stream: str, partition: int) -> int:
         """The cursor's offset, -1 when it was never set."""

@@ -11,8 +11,9 @@ serves SetCursor and FetchCursor for it. Any other broker answers FAILED_PRECOND
 INTERNAL "Cursors stream does not exist".
 
 Every SetCursor is a message of the owning partition (key and value: :mod:`.cursors`), published
-with ack policy ALL and a 5 s limit as Liftbridge does; the positions are read from
-:class:`~.cursors.CursorIndex`, kept in step with those messages and rebuilt from them at start.
+with ack policy ALL and a 5 s limit as Liftbridge does; FetchCursor answers from the serving
+broker's cursor cache, or on a miss from its replica of the owning partition, read backwards from
+the high watermark that replica knows (:func:`read_cursor`, :mod:`.cursors`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .cluster import replication_of
 from .cursors import (
     CursorId,
     compaction_due,
@@ -32,9 +34,11 @@ from .cursors import (
     cursor_partition,
     cursor_value,
     drop_legacy,
+    latest_cursor_offset,
     take_legacy,
 )
 from .errors import ApiError
+from .log import PartitionLog
 from .model import BrokerSlot, NewMessage
 from .partition import Partition
 from .state import Store
@@ -89,6 +93,8 @@ async def open_cursors(store: Store) -> None:
         if store.cursors.get(*cursor) == -1:
             store.cursors.record(cursor, offset)
             pid = cursor_partition(*cursor, len(cursors.partitions))
+            # They count as set: the leader's cache has them, as after a SetCursor.
+            store.cursors.cache(cursors.partitions[pid].leader).add(cursor_key(*cursor), offset)
             waits.append(_write(store, cursors.partitions[pid], cursor, offset))
     asyncio.gather(*waits).add_done_callback(lambda _done: drop_legacy(store.data_dir))
 
@@ -103,6 +109,7 @@ async def write_cursor(store: Store, owner: Partition, cursor: CursorId, offset:
     """
     if owner.readonly:
         raise ApiError(grpc.StatusCode.INTERNAL, f"readonly partition: {owner.id}")
+    serving = owner.leader  # the broker serving the call (check_cursor_owner): its cache takes the value
     if owner.paused:
         await store.resume_for_publish(owner)  # a publish resumes a paused partition, this one too
     limit = CURSOR_TIMEOUT if timeout is None else max(0.0, min(timeout, CURSOR_TIMEOUT))
@@ -110,11 +117,31 @@ async def write_cursor(store: Store, owner: Partition, cursor: CursorId, offset:
         await asyncio.wait_for(asyncio.shield(_write(store, owner, cursor, offset)), limit)
     except TimeoutError:
         raise ApiError(grpc.StatusCode.INTERNAL, "context deadline exceeded") from None
+    store.cursors.cache(serving).add(cursor_key(*cursor), offset)
     _trim(store, owner)
     partitions = len(store.streams[CURSORS_STREAM].partitions)
     records = owner.log.newest_offset + 1 - owner.log.oldest_offset
     if compaction_due(records, len(store.cursors.owned_by(owner.id, partitions))):
         _compact(store, owner)
+
+
+def read_cursor(store: Store, broker: BrokerSlot, owner: Partition, cursor: CursorId) -> int:
+    """FetchCursor on ``broker`` (the leader of ``owner``, the cursor's ``__cursors`` partition):
+    the cached offset, else what ``broker``'s replica of ``owner`` holds for the cursor at or below
+    the high watermark that replica knows (:func:`~.cursors.latest_cursor_offset`; -1 when
+    nothing), which is then cached."""
+    key = cursor_key(*cursor)
+    cache = store.cursors.cache(broker.id)
+    offset = cache.get(key)
+    if offset is not None:
+        return offset
+    if owner.replication is None:
+        local: tuple[PartitionLog, int] | None = (owner.log, owner.log.newest_offset)
+    else:
+        local = replication_of(owner).local_hw(broker.id)
+    offset = -1 if local is None else latest_cursor_offset(local[0], key, local[1])
+    cache.add(key, offset)
+    return offset
 
 
 def _write(store: Store, owner: Partition, cursor: CursorId, offset: int) -> asyncio.Future[Any]:

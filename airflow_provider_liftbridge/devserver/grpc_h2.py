@@ -3,7 +3,8 @@
 Why not only ``grpc.aio``: grpcio sends every streamed response as its own operation and its
 own DATA frame, which costs the server ~75 µs of CPU per message and makes every grpcio client
 pay for one frame per message too. Here responses queued during one event-loop turn go out
-together, in as few DATA frames and socket writes as the flow-control windows allow.
+together, in as few DATA frames and socket writes as the flow-control windows allow, a streaming
+handler's in writes of up to 32 KiB (``_SEND_CHUNK``, as grpc-go's server writes).
 
 Why ``h2``: it owns every piece of HTTP/2 state — framing, HPACK, stream states, SETTINGS,
 PING acknowledgements and both directions of flow control. This module never sends more than
@@ -62,6 +63,12 @@ _MAX_INBOUND_FRAME = 1 << 20
 _MAX_STREAMS = 10_000
 #: A streaming handler is paused once this many response bytes wait for one stream (backpressure).
 _SEND_HIGH_WATER = 256 * 1024
+#: A streaming handler's responses go to the socket once this many bytes are queued, with a loop turn
+#: before the next ones: grpc-go's default write buffer (``defaultWriteBufSize``), so a fast handler's
+#: responses arrive in writes of at most this size, as a Liftbridge server sends them, and a client
+#: reads them in as many pieces (its cost per read shows here too, issue 43). Without it, a handler
+#: reading a log from memory filled ``_SEND_HIGH_WATER`` before anything was written.
+_SEND_CHUNK = 32 * 1024
 #: Received request messages waiting for a streaming handler, in bytes, before we stop
 #: handing window back to the client.
 _RECV_HIGH_WATER = 1 << 20
@@ -481,7 +488,7 @@ class _Connection(asyncio.Protocol):
                     async with contextlib.aclosing(fn(request, ctx)) as responses:
                         async for item in responses:
                             self._queue(stream, serialize(item))
-                            if stream.pending_size >= _SEND_HIGH_WATER or self._paused:
+                            if stream.pending_size >= _SEND_CHUNK or self._paused:
                                 await self._writable(stream)
                 else:
                     fn = handler.stream_unary if handler.request_streaming else handler.unary_unary

@@ -117,6 +117,11 @@ class ClusterTimings:
         long after (later if the metadata leader stops running before then); they answer "no such
         stream" until then. The default is hashicorp/raft's ``CommitTimeout`` (50 ms), which
         Liftbridge keeps: how long a follower may wait to learn that an entry was committed.
+        ``replica_max_idle_wait`` is also how long after a killed leader is back (still leader) its
+        followers fetch from it again (their fetches failed while it was gone).
+    :param hw_checkpoint_interval: every broker writes the high watermarks of its replicas to disk
+        this often (and on a clean stop); a killed broker's replicas come back with them
+        (Liftbridge's commit log, ``HWCheckpointInterval``, 5 s).
     :raises ValueError: a negative duration, a restart window out of order, or a minimum ISR below 1.
     """
 
@@ -130,10 +135,12 @@ class ClusterTimings:
     metadata_cache_max_age: float = 120.0
     stream_propagation: float = 0.05
     replica_max_idle_wait: float = 10.0
+    hw_checkpoint_interval: float = 5.0
 
     def __post_init__(self) -> None:
         durations = (
             self.replica_max_idle_wait,
+            self.hw_checkpoint_interval,
             self.metadata_election_timeout,
             self.metadata_cache_max_age,
             self.stream_propagation,
@@ -157,13 +164,14 @@ class ClusterTimings:
     @classmethod
     def fast(cls, **overrides: Any) -> ClusterTimings:
         """Timings for tests: lag time and leader timeout 0.5 s, the restart window a tenth of the
-        real one (0.03 s, 0.15 s, 0.9 s), metadata election 0.2 s, idle wait after a NATS loss 1 s.
-        Keywords override single values."""
+        real one (0.03 s, 0.15 s, 0.9 s), metadata election 0.2 s, idle wait after a NATS loss or a
+        leader's restart 1 s, high watermark checkpoints every 0.5 s. Keywords override single values."""
         base = cls(
             replica_max_lag_time=0.5,
             replica_max_leader_timeout=0.5,
             metadata_election_timeout=0.2,
             replica_max_idle_wait=1.0,
+            hw_checkpoint_interval=0.5,
             restart_no_streams=0.03,
             restart_no_leaders=0.15,
             restart_hw_unknown=0.9,

@@ -12,7 +12,9 @@ from typing import Any, Protocol
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .clock import RECEPTION_SHIFTS, clock_shift_ns
 from .errors import IncorrectOffsetError
+from .group_subscribers import GroupSubscribers
 from .log import LogClosedError, PartitionLog
 from .model import REFUSED, CommitCallback, NewMessage, StreamConfig, partition_subject
 from .wire import TimestampField, header_entries, header_entry, length_delimited, message_body, varint
@@ -46,6 +48,8 @@ class Partition:
         self._last_ts = log_.latest_timestamp
         self._callbacks: list[tuple[CommitCallback, Any]] = []
         self._waiters: list[asyncio.Future[None]] = []
+        #: Each consumer group's one subscriber on this partition (Liftbridge's fencing on Subscribe).
+        self.group_subscribers = GroupSubscribers()
         # The parts of a stored Message that are the same for every message of this partition: fields
         # 5 to 7 and the server's headers for a message that came on the partition's own subject
         # without a reply (the usual case).
@@ -89,6 +93,8 @@ class Partition:
         """
         log_ = self.log
         offset = first = log_.next_offset
+        if RECEPTION_SHIFTS:  # a test moved this stream's reception clock (devserver/clock.py)
+            timestamp += clock_shift_ns(self.stream.name)
         # Reception timestamps never go backwards, so timestamp lookups can bisect.
         if timestamp < self._last_ts:
             timestamp = self._last_ts

@@ -107,6 +107,8 @@ class DevServerProcess:
                 str(timings.stream_propagation),
                 "--replica-max-idle-wait",
                 str(timings.replica_max_idle_wait),
+                "--hw-checkpoint-interval",
+                str(timings.hw_checkpoint_interval),
             ]
         self.data_dir = Path(data_dir)
         self.brokers = brokers

@@ -24,10 +24,29 @@ and what was observed on a three-broker cluster, ``liftbridge-semantics.md``):
   back to where that epoch ended in the new leader's history before fetching again, so an
   uncommitted tail the new leader never had is lost, as in Liftbridge.
 
+- Every replica knows its own high watermark (:attr:`Replica.hw`), as every Liftbridge log does:
+  the leader's is the committed one (metadata reports it, and it bounds what subscribers read on
+  the leader); a follower takes the leader's from the answer to its fetch, and that answer carries
+  the high watermark from before the fetch counted (Liftbridge's commit loop runs apart from the
+  replication answer), so a follower is one fetch behind. The leader counts a follower's offset
+  only as its fetch requests report it (:attr:`Replica.offset`), -1 until the first fetch of a
+  leadership, as Liftbridge's ISR map starts.
+- Every ``hw_checkpoint_interval`` (and on a clean stop) each running broker writes its replicas'
+  high watermarks to ``replication-offset-checkpoint`` in the replica's directory (Liftbridge's
+  commit log). A killed broker comes back with those values; a full-cluster restart reads them.
+- A newly elected leader starts from the high watermark it knew as a follower, and commits more
+  only once its followers fetch from it. A leader killed and back before the leader timeout
+  starts from its checkpoint, and its followers, whose fetches failed meanwhile, fetch from it
+  again only ``replica_max_idle_wait`` after it is back (Liftbridge's follower sleeps
+  ``replica.max.idle.wait`` less up to 2 s of jitter after a failed fetch): until then its high
+  watermark, what it reports and what its subscribers read, stays at the checkpoint.
+
 What is simplified: replication runs in-process (no NATS replication subjects, no fetch requests
-on the wire, no Raft: the metadata changes happen at once); a follower learns the leader's high
-watermark at once rather than on its next fetch; the fetch loop wakes on every leader write
-instead of sleeping ``replica.max.idle.wait``. See docs/devserver.md.
+on the wire, no Raft: the metadata changes happen at once); the fetch loop of a caught-up follower
+wakes on every leader write and otherwise checks in every ``replica_max_lag_time / 3`` instead of
+``replica.max.idle.wait`` less jitter; after a leader's restart its followers wait exactly
+``replica_max_idle_wait`` (on Liftbridge it depends on where their sleep was when it died).
+See docs/devserver.md.
 
 """
 
@@ -35,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -47,18 +67,58 @@ from .partition import Partition
 log = logging.getLogger(__name__)
 
 _FETCH_BATCH = 4096
+#: The file in a replica's directory holding its checkpointed high watermark (Liftbridge's name).
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+def read_hw_checkpoint(log_: PartitionLog) -> int | None:
+    """The high watermark checkpointed in ``log_``'s directory; ``None`` when there is none."""
+    try:
+        return int((log_.directory / HW_CHECKPOINT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def write_hw_checkpoint(log_: PartitionLog, hw: int) -> None:
+    """Write ``hw`` to ``log_``'s checkpoint file atomically (a failure is logged, not raised)."""
+    path = log_.directory / HW_CHECKPOINT_FILE
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(str(hw))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cannot checkpoint the high watermark in %s: %s", log_.directory, exc)
 
 
 class Replica:
-    """One broker's copy of a partition: its log, the last leader epoch it knew, and what the
-    leader knows about it (when it last fetched, when it was last caught up)."""
+    """One broker's copy of a partition: its log, the last leader epoch it knew, the high
+    watermark it knows and last checkpointed, and what the leader knows about it (the offset its
+    last fetch reported, when it last fetched, when it was last caught up)."""
 
-    __slots__ = ("broker", "epoch", "last_caught_up", "last_seen", "log", "task", "wakeup")
+    __slots__ = (
+        "broker",
+        "checkpoint",
+        "epoch",
+        "hw",
+        "last_caught_up",
+        "last_seen",
+        "log",
+        "offset",
+        "task",
+        "wakeup",
+    )
 
-    def __init__(self, broker: BrokerSlot, log_: PartitionLog, epoch: int) -> None:
+    def __init__(self, broker: BrokerSlot, log_: PartitionLog, epoch: int, hw: int, checkpoint: int | None) -> None:
         self.broker = broker
         self.log = log_
         self.epoch = epoch
+        #: The high watermark this replica knows (the leader's is the partition's).
+        self.hw = hw
+        #: The last high watermark checkpointed (what the broker comes back with after a kill;
+        #: ``None``: none yet, it comes back with -1 as Liftbridge without the file).
+        self.checkpoint = checkpoint
+        #: The newest offset this replica's last fetch reported to the current leader (-1: none yet).
+        self.offset = -1
         now = time.monotonic()
         self.last_seen = now
         self.last_caught_up = now
@@ -120,15 +180,22 @@ class Replication:
         self.part = part
         self.cluster = cluster
         self.replicas: dict[str, Replica] = {}
+        # Without a checkpoint (a data directory of an earlier dev server) a replica starts from
+        # what every ISR member has.
+        in_sync = [logs[b].newest_offset for b in part.isr if b in logs]
+        fallback = min(in_sync) if in_sync else part.log.newest_offset
         for bid, plog in logs.items():
             broker = cluster.broker_by_id(bid)
             assert broker is not None, bid
-            self.replicas[bid] = Replica(broker, plog, (replica_epochs or {}).get(bid, epoch))
+            saved = read_hw_checkpoint(plog)
+            self.replicas[bid] = Replica(
+                broker, plog, (replica_epochs or {}).get(bid, epoch), fallback if saved is None else saved, saved
+            )
         self.epoch = epoch
         self.epoch_starts = list(epoch_starts or [(epoch, 0)])
-        # What every ISR member has (after a restart, what they all wrote counts as committed).
-        in_sync = [self.replicas[b].log.newest_offset for b in part.isr if b in self.replicas]
-        self.hw = min(in_sync) if in_sync else part.log.newest_offset
+        #: Monotonic time before which followers do not fetch from this partition's leader (it was
+        #: killed and came back: their failed fetch sends them to sleep, see :meth:`leader_restarted`).
+        self.fetch_resume_at = 0.0
         #: ALL acks waiting for the high watermark: (offset, callback, argument), in offset order.
         self._waiting: deque[tuple[int, CommitCallback, Any]] = deque()
         #: Monotonic time the leader was found dead or stalled (None while it serves).
@@ -140,6 +207,12 @@ class Replication:
     @property
     def leader(self) -> Replica | None:
         return self.replicas.get(self.part.leader)
+
+    @property
+    def hw(self) -> int:
+        """The partition's high watermark: its leader replica's (-1 without one)."""
+        rep = self.replicas.get(self.part.leader)
+        return -1 if rep is None else rep.hw
 
     @property
     def leader_serving(self) -> bool:
@@ -167,13 +240,20 @@ class Replication:
 
     def readable(self, broker_id: str) -> tuple[PartitionLog, int] | None:
         """The log a subscriber on ``broker_id`` reads and the last offset it may read (its replica's
-        copy up to the high watermark), or ``None`` when that broker holds no replica."""
+        copy up to the high watermark that replica knows: the leader's is the partition's), or
+        ``None`` when that broker holds no replica."""
         rep = self.replicas.get(broker_id)
         if rep is None:
             return None
         if self.cluster.hw_unknown:
             return rep.log, -1
-        return rep.log, min(self.hw, rep.log.newest_offset)
+        return rep.log, min(rep.hw, rep.log.newest_offset)
+
+    def local_hw(self, broker_id: str) -> tuple[PartitionLog, int] | None:
+        """``broker_id``'s replica log and the high watermark that replica knows (not hidden by the
+        restart window: what Liftbridge's ``log.HighWatermark()`` returns), or ``None``."""
+        rep = self.replicas.get(broker_id)
+        return None if rep is None else (rep.log, min(rep.hw, rep.log.newest_offset))
 
     def min_isr(self) -> int:
         return self.part.stream.config.min_isr or self.cluster.timings.min_insync_replicas
@@ -193,12 +273,13 @@ class Replication:
         self.update_hw()
 
     def update_hw(self) -> None:
-        """Move the high watermark to the last offset every ISR member has (never backwards within
-        a leader epoch), then send the ALL acks it covers and wake subscribers."""
+        """Move the leader's high watermark to the last offset every ISR member reported having
+        (never backwards), then send the ALL acks it covers and wake subscribers (Liftbridge's
+        commit loop). A leader that does not run commits nothing."""
         if self.cluster.hw_unknown:
             return
         leader = self.leader
-        if leader is None:
+        if leader is None or not leader.serving:
             return
         isr = self.part.isr
         if len(isr) < self.min_isr():
@@ -207,15 +288,16 @@ class Replication:
         for bid in isr:
             rep = self.replicas.get(bid)
             if rep is not None and rep is not leader:
-                newest = min(newest, rep.log.newest_offset)
-        if newest <= self.hw and not self._waiting:
+                newest = min(newest, rep.offset)
+        hw = leader.hw
+        if newest <= hw and not self._waiting:
             return
-        if newest > self.hw:
-            self.hw = newest
+        if newest > hw:
+            leader.hw = hw = newest
         waiting = self._waiting
-        if waiting and waiting[0][0] <= self.hw:
+        if waiting and waiting[0][0] <= hw:
             now = time.time_ns()
-            while waiting and waiting[0][0] <= self.hw:
+            while waiting and waiting[0][0] <= hw:
                 _, fn, arg = waiting.popleft()
                 try:
                     fn(arg, now)
@@ -251,7 +333,7 @@ class Replication:
             if wakeup is None:
                 return
             wakeup.clear()
-            paused = self.cluster.fetch_paused_until - time.monotonic()
+            paused = max(self.cluster.fetch_paused_until, self.fetch_resume_at) - time.monotonic()
             if paused > 0:
                 await asyncio.sleep(paused)  # lost NATS: Liftbridge's follower sleeps before fetching again
                 continue
@@ -278,6 +360,10 @@ class Replication:
             self.truncate_to_epoch(rep)
         now = time.monotonic()
         rep.last_seen = now
+        # The request reports the follower's log end; the answer carries the leader's high
+        # watermark as it is before this request is counted (Liftbridge commits apart from answering).
+        rep.offset = rep.log.newest_offset
+        answer_hw = leader.hw
         copied = 0
         for _ in range(max_batches):
             start = rep.log.next_offset
@@ -293,6 +379,9 @@ class Replication:
             rep.log.extend_copied(start, bodies, stamps)
             rep.log.flush()
             copied += len(bodies)
+        if answer_hw > rep.hw:
+            rep.hw = answer_hw
+            self.part.notify()  # subscribers reading this follower's copy
         if rep.log.newest_offset >= leader.log.newest_offset:
             rep.last_caught_up = now
             if rep.id not in self.part.isr and rep.id in self.part.replicas:
@@ -301,8 +390,8 @@ class Replication:
             cfg = self.part.stream.config
             if cfg.retention_max_messages or cfg.retention_max_bytes:
                 rep.log.enforce_retention(max_messages=cfg.retention_max_messages, max_bytes=cfg.retention_max_bytes)
-            if rep.id in self.part.isr:
-                self.update_hw()
+        if rep.id in self.part.isr:
+            self.update_hw()
         return copied
 
     def truncate_to_epoch(self, rep: Replica) -> None:
@@ -332,7 +421,8 @@ class Replication:
 
     # -- leadership -------------------------------------------------------------
     def become_leader(self, new: Replica) -> None:
-        """Make ``new`` the leader in a new epoch starting at its log end; followers restart."""
+        """Make ``new`` the leader in a new epoch starting at its log end, from the high watermark
+        it knew as a follower; it knows nothing of its followers' offsets yet; followers restart."""
         self.stop_followers()
         self.drop_waiting()
         self.epoch += 1
@@ -347,15 +437,46 @@ class Replication:
                 self.truncate_to_epoch(rep)
             now = time.monotonic()
             rep.last_seen = rep.last_caught_up = now
-        # The new leader commits what every ISR member has (never less than before).
-        self.hw = min(self.hw, new.log.newest_offset)
+            rep.offset = -1
+        self.fetch_resume_at = 0.0
         self.start_followers()
         self.update_hw()
 
+    def leader_restarted(self, refetch_after: float) -> None:
+        """The leader's broker was killed and serves again, still leader: a new process, which
+        knows none of its followers' offsets; they fetch from it again ``refetch_after`` seconds
+        from now (their fetches failed while it was gone). Its high watermark is its checkpoint
+        (:meth:`broker_killed`) until then."""
+        leader = self.leader
+        now = time.monotonic()
+        for rep in self.replicas.values():
+            if rep is not leader:
+                rep.offset = -1
+                rep.last_seen = rep.last_caught_up = now  # Liftbridge's replicators start afresh
+        self.fetch_resume_at = now + refetch_after
+        self.start_followers()
+
+    # -- high watermark checkpoints ---------------------------------------------
+    def checkpoint(self, broker_id: str) -> None:
+        """``broker_id`` checkpoints the high watermark its replica knows (written when it changed)."""
+        rep = self.replicas.get(broker_id)
+        if rep is not None and rep.checkpoint != rep.hw and not self.part.deleted:
+            rep.checkpoint = rep.hw
+            write_hw_checkpoint(rep.log, rep.hw)
+
+    def broker_killed(self, broker_id: str) -> None:
+        """``broker_id``'s process died: its replica's high watermark is what it checkpointed last."""
+        rep = self.replicas.get(broker_id)
+        if rep is not None:
+            rep.hw = -1 if rep.checkpoint is None else rep.checkpoint
+
     def close(self) -> None:
+        """A clean stop: every running replica checkpoints its high watermark, the logs close."""
         self.stop_followers()
         self._waiting.clear()
         for rep in self.replicas.values():
+            if not rep.log.closed:
+                self.checkpoint(rep.id)  # a killed broker's is unchanged: nothing to write
             rep.log.close()
 
     def destroy(self) -> None:

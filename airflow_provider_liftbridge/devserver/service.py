@@ -21,7 +21,7 @@ from nats.nuid import NUID
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
-from .cursors_stream import check_cursor_owner, write_cursor
+from .cursors_stream import check_cursor_owner, read_cursor, write_cursor
 from .errors import ApiError, IncorrectOffsetError
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
@@ -29,6 +29,7 @@ from .model import BrokerSlot, is_valid_subject
 from .partition import Partition
 from .publish_async import AsyncSession
 from .state import ASYNC_BAD_REQUEST, ASYNC_INCORRECT_OFFSET, ASYNC_NOT_FOUND, ASYNC_READONLY, Store
+from .subscribe import SubscribeApi
 from .wire import async_error_bytes, build_ack
 
 if TYPE_CHECKING:
@@ -38,19 +39,9 @@ log = logging.getLogger(__name__)
 
 _NONE = api_pb2.NONE
 _ALL = api_pb2.ALL
-_WAIT_FOREVER = -1
 #: How long a PublishAsync call waits for outstanding acks after the client half-closes (as the real server).
 ASYNC_ACK_TIMEOUT = 5.0
-_READ_BATCH = 512
 _EMPTY_PUBLISH_RESPONSE = b""
-_HANDSHAKE = b""
-#: What Liftbridge answers (INTERNAL, no handshake) to a Subscribe without ``resume`` on a paused
-#: partition starting at a committed offset.
-PAUSED_SUBSCRIBE = "Failed to create stream reader: segment has been closed"
-#: How Liftbridge ends a subscription whose partition is paused (FAILED_PRECONDITION) or deleted
-#: (NOT_FOUND): its commit log's errors (``server/commitlog``, ErrCommitLogClosed / ErrCommitLogDeleted).
-COMMIT_LOG_CLOSED = "commit log was closed"
-COMMIT_LOG_DELETED = "commit log was deleted"
 #: The gRPC service name of the API (paths are ``/proto.API/<Method>``).
 SERVICE = "proto.API"
 
@@ -105,6 +96,7 @@ class ApiService:
         # Consumer groups (groups.py): the four group RPCs and the groups part of FetchMetadata.
         self.groups = groups if groups is not None else ConsumerGroups(store)
         self._groups_api = GroupsApi(self.groups, broker)
+        self._subscribe_api = SubscribeApi(store, broker, self._knows)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler to add to a ``grpc.aio`` server."""
@@ -122,7 +114,7 @@ class ApiService:
         add("DeleteStream", u, self.DeleteStream, api_pb2.DeleteStreamRequest)
         add("PauseStream", u, self.PauseStream, api_pb2.PauseStreamRequest)
         add("SetStreamReadonly", u, self.SetStreamReadonly, api_pb2.SetStreamReadonlyRequest)
-        add("Subscribe", s, self.Subscribe, api_pb2.SubscribeRequest)
+        add("Subscribe", s, self._subscribe_api.Subscribe, api_pb2.SubscribeRequest)
         add("FetchMetadata", u, self.FetchMetadata, api_pb2.FetchMetadataRequest)
         add("FetchPartitionMetadata", u, self.FetchPartitionMetadata, api_pb2.FetchPartitionMetadataRequest)
         add("Publish", u, self.Publish, api_pb2.PublishRequest)
@@ -449,101 +441,6 @@ class ApiService:
             if fut is not None:
                 self.ingest.forget_ack_waiter(inbox, fut)
 
-    # -- subscribing ----------------------------------------------------------
-    def _start_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
-        log_ = part.log
-        newest = part.hw
-        pos = req.startPosition
-        if pos == api_pb2.OFFSET:
-            start = req.startOffset
-        elif pos == api_pb2.TIMESTAMP:
-            start = log_.first_offset_at_or_after(req.startTimestamp)
-        elif pos == api_pb2.EARLIEST:
-            start = log_.oldest_offset
-        elif pos == api_pb2.LATEST:
-            start = newest
-        elif pos == api_pb2.NEW_ONLY:
-            start = newest + 1
-        else:
-            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StartPosition {pos}")
-        return max(start, 0)
-
-    def _stop_offset(self, req: api_pb2.SubscribeRequest, part: Partition) -> int:
-        newest = part.hw
-        pos = req.stopPosition
-        if pos == api_pb2.STOP_ON_CANCEL:
-            return newest if part.readonly else _WAIT_FOREVER
-        if pos == api_pb2.STOP_OFFSET:
-            return req.stopOffset
-        if pos == api_pb2.STOP_TIMESTAMP:
-            return min(part.log.last_offset_at_or_before(req.stopTimestamp), newest)
-        if pos == api_pb2.STOP_LATEST:
-            if newest == -1:
-                raise ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stream is empty")
-            return newest
-        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Unknown StopPosition {pos}")
-
-    async def Subscribe(
-        self, req: api_pb2.SubscribeRequest, context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        store = self.store
-        cluster = store.cluster
-        part = store.get_partition(req.stream, req.partition)
-        if part is None or (cluster is not None and (cluster.no_streams or not self._knows(req.stream))):
-            await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "No such partition"))
-        if (part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr)) or (
-            cluster is not None and cluster.no_leaders
-        ):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
-        if part.paused and req.resume:
-            await store.resume_for_publish(part)
-        try:
-            offset = self._start_offset(req, part)
-            stop = self._stop_offset(req, part)
-        except ApiError as err:
-            await _abort(context, err)
-        if stop != _WAIT_FOREVER and stop < offset:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"Stop offset is before start offset: {stop} < {offset}"
-            )
-        if part.paused and offset <= part.hw:
-            # Liftbridge closes a paused partition's log. A reader starting at a committed offset
-            # opens a segment and fails at once; one starting past the high watermark (an empty
-            # partition, NEW_ONLY) opens nothing, so the handshake goes out and the first read
-            # finds the log closed: FAILED_PRECONDITION in the loop below.
-            await context.abort(grpc.StatusCode.INTERNAL, PAUSED_SUBSCRIBE)
-        yield _HANDSHAKE
-        log_ = part.log
-        repl = part.replication
-        while True:
-            if part.deleted:
-                await context.abort(grpc.StatusCode.NOT_FOUND, COMMIT_LOG_DELETED)
-            if part.paused:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, COMMIT_LOG_CLOSED)
-            if repl is None:
-                newest = log_.newest_offset
-            else:
-                # This broker's own replica, up to the high watermark (a stalled broker sends nothing).
-                await cluster.until_running(self.broker)  # type: ignore[union-attr]
-                view = repl.readable(self.broker.id)
-                if view is None or (part.leader != self.broker.id and not req.readISRReplica):
-                    await _abort(context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader"))
-                log_, newest = view
-            if offset <= newest:
-                offset = max(offset, log_.oldest_offset)
-                limit = newest if stop == _WAIT_FOREVER else min(newest, stop)
-                if offset <= limit:
-                    batch = log_.read(offset, min(_READ_BATCH, limit - offset + 1))
-                    for body in batch:
-                        yield body
-                    offset += len(batch)
-                    if offset - 1 == stop:
-                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
-                    continue
-            if part.readonly:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "End of readonly partition")
-            await part.wait_change()
-
     # -- cursors --------------------------------------------------------------
     async def SetCursor(self, req: api_pb2.SetCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
         owner = await self._check_cursor_request(req, context)
@@ -555,8 +452,9 @@ class ApiService:
         return api_pb2.SetCursorResponse()
 
     async def FetchCursor(self, req: api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]) -> Any:
-        await self._check_cursor_request(req, context)
-        return api_pb2.FetchCursorResponse(offset=self.store.cursors.get(req.cursorId, req.stream, req.partition))
+        owner = await self._check_cursor_request(req, context)
+        cursor = (req.cursorId, req.stream, req.partition)
+        return api_pb2.FetchCursorResponse(offset=read_cursor(self.store, self.broker, owner, cursor))
 
     async def _check_cursor_request(
         self, req: api_pb2.SetCursorRequest | api_pb2.FetchCursorRequest, context: aio.ServicerContext[Any, Any]

@@ -30,11 +30,12 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
     """Run one piece of work against a stream with the client of a ``liftbridge`` connection.
 
     Subclasses implement :meth:`run`; the client is closed when it returns or raises. Arguments
-    are validated when the DAG is parsed (literal values) and again once templates are rendered
+    are validated when the DAG is parsed (literal values, once the operator is built, whatever the
+    subclass) and again once templates are rendered
     (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`): a subclass lists its
-    parameters' validators in ``argument_checks`` and calls ``self.check_literal_arguments(Cls)``
-    at the end of its ``__init__``. Parameters naming a function (``function_arguments``) are
-    imported first thing in :meth:`execute`, on the worker, never when the DAG is parsed.
+    parameters' validators in ``argument_checks``. Parameters naming a function
+    (``function_arguments``) are imported first thing in :meth:`execute`, on the worker, never when
+    the DAG is parsed.
 
     :param stream: the stream's name. (templated)
     :param liftbridge_conn_id: the connection to use. (templated)
@@ -49,7 +50,6 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
         super().__init__(**kwargs)
         self.stream = stream
         self.liftbridge_conn_id = liftbridge_conn_id
-        self.check_literal_arguments(LiftbridgeBaseOperator)
 
     @cached_property
     def hook(self) -> LiftbridgeHook:

@@ -140,7 +140,6 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         self.dead_letter_stream = dead_letter_stream
         self.create_dead_letter_stream = create_dead_letter_stream
         super().__init__(**kwargs)
-        self.check_literal_arguments(LiftbridgeConsumeOperator)
 
     def check_arguments(self, *, rendered: bool) -> None:
         """The reading arguments' combination, and: exactly one function, a dead-letter stream

@@ -341,10 +341,17 @@ def _headers_column(batch: Sequence[Message]) -> pa.Array:
     offsets = [0]
     keys: list[str] = []
     values: list[bytes] = []
+    # Messages that carry only the server's headers share one mapping (SubscriptionState.take):
+    # its entries are listed once, not once per message. A message's headers never change.
+    last: Any = None
+    names: tuple[str, ...] = ()
+    entries: tuple[bytes, ...] = ()
     for message in batch:
         headers = message.headers
-        keys.extend(headers.keys())
-        values.extend(headers.values())
+        if headers is not last:
+            last, names, entries = headers, tuple(headers.keys()), tuple(headers.values())
+        keys += names
+        values += entries
         offsets.append(len(keys))
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.binary()), type=_HEADERS_TYPE

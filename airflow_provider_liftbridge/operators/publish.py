@@ -39,7 +39,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
     :param records_callable_args: / :param records_callable_kwargs: its arguments. (templated)
     :param key_field: for mapping records, the field whose value is the key. (templated)
     :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
-        :param window: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
+        :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
         :param producer_id: / :param liftbridge_conn_id: the publishing options of
         :class:`~airflow_provider_liftbridge.operators.publishing.LiftbridgePublishingOperator`;
         with ``exactly_once`` a record's sequence number is its position in ``records``.
@@ -87,7 +87,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         self.records_callable_args = records_callable_args
         self.records_callable_kwargs = records_callable_kwargs
         self.key_field = key_field
-        self.check_literal_arguments(LiftbridgePublishOperator)
 
     def source_records(self, context: Context) -> Iterator[Record]:
         """The records to publish, from ``records`` or ``records_callable``, built lazily.

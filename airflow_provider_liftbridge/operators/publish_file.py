@@ -104,11 +104,12 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
     :param storage_conn_id: Airflow connection of the object store, if it needs one. (templated)
     :param key_field: the field (JSON/CSV/Parquet) whose value is a row's key. (templated)
     :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
-        :param window: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
+        :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
         :param producer_id: / :param liftbridge_conn_id: the publishing options of
         :class:`~airflow_provider_liftbridge.operators.publishing.LiftbridgePublishingOperator`
-        (``window`` also bounds the rows read ahead); with ``exactly_once`` rows are numbered
-        across all files in path order, so the files and their order must not change between tries.
+        (``batch_size`` also bounds the rows read ahead; ``window`` is its deprecated name); with
+        ``exactly_once`` rows are numbered across all files in path order, so the files and their
+        order must not change between tries.
     :param progress_every: log progress every this many rows.
     :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
         :param max_whole_file_bytes: reading options (see ``ReadOptions``).
@@ -166,10 +167,9 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
             csv_delimiter=csv_delimiter,
             csv_header=csv_header,
             skip_empty_lines=skip_empty_lines,
-            batch_rows=max(1, self.window),
+            batch_rows=max(1, self._batch_size),
             max_whole_file_bytes=max_whole_file_bytes,
         )
-        self.check_literal_arguments(LiftbridgePublishFileOperator)
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
         name = str(path)

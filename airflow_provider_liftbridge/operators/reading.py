@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -32,16 +32,20 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
+    DEFAULT_LATENESS,
     BatchFailed,
     BatchHandler,
     PartitionPlan,
     PartitionReport,
+    PartitionRun,
     PipelineEntry,
     RangePlanner,
+    RunEntry,
     StartSpec,
     check_cadence,
     read_plan,
     record_pipeline,
+    record_run,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
@@ -62,12 +66,13 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .group_member import KeepReading, group_partitions
+from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
+from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
-#: Asked before each batch in a consumer group: is the plan's partition still this task's?
-KeepReading = Callable[[PartitionPlan], bool]
 #: Seconds to wait for ``min_messages`` unless ``poll_timeout`` says otherwise (the Kafka operator's 60).
 DEFAULT_POLL_TIMEOUT = 60.0
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
@@ -153,6 +158,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         task's partitions) before planning; ``deferrable=True`` waits in the triggerer.
     :param poll_timeout: seconds to wait for ``min_messages`` before the try fails (default 60).
     :param deferrable: wait for ``min_messages`` in the triggerer (default: ``[operators] default_deferrable``).
+    :param read_by: ``"position"`` (default): what arrived since the last run, as above;
+        ``"interval"``: every message whose timestamp is in the run's data interval (or
+        ``[start_time, end_time)``), found by Liftbridge's time index, the same in every try,
+        clear and backfill. ``cursor_id`` then only names the progress cursors (optional),
+        ``group_id``, ``start_at``, ``max_messages`` and ``min_messages`` do not apply. The task
+        waits until every partition is complete for the interval. See ``docs/consume.md``.
+    :param start_time: / :param end_time: with ``read_by="interval"``: the interval to read
+        instead of the data interval (aware datetimes or ISO 8601 text). (templated)
+    :param allowed_lateness: with ``read_by="interval"``: how long after the end a partition that
+        has no later message counts as complete (``timedelta`` or seconds; default 60 s).
     :param max_poll_interval: with ``group_id``: seconds one batch (reading it and the handler) may
         take before the task's member leaves the group (default 300; ``None``: never). Until then
         the member heartbeats on its own, so a batch slower than the group's consumer timeout
@@ -161,7 +176,18 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
     """
 
-    template_fields: Sequence[str] = ("stream", "partitions", "cursor_id", "group_id", "start_at", "liftbridge_conn_id")
+    template_fields: Sequence[str] = (
+        "stream",
+        "partitions",
+        "cursor_id",
+        "group_id",
+        "start_at",
+        "start_time",
+        "end_time",
+        "liftbridge_conn_id",
+    )
+    #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
+    operator_extra_links = (LiftbridgeStreamLink(), LiftbridgePipelineLink())
     argument_checks = {
         "partitions": parse_partitions,
         "cursor_id": optional(check_name),
@@ -173,6 +199,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "min_messages": optional(check_non_negative_int),
         "poll_timeout": check_timeout,
         "deferrable": check_bool,
+        "read_by": check_choice(READ_BY),
+        "start_time": parse_time,
+        "end_time": parse_time,
+        "allowed_lateness": check_lateness,
         "max_poll_interval": check_timeout,
     }
 
@@ -190,6 +220,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         min_messages: int | None = None,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        read_by: str = "position",
+        start_time: Any = None,
+        end_time: Any = None,
+        allowed_lateness: Any = DEFAULT_LATENESS,
         max_poll_interval: float | None = MAX_POLL_INTERVAL,
         **kwargs: Any,
     ) -> None:
@@ -202,18 +236,19 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.commit_cadence = commit_cadence
         self.min_messages = min_messages
         self.poll_timeout = poll_timeout
+        self.read_by = read_by
+        self.start_time = start_time
+        self.end_time = end_time
+        self.allowed_lateness = allowed_lateness
         self.deferrable = deferrable
         self.max_poll_interval = max_poll_interval
         super().__init__(stream=stream, **kwargs)
-        self.check_literal_arguments(LiftbridgeReadingOperator)
 
     # -- arguments ----------------------------------------------------------------------------
     def check_combination(self, *, rendered: bool) -> None:
-        """Runs :meth:`check_arguments` once the reading arguments are set (the base classes
-        call this before that, at the end of their ``__init__``)."""
+        """Runs :meth:`check_arguments` (what this class and its subclasses check together)."""
         super().check_combination(rendered=rendered)
-        if hasattr(self, "deferrable"):
-            self.check_arguments(rendered=rendered)
+        self.check_arguments(rendered=rendered)
 
     def check_arguments(self, *, rendered: bool) -> None:
         """What depends on several arguments (each one alone is checked by ``argument_checks``):
@@ -222,7 +257,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
 
         :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
+        check_read_by_arguments(self, rendered=rendered)
         cursor, group = self.cursor_id, self.group_id
+        if self.read_by == "interval":
+            return
         if not cursor and not group:
             raise LiftbridgeArgumentError(
                 "give cursor_id (the cursor that keeps this task's position) or group_id (a consumer group):"
@@ -276,12 +314,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
 
     # -- running ------------------------------------------------------------------------------
     def run(self, client: LiftbridgeClient, context: Context) -> Any:
-        """Wait for ``min_messages`` if asked, plan, read, commit; return the XCom value.
+        """Wait for ``min_messages`` (or, by interval, for the interval to be complete) if asked,
+        plan, read, commit; return the XCom value.
 
-        :raises TaskDeferred: waiting for ``min_messages`` in the triggerer.
+        :raises TaskDeferred: waiting in the triggerer.
         :raises LiftbridgeAirflowError: the handler failed on a message (named by stream,
             partition and offset), or ``min_messages`` were not there within ``poll_timeout``.
+        :raises NoTimestampsError: by interval, a partition's messages have no usable timestamps.
         """
+        if self.read_by == "interval":
+            return self._run_interval(client, context)
         with self._partitions(client) as (partitions, keep_reading):
             plan_key, run_id = plan_key_of(context)
             planner = RangePlanner(
@@ -300,29 +342,72 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             self._log_plans(plans)
             if not all(plan.resumed for plan in plans):  # once per run: the UI view finds the pipeline
                 self._record_pipeline(client, context, plan_key, run_id, plans)
-            try:
-                reports = read_plan(
-                    client,
-                    plans,
-                    handler,
-                    position_cursor=self.position_cursor,
-                    max_batch_size=int(self.max_batch_size),
-                    commit_cadence=check_cadence(self.commit_cadence),
-                    keep_reading=keep_reading,
-                )
-            except BatchFailed as failed:
-                message = failed.message
-                report = failed.reports.get(message.partition)
-                self.log.error(
-                    "stream %r partition %d offset %d failed: %s (position committed up to offset %s)",
-                    message.stream,
-                    message.partition,
-                    message.offset,
-                    failed,
-                    report.committed if report else "unknown",
-                )
-                raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
-        result = self.result(reports)
+            reports = self._read(client, plans, handler, self.position_cursor, keep_reading)
+            self._record_run(client, context, run_id, reports)
+        return self._summarize(reports, self.result(reports))
+
+    def _run_interval(self, client: LiftbridgeClient, context: Context) -> Any:
+        """``read_by="interval"``: wait for the interval, plan it, read it with the shared batches
+        and commits (to the interval's progress cursors), mark it done."""
+        plan_key, _ = plan_key_of(context)
+        planner, partitions = wait_for_interval(self, client, context, parse_partitions(self.partitions), plan_key)
+        handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
+        plans = planner.plan(partitions)
+        self.planned(plans)
+        self._log_plans(plans)
+        reports = self._read(client, plans, handler, planner.progress_cursor, None)
+        planner.finish([p.partition for p in plans])
+        result = self.result(reports) | {"read_by": "interval", "interval": planner.interval.to_dict()}
+        for plan in plans:
+            result["partitions"][str(plan.partition)]["interval_first_offset"] = plan.start
+        if not any(plan.end > plan.start for plan in plans):
+            self.log.info(
+                "The interval [%s, %s) holds no messages on stream %r partitions %s: nothing to read",
+                planner.interval.start.isoformat(),
+                planner.interval.end.isoformat(),
+                self.stream,
+                [p.partition for p in plans],
+            )
+            result["empty"] = True
+        return self._summarize(reports, result)
+
+    def planned(self, plans: list[PartitionPlan]) -> None:
+        """Told the plans before the handler is made and anything is read (default: nothing)."""
+
+    def _read(
+        self,
+        client: LiftbridgeClient,
+        plans: list[PartitionPlan],
+        handler: BatchHandler,
+        position_cursor: str,
+        keep_reading: KeepReading | None,
+    ) -> dict[int, PartitionReport]:
+        """:func:`read_plan` with this task's batch size and cadence; a failed batch becomes the
+        task's error, naming the message."""
+        try:
+            return read_plan(
+                client,
+                plans,
+                handler,
+                position_cursor=position_cursor,
+                max_batch_size=int(self.max_batch_size),
+                commit_cadence=check_cadence(self.commit_cadence),
+                keep_reading=keep_reading,
+            )
+        except BatchFailed as failed:
+            message = failed.message
+            report = failed.reports.get(message.partition)
+            self.log.error(
+                "stream %r partition %d offset %d failed: %s (position committed up to offset %s)",
+                message.stream,
+                message.partition,
+                message.offset,
+                failed,
+                report.committed if report else "unknown",
+            )
+            raise LiftbridgeAirflowError(self.describe_failure(failed)) from failed.__cause__
+
+    def _summarize(self, reports: dict[int, PartitionReport], result: dict[str, Any]) -> dict[str, Any]:
         emit_reading_stats(self.dag_id, self.task_id, self.stream, reports)
         self.log.info(
             "Read stream %r: %d message(s) processed, %d dead-lettered",
@@ -347,35 +432,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         """The partitions to read (the given ones, ``None``: all) and, in a consumer group, the
         check that a partition is still this task's; the member leaves the group when the block ends.
 
-        A group member reads only after the hand-over wait of the partitions it took over, so
-        their previous owner has stopped and committed before the plan reads the group's positions.
+        A group member reads only after the hand-over wait of the partitions it took over
+        (:func:`.group_member.group_partitions`).
         """
         if not self.group_id:
             yield parse_partitions(self.partitions), None
             return
-        with client.group_consumer(
-            self.group_id,
-            [self.stream],
-            auto_commit_interval=None,
-            max_poll_interval=check_timeout(self.max_poll_interval, "max_poll_interval"),
-        ) as member:
-            wait = member.handover_wait
-            if wait > 0:
-                self.log.info("Waiting %.1f s for the partitions' previous owners to hand them over", wait)
-                time.sleep(wait)
-            assigned = member.check_assignments().get(self.stream, [])
-            self.log.info(
-                "Consumer group %r assigned partition(s) %s of stream %r to member %s",
-                self.group_id,
-                assigned,
-                self.stream,
-                member.consumer_id,
-            )
-
-            def keep_reading(plan: PartitionPlan) -> bool:
-                return plan.partition in member.check_assignments().get(self.stream, [])
-
-            yield assigned, keep_reading
+        limit = check_timeout(self.max_poll_interval, "max_poll_interval")
+        with group_partitions(client, str(self.group_id), self.stream, limit, self.log) as found:
+            yield found
 
     def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
         """Return once ``min_messages`` are there to read; defer or poll until then.
@@ -476,6 +541,35 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             record_pipeline(client, entry)
         except LiftbridgeError as exc:
             self.log.warning("could not record this pipeline for the Liftbridge UI view (%s); reading goes on", exc)
+
+    def _record_run(
+        self, client: LiftbridgeClient, context: Context, run_id: str, reports: dict[int, PartitionReport]
+    ) -> None:
+        """Append this try to the run history the view charts (see ``docs/ui.md``); a failure is
+        logged, never fatal, as for the registry."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", None)
+        entry = RunEntry(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            map_index=map_index if isinstance(map_index, int) else -1,
+            run_id=run_id,
+            stream=self.stream,
+            partitions={
+                p: PartitionRun(
+                    processed=r.processed,
+                    dead_lettered=r.dead_lettered,
+                    lag=r.lag,
+                    # What the try saw last: its position plus the messages after it.
+                    high_watermark=(r.last_offset if r.last_offset is not None else r.committed) + r.lag,
+                )
+                for p, r in reports.items()
+            },
+        )
+        try:
+            record_run(client, entry)
+        except LiftbridgeError as exc:
+            self.log.warning("could not record this run for the Liftbridge UI view's charts (%s); reading goes on", exc)
 
     def _log_plans(self, plans: list[PartitionPlan]) -> None:
         for plan in plans:

@@ -18,6 +18,8 @@ from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
 from airflow_provider_liftbridge.validation import check_function_path, optional
 
+from .links import LiftbridgeStreamLink
+
 __all__ = ["LiftbridgeSparkPublishOperator", "spark_settings_from_connection"]
 
 # Extras of the Spark provider's ``spark`` connection that map to Spark settings of an in-process session.
@@ -130,6 +132,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     }
     function_arguments = ("dataframe_callable",)
     ui_color = "#fde8d7"
+    #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
+    operator_extra_links = (LiftbridgeStreamLink(),)
 
     def __init__(
         self,
@@ -178,7 +182,6 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         self.exactly_once = exactly_once
         self.producer_id = producer_id
         self.compression = compression
-        self.check_literal_arguments(LiftbridgeSparkPublishOperator)
         # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
         self._source()
         if "{{" not in stream:

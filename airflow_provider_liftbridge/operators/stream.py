@@ -8,8 +8,9 @@ them fatal). Each operator returns a small JSON-safe dict describing what it did
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from datetime import timedelta
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from airflow.sdk import Context
@@ -19,20 +20,17 @@ from airflow_provider_liftbridge.client import (
     NoSuchPartitionError,
     NoSuchStreamError,
     StreamExistsError,
+    StreamOptions,
 )
+from airflow_provider_liftbridge.client.checks import check_duration
+from airflow_provider_liftbridge.client.stream_options import STREAM_OPTION_NAMES
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
 from airflow_provider_liftbridge.validation import (
     Check,
+    airflow_check,
     check_bool,
-    check_duration,
-    check_name,
-    check_non_negative_int,
-    check_partition_count,
     check_partition_list,
-    check_positive_int,
-    check_replication_factor,
     check_subject,
-    optional,
 )
 
 from .base import LiftbridgeBaseOperator
@@ -44,43 +42,34 @@ __all__ = [
     "LiftbridgeSetStreamReadonlyOperator",
 ]
 
-#: Stream options passed to ``create_stream`` as they are.
-_PLAIN_OPTIONS = (
-    "group",
-    "retention_max_bytes",
-    "retention_max_messages",
-    "segment_max_bytes",
-    "compact_enabled",
-    "compact_max_goroutines",
-    "auto_pause_disable_if_subscribers",
-    "min_isr",
-    "optimistic_concurrency_control",
-    "encryption",
-)
-#: Stream options that are durations: a ``timedelta`` or a number of seconds.
-_DURATION_OPTIONS = ("retention_max_age", "cleaner_interval", "segment_max_age", "auto_pause_time")
 _CREATE_CHECKS: dict[str, Check] = {
     "subject": check_subject,
-    "partitions": check_partition_count,
-    "replication_factor": check_replication_factor,
-    "group": optional(check_name),
-    "retention_max_bytes": optional(check_non_negative_int),
-    "retention_max_messages": optional(check_non_negative_int),
-    "segment_max_bytes": optional(check_non_negative_int),
-    "compact_max_goroutines": optional(check_positive_int),
-    "min_isr": optional(check_positive_int),
     "fail_if_exists": check_bool,
-    **{name: check_duration for name in _DURATION_OPTIONS},
-    **{
-        name: optional(check_bool)
-        for name in (
-            "compact_enabled",
-            "auto_pause_disable_if_subscribers",
-            "optimistic_concurrency_control",
-            "encryption",
-        )
-    },
+    # One per stream option, the option's own (client/stream_options.py), as Airflow's error.
+    **{name: airflow_check(check) for name, check in StreamOptions.keyword_checks().items()},
 }
+
+
+def _stream_option_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, which takes the stream options through ``**kwargs``, with a signature that names
+    each of them (from ``StreamOptions``, where they are declared once): Airflow reads it for
+    ``default_args`` and for ``partial()`` / ``expand()``, the unknown-keyword check and
+    ``help()`` for the parameters."""
+    signature = inspect.signature(init)
+    *named, rest = signature.parameters.values()
+    seconds = StreamOptions.keyword_checks()
+    options = [
+        inspect.Parameter(
+            each.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=each.default,
+            # A duration is given as a timedelta or seconds (its keyword check reads both).
+            annotation="timedelta | float | None" if seconds[each.name] is check_duration else each.type,
+        )
+        for each in dataclasses.fields(StreamOptions)
+    ]
+    init.__signature__ = signature.replace(parameters=[*named, *options, rest])  # type: ignore[attr-defined]
+    return init
 
 
 @contextlib.contextmanager
@@ -111,22 +100,13 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
 
     :param stream: the stream's name. (templated)
     :param subject: the NATS subject it is attached to (default: the stream's name). (templated)
-    :param partitions: number of partitions (partition N listens on ``subject.N``; 0 means 1, as
-        on Liftbridge). (templated)
-    :param replication_factor: copies of each partition (``-1``: every broker). ``0`` is taken as
-        ``1``, as Liftbridge does (0 is "not set" on its API); more than the cluster's brokers is
-        refused by the server when the task runs.
-    :param group: NATS queue group name.
-    :param retention_max_bytes: / :param retention_max_messages: / :param retention_max_age:
-        retention limits (age as ``timedelta`` or seconds).
-    :param cleaner_interval: how often retention is enforced (``timedelta`` or seconds).
-    :param segment_max_bytes: / :param segment_max_age: when to roll log segments.
-    :param compact_enabled: / :param compact_max_goroutines: log compaction.
-    :param auto_pause_time: pause partitions idle for this long (``timedelta`` or seconds).
-    :param auto_pause_disable_if_subscribers: do not auto-pause partitions with subscribers.
-    :param min_isr: minimum in-sync replicas for ack policy ALL.
-    :param optimistic_concurrency_control: refuse publishes whose expected offset is wrong.
-    :param encryption: encrypt data at rest.
+    :param options: a :class:`~airflow_provider_liftbridge.client.StreamOptions`: how the stream is
+        made (default: the server's defaults, 1 partition, 1 copy).
+    :param partitions: / :param replication_factor: / ... every field of ``StreamOptions`` is also a
+        keyword of this operator (it replaces that field of ``options``), with the same meaning;
+        durations as ``timedelta`` or seconds. ``partitions`` is templated. ``replication_factor=0``
+        is taken as ``1``, as Liftbridge does (0 is "not set" on its API); more than the cluster's
+        brokers is refused by the server when the task runs.
     :param fail_if_exists: raise when the stream already exists (default: log and go on).
     :param liftbridge_conn_id: the connection to use. (templated)
     :return: ``{"stream", "subject", "partitions", "created"}``; ``created`` is false when it existed.
@@ -138,69 +118,42 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
     template_fields: Sequence[str] = ("stream", "subject", "partitions", "liftbridge_conn_id")
     argument_checks = _CREATE_CHECKS
 
+    @_stream_option_keywords
     def __init__(
         self,
         *,
         stream: str,
         subject: str | None = None,
-        partitions: int = 1,
-        replication_factor: int = 1,
-        group: str | None = None,
-        retention_max_bytes: int | None = None,
-        retention_max_messages: int | None = None,
-        retention_max_age: timedelta | float | None = None,
-        cleaner_interval: timedelta | float | None = None,
-        segment_max_bytes: int | None = None,
-        segment_max_age: timedelta | float | None = None,
-        compact_enabled: bool | None = None,
-        compact_max_goroutines: int | None = None,
-        auto_pause_time: timedelta | float | None = None,
-        auto_pause_disable_if_subscribers: bool | None = None,
-        min_isr: int | None = None,
-        optimistic_concurrency_control: bool | None = None,
-        encryption: bool | None = None,
+        options: StreamOptions | None = None,
         fail_if_exists: bool = False,
         **kwargs: Any,
     ) -> None:
+        given = options if options is not None else StreamOptions()
+        chosen = {name: kwargs.pop(name, getattr(given, name)) for name in STREAM_OPTION_NAMES}
         super().__init__(stream=stream, **kwargs)
         self.subject = subject
-        self.partitions = partitions
-        self.replication_factor = replication_factor
-        self.group = group
-        self.retention_max_bytes = retention_max_bytes
-        self.retention_max_messages = retention_max_messages
-        self.retention_max_age = retention_max_age
-        self.cleaner_interval = cleaner_interval
-        self.segment_max_bytes = segment_max_bytes
-        self.segment_max_age = segment_max_age
-        self.compact_enabled = compact_enabled
-        self.compact_max_goroutines = compact_max_goroutines
-        self.auto_pause_time = auto_pause_time
-        self.auto_pause_disable_if_subscribers = auto_pause_disable_if_subscribers
-        self.min_isr = min_isr
-        self.optimistic_concurrency_control = optimistic_concurrency_control
-        self.encryption = encryption
+        for name, value in chosen.items():  # one attribute per option: ``partitions`` is templated
+            setattr(self, name, value)
         self.fail_if_exists = fail_if_exists
-        self.check_literal_arguments(LiftbridgeCreateStreamOperator)
+
+    def create_options(self) -> StreamOptions:
+        """The stream options of this task, from its (rendered) attributes.
+
+        :raises InvalidArgumentError: a bad value (the checks already ran when it was rendered).
+        """
+        options = StreamOptions.from_keywords({name: getattr(self, name) for name in STREAM_OPTION_NAMES})
+        return options.replace(replication_factor=options.replication_factor or 1)  # 0: Liftbridge's 1
 
     def stream_options(self) -> dict[str, Any]:
-        """The keyword arguments of ``create_stream`` this operator passes (unset ones left out)."""
-        options: dict[str, Any] = {name: getattr(self, name) for name in _PLAIN_OPTIONS}
-        options.update({name: check_duration(getattr(self, name), name) for name in _DURATION_OPTIONS})
-        return {name: value for name, value in options.items() if value is not None}
+        """The options this operator sets, by name (those left at their defaults left out)."""
+        return self.create_options().changed()
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         subject = self.subject or self.stream
-        partitions = check_partition_count(self.partitions)
-        replication_factor = check_replication_factor(self.replication_factor) or 1  # 0: Liftbridge's 1
+        options = self.create_options()
+        partitions = options.partitions
         try:
-            client.create_stream(
-                subject,
-                self.stream,
-                partitions=partitions,
-                replication_factor=replication_factor,
-                **self.stream_options(),
-            )
+            client.create_stream(subject, self.stream, options)
         except StreamExistsError:
             if self.fail_if_exists:
                 raise
@@ -245,7 +198,6 @@ class LiftbridgeDeleteStreamOperator(LiftbridgeBaseOperator):
     def __init__(self, *, stream: str, fail_if_missing: bool = False, **kwargs: Any) -> None:
         super().__init__(stream=stream, **kwargs)
         self.fail_if_missing = fail_if_missing
-        self.check_literal_arguments(LiftbridgeDeleteStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         try:
@@ -280,7 +232,6 @@ class LiftbridgePauseStreamOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.resume_all = resume_all
-        self.check_literal_arguments(LiftbridgePauseStreamOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         partitions = check_partition_list(self.partitions)
@@ -310,7 +261,6 @@ class LiftbridgeSetStreamReadonlyOperator(LiftbridgeBaseOperator):
         super().__init__(stream=stream, **kwargs)
         self.partitions = partitions
         self.readonly = readonly
-        self.check_literal_arguments(LiftbridgeSetStreamReadonlyOperator)
 
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         partitions = check_partition_list(self.partitions)

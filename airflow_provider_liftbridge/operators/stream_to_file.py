@@ -11,7 +11,13 @@ from typing import Any
 from airflow.sdk import Asset, Context, ObjectStoragePath
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
-from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, PartitionReport
+from airflow_provider_liftbridge.client.reading import (
+    BatchFailed,
+    BatchHandler,
+    DeadLetters,
+    PartitionPlan,
+    PartitionReport,
+)
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
 from airflow_provider_liftbridge.validation import (
@@ -22,6 +28,7 @@ from airflow_provider_liftbridge.validation import (
     waits_for_rendering,
 )
 
+from .archive_layout import ArchiveLayout, LayoutValueError
 from .consume import ON_ERROR
 from .file_writers import (
     VALUE_FORMATS,
@@ -32,6 +39,7 @@ from .file_writers import (
     partition_prefix,
     write_range,
 )
+from .interval_reading import interval_of
 from .reading import LiftbridgeReadingOperator
 
 __all__ = ["LiftbridgeStreamToFileOperator"]
@@ -42,6 +50,24 @@ _FILE_REST = re.compile(r"(\d{20})-(\d{20})(\.[a-z]+)")
 
 def _later(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
+
+
+def _by_folder(batch: list[Message], folder_of: Callable[[Message], str] | None) -> list[tuple[str, list[Message]]]:
+    """The batch's messages per folder, in the order folders first appear (one file each).
+
+    :raises BatchFailed: a message cannot be placed (its value is not a JSON object); nothing of
+        the batch counts.
+    """
+    if folder_of is None:
+        return [("", batch)]
+    groups: dict[str, list[Message]] = {}
+    for message in batch:
+        try:
+            folder = folder_of(message)
+        except LayoutValueError as bad:
+            raise BatchFailed(0, message, str(bad)) from bad
+        groups.setdefault(folder, []).append(message)
+    return list(groups.items())
 
 
 def _chunks(batch: list[Message], size: int) -> Iterator[list[Message]]:
@@ -66,10 +92,20 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
 
     Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
 
+    With ``read_by="interval"`` each run archives the messages of its data interval (see
+    :class:`~.reading.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
+    are then only those inside the run's own offset range, so runs of other intervals (a backfill
+    beside the daily runs) share the directory safely. With ``path_layout`` the files go to
+    folders named by the message's time, the data interval or a JSON field
+    (``dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}``; syntax in ``docs/consume.md``), still named
+    by partition and offset range inside each folder; a batch whose messages belong to several
+    folders becomes one file per folder.
+
     :param path: the directory: a local path, a URL of any filesystem Airflow's
         ``ObjectStoragePath`` knows (``file://``, ``s3://``, ``gs://``, ...) or an
         ``ObjectStoragePath``. Created if missing; checked writable before anything is read.
         (templated)
+    :param path_layout: the folder template under ``path`` (default: no folders). (templated)
     :param storage_conn_id: the Airflow connection of the object store, if it needs one. (templated)
     :param format: ``parquet`` (default), ``jsonl`` or ``csv``. (templated)
     :param value_format: ``text`` (default), ``bytes`` or ``json`` (an object's fields become
@@ -102,6 +138,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     template_fields: Sequence[str] = (
         *LiftbridgeReadingOperator.template_fields,
         "path",
+        "path_layout",
         "storage_conn_id",
         "format",
         "dead_letter_stream",
@@ -114,6 +151,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         self,
         *,
         path: str | ObjectStoragePath,
+        path_layout: str | None = None,
         format: str = "parquet",
         value_format: str = "text",
         json_schema: Mapping[str, str] | None = None,
@@ -133,6 +171,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         if not waits_for_rendering(max_rows_per_file):  # named as the archiver's parameter, not max_batch_size
             check_positive_int(max_rows_per_file, "max_rows_per_file")
         self.path = path
+        self.path_layout = path_layout
         self.format = format
         self.value_format = value_format
         self.json_schema = dict(json_schema) if json_schema else None
@@ -145,6 +184,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         self.on_file = on_file
         self.on_file_kwargs = on_file_kwargs
         self._files: list[ArchivedFile] = []
+        self._plan_ends: dict[int, int] = {}
         super().__init__(max_batch_size=max_rows_per_file, **kwargs)
 
     # -- arguments ----------------------------------------------------------------------------
@@ -168,6 +208,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
                 check_stream(self.dead_letter_stream)
         if not self.path:
             raise LiftbridgeArgumentError("path is empty: give the directory to archive to (a path or a URL)")
+        if self.path_layout and (rendered or not _later(self.path_layout)):
+            ArchiveLayout(self.path_layout)
         if self.on_file is not None:
             check_function(self.on_file, "on_file")  # its shape: it is imported on the worker, when the task runs
         if (rendered or not _later(self.on_file_kwargs)) and not isinstance(self.on_file_kwargs, Mapping | None):
@@ -212,19 +254,27 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
             ) from exc
         return directory
 
-    def _clean_partition(self, directory: ObjectStoragePath, partition: int, next_offset: int) -> None:
-        """Remove the partition's files that start at or after ``next_offset`` (written by a try
-        that died before committing them: this try writes those messages again) and its
-        temporary files."""
+    def _found(self, directory: ObjectStoragePath, pattern: str) -> list[ObjectStoragePath]:
+        """The files matching ``pattern`` in the directory, and in its folders with a layout."""
+        return list(directory.rglob(pattern) if self.path_layout else directory.glob(pattern))
+
+    def _clean_partition(
+        self, directory: ObjectStoragePath, partition: int, next_offset: int, before: int | None = None
+    ) -> None:
+        """Remove the partition's files that start at or after ``next_offset`` (and before
+        ``before``, when given: an interval read's plan end) (written by a try that died before
+        committing them: this try writes those messages again) and its temporary files."""
         prefix = partition_prefix(self.stream, partition)
         suffix = WRITE_FORMATS[str(self.format)]
-        for found in list(directory.glob(prefix + "*")) + list(directory.glob("." + prefix + "*")):
+        for found in self._found(directory, prefix + "*") + self._found(directory, "." + prefix + "*"):
             name = found.name
             if name.startswith("."):
                 stale = name.endswith(".tmp")
             else:
                 match = _FILE_REST.fullmatch(name[len(prefix) :])
                 stale = bool(match) and match.group(3) == suffix and int(match.group(1)) >= next_offset
+                if stale and before is not None:
+                    stale = int(match.group(1)) < before  # type: ignore[union-attr]
             if stale:
                 self.log.info("Removing %s: from a try that did not commit it; rewritten now", found)
                 found.unlink(missing_ok=True)
@@ -237,7 +287,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         prefix = partition_prefix(self.stream, partition)
         suffix = WRITE_FORMATS[str(self.format)]
         found = []
-        for path in directory.glob(prefix + "*"):
+        for path in self._found(directory, prefix + "*"):
             match = _FILE_REST.fullmatch(path.name[len(prefix) :])
             if match and match.group(3) == suffix:
                 low, high = int(match.group(1)), int(match.group(2))
@@ -263,11 +313,14 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         cleaned: set[int] = set()
         self._files = []
         self._directory = directory
+        folder_of = self._folder_of(context)
+        by_interval = self.read_by == "interval"
 
         def handle(batch: list[Message]) -> int:
             partition = batch[0].partition
             if partition not in cleaned:
-                self._clean_partition(directory, partition, batch[0].offset)
+                before = self._plan_ends.get(partition) if by_interval else None
+                self._clean_partition(directory, partition, batch[0].offset, before)
                 cleaned.add(partition)
             rejected = 0
 
@@ -277,32 +330,58 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
                 dead.send(message, why)
                 rejected += 1
 
-            try:
-                written = write_range(
-                    directory,
-                    self.stream,
-                    partition,
-                    _chunks(batch, options.batch_rows),
-                    options,
-                    reject if dead else None,
-                )
-            except ArchiveValueError as bad:
-                failed = BatchFailed(0, bad.message, bad.problem)  # nothing of the file counts
-                raise failed from bad
-            if written is not None:
-                self._files.append(written)
-                self.log.info(
-                    "Wrote %s: offsets %d..%d, %d row(s)",
-                    written.path,
-                    written.first_offset,
-                    written.last_offset,
-                    written.rows,
-                )
-                if on_file is not None:
-                    on_file(written.to_dict(), **on_file_kwargs)
+            for folder, messages in _by_folder(batch, folder_of):
+                target = directory
+                if folder:
+                    target = directory / folder
+                    target.mkdir(parents=True, exist_ok=True)
+                try:
+                    written = write_range(
+                        target,
+                        self.stream,
+                        partition,
+                        _chunks(messages, options.batch_rows),
+                        options,
+                        reject if dead else None,
+                    )
+                except ArchiveValueError as bad:
+                    failed = BatchFailed(0, bad.message, bad.problem)  # nothing of the batch counts
+                    raise failed from bad
+                if written is not None:
+                    self._files.append(written)
+                    self.log.info(
+                        "Wrote %s: offsets %d..%d, %d row(s)",
+                        written.path,
+                        written.first_offset,
+                        written.last_offset,
+                        written.rows,
+                    )
+                    if on_file is not None:
+                        on_file(written.to_dict(), **on_file_kwargs)
             return rejected
 
         return handle
+
+    def planned(self, plans: list[PartitionPlan]) -> None:
+        """Keep each partition's plan end: an interval read cleans only inside its own range."""
+        self._plan_ends = {plan.partition: plan.end for plan in plans}
+
+    def _folder_of(self, context: Context) -> Callable[[Message], str] | None:
+        """The layout's folder of a message (``None``: no layout).
+
+        :raises LiftbridgeArgumentError: the layout names the data interval and the run has none.
+        """
+        if not self.path_layout:
+            return None
+        layout = ArchiveLayout(str(self.path_layout))
+        interval = None
+        if layout.uses_interval:
+            if self.read_by == "interval":
+                found = interval_of(self, context)
+                interval = (found.start, found.end)
+            elif context.get("data_interval_start") is not None and context.get("data_interval_end") is not None:
+                interval = (context["data_interval_start"], context["data_interval_end"])
+        return layout.folder_of(interval)
 
     def describe_failure(self, failed: BatchFailed) -> str:
         m = failed.message

@@ -50,13 +50,11 @@ class LiftbridgeBaseSensor(ArgumentChecks, BaseSensorOperator):
         super().__init__(**kwargs)
         self.liftbridge_conn_id = liftbridge_conn_id
         self.deferrable = deferrable
-        self.check_literal_arguments(LiftbridgeBaseSensor)
 
     def check_combination(self, *, rendered: bool) -> None:
         """A deferrable sensor needs a positive ``timeout``: the trigger waits until it, and with
         ``timeout=0`` (or less) it would wait with no deadline at all."""
-        deferrable = getattr(self, "deferrable", False)
-        if deferrable is True and not waits_for_rendering(self.timeout) and not self.timeout > 0:
+        if self.deferrable is True and not waits_for_rendering(self.timeout) and not self.timeout > 0:
             raise bad_argument(
                 "timeout",
                 self.timeout,

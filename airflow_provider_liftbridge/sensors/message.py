@@ -127,7 +127,6 @@ class LiftbridgeMessageSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         self.apply_function_kwargs = apply_function_kwargs
         self._start: int | str = "earliest"
         self._next_offset: int | None = None
-        self.check_literal_arguments(LiftbridgeMessageSensor)
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: reads the stream."""

@@ -89,13 +89,10 @@ class LiftbridgeOffsetSensor(LiftbridgeLineageMixin, LiftbridgeBaseSensor):
         self.target_offset = target_offset
         self.partition = partition
         self._target: tuple[str, int, int] | None = None
-        self.check_literal_arguments(LiftbridgeOffsetSensor)
 
     def check_combination(self, *, rendered: bool) -> None:
         """Without a publish summary to take it from, ``stream`` is needed."""
         super().check_combination(rendered=rendered)
-        if not hasattr(self, "target_offset"):
-            return  # called from a base class's __init__, before this one set its attributes
         if not self.stream and not isinstance(self.target_offset, Mapping):
             if rendered or not waits_for_rendering(self.target_offset):
                 raise bad_argument(

@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, status
 from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
@@ -46,7 +47,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import model
+from . import charts, model
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
 
@@ -156,6 +157,9 @@ def create_app() -> FastAPI:
         """The page (static: it holds no data; the data comes from the checked endpoints)."""
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
+    # The page's script, style and the vendored chart library (no data; never from a CDN).
+    api.mount("/static", StaticFiles(directory=STATIC), name="static")
+
     @api.get("/api/connections")
     async def connections(user: GetUserDep) -> dict[str, Any]:
         """The ``liftbridge`` connections (of the metastore) the user may read."""
@@ -171,6 +175,14 @@ def create_app() -> FastAPI:
     async def pipelines(connection_id: str) -> dict[str, Any]:
         """The reading tasks and consumer groups, with per-partition lag and plans."""
         return {"connection_id": connection_id} | await _off_loop(connection_id, model.pipelines)
+
+    @api.get("/api/connections/{connection_id}/history", dependencies=[connection_read])
+    async def history(
+        connection_id: str,
+        runs: Annotated[int, Query(ge=1, le=charts.MAX_RUNS, description="runs per pipeline")] = charts.MAX_RUNS,
+    ) -> dict[str, Any]:
+        """Per pipeline and partition, lag and messages read per run; per stream, the message rate."""
+        return {"connection_id": connection_id} | await _off_loop(connection_id, lambda c: charts.history(c, runs=runs))
 
     @api.get("/api/connections/{connection_id}/dead-letters", dependencies=[connection_read, messages_read])
     async def dead_letters(

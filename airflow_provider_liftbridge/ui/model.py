@@ -213,7 +213,9 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
                 "plan": plan,
             }
         )
-    task_link = f"/dags/{quote(entry.dag_id, safe='')}/tasks/{quote(entry.task_id, safe='')}"
+    # Relative to Airflow's base URL (``[api] base_url``): the page puts its own prefix before them.
+    dag_link = f"dags/{quote(entry.dag_id, safe='')}"
+    task_link = f"{dag_link}/tasks/{quote(entry.task_id, safe='')}"
     return {
         "dag_id": entry.dag_id,
         "task_id": entry.task_id,
@@ -226,7 +228,7 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         "dead_letter_stream": entry.dead_letter_stream,
         "last_run_id": entry.run_id,
         "recorded_at": _iso(entry.recorded_at * 1_000_000),
-        "links": {"dag": f"/dags/{quote(entry.dag_id, safe='')}", "task": task_link},
+        "links": {"dag": dag_link, "task": task_link},
         "lag": sum(row["lag"] for row in rows),
         "partitions": rows,
         "error": None,

@@ -1,9 +1,13 @@
 """``LiftbridgeUiPlugin``: registers the Liftbridge view with Airflow's api-server.
 
-Registered by the provider (``get_provider_info()["plugins"]``), so installing the package is
-enough (Airflow 3.3 loads providers' plugins with ``[core] lazy_discover_providers = False``,
-see ``docs/ui.md``). The FastAPI app is mounted at :data:`URL_PREFIX`; the external view adds a
-"Liftbridge" entry under Browse that opens its page inside the Airflow UI.
+Registered through the ``airflow.plugins`` entry point (``pyproject.toml``), which Airflow loads
+with its default configuration, so installing the package is enough (see ``docs/ui.md``). It is
+not also a provider plugin (``get_provider_info()["plugins"]``): with ``[core]
+lazy_discover_providers = False`` Airflow would load it a second time and report "already
+registered". The FastAPI app is mounted at :data:`URL_PREFIX`; the external view adds a
+"Liftbridge" entry under Browse that opens its page inside the Airflow UI. Its ``href`` is
+relative (:data:`VIEW_HREF`): the UI resolves it against its ``<base href>``, which is
+``[api] base_url``'s path, so the view works when Airflow is served under a path prefix.
 
 Airflow loads plugins in every task process too (for their macros), so this module stays light:
 the app (Airflow's API stack, seconds of imports on a busy worker) is built on its first request,
@@ -16,10 +20,9 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-__all__ = ["URL_PREFIX", "LiftbridgeUiPlugin", "LazyViewApp"]
+from .paths import URL_PREFIX, URL_ROUTE, VIEW_HREF
 
-#: Where Airflow mounts the view's app.
-URL_PREFIX = "/liftbridge"
+__all__ = ["URL_PREFIX", "URL_ROUTE", "VIEW_HREF", "LiftbridgeUiPlugin", "LazyViewApp"]
 
 
 class LazyViewApp:
@@ -45,9 +48,9 @@ class LiftbridgeUiPlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Liftbridge",
-            "href": f"{URL_PREFIX}/",
+            "href": VIEW_HREF,
             "destination": "nav",
             "category": "browse",
-            "url_route": "liftbridge",
+            "url_route": URL_ROUTE,
         }
     ]

@@ -37,6 +37,7 @@ from airflow_provider_liftbridge.client.error_mapping import check_ack, map_asyn
 from airflow_provider_liftbridge.client.requests import build_create_stream, build_publish, start_fields, stop_fields
 from airflow_provider_liftbridge.client.retry import RetryPolicy
 from airflow_provider_liftbridge.client.settings import parse_brokers
+from airflow_provider_liftbridge.client.stream_options import StreamOptions
 from airflow_provider_liftbridge.client.subscription import SubscriptionState
 
 C = grpc.StatusCode
@@ -73,7 +74,7 @@ def test_parse_brokers_refuses_malformed(bad: str) -> None:
 
 
 def test_create_stream_leaves_unset_options_unset() -> None:
-    req = build_create_stream("subj", "name", partitions=3, replication_factor=1, **NONE)
+    req = build_create_stream("subj", "name", StreamOptions(partitions=3, replication_factor=1, **NONE))
     assert (req.subject, req.name, req.partitions, req.replicationFactor) == ("subj", "name", 3, 1)
     for field in ("retentionMaxAge", "retentionMaxBytes", "compactEnabled", "minIsr", "optimisticConcurrencyControl"):
         assert not req.HasField(field)
@@ -91,7 +92,7 @@ def test_create_stream_sends_durations_in_milliseconds() -> None:
         compact_enabled=False,
         optimistic_concurrency_control=True,
     )
-    req = build_create_stream("s", "n", partitions=1, replication_factor=-1, **opts)
+    req = build_create_stream("s", "n", StreamOptions(partitions=1, replication_factor=-1, **opts))
     assert req.retentionMaxAge.value == 3_600_000
     assert req.cleanerInterval.value == 30_000
     assert req.segmentMaxAge.value == 300_007
@@ -105,13 +106,13 @@ def test_create_stream_sends_durations_in_milliseconds() -> None:
 def test_create_stream_refuses_a_number_for_a_duration() -> None:
     opts = dict(NONE, retention_max_age=3600)
     with pytest.raises(InvalidArgumentError, match="retention_max_age must be a datetime.timedelta"):
-        build_create_stream("s", "n", partitions=1, replication_factor=1, **opts)
+        build_create_stream("s", "n", StreamOptions(partitions=1, replication_factor=1, **opts))
 
 
 @pytest.mark.parametrize(("subject", "name"), [("", "n"), ("s", "")])
 def test_create_stream_refuses_empty_names(subject: str, name: str) -> None:
     with pytest.raises(InvalidArgumentError, match="non-empty"):
-        build_create_stream(subject, name, partitions=1, replication_factor=1, **NONE)
+        build_create_stream(subject, name, StreamOptions(partitions=1, replication_factor=1, **NONE))
 
 
 def test_publish_request_defaults_expected_offset_to_minus_one() -> None:
@@ -214,6 +215,33 @@ def test_subscribed_message_conversion_matches_the_dataclass_constructor() -> No
     bare = st.take(api_pb2.Message(offset=9))
     assert bare is not None and (bare.key, bare.value, dict(bare.headers), bare.headers) == (None, b"", {}, {})
     assert not st.done and st.last_offset == 9
+
+
+def test_messages_with_only_the_server_headers_share_one_mapping() -> None:
+    st = SubscriptionState("s", 0, StartPosition.EARLIEST, None, read_isr_replica=False, resume=False)
+
+    def pb(offset: int, subject: str = "s", reply: str = "", **headers: bytes) -> api_pb2.Message:
+        server = {"subject": subject.encode(), "reply": reply.encode()}
+        return api_pb2.Message(offset=offset, subject=subject, replySubject=reply, headers=server | headers)
+
+    first, second = st.take(pb(0)), st.take(pb(1))
+    assert first is not None and second is not None
+    assert first.headers == {"subject": b"s", "reply": b""} and first.headers is second.headers
+    with pytest.raises(TypeError):
+        first.headers["subject"] = b"x"  # type: ignore[index]
+    # Another subject or reply subject: checked again, then shared from there on.
+    other, again = st.take(pb(2, "s.x", "inbox")), st.take(pb(3, "s.x", "inbox"))
+    assert other is not None and again is not None
+    assert other.headers == {"subject": b"s.x", "reply": b"inbox"} and other.headers is again.headers
+    # Headers of the publisher's own, or two that are not the server's: a mapping of their own.
+    own = st.take(pb(4, a=b"1"))
+    assert own is not None and own.headers == {"subject": b"s", "reply": b"", "a": b"1"}
+    fresh = SubscriptionState("s", 0, StartPosition.EARLIEST, None, read_isr_replica=False, resume=False)
+    odd = fresh.take(api_pb2.Message(offset=0, subject="s", headers={"a": b"1", "b": b""}))
+    assert odd is not None and odd.headers == {"a": b"1", "b": b""}
+    mismatched = fresh.take(api_pb2.Message(offset=1, subject="s", headers={"subject": b"t", "reply": b""}))
+    assert mismatched is not None and mismatched.headers == {"subject": b"t", "reply": b""}
+    assert dict(fresh.take(pb(2)).headers) == {"subject": b"s", "reply": b""}  # type: ignore[union-attr]
 
 
 def test_subscription_is_done_at_the_stop_offset_and_skips_what_it_delivered() -> None:

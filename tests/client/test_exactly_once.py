@@ -425,8 +425,9 @@ def test_a_fresh_producer_makes_only_the_round_trips_its_scan_start_needs(
     path: str, lb_address: str, nats_url: str, stream_name: str
 ) -> None:
     """No faults, a new producer: besides sending the records, exactly-once publishing only reads
-    the stream's metadata, asks each partition for a cursor, and stores the scan start of each
-    partition it writes to. Counted on the client's own transport (a spy: every call is real)."""
+    the stream's metadata, asks each partition for a cursor (once its cursors partition has
+    settled: docs/reading-positions.md), and stores the scan start of each partition it writes to.
+    Counted on the client's own transport (a spy: every call is real)."""
     with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as c:
         c.create_stream(stream_name, stream_name, partitions=2)
         c.fetch_cursor("warm-up", stream_name, 0)  # the cursor routing's own lookup, made once per client
@@ -447,7 +448,9 @@ def test_a_fresh_producer_makes_only_the_round_trips_its_scan_start_needs(
     send = ["NATS batch"] if path == "nats" else ["PublishAsync"]
     assert calls == [
         "FetchMetadata",  # partitions and subject
-        "FetchCursor",  # partition 0: resuming? no
+        "FetchPartitionMetadata",  # the cursor's __cursors partition has committed what it holds...
+        "FetchCursor",  # ...so partition 0's cursor is current: resuming? no
+        "FetchPartitionMetadata",
         "FetchCursor",  # partition 1: no
         "FetchPartitionMetadata",  # partition 0: its high watermark...
         "SetCursor",  # ...stored as the scan start

@@ -21,6 +21,7 @@ from airflow_provider_liftbridge.client import (
     RequestTimeoutError,
     StartPosition,
     UnavailableError,
+    UnsettledCursorError,
     consumer,
     operations,
 )
@@ -361,6 +362,15 @@ def cursors_metadata(leaders: list[str]) -> api_pb2.FetchMetadataResponse:
     )
 
 
+def cursors_partition_metadata(e: Any, hw: int = 5, newest: int = 5) -> api_pb2.FetchPartitionMetadataResponse:
+    """What the leader of the cursors partition ``e`` asks about answers: committed to ``hw`` of
+    ``newest`` (settled by default)."""
+    leader = next(b for b, a in ADDRESSES.items() if a == e.address)
+    return api_pb2.FetchPartitionMetadataResponse(
+        metadata=api_pb2.PartitionMetadata(id=e.request.partition, leader=leader, highWatermark=hw, newestOffset=newest)
+    )
+
+
 def owner(cursor_id: str, stream: str, partition: int, partitions: int) -> int:
     # The Go client's rule: CRC-32 (IEEE) of "id,stream,partition", modulo the partition count.
     return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % partitions
@@ -375,6 +385,8 @@ def test_cursor_calls_go_to_the_leader_of_the_owning_cursors_partition() -> None
         if isinstance(e, Unary) and e.method == "FetchMetadata":
             fetched.append(list(e.request.streams))
             return cursors_metadata(leaders)
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            return cursors_partition_metadata(e)
         if isinstance(e, Unary):
             return api_pb2.FetchCursorResponse(offset=3) if e.method == "FetchCursor" else api_pb2.SetCursorResponse()
         return None
@@ -387,7 +399,12 @@ def test_cursor_calls_go_to_the_leader_of_the_owning_cursors_partition() -> None
         put = drive(operations.set_cursor(c, *cur, 5), answer)
         expected = ADDRESSES[leaders[owner(*cur, 3)]]
         assert fetch.result == 3
-        assert [e.address for e in fetch.effects if isinstance(e, Unary) and e.method == "FetchCursor"] == [expected]
+        assert [
+            (e.method, e.address) for e in fetch.effects if isinstance(e, Unary) and e.method != "FetchMetadata"
+        ] == [
+            ("FetchPartitionMetadata", expected),  # the owning partition settled, asked of its leader
+            ("FetchCursor", expected),
+        ]
         assert [e.address for e in put.effects if isinstance(e, Unary) and e.method == "SetCursor"] == [expected]
     assert fetched == [["__cursors"]]  # looked up once, then cached
 
@@ -405,6 +422,8 @@ def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() 
         if isinstance(e, Unary):
             if e.address != ADDRESSES[moved]:
                 raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
+            if e.method == "FetchPartitionMetadata":
+                return cursors_partition_metadata(e)
             return api_pb2.FetchCursorResponse(offset=9)
         return None
 
@@ -413,9 +432,72 @@ def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() 
     run = drive(operations.fetch_cursor(c, *cur), answer)
     assert run.result == 9
     calls = [(e.method, e.address) for e in run.effects if isinstance(e, Unary)]
-    assert calls[0][0] == "FetchCursor" and calls[0][1] != ADDRESSES[moved]
+    assert calls[0][0] == "FetchPartitionMetadata" and calls[0][1] != ADDRESSES[moved]  # the settle check, refused
     assert ("FetchMetadata", calls[1][1]) == calls[1]
-    assert calls[-1] == ("FetchCursor", ADDRESSES[moved])
+    assert calls[-2:] == [("FetchPartitionMetadata", ADDRESSES[moved]), ("FetchCursor", ADDRESSES[moved])]
+
+
+def test_a_cursor_is_read_only_once_its_partition_has_committed_what_its_leader_held() -> None:
+    # Issue 47: a cursors leader restarted from its high-watermark checkpoint (or newly elected)
+    # reports a high watermark below messages already committed; Liftbridge answers a FetchCursor
+    # then from that point and caches the answer. The read waits until the leader has committed
+    # what it held when first asked, and no longer: later cursor writes by others do not hold it up.
+    c = core()
+    settles_at = c.clock() + 6.0
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(["b1", "b1", "b1"])
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            grown = int(c.clock() - 1000.0)  # others keep writing cursors: the log end keeps moving
+            hw = 152 + grown if c.clock() >= settles_at else 122
+            return cursors_partition_metadata(e, hw=hw, newest=152 + grown + 1)
+        if isinstance(e, Unary):
+            assert c.clock() >= settles_at, "FetchCursor sent before the partition settled"
+            return api_pb2.FetchCursorResponse(offset=2900)
+        return None
+
+    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    assert run.result == 2900
+    assert 6.0 <= sum(slept(run)) < 8.0  # backoff capped at 1 s: read within a second of settling
+
+
+def test_a_cursor_read_gives_up_naming_the_partition_when_it_never_settles() -> None:
+    c = core()
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return cursors_metadata(["b1", "b1", "b1"])
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            return cursors_partition_metadata(e, hw=10, newest=12)  # an ISR member missing: nothing commits
+        if isinstance(e, Unary):
+            raise AssertionError(f"{e.method} sent although the partition never settled")
+        return None
+
+    run = Run()
+    with pytest.raises(UnsettledCursorError, match=r"__cursors partition \d \(b1\) has committed up to offset 10 of"):
+        drive(operations.fetch_cursor(c, "reader", "s", 0), answer, run=run, clock=c.clock)
+    assert operations.CURSORS_SETTLE_WAIT - 1.0 <= sum(slept(run)) <= operations.CURSORS_SETTLE_WAIT
+
+
+def test_a_cursor_of_a_paused_cursors_partition_is_read_without_waiting() -> None:
+    # An idle __cursors partition auto-pauses (cursors.stream.auto.pause.time, 1 min): its leader
+    # refuses FetchPartitionMetadata with a non-leader's words; its log was closed cleanly, so its
+    # high watermark is current, and FetchCursor (which resumes it) goes ahead.
+    c = core()
+    listed = cursors_metadata(["b1", "b1", "b1"])
+    for part in listed.streamMetadata[0].partitions.values():
+        part.paused = True
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return listed
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+        return api_pb2.FetchCursorResponse(offset=41) if isinstance(e, Unary) else None
+
+    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    assert run.result == 41 and not slept(run)
 
 
 def test_a_cursor_call_gives_up_when_no_leader_accepts_it_within_its_timeout() -> None:
@@ -472,12 +554,14 @@ def test_a_cursor_call_outlasts_an_election_longer_than_its_retry_count() -> Non
         if isinstance(e, Unary):
             if c.clock() < elected_at:
                 raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "Server not leader for cursors partition 0")
+            if e.method == "FetchPartitionMetadata":
+                return cursors_partition_metadata(e)
             return api_pb2.FetchCursorResponse(offset=12)
         return None
 
     run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
     assert run.result == 12
-    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"]) > 6
+    assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchPartitionMetadata"]) > 6
 
 
 @pytest.mark.parametrize("listed", [True, False], ids=["cluster-with-streams", "empty-cluster"])
@@ -566,3 +650,25 @@ def test_a_read_that_a_stalled_broker_does_not_answer_in_time_is_asked_of_the_ne
     lone = without_cursors_stream(core(brokers=("a:1",)))
     with pytest.raises(RequestTimeoutError):
         drive(operations.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once
+
+
+def test_a_cursors_leader_missing_from_the_broker_list_is_found_by_asking_who_answers_for_it() -> None:
+    # Right after a restart the metadata can name a leader whose address this client has not
+    # been told (it lists only brokers that answered): the broker answering the partition's
+    # metadata is its leader (only the leader does), and the cursor is read there.
+    c = core()
+    listed = cursors_metadata(["b9", "b9", "b9"])  # a leader id the broker list does not have
+
+    def answer(e: Any) -> Any:
+        if isinstance(e, Unary) and e.method == "FetchMetadata":
+            return listed
+        if isinstance(e, Unary) and e.address != ADDRESSES["b3"]:
+            raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
+        if isinstance(e, Unary) and e.method == "FetchPartitionMetadata":
+            return cursors_partition_metadata(e)
+        return api_pb2.FetchCursorResponse(offset=8) if isinstance(e, Unary) else None
+
+    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    assert run.result == 8
+    reads = [e.address for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"]
+    assert reads == [ADDRESSES["b3"]]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_provider_liftbridge.client import (
+    AckPolicy,
     CursorsDisabledError,
     InvalidArgumentError,
     LiftbridgeClient,
@@ -22,12 +24,13 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.reading import (
     BatchFailed,
     NotJsonError,
+    PartitionPlan,
     RangePlanner,
     json_value,
     plan_cursor_ids,
     read_plan,
 )
-from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 
 
 @pytest.fixture
@@ -236,8 +239,6 @@ def test_a_plan_made_while_a_restarted_cluster_reads_its_high_watermarks_as_unkn
     messages (liftbridge-semantics.md: about 9 s on v1.9; 3 s here). A plan made then used to
     take the -1 at its word and read nothing of the partition in that run (found by the fault
     campaign, seed 2233); it waits until the high watermark is known."""
-    from airflow_provider_liftbridge.devserver import ClusterTimings
-
     timings = ClusterTimings.fast(restart_hw_unknown=3.0)
     with DevServer(brokers=3, timings=timings) as cluster, LiftbridgeClient(cluster.addresses, timeout=10.0) as lb:
         lb.create_stream("restarted", "restarted", replication_factor=3)
@@ -245,6 +246,94 @@ def test_a_plan_made_while_a_restarted_cluster_reads_its_high_watermarks_as_unkn
         cluster.restart_cluster()
         (plan,) = planner(lb, "restarted").plan([0])
     assert (plan.next_offset, plan.end) == (0, 100)
+
+
+def test_a_plan_waits_for_what_the_leader_held_to_commit(cluster: DevServer) -> None:
+    """A leader whose high watermark reads below messages it holds (a restarted leader reads its
+    checkpoint, a new one knows the watermark a fetch late, an in-sync follower lags: issue 47)
+    must not end the run's plan there: the plan waits until what the leader held is committed.
+    Here a follower is stalled (it stays in the ISR for 15 s), so five LEADER-acked messages wait
+    above the high watermark until it runs again."""
+    with LiftbridgeClient(cluster.addresses, timeout=10.0) as lb:
+        lb.create_stream("held", "held", replication_factor=3)
+        fill(lb, "held", 10)
+        listed = lb.fetch_metadata(["held", "__cursors"]).streams
+        part, cursors_leader = listed["held"].partitions[0], listed["__cursors"].partitions[0].leader
+        # Not the cursors leader: the plan's own cursor calls must not be what holds it up.
+        stalled = next(r for r in part.replicas if r not in (part.leader, cursors_leader))
+        follower = cluster.broker_ids.index(stalled)
+        cluster.stall_broker(follower)
+        try:
+            lb.publish_many("held", [b"late%d" % i for i in range(5)], ack_policy=AckPolicy.LEADER)
+            info = lb.fetch_partition_metadata("held", 0)
+            assert (info.high_watermark, info.newest_offset) == (9, 14)
+            plans: list[object] = []
+            planning = threading.Thread(target=lambda: plans.extend(planner(lb, "held").plan([0])))
+            planning.start()
+            planning.join(1.0)
+            assert planning.is_alive()  # still waiting: the five are not committed
+        finally:
+            cluster.resume_broker(follower)
+        planning.join(30)
+    assert [(p.next_offset, p.end) for p in plans] == [(0, 15)]  # type: ignore[attr-defined]
+
+
+def _leader_index(server: DevServer, lb: LiftbridgeClient, stream: str) -> int:
+    return server.broker_ids.index(lb.fetch_metadata([stream]).streams[stream].partitions[0].leader)
+
+
+def test_a_plan_made_after_a_leader_change_reaches_what_the_old_leader_committed(stream_name: str) -> None:
+    """Seed 61018's class (issue 47), as the dev server models Liftbridge: a new leader starts from
+    the high watermark it knew as a follower, one fetch behind what the old leader committed
+    (here, with a minimum ISR of 3, it stays there until the old leader is back). A plan made then
+    used to end at that high watermark, so the run read less than was committed before it began;
+    it waits until what the leader holds is committed."""
+    timings = ClusterTimings.fast(replica_max_lag_time=60.0)
+    with DevServer(brokers=3, timings=timings) as server, LiftbridgeClient(server.addresses, timeout=10.0) as lb:
+        lb.create_stream(stream_name, stream_name, replication_factor=3, min_isr=3)
+        lb.publish_many(stream_name, [b"m%d" % i for i in range(10)], ack_policy=AckPolicy.ALL)
+        old = _leader_index(server, lb, stream_name)
+        server.kill_broker(old)
+        deadline = time.monotonic() + 30
+        while _leader_index(server, lb, stream_name) == old:
+            assert time.monotonic() < deadline, "no new leader"
+            time.sleep(0.05)
+        info = lb.fetch_partition_metadata(stream_name, 0)
+        assert info.high_watermark < info.newest_offset == 9
+        plans: list[PartitionPlan] = []
+        planning = threading.Thread(target=lambda: plans.extend(planner(lb, stream_name).plan([0])))
+        planning.start()
+        planning.join(1.0)
+        assert planning.is_alive()  # waiting: offset 9 is held, not yet committed
+        server.start_broker(old)
+        planning.join(30)
+    assert [(p.next_offset, p.end) for p in plans] == [(0, 10)]
+
+
+def test_a_retry_after_the_cursors_leader_restarted_resumes_its_plan(stream_name: str) -> None:
+    """The plan cursors' case of issue 47: the ``__cursors`` leader is killed and back before the
+    leader timeout between two tries of a run. It comes back from its high-watermark checkpoint
+    (none here: -1) with its cursor cache empty, and Liftbridge caches what a FetchCursor reads
+    then: the retry used to find no plan and no position, plan afresh and read past its plan. It
+    waits for the partition to settle and resumes the plan."""
+    timings = ClusterTimings.fast(
+        replica_max_leader_timeout=30.0,
+        replica_max_lag_time=30.0,
+        hw_checkpoint_interval=600.0,
+        replica_max_idle_wait=2.0,
+        min_insync_replicas=2,
+    )
+    with DevServer(brokers=3, timings=timings) as server, LiftbridgeClient(server.addresses, timeout=10.0) as lb:
+        lb.create_stream(stream_name, stream_name, replication_factor=3)
+        lb.publish_many(stream_name, [b"m%d" % i for i in range(10)], ack_policy=AckPolicy.ALL)
+        assert [(p.next_offset, p.end, p.resumed) for p in planner(lb, stream_name).plan([0])] == [(0, 10, False)]
+        lb.set_cursor("pos", stream_name, 0, 4)  # the first try finished offsets 0..4, then died
+        lb.publish_many(stream_name, [b"late%d" % i for i in range(5)], ack_policy=AckPolicy.ALL)
+        owner = _leader_index(server, lb, "__cursors")
+        server.kill_broker(owner)
+        server.start_broker(owner)
+        retry = planner(lb, stream_name).plan([0])
+    assert [(p.next_offset, p.end, p.resumed) for p in retry] == [(5, 10, True)]
 
 
 def test_a_batch_reaches_the_handler_after_the_commit_of_the_batch_before(

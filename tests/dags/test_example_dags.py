@@ -43,9 +43,12 @@ def run(dagbag: Any, dag_id: str, **conf: Any) -> tuple[Any, dict[str, str], dic
 
 
 def test_example_dags_parse(dagbag: Any) -> None:
-    assert {"liftbridge_stream_lifecycle", "liftbridge_publish_files", "liftbridge_stream_archive"} <= set(
-        dagbag.dag_ids
-    )
+    assert {
+        "liftbridge_stream_lifecycle",
+        "liftbridge_publish_files",
+        "liftbridge_stream_archive",
+        "liftbridge_interval_archive",
+    } <= set(dagbag.dag_ids)
 
 
 def test_stream_lifecycle_end_to_end(dagbag: Any, liftbridge_client: LiftbridgeClient) -> None:
@@ -193,3 +196,41 @@ def test_stream_archive_end_to_end(
         assert liftbridge_client.fetch_cursor("shop-orders-archive", "shop-orders-clean", partition) == max(
             (f["last_offset"] for f in files if f["partition"] == partition), default=-1
         )
+
+
+def test_interval_archive_backfill_of_three_hours_archives_each_hour_once(
+    dagbag: Any, liftbridge_client: LiftbridgeClient, stream_name: str, tmp_path: Any
+) -> None:
+    """Three hours of messages stamped in the past (the dev server's reception clock), then three
+    runs of liftbridge_interval_archive with those hours' logical dates, as a backfill makes:
+    each archives its hour into its own dt=/hour= folder, once; today's message is in none."""
+    import pyarrow.parquet as pq
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from tests.operators.interval_support import logical_date_of, publish_three_hours
+
+    per_hour = publish_three_hours(liftbridge_client, stream_name)
+    root = tmp_path / "lake"
+    dag = dagbag.get_dag("liftbridge_interval_archive")
+    for hour in range(3):
+        dag_run = dag.test(
+            logical_date=logical_date_of(hour), run_conf={"stream": stream_name, "archive_url": root.as_uri()}
+        )
+        assert dag_run.state == "success"
+        with create_session() as session:
+            rows = session.scalars(
+                XComModel.get_many(
+                    run_id=dag_run.run_id, dag_ids=dag.dag_id, task_ids="hour_report", key="return_value"
+                )
+            ).all()
+            report = XComModel.deserialize_value(rows[0])
+        assert report["rows"] == {f"dt=2026-03-02/hour={10 + hour}": len(per_hour[hour])}
+    for hour in range(3):
+        folder = root / "dt=2026-03-02" / f"hour={10 + hour}"
+        found = set()
+        for path in folder.glob("*.parquet"):
+            data = pq.read_table(path, columns=["partition", "offset"]).to_pydict()
+            found |= set(zip(data["partition"], data["offset"], strict=True))
+        assert found == per_hour[hour]
+    assert sorted(p.name for p in (root / "dt=2026-03-02").iterdir()) == ["hour=10", "hour=11", "hour=12"]

@@ -198,6 +198,9 @@ def test_a_killed_leader_is_replaced_and_its_uncommitted_tail_is_lost(
     other = stubs[followers[0]]
     # After the leader timeout an ISR member leads, without the tail.
     _wait_for("a new leader", lambda: _meta(other, stream_name).leader not in ("", f"broker-{leader}"))
+    # It starts from the high watermark it knew as a follower (one fetch behind) and commits
+    # offset 0 again once the other follower fetched from it.
+    _wait_for("the new leader to commit", lambda: _meta(other, stream_name).highWatermark == 0)
     meta = _meta(other, stream_name)
     assert meta.leader in {f"broker-{f}" for f in followers}
     assert f"broker-{leader}" not in meta.isr

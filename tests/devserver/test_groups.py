@@ -155,6 +155,48 @@ def test_deleting_a_stream_takes_its_partitions_out_of_the_assignments(stub: Stu
     leave(stub, group, "c")
 
 
+def test_a_stale_epoch_is_refused_before_membership_and_is_no_heartbeat(
+    groups_server: DevServer, stream_name: str
+) -> None:
+    """As Liftbridge's ``GetAssignments``: coordinator, then epoch (``ErrGroupEpoch``), then membership;
+    a refused fetch does not reset the member's timer (groups_server: 1 s consumer timeout)."""
+    stub = api_pb2_grpc.APIStub(grpc.insecure_channel(groups_server.address))
+    create(stub, stream_name, partitions=2)
+    group = _group()
+    join(stub, group, "a", stream_name)
+    epoch = join(stub, group, "b", stream_name).epoch
+    stale_text = "client-provided group epoch differs from broker group epoch"
+    for consumer_id in ("a", "stranger"):  # the epoch is checked before the membership
+        err = rpc_error(fetch, stub, group, consumer_id, epoch - 1)
+        assert (err.code(), err.details()) == (grpc.StatusCode.FAILED_PRECONDITION, stale_text)
+    err = rpc_error(fetch, stub, group, "stranger", epoch)
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "consumer is not a member of the consumer group",
+    )
+    # a goes on fetching with its old epoch, b with the current one: only b's fetches are
+    # heartbeats, so a times out and b gets both partitions.
+    deadline = time.monotonic() + 15
+    while True:
+        assert time.monotonic() < deadline, "a member sending only stale-epoch fetches was not timed out"
+        err = rpc_error(fetch, stub, group, "a", 0)
+        assert (err.code(), err.details()) == (grpc.StatusCode.FAILED_PRECONDITION, stale_text)
+        try:
+            assigned, epoch = fetch(stub, group, "b", epoch)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "epoch" in (exc.details() or ""):
+                epoch = group_meta(stub, group).epoch  # a's removal moved the epoch, as a rebalance does
+                continue
+            if exc.code() == grpc.StatusCode.NOT_FOUND or "not a member" in (exc.details() or ""):
+                epoch = join(stub, group, "b", stream_name).epoch  # b starved past its own timeout
+                continue
+            raise
+        if assigned == {stream_name: [0, 1]}:
+            break
+        time.sleep(0.05)
+    leave(stub, group, "b")
+
+
 @pytest.fixture
 def quick_cluster() -> Iterator[DevServer]:
     """Three brokers whose group timeouts are short enough to watch."""

@@ -425,3 +425,38 @@ async def test_a_connection_accepted_while_the_server_stops_is_not_served() -> N
         finally:
             sock.close()
     assert survivors == [], f"connections outlived the stopped server after {survivors} loop turn(s)"
+
+
+async def test_a_fast_streaming_handler_is_written_in_pieces_of_grpc_gos_write_buffer(
+    echo: tuple[Echo, H2GrpcServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler with all its responses at hand (a log read from memory) has them written at most
+    ``_SEND_CHUNK`` (32 KiB, grpc-go's write buffer) at a time, as Liftbridge's server sends them."""
+    from airflow_provider_liftbridge.devserver import grpc_h2
+
+    writes: list[int] = []
+
+    def counted(self: Any) -> None:
+        data = self.h2.data_to_send()
+        if data:
+            writes.append(len(data))
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(data)
+
+    monkeypatch.setattr(grpc_h2._Connection, "_write", counted)
+    _service, _server, address = echo
+
+    def run() -> list[bytes]:
+        client = RawClient(address)
+        try:
+            sid = client.request("/test.Echo/Count", b"40000")
+            return _messages(_response(client, sid)[0])
+        finally:
+            client.close()
+
+    messages = await asyncio.to_thread(run)
+    assert messages == [b"%d" % i for i in range(40000)]  # ~350 KB in all
+    chunk = 32 * 1024
+    frame = 9 + chunk // 16384 * 9  # frame headers of at most a chunk's worth of DATA
+    assert max(writes) <= chunk + 10 + 2 * frame, writes
+    assert len([w for w in writes if w > 1000]) >= 8, writes

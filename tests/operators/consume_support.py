@@ -113,3 +113,13 @@ def slow_batch(messages: list[Message]) -> None:
     """Record a batch after ``STATE['sleep']`` seconds of work (a batch slower than a member timeout)."""
     time.sleep(STATE["sleep"])
     record_batch(messages)
+
+
+def record_interval(message: Message) -> None:
+    """Remember (try, partition, offset, value) of each message; raise at ``STATE['fail_at']``
+    (a ``(partition, offset)``) the first ``STATE['fails']`` times it comes."""
+    try_number = get_current_context()["ti"].try_number
+    if (message.partition, message.offset) == STATE.get("fail_at") and STATE.get("fails", 0) > 0:
+        STATE["fails"] -= 1
+        raise ValueError(f"cannot handle partition {message.partition} offset {message.offset}")
+    SEEN.append((try_number, (message.partition, message.offset), message.value))

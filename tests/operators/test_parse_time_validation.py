@@ -104,7 +104,12 @@ CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
         "parse",
         ["'fail_if_not_exists'", "did you mean 'fail_if_missing'?"],
     ),
-    ("publish keyword", lambda: publish(max_batch_size=100), "parse", ["'max_batch_size'", "did you mean 'window'?"]),
+    (
+        "publish keyword",
+        lambda: publish(max_batch_size=100),
+        "parse",
+        ["'max_batch_size'", "did you mean 'batch_size'?"],
+    ),
     ("sensor keyword", lambda: offset_sensor(deferable=True), "parse", ["'deferable'", "did you mean 'deferrable'?"]),
     ("start_at", lambda: message_sensor(start_at="yesterday"), "parse", ["start_at='yesterday'", "'earliest'"]),
     ("sensor stream None", lambda: message_sensor(stream=None), "parse", ["stream=None", "stream='orders'"]),

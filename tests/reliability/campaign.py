@@ -11,7 +11,9 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   ``RangePlanner`` and ``read_plan``, retried with the same run id after a failure),
   ``consume-operator`` and ``archive`` (``LiftbridgeConsumeOperator`` and
   ``LiftbridgeStreamToFileOperator`` in a real DAG run, ``dag.test()`` in a process of its own,
-  retried by Airflow: ``dags/reliability_campaign.py``);
+  retried by Airflow: ``dags/reliability_campaign.py``); ``consume-interval`` (``IntervalPlanner``
+  and ``read_plan``: interval_path.py) is drawn only when asked for (``--paths``), so the seeds of
+  the default paths keep their schedules;
 - targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
   leader, a follower, the metadata leader, the whole cluster;
 - actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
@@ -61,6 +63,7 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import (
     AckPolicy,
+    AckTimeoutError,
     LiftbridgeClient,
     LiftbridgeError,
     NotSentError,
@@ -77,10 +80,12 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
+from .interval_path import PATH as INTERVAL_PATH
+from .interval_path import ends_again, interval_call
 
 PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume", "consume-operator", "archive")
 #: The paths that read a stream filled before the run (the others publish during it).
-READING_PATHS = ("consume", "consume-operator", "archive")
+READING_PATHS = ("consume", "consume-operator", "archive", INTERVAL_PATH)
 #: Cursor ids of the reading paths' positions.
 POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operator", "archive": "campaign-archive"}
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
@@ -232,11 +237,36 @@ class DevRig:
         return server.broker_ids.index(replica_of(server.addresses, stream, partition, target))
 
 
-def replica_of(addresses: Sequence[str], stream: str, partition: int, target: str) -> str:
-    """The id of the partition's ``"leader"``, or of a ``"follower"`` of it."""
-    with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as looker:
-        part = looker.fetch_metadata([stream]).streams[stream].partitions[partition]
-    return part.leader if target == "leader" else next(r for r in part.replicas if r != part.leader)
+#: How long a strike looks for its target (a partition's leader or follower) before the run is
+#: reported as unsettled: a new stream reaches the brokers one by one (liftbridge-semantics.md),
+#: and a partition whose leader just died lists none for a moment.
+FIND_TARGET_WITHIN = 30.0
+
+
+def replica_of(
+    addresses: Sequence[str], stream: str, partition: int, target: str, within: float = FIND_TARGET_WITHIN
+) -> str:
+    """The id of the partition's ``"leader"``, or of a ``"follower"`` of it, looked for until the
+    brokers list the partition with a leader (for ``within`` s).
+
+    :raises Unsettled: not found in time (the message says what the brokers listed last).
+    """
+    deadline = time.monotonic() + within
+    while True:
+        seen = "nothing"
+        with suppress(LiftbridgeError), LiftbridgeClient(list(addresses), timeout=5.0, max_retries=2) as looker:
+            listed = looker.fetch_metadata([stream]).streams.get(stream)
+            part = listed.partitions.get(partition) if listed is not None else None
+            seen = "no such stream" if listed is None else f"partition {partition}: {part}"
+            if part is not None and part.leader:
+                followers = [r for r in part.replicas if r != part.leader]
+                if target == "leader":
+                    return part.leader
+                if followers:
+                    return followers[0]
+        if time.monotonic() > deadline:
+            raise Unsettled(f"the {target} of {stream!r} partition {partition} was not found in {within:g} s ({seen})")
+        time.sleep(0.5)
 
 
 class ExternalRig:
@@ -313,6 +343,7 @@ class Outcome:
     left_after: int | None = None  # reading: offsets a next run would still read
     archived: Counter[tuple[int, int]] | None = None  # archive: (partition, offset) -> rows in the files
     finished: bool = False  # operator paths: the DAG run succeeded
+    progress_cursor: str = ""  # consume-interval: the interval's progress cursor
     struck: str = ""  # when the fault actually struck
 
 
@@ -325,19 +356,23 @@ class Verdict:
     violations: list[str]
     seconds: float
     struck: str
+    unsettled: str = ""  # why the run could not be judged (Unsettled); empty when it was
 
 
 def _records(schedule: Schedule, run: str) -> list[Record]:
-    return [
-        Record(f"{run}-{i:06d}".encode(), partition=i % schedule.partitions) for i in range(schedule.records)
-    ]
+    return [Record(f"{run}-{i:06d}".encode(), partition=i % schedule.partitions) for i in range(schedule.records)]
 
 
 def read_back(addresses: Sequence[str], stream: str, partitions: int, within: float = 90.0) -> list[Any]:
     """Every message of ``stream``, once the cluster answers again and every partition has
     committed what its leader holds (tried for ``within`` s). After a full restart a partition's
     high watermark reads -1 for a while although its log holds messages (liftbridge-semantics.md):
-    reading then would see an empty stream."""
+    reading then would see an empty stream.
+
+    :raises Unsettled: the stream could not be read whole within ``within`` s (a partition kept
+        committing less than its leader holds, or no broker would lead it); the error names the
+        last state seen of every partition.
+    """
     deadline = time.monotonic() + within
     while True:
         try:
@@ -354,14 +389,62 @@ def read_back(addresses: Sequence[str], stream: str, partitions: int, within: fl
                     )
                     out += list(whole)
                 return out
-        except (LiftbridgeError, _NotSettled):
+        except (LiftbridgeError, _NotSettled) as exc:
             if time.monotonic() > deadline:
-                raise
+                raise Unsettled(
+                    f"the read-back did not settle in {within:g} s ({type(exc).__name__}: {exc}); "
+                    f"partitions: {partition_states(addresses, stream, partitions)}"
+                ) from exc
             time.sleep(0.5)
 
 
 class _NotSettled(Exception):
     """A partition has not committed everything its leader holds yet."""
+
+
+class Unsettled(Exception):
+    """What a run needed to judge it (the stream read back whole, a strike's target found) could
+    not be had in time: the run is reported with this, not judged, and the campaign goes on."""
+
+
+def partition_states(addresses: Sequence[str], stream: str, partitions: int) -> str:
+    """Each partition's state as the cluster reports it now (for a report; never raises)."""
+    states = []
+    with LiftbridgeClient(list(addresses), timeout=2.0, max_retries=1) as looker:
+        try:
+            listed = looker.fetch_metadata([stream]).streams.get(stream)
+        except LiftbridgeError as exc:
+            return f"metadata unavailable ({type(exc).__name__}: {exc})"
+        for p in range(partitions):
+            part = listed.partitions.get(p) if listed is not None else None
+            if part is None:
+                states.append(f"{p}: not listed")
+                continue
+            try:
+                info = looker.fetch_partition_metadata(stream, p)
+                marks = f"hw {info.high_watermark}, newest {info.newest_offset}"
+            except LiftbridgeError as exc:
+                marks = f"leader does not answer ({type(exc).__name__})"
+            states.append(f"{p}: leader {part.leader}, isr {sorted(part.isr)}, {marks}")
+    return "; ".join(states)
+
+
+def failure_summary(exc: BaseException) -> str:
+    """One failure of a path's call as a report line: its class, and for a :class:`PublishError`
+    its cause and what became of the records (acked, timed out, not sent, other errors)."""
+    if not isinstance(exc, PublishError):
+        return type(exc).__name__
+    kinds = Counter(type(e).__name__ for e in exc.errors.values())
+    timed_out = sum(isinstance(e, AckTimeoutError) for e in exc.errors.values())
+    not_sent = sum(isinstance(e, NotSentError) for e in exc.errors.values())
+    cause = exc.__cause__ or exc.__context__
+    causes = ", ".join(f"{name} x{n}" for name, n in sorted(kinds.items())) or "no record error"
+    if cause is not None:
+        causes += f"; cause {type(cause).__name__}"
+    return (
+        f"PublishError({causes}: {exc.acked} of {len(exc.acks)} acked, {timed_out} timed out, "
+        f"{not_sent} not sent, records {exc.start}..{exc.start + len(exc.acks) - 1})"
+    )
 
 
 def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[str]:
@@ -401,7 +484,7 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
                 bad.append(f"{len(twice)} message(s) in the archive more than once, e.g. {twice[:3]}")
             if outcome.left_after:
                 bad.append(f"the position stops {outcome.left_after} offset(s) short of the end")
-    elif schedule.path in ("consume", "consume-operator"):
+    elif schedule.path in ("consume", "consume-operator", INTERVAL_PATH):
         handed = {(p, o) for p, o, _ in outcome.consumed}
         skipped = [(p, o) for p, end in outcome.planned.items() for o in range(end) if (p, o) not in handed]
         if outcome.left_after is not None and skipped:
@@ -409,7 +492,9 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
         wrong = [(p, o) for p, o, v in outcome.consumed if v is not None and at.get((p, o), v) != v]
         if wrong:
             bad.append(f"{len(wrong)} message(s) handed over with a value other than stored, e.g. {wrong[:3]}")
-        if outcome.left_after:
+        if outcome.left_after and schedule.path == INTERVAL_PATH:
+            bad.append(f"a second look at the interval ends elsewhere on {outcome.left_after} partition(s)")
+        elif outcome.left_after:
             bad.append(f"a next run would read {outcome.left_after} offset(s) the finished run had planned")
     return bad
 
@@ -468,64 +553,40 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     records = _records(schedule, tag)
     outcome = Outcome(records)
     occ = schedule.path == "exactly-once-occ"
-    with LiftbridgeClient(rig.addresses, timeout=5.0, max_retries=8) as admin:
-        admin.create_stream(
-            stream, stream, partitions=schedule.partitions, replication_factor=3, optimistic_concurrency_control=occ
-        )
-        if schedule.path in READING_PATHS:
-            admin.publish_many(stream, records, path="grpc", ack_policy=AckPolicy.ALL)
+    try:
+        with LiftbridgeClient(rig.addresses, timeout=5.0, max_retries=8) as admin:
+            admin.create_stream(
+                stream, stream, partitions=schedule.partitions, replication_factor=3, optimistic_concurrency_control=occ
+            )
+            if schedule.path in READING_PATHS:
+                admin.publish_many(stream, records, path="grpc", ack_policy=AckPolicy.ALL)
+    except LiftbridgeError as exc:  # before any fault: the cluster was not ready for this run
+        why = f"seed {schedule.seed}: the stream could not be set up before the run ({type(exc).__name__}: {exc})"
+        return Verdict(schedule, "unsettled", [], time.monotonic() - started, "", why)
     client = LiftbridgeClient(rig.addresses, nats_servers=rig.client_nats, timeout=5.0, max_retries=8)
     watcher = LiftbridgeClient(rig.addresses, timeout=1.0, max_retries=0)
     call = _operator_call(schedule, rig, stream, outcome) if schedule.path in OPERATOR_PATHS else None
+    if schedule.path == INTERVAL_PATH:
+        call, outcome.progress_cursor = interval_call(client, stream, schedule.partitions, outcome, TRIES)
     call = call or _call(schedule, client, stream, outcome)
 
     def progress() -> int:
         if schedule.path in READING_PATHS:  # the committed position
-            cursor = POSITION_CURSORS[schedule.path]
+            cursor = outcome.progress_cursor or POSITION_CURSORS[schedule.path]
             return sum(watcher.fetch_cursor(cursor, stream, p) + 1 for p in range(schedule.partitions))
         return sum(watcher.fetch_partition_metadata(stream, p).newest_offset + 1 for p in range(schedule.partitions))
 
     try:
         with _watch(progress) as reached:
-            if schedule.moment == "before":
-                heal = _strike(rig, schedule, stream)
-                worker = _start(call)
-                time.sleep(schedule.down)
-                heal()
-                outcome.struck = "before the call"
-            elif schedule.moment in ("during", "recovery"):
-                worker = _start(call)
-                if reached(int(schedule.fraction * schedule.records), 60.0) and worker.is_alive():
-                    outcome.struck = f"with {progress_or(progress)} stored"
-                else:
-                    outcome.struck = "after the call ended (it was quicker than the moment)"
-                heal = _strike(rig, schedule, stream)
-                time.sleep(schedule.down)
-                heal()
-                if schedule.moment == "recovery":
-                    time.sleep(schedule.second_after)
-                    heal = _strike(rig, schedule, stream)
-                    time.sleep(schedule.down)
-                    heal()
-            else:
-                worker = _start(call)
-                worker.join(240)
-                heal = _strike(rig, schedule, stream)
-                time.sleep(schedule.down)
-                heal()
-                outcome.struck = "after the call returned"
+            worker = _strike_and_call(schedule, rig, stream, call, outcome, progress, reached)
             worker.join(240)
             if worker.is_alive():
                 return Verdict(schedule, "hung", ["the call did not end within 240 s"], time.monotonic() - started, "")
         stored = read_back(rig.addresses, stream, schedule.partitions)
-        if schedule.path == "consume" and outcome.planned:
-            outcome.left_after = _left_after(client, stream, schedule)
-        elif schedule.path in OPERATOR_PATHS and outcome.finished:
-            outcome.planned = _ends(client, stream, schedule.partitions)
-            cursor = POSITION_CURSORS[schedule.path]
-            outcome.left_after = sum(
-                end - 1 - client.fetch_cursor(cursor, stream, p) for p, end in outcome.planned.items()
-            )
+        _read_positions(schedule, client, stream, outcome)
+    except Unsettled as exc:
+        why = f"seed {schedule.seed}: {exc}"
+        return Verdict(schedule, "unsettled", [], time.monotonic() - started, outcome.struck, why)
     finally:
         client.close()
         watcher.close()
@@ -533,8 +594,83 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     returned = outcome.acks is not None or outcome.written is not None or outcome.left_after is not None
     result = "returned" if returned else "raised"
     if outcome.errors:
-        result += f" after {len(outcome.errors)} failure(s): " + ", ".join(type(e).__name__ for e in outcome.errors)
+        result += f" after {len(outcome.errors)} failure(s): " + ", ".join(map(failure_summary, outcome.errors))
     return Verdict(schedule, result, violations, time.monotonic() - started, outcome.struck)
+
+
+def _strike_and_call(
+    schedule: Schedule,
+    rig: Any,
+    stream: str,
+    call: Callable[[], None],
+    outcome: Outcome,
+    progress: Callable[[], int],
+    reached: Callable[[int, float], bool],
+) -> threading.Thread:
+    """Start the call and strike at the schedule's moment; the call's thread, still running."""
+    if schedule.moment == "before":
+        heal = _strike(rig, schedule, stream)
+        worker = _start(call)
+        time.sleep(schedule.down)
+        heal()
+        outcome.struck = "before the call"
+    elif schedule.moment in ("during", "recovery"):
+        worker = _start(call)
+        if reached(int(schedule.fraction * schedule.records), 60.0) and worker.is_alive():
+            outcome.struck = f"with {progress_or(progress)} stored"
+        else:
+            outcome.struck = "after the call ended (it was quicker than the moment)"
+        heal = _strike(rig, schedule, stream)
+        time.sleep(schedule.down)
+        heal()
+        if schedule.moment == "recovery":
+            time.sleep(schedule.second_after)
+            heal = _strike(rig, schedule, stream)
+            time.sleep(schedule.down)
+            heal()
+    else:
+        worker = _start(call)
+        worker.join(240)
+        heal = _strike(rig, schedule, stream)
+        time.sleep(schedule.down)
+        heal()
+        outcome.struck = "after the call returned"
+    return worker
+
+
+#: How long the positions a finished reading run left are asked for before the run is reported
+#: as unsettled (a cursors partition without a leader answers NotLeaderError meanwhile).
+POSITIONS_WITHIN = 90.0
+
+
+def _read_positions(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome) -> None:
+    """Where a finished reading run left its positions: what a next run would read again.
+
+    :raises Unsettled: the positions could not be read in :data:`POSITIONS_WITHIN` s.
+    """
+    planned = schedule.path in ("consume", INTERVAL_PATH) and outcome.planned
+    if not (planned or (schedule.path in OPERATOR_PATHS and outcome.finished)):
+        return
+    deadline = time.monotonic() + POSITIONS_WITHIN
+    while True:
+        try:
+            if schedule.path == "consume":
+                outcome.left_after = _left_after(client, stream, schedule)
+            elif schedule.path == INTERVAL_PATH:
+                outcome.left_after = ends_again(client, stream, schedule.partitions, outcome.planned)
+            else:
+                outcome.planned = _ends(client, stream, schedule.partitions)
+                cursor = POSITION_CURSORS[schedule.path]
+                outcome.left_after = sum(
+                    end - 1 - client.fetch_cursor(cursor, stream, p) for p, end in outcome.planned.items()
+                )
+            return
+        except LiftbridgeError as exc:
+            if time.monotonic() > deadline:
+                raise Unsettled(
+                    f"the positions could not be read in {POSITIONS_WITHIN:g} s ({type(exc).__name__}: {exc})"
+                ) from exc
+            time.sleep(1.0)
 
 
 def progress_or(progress: Callable[[], int]) -> str:

@@ -8,12 +8,36 @@ its seed: ``python scripts/fault_campaign.py --seed N``.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import Ack, AckPolicy, NotSentError, PublishError, Record
+from airflow_provider_liftbridge.client import (
+    Ack,
+    AckPolicy,
+    AckTimeoutError,
+    LiftbridgeClient,
+    LiftbridgeError,
+    NotSentError,
+    PublishError,
+    Record,
+    UnavailableError,
+)
+from airflow_provider_liftbridge.devserver import DevServer
 
-from .campaign import PATHS, DevRig, Outcome, Schedule, check, draw, run
+from .campaign import (
+    PATHS,
+    DevRig,
+    Outcome,
+    Schedule,
+    Unsettled,
+    check,
+    draw,
+    failure_summary,
+    read_back,
+    replica_of,
+    run,
+)
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -100,3 +124,72 @@ def test_the_checker_calls_a_skipped_message_a_violation() -> None:
     stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"c")]
     outcome = Outcome(_RECORDS, consumed=[(0, 0, b"a"), (0, 2, b"c")], planned={0: 3}, left_after=0)
     assert check(schedule, outcome, stored) == ["1 message(s) never handed to the function, e.g. [(0, 1)]"]
+
+
+# -- runs that cannot be judged are reported, not raised (issue 47) -----------------------------
+
+
+def test_a_read_back_that_cannot_settle_is_reported_with_the_partitions_state(cluster: DevServer) -> None:
+    # A stalled follower stays in the ISR (15 s, Liftbridge's replica.max.lag.time): the leader
+    # holds messages it cannot commit, so the read-back never settles within its time.
+    with LiftbridgeClient(cluster.addresses, timeout=5.0) as client:
+        client.create_stream("unsettled", "unsettled", replication_factor=3)
+        part = client.fetch_metadata(["unsettled"]).streams["unsettled"].partitions[0]
+        follower = next(r for r in part.replicas if r != part.leader)
+        cluster.stall_broker(cluster.broker_ids.index(follower))
+        try:
+            client.publish("unsettled", b"held", ack_policy=AckPolicy.LEADER)
+            with pytest.raises(Unsettled) as caught:
+                read_back(cluster.addresses, "unsettled", 1, within=1.0)
+        finally:
+            cluster.resume_broker(cluster.broker_ids.index(follower))
+    text = str(caught.value)
+    assert "did not settle in 1 s" in text and "committed to -1 of 0" in text
+    assert f"0: leader {part.leader}, isr " in text and "hw -1, newest 0" in text
+
+
+def test_a_strike_whose_target_is_not_listed_is_reported_after_its_wait(cluster: DevServer) -> None:
+    with pytest.raises(
+        Unsettled, match=r"the leader of 'never-made' partition 0 was not found in 1 s \(no such stream\)"
+    ):
+        replica_of(cluster.addresses, "never-made", 0, "leader", within=1.0)
+
+
+def test_the_campaign_reports_an_unsettled_run_and_goes_on(cluster: DevServer) -> None:
+    # The rig's strike cannot find its target (the stream is deleted under it): the run comes back
+    # as a verdict that names its seed, not as an exception that would end the campaign.
+    class DeletingRig:
+        addresses = cluster.addresses
+        client_nats: list[str] = []
+
+        def strike(self, target: str, action: str, stream: str, partition: int) -> Any:
+            with LiftbridgeClient(cluster.addresses) as client:
+                client.delete_stream(stream)
+            replica_of(cluster.addresses, stream, partition, target, within=0.5)
+            raise AssertionError("unreachable: the stream is gone")
+
+    schedule = Schedule(47001, "grpc", "leader", "kill", "before", 0.5, 0.3, 0.0, 20, 1)
+    verdict = run(schedule, DeletingRig())
+    assert verdict.outcome == "unsettled" and verdict.violations == []
+    assert verdict.unsettled.startswith("seed 47001: the leader of 'campaign-c47001-")
+
+
+def test_a_publish_error_is_reported_with_its_cause_and_counts() -> None:
+    acks = [_ack(0, 0), _ack(0, 1), None, None, None]
+    errors: dict[int, LiftbridgeError] = {
+        2: AckTimeoutError("no ack in 3 s"),
+        3: AckTimeoutError("no ack in 3 s"),
+        4: NotSentError("not sent"),
+    }
+    try:
+        try:
+            raise UnavailableError("broker 127.0.0.1:1 went away")
+        except UnavailableError as cause:
+            raise PublishError("2 of 5 acked", acks=acks, index=2, errors=errors, start=10) from cause
+    except PublishError as exc:
+        line = failure_summary(exc)
+    assert line == (
+        "PublishError(AckTimeoutError x2, NotSentError x1; cause UnavailableError: 2 of 5 acked, "
+        "2 timed out, 1 not sent, records 10..14)"
+    )
+    assert failure_summary(RuntimeError("x")) == "RuntimeError"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.deployment import EXAMPLE_DAGS, Deployment
+from scripts.deployment import EXAMPLE_DAGS, Deployment, wait_until
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = [
@@ -92,3 +92,31 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
 def private_task_dirs(deployment: Deployment) -> Path:
     """The folder under which each task of the deployment gets its own scratch directory."""
     return Path(deployment.config["LIFTBRIDGE_PRIVATE_TASK_DIRS"])
+
+
+ARCHIVE_DAG = "liftbridge_stream_archive"
+#: Orders the two runs after the first scheduled one publish (the first: the DAG's default, 1,000),
+#: so the view's charts show runs that read different amounts.
+MORE_RUNS_ORDERS = (400, 700)
+
+
+@pytest.fixture(scope="package")
+def archive_runs(deployment: Deployment) -> list[str]:
+    """Three finished runs of the stream-archive example, oldest first: its first scheduled run
+    (which crashes its archive task once, on purpose, and is retried), then two triggered ones
+    without the crash; the DAG is paused after them, so no hourly run moves a cursor while the
+    view's tests look."""
+
+    def first_run() -> str | None:
+        runs = deployment.api("GET", f"/dags/{ARCHIVE_DAG}/dagRuns?order_by=run_after")["dag_runs"]
+        return str(runs[0]["dag_run_id"]) if runs else None
+
+    first = wait_until(f"a scheduled run of {ARCHIVE_DAG}", first_run, timeout=120, interval=1)
+    runs = [first]
+    for orders in MORE_RUNS_ORDERS:
+        runs.append(deployment.trigger_dag(ARCHIVE_DAG, {"sample_orders": orders, "simulate_crash": False}))
+    for run_id in runs:  # max_active_runs=1: they run one after the other
+        state = deployment.wait_for_run(ARCHIVE_DAG, run_id, timeout=600)
+        assert state == "success", f"{deployment.task_states(ARCHIVE_DAG, run_id)} (logs: {deployment.log_dir})"
+    deployment.api("PATCH", f"/dags/{ARCHIVE_DAG}", {"is_paused": True})
+    return runs

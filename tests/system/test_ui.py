@@ -36,6 +36,9 @@ def logged_in_page(url: str) -> Iterator[Any]:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
+            from playwright.sync_api import expect
+
+            expect.set_options(timeout=60_000)  # a busy machine: wait for conditions, longer than 5 s
             page.goto(f"{url}/auth/login")
             page.locator("input").nth(0).fill(USERNAME)
             page.locator("input[type=password]").fill(PASSWORD)

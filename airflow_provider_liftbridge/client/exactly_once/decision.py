@@ -59,7 +59,11 @@ MISSING = (NoSuchStreamError, NoSuchPartitionError)
 def unwrap(exc: PublishError) -> LiftbridgeError:
     """The typed error behind a ``PublishError``: the failed record's own, else the cause, else the
     first record's that says more than "not sent" (every record without an ack is named, and the
-    ones the call never sent only say that it stopped: what stopped it is the cause)."""
+    ones the call never sent only say that it stopped: what stopped it is the cause), else that of
+    the ``PublishError`` it was raised from. Failing all of these, by type: a connection's error
+    (``OSError``) is :class:`UnavailableError`; otherwise records were handed over and nothing says
+    what became of them, which is an :class:`AckTimeoutError` (may or may not be stored: the
+    reading that suspects their leader, see :func:`suspects_after`)."""
     if exc.index is not None and exc.index in exc.errors:
         return exc.errors[exc.index]
     cause = exc.__cause__
@@ -68,7 +72,9 @@ def unwrap(exc: PublishError) -> LiftbridgeError:
     telling = [i for i, e in exc.errors.items() if not isinstance(e, NotSentError)]
     if telling:
         return exc.errors[min(telling)]
-    return AckTimeoutError(str(exc)) if "ack" in str(exc).lower() else UnavailableError(str(exc))
+    if isinstance(cause, PublishError):
+        return unwrap(cause)
+    return UnavailableError(str(exc)) if isinstance(cause, OSError) else AckTimeoutError(str(exc))
 
 
 def suspects_after(

@@ -56,7 +56,7 @@ from .nats_engine import (
 )
 from .options import PUBLISH_PATHS, PublishOptions
 from .resend import NO_RESEND
-from .unstored import discard_nats, merge_retry, send_unstored_again, warn_resent
+from .timeout_recovery import discard_nats, merge_retry, send_unstored_again, warn_resent
 
 if TYPE_CHECKING:
     from ..write_stats import WriteStats
@@ -224,7 +224,7 @@ class NatsBatch:
     :ivar options: the options of the NATS path (its window filled in).
     :ivar before: what each target partition held before this batch, as far as the route knows
         (its metadata, then the acks of its last batch): the base against which an ack time-out
-        is judged (:func:`.unstored.send_unstored_again`).
+        is judged (:func:`.timeout_recovery.send_unstored_again`).
     :ivar sent_ns: first send times for the write statistics, or ``None``.
     """
 
@@ -381,7 +381,7 @@ def _plan_nats(
         subject_of = {p: partition_subject(info.subject, p) for p in targets}
         subjects = [subject_of[p] for p in parts]
     before = {p: route.newest.get(p, info.partitions[p].newest_offset) for p in targets}
-    # By default nothing is re-sent blindly on a time-out: only what unstored.py proves unstored.
+    # By default nothing is re-sent blindly on a time-out: only what timeout_recovery.py proves unstored.
     resend = NO_RESEND if options.resend is None else options.resend
     nats_options = options.replace(window=options.window_for("nats"), resend=resend)
     return NatsBatch(items, parts, subjects, ids, nats_options, before, sent_ns)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -29,11 +28,12 @@ from ..errors import (
 from ..operations import choose_partition, missing_confirmed_op, refresh_metadata
 from ..requests import build_publish
 from ..retry import is_transient
-from ..routing import ClientCore, RetryStretch
+from ..routing import ClientCore, OutageBudget
 from ..types import Ack, AckPolicy, Record
 from .contract import name_unacknowledged
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import ResendPolicy
+from .window import SendWindow
 
 if TYPE_CHECKING:
     from ..write_stats import WriteStats
@@ -162,135 +162,158 @@ def _pipeline(
     sent_ns: list[int] | None = None,
     stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
-    acks: list[Ack | None] = [None] * len(requests)
-    errors: dict[int, LiftbridgeError] = {}
-    handed = bytearray(len(requests))  # 1: written to a stream at least once (may be stored)
+    """Send ``requests`` through a :class:`~.window.SendWindow` of ``window`` records over one
+    PublishAsync stream at a time: send, settle each answer, and after a lost connection re-send
+    what was in flight (:func:`_after_lost_connection`) on a new stream; an ack time-out or a
+    failure that is not transient ends the call with every record named (:func:`_failed`)."""
+    sent = SendWindow(len(requests), window)
     index_of = {cid: i for i, cid in enumerate(ids)}
-    pending: deque[int] = deque(range(len(requests)))
-    inflight: set[int] = set()
     attempt = 0  # connections lost in this call: picks the broker
-    sends: dict[int, int] = {}  # how often each re-sent record was sent
-    outage = RetryStretch(core, wait)
+    outage = OutageBudget(core, wait)
     # A batch for one partition goes to that partition's leader (when the metadata cache knows
     # it), not to whichever broker answered last: any broker accepts a publish and forwards it,
     # but a stopped broker that received it carries it out when it wakes, long after the client
     # gave up on it. Sent to the leader, a record waits in no other broker (ADR 8).
     leader = _leader_of(core, stream, requests)
-    while pending or inflight:
+    while sent.unfinished:
         handle = yield OpenStream(core.address_for_attempt(attempt, leader), "PublishAsync")
         try:
-            while (pending and not errors) or inflight:
-                while pending and not errors and len(inflight) < window:
-                    i = pending.popleft()
-                    inflight.add(i)
+            while sent.running:
+                for i in sent.sendable():
                     if sent_ns is not None and not sent_ns[i]:
                         sent_ns[i] = time.time_ns()
-                    handed[i] = 1
                     yield Write(handle, requests[i])
                 response = yield Read(handle, wait)
                 if response is END:
                     raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the server closed the publish stream early")
-                i = index_of.get(response.correlationId or response.ack.correlationId, -1)
-                if i not in inflight:
-                    continue  # not ours (or a repeat after a resend): ignore
-                inflight.discard(i)
-                req = requests[i]
-                if response.HasField("asyncError"):
-                    err = response.asyncError
-                    errors[i] = map_async_error(err.code, err.message, stream=stream, partition=req.partition)
-                    continue
-                outage.over()  # an ack, not a refusal: refusals share one budget
-                ack = ack_from_pb(response.ack)
-                try:
-                    acks[i] = check_ack(ack)
-                except LiftbridgeError as exc:
-                    errors[i] = exc
+                _settle(sent, index_of, response, stream, requests, outage)
             # Done when the last ack is in: cancel rather than wait for the server to close the
             # stream (a real server takes seconds to).
             yield Cancel(handle)
-            missing = sorted(i for i, e in errors.items() if isinstance(e, NoSuchStreamError | NoSuchPartitionError))
-            backoff = outage.retry() if missing and len(missing) == len(errors) else None
-            if backoff is not None:
-                # "No such stream" about a stream just created, or seen before: a new stream reaches
-                # the brokers one by one, a restarting cluster says that for a second or two
-                # (presence.py). Refused records were not stored: sending them again after a
-                # backoff cannot duplicate them, unless metadata confirms the stream is gone.
-                yield Sleep(backoff)
-                if not (yield from missing_confirmed_op(core, stream, requests[missing[0]].partition)):
-                    for i in missing:
-                        del errors[i]
-                    pending = deque(sorted(set(missing) | set(pending)))
-                    continue
+            if (yield from _missing_again(core, stream, requests, sent, outage)):
+                continue
             break
         except RpcFailure as failure:
             yield Cancel(handle)
             backoff = outage.retry() if is_transient(failure) else None
-            if backoff is not None:
-                attempt += 1
-                # Resend what was not acknowledged, in input order (at-least-once), unless the
-                # caller's policy refuses (exactly-once publishing decides for itself). Counted per
-                # record: the send each would be.
-                again = {i: sends.get(i, 1) + 1 for i in inflight}
-                refused = sorted(i for i, n in again.items() if resend is not None and not resend.should_resend(i, n))
-                for i in refused:
-                    errors[i] = AckTimeoutError(
-                        f"the connection was lost before record {i} was acknowledged and the resend policy "
-                        "refused to send it again; it may or may not be stored."
-                    )
-                if refused:
-                    why = f"record {refused[0]} failed: {errors[refused[0]]}"
-                    raise _failed(acks, errors, refused[0], why, handed, None) from errors[refused[0]]
-                if inflight:
-                    # At-least-once: the lost attempt may have stored them. Said and counted.
-                    log.warning(
-                        "publish_many to stream %r: re-sending %d record(s) without an ack after a lost connection "
-                        "(at-least-once: each may be stored twice)",
-                        stream,
-                        len(inflight),
-                    )
-                    if stats is not None:
-                        stats.note_resent(len(inflight))
-                sends.update(again)
-                pending = deque(sorted(inflight | set(pending)))
-                inflight.clear()
-                yield Sleep(backoff)
-                try:
-                    # Hand the records over again only once the cluster answers, within the
-                    # outage's budget: each reconnect that failed after they were written would
-                    # count as one more send of each (it may have stored them), and the refreshed
-                    # metadata names the partition's leader now.
-                    yield from refresh_metadata(core, [stream], until=outage.until)
-                except LiftbridgeError as unreachable:
-                    why = f"publishing to stream {stream!r} failed: {unreachable}"
-                    raise _failed(acks, errors, None, why, handed, unreachable) from unreachable
-                leader = _leader_of(core, stream, requests)
-                continue
-            cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
-            why = f"publishing to stream {stream!r} failed: {cause}"
-            raise _failed(acks, errors, None, why, handed, cause) from cause
+            if backoff is None:
+                cause = map_rpc_error("PublishAsync", failure, stream=stream, attempts=attempt + 1)
+                why = f"publishing to stream {stream!r} failed: {cause}"
+                raise _failed(sent, None, why, cause) from cause
+            attempt += 1
+            yield from _after_lost_connection(core, stream, sent, resend, backoff, outage, stats)
+            leader = _leader_of(core, stream, requests)
         except ReadTimeout:
-            first = min(inflight)
-            cause = AckTimeoutError(
-                f"no ack for record {first} on stream {stream!r} within {wait:g} s; raise timeout= or check the "
-                "broker. Unacknowledged records may or may not be stored."
+            first = sent.expire(
+                lambda i: AckTimeoutError(
+                    f"no ack for record {i} on stream {stream!r} within {wait:g} s; raise timeout= or check the "
+                    "broker. Unacknowledged records may or may not be stored."
+                )
             )
-            errors[first] = cause
-            raise _failed(acks, errors, first, str(cause), handed, cause) from cause
-    if errors:
-        first = min(errors)
-        why = f"record {first} was refused: {errors[first]}"
-        raise _failed(acks, errors, first, why, handed, None) from errors[first]
-    return acks  # type: ignore[return-value]  # complete: the publish contract (send_batch) checks it
+            cause = sent.errors[first]
+            raise _failed(sent, first, str(cause), cause) from cause
+    if sent.errors:
+        first = min(sent.errors)
+        why = f"record {first} was refused: {sent.errors[first]}"
+        raise _failed(sent, first, why, None) from sent.errors[first]
+    return sent.acks  # type: ignore[return-value]  # complete: the publish contract (send_batch) checks it
 
 
-def _failed(
-    acks: list[Ack | None],
-    errors: dict[int, LiftbridgeError],
-    index: int | None,
-    why: str,
-    handed: bytearray,
-    in_doubt: LiftbridgeError | None,
-) -> PublishError:
+def _settle(
+    sent: SendWindow,
+    index_of: dict[str, int],
+    response: api_pb2.PublishResponse,
+    stream: str,
+    requests: list[api_pb2.PublishRequest],
+    outage: OutageBudget,
+) -> None:
+    """Settle the record ``response`` answers: its async error, or its checked ack (an ack, not a
+    refusal, is progress: refusals share one outage budget). Answers for no record in flight
+    (not ours, or a repeat after a re-send) are ignored."""
+    i = index_of.get(response.correlationId or response.ack.correlationId, -1)
+    if not sent.is_in_flight(i):
+        return
+    if response.HasField("asyncError"):
+        err = response.asyncError
+        sent.settle(i, error=map_async_error(err.code, err.message, stream=stream, partition=requests[i].partition))
+        return
+    outage.progressed()
+    try:
+        sent.settle(i, check_ack(ack_from_pb(response.ack)))
+    except LiftbridgeError as exc:
+        sent.settle(i, error=exc)
+
+
+def _missing_again(
+    core: ClientCore,
+    stream: str,
+    requests: list[api_pb2.PublishRequest],
+    sent: SendWindow,
+    outage: OutageBudget,
+) -> Op[bool]:
+    """Whether records refused only with "no such stream" go again (they now wait): about a stream
+    just created, or seen before, that is what a new stream's brokers and a restarting cluster say
+    for a second or two (presence.py). Refused records were not stored: sending them again after a
+    backoff cannot duplicate them, unless metadata confirms the stream is gone."""
+    errors = sent.errors
+    missing = sorted(i for i, e in errors.items() if isinstance(e, NoSuchStreamError | NoSuchPartitionError))
+    backoff = outage.retry() if missing and len(missing) == len(errors) else None
+    if backoff is None:
+        return False
+    yield Sleep(backoff)
+    if (yield from missing_confirmed_op(core, stream, requests[missing[0]].partition)):
+        return False
+    sent.retry(missing)
+    return True
+
+
+def _after_lost_connection(
+    core: ClientCore,
+    stream: str,
+    sent: SendWindow,
+    resend: ResendPolicy | None,
+    backoff: float,
+    outage: OutageBudget,
+    stats: WriteStats | None,
+) -> Op[None]:
+    """The publish stream was lost (a transient failure): re-send what was in flight, in input
+    order (at-least-once), unless the caller's policy refuses (exactly-once publishing decides for
+    itself), once the cluster answers again.
+
+    :raises PublishError: a re-send was refused, or no broker answered within the outage's budget.
+    """
+    refused, requeued = sent.requeue(
+        resend,
+        lambda i: AckTimeoutError(
+            f"the connection was lost before record {i} was acknowledged and the resend policy "
+            "refused to send it again; it may or may not be stored."
+        ),
+    )
+    if refused:
+        why = f"record {refused[0]} failed: {sent.errors[refused[0]]}"
+        raise _failed(sent, refused[0], why, None) from sent.errors[refused[0]]
+    if requeued:
+        # At-least-once: the lost attempt may have stored them. Said and counted.
+        log.warning(
+            "publish_many to stream %r: re-sending %d record(s) without an ack after a lost connection "
+            "(at-least-once: each may be stored twice)",
+            stream,
+            requeued,
+        )
+        if stats is not None:
+            stats.note_resent(requeued)
+    yield Sleep(backoff)
+    try:
+        # Hand the records over again only once the cluster answers, within the outage's budget:
+        # each reconnect that failed after they were written would count as one more send of each
+        # (it may have stored them), and the refreshed metadata names the partition's leader now.
+        yield from refresh_metadata(core, [stream], until=outage.until)
+    except LiftbridgeError as unreachable:
+        why = f"publishing to stream {stream!r} failed: {unreachable}"
+        raise _failed(sent, None, why, unreachable) from unreachable
+
+
+def _failed(sent: SendWindow, index: int | None, why: str, in_doubt: LiftbridgeError | None) -> PublishError:
     """The :class:`PublishError` of a pipeline that stopped, every record named: those never
     written get :class:`NotSentError`; written ones without an ack get ``in_doubt`` (the failure
     that ended the stream: "may or may not be stored"), when there is one. The caller raises it
@@ -301,7 +324,8 @@ def _failed(
         return type(in_doubt)(f"record {i} was sent without an ack before the publish failed: {in_doubt}")
 
     stopped_by = f"record {index}'s failure" if index is not None else "a failure of the publish stream"
-    unsent = [i for i, h in enumerate(handed) if not h]
+    unsent = [i for i, h in enumerate(sent.written_once) if not h]
+    acks, errors = sent.acks, sent.errors
     name_unacknowledged(
         acks, errors, unsent=unsent, in_doubt=None if in_doubt is None else doubt, stopped_by=stopped_by
     )

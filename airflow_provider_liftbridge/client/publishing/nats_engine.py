@@ -136,9 +136,10 @@ async def publish_enveloped(
     ``ids[i]`` and collect the acks on one fresh ack inbox.
 
     ``options`` (partitions are the caller's: ``subjects``): at most ``options.window`` records
-    are unacknowledged at any time (unset: 1024). A record whose ack has not come
-    ``options.timeout`` seconds after it was sent (unset: 10 s) is re-sent (same frame, same
-    correlation id) while ``options.resend`` allows it (unset: up to two re-sends), else it
+    are unacknowledged at any time (unset: the NATS path's, :data:`~.options.NATS_WINDOW`). A
+    record whose ack has not come ``options.timeout`` seconds after it was sent (unset:
+    :attr:`~.options.PublishOptions.wait`) is re-sent (same frame, same correlation id) while
+    ``options.resend`` allows it (unset: :data:`~.resend.DEFAULT_RESEND`), else it
     counts as timed out; the first ack of a correlation id wins,
     later copies are ignored. The first refused or timed-out record stops new sends; records
     already in flight are still waited for. With ``AckPolicy.NONE`` the records are published and
@@ -162,7 +163,7 @@ async def publish_enveloped(
         raise InvalidArgumentError(f"{n} records need {n} subjects and ids, got {len(subjects)} and {len(ids)}")
     cids = ids if isinstance(ids, CorrelationIds) else CorrelationIds.of(ids)
     ack_policy, ack_timeout = options.policy, options.wait
-    window = 1024 if options.window is None else options.window
+    window = options.window_for("nats")
     resend = DEFAULT_RESEND if options.resend is None else options.resend
     fast = fast_nats(nc)
     try:

@@ -107,15 +107,17 @@ class NatsPublisher:
         """Publish records on the partition subjects of the stream subject ``subject`` (a
         record's ``partition`` picks ``subject.N``; ``options.partition`` and ``partitioner``
         are not used) with ``options`` (ack policy default ``LEADER``, at most ``window``
-        unacknowledged at a time, default 1024), and return their acks in input order (``[]``
-        with ``AckPolicy.NONE``).
+        unacknowledged at a time, default :data:`~.options.NATS_WINDOW`), and return their acks in
+        input order (``[]`` with ``AckPolicy.NONE``).
 
-        A record without an ack ``options.timeout`` seconds after it was sent (default 10) fails
-        the call with an :class:`AckTimeoutError`, unless ``options.resend`` allows sending it again (e.g.
-        :data:`DEFAULT_RESEND`: at-least-once). This standalone publisher never re-sends unless
-        asked, because exactly-once publishing builds on it; ``LiftbridgeClient.publish_many``
-        re-sends by default. A message the broker drops without an ack (paused or read-only
-        partition) ends as an :class:`AckTimeoutError`.
+        A record without an ack ``options.timeout`` seconds after it was sent (default:
+        :attr:`~.options.PublishOptions.wait`) fails the call with an :class:`AckTimeoutError`,
+        unless ``options.resend`` allows sending it again (e.g. :data:`~.resend.DEFAULT_RESEND`:
+        at-least-once). Unlike ``LiftbridgeClient.publish_many``, which re-sends by default, this
+        standalone publisher does not unless asked: holding only a NATS connection, it cannot read
+        a partition back to tell a lost record from a late ack (the client does, see
+        :mod:`.timeout_recovery`), so a blind re-send could store a record twice. A message the broker
+        drops without an ack (paused or read-only partition) ends as an :class:`AckTimeoutError`.
 
         :raises PublishError: some record was refused or not acknowledged; ``.errors`` holds the
             typed error of each (``IncorrectOffsetError``, ``MessageTooLargeError``,

@@ -33,7 +33,22 @@ def publish(
     correlation_id: str | None = None,
     timeout: float | None = None,
 ) -> Op[Ack | None]:
-    """The operation of ``LiftbridgeClient.publish`` (documented there)."""
+    """Publish one message and wait for its ack (``None`` with ``AckPolicy.NONE``).
+
+    The partition is ``partition`` if given, else the ``partitioner``'s choice, else 0. A publish
+    that meets UNAVAILABLE is retried on another broker: without ``expected_offset`` that makes it
+    at-least-once (a retried message may be stored twice). A "no such stream" about a stream
+    this client has seen in metadata is retried too (up to ``max_retries`` times, with backoff)
+    until the metadata of all streams confirms it: a restarting cluster answers that for a
+    second or two (see :mod:`..presence`). Run by ``LiftbridgeClient.publish``, which has this signature
+    without ``core``.
+
+    :raises NoSuchStreamError: / :raises NoSuchPartitionError: the target does not exist.
+    :raises ReadonlyPartitionError: the partition is read-only.
+    :raises IncorrectOffsetError: ``expected_offset`` was refused (optimistic concurrency control).
+    :raises AckTimeoutError: no ack within ``timeout`` (or the client's default).
+    :raises UnavailableError: no broker could be reached.
+    """
     policy = core.resolve_ack_policy(ack_policy)
     timeout = core.ack_wait(timeout, policy)
     chosen = yield from choose_partition(core, stream, key, value, partition, partitioner)
@@ -87,7 +102,13 @@ def publish_to_subject(
     correlation_id: str | None = None,
     timeout: float | None = None,
 ) -> Op[Ack | None]:
-    """The operation of ``LiftbridgeClient.publish_to_subject`` (documented there)."""
+    """Publish one message to a NATS subject; every stream attached to it stores it. Returns the
+    first ack (``None`` with ``AckPolicy.NONE``). Retried on UNAVAILABLE: at-least-once.
+
+    :raises AckTimeoutError: no stream acknowledged within the timeout (also: no stream listens on
+        the subject).
+    :raises UnavailableError: no broker could be reached.
+    """
     policy = core.resolve_ack_policy(ack_policy)
     request = build_publish_to_subject(
         subject,

@@ -3,12 +3,17 @@
 - :mod:`.plan`: :class:`RangePlanner` fixes, per partition, the range one run reads
   (position + 1 .. high watermark, capped by ``max_messages``) and keeps it on the server as
   cursors, so a retry of the same run reads the same range and a new run plans afresh.
+- :mod:`.interval`: :class:`IntervalPlanner` finds a time interval's offsets per partition
+  (Liftbridge's time index), says when each partition is complete for it, and plans the read with
+  per-interval progress cursors, so every try, clear and backfill reads the same messages.
 - :mod:`.runner`: :func:`read_plan` reads the plans in batches, hands them to a handler and moves
   the position cursor after each finished batch (or as the commit cadence says).
 - :mod:`.dead_letter`: :class:`DeadLetters` publishes what could not be processed, with why;
   :func:`json_value` decodes a JSON value or names the offset that is not JSON.
 - :mod:`.registry`: :func:`record_pipeline` notes, on the server, which task reads which stream
   with which cursor, so viewers can find the pipelines (:func:`read_pipelines`).
+- :mod:`.history`: :func:`record_run` appends what each finished try did (per partition:
+  processed, lag, high watermark) to a retention-limited stream, for charts (:func:`read_history`).
 
 See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 """
@@ -16,11 +21,22 @@ See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 from __future__ import annotations
 
 from .dead_letter import DEAD_LETTER_HEADERS, DeadLetters, NotJsonError, dead_letter_headers, json_value
+from .history import HISTORY_STREAM, PartitionRun, RunEntry, read_history, record_run
+from .interval import (
+    DEFAULT_LATENESS,
+    Interval,
+    IntervalBounds,
+    IntervalPlanner,
+    NoTimestampsError,
+    interval_cursor_ids,
+)
 from .plan import (
     NO_PLAN,
     PartitionPlan,
     RangePlanner,
     StartSpec,
+    check_partitions,
+    first_offset_at,
     high_watermark,
     plan_cursor_ids,
     plan_start_cursor_id,
@@ -42,28 +58,41 @@ from .runner import (
 __all__ = [
     "COMMIT_CADENCES",
     "DEAD_LETTER_HEADERS",
+    "HISTORY_STREAM",
+    "DEFAULT_LATENESS",
     "NO_PLAN",
     "REGISTRY_STREAM",
     "BatchFailed",
     "BatchHandler",
     "CommitCadence",
     "DeadLetters",
+    "Interval",
+    "IntervalBounds",
+    "IntervalPlanner",
+    "NoTimestampsError",
     "NotJsonError",
     "PartitionPlan",
     "PartitionReport",
+    "PartitionRun",
     "PipelineEntry",
     "RangePlanner",
+    "RunEntry",
     "StartSpec",
     "batches",
+    "check_partitions",
     "check_batch_size",
     "check_cadence",
     "dead_letter_headers",
+    "first_offset_at",
     "high_watermark",
+    "interval_cursor_ids",
     "json_value",
     "plan_cursor_ids",
     "plan_start_cursor_id",
+    "read_history",
     "read_pipelines",
     "read_plan",
     "record_pipeline",
+    "record_run",
     "run_tag",
 ]

@@ -254,7 +254,6 @@ class SyncChannelRegistry:
 SYNC_REGISTRY = SyncChannelRegistry()
 
 
-
 class StubCache:
     """The API stub of each channel slot, made again only when the slot's channel changes:
     building a stub makes a callable per RPC (about 0.2 ms), which every unary call paid again (a

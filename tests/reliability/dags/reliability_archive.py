@@ -1,6 +1,7 @@
 """The DAG of the archive-kill scenario: one LiftbridgeStreamToFileOperator (retried once) whose
 first try SIGKILLs its own process after a file is complete (``EO_*`` environment variables,
-tests/reliability/test_archive_killed.py)."""
+tests/reliability/test_archive_killed.py). ``EO_READ_BY=interval`` with ``EO_START``/``EO_END``
+and ``EO_LAYOUT`` make it an interval read into a folder layout."""
 
 from __future__ import annotations
 
@@ -30,4 +31,8 @@ with DAG(
         on_file_kwargs={"after": int(os.environ.get("EO_KILL_AFTER_FILE", "2"))},
         retries=1,
         retry_delay=dt.timedelta(seconds=0),
+        read_by=os.environ.get("EO_READ_BY", "position"),
+        start_time=os.environ.get("EO_START") or None,
+        end_time=os.environ.get("EO_END") or None,
+        path_layout=os.environ.get("EO_LAYOUT") or None,
     )

@@ -1,5 +1,5 @@
-"""Re-sending over NATS only what a partition certainly does not hold (``publish_many``'s default
-after an ack time-out), and saying so: every re-send is logged at WARNING and counted. Records
+"""Recovery after an ack time-out over NATS: re-sending only what a partition certainly does not
+hold (``publish_many``'s default), and saying so: every re-send is logged at WARNING and counted. Records
 that were stored but whose acks were lost (a NATS node dying between the broker and the client)
 are found by reading the partition, and count as acknowledged."""
 
@@ -14,7 +14,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 from ..effects import DropNats, Op, Sleep
 from ..errors import LiftbridgeError, NoSuchPartitionError, NoSuchStreamError, NotLeaderError, UnavailableError
 from ..operations import fetch_partition_metadata, missing_confirmed_op
-from ..routing import ClientCore, RetryStretch
+from ..routing import ClientCore, OutageBudget
 from ..subscription import read_committed
 from ..types import Ack, AckPolicy, Record
 from .grpc_batch import as_record
@@ -44,10 +44,8 @@ class SentBatch(Protocol):
     def send(self, indices: Sequence[int] | None = None) -> Op[BulkOutcome]: ...
 
 
-def send_unstored_again(
-    core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch
-) -> Op[None]:
-    """Send again, within the call's retry budget (:class:`RetryStretch`: the ack timeout, at least
+def send_unstored_again(core: ClientCore, stream: str, outcome: BulkOutcome, batch: SentBatch) -> Op[None]:
+    """Send again, within the call's retry budget (:class:`OutageBudget`: the ack timeout, at least
     ``max_retries`` rounds), the timed-out records that are certainly not stored; ``outcome`` is
     updated in place (the rest stay timed out).
 
@@ -70,7 +68,7 @@ def send_unstored_again(
     parts, before = batch.parts, batch.before
     if any(before[parts[i]] < -1 for i in outcome.timed_out):
         return  # metadata without offsets: nothing to judge by
-    stretch = RetryStretch(core, batch.options.wait)
+    stretch = OutageBudget(core, batch.options.wait)
     while (backoff := stretch.retry()) is not None:
         yield from discard_nats()
         yield Sleep(backoff)
@@ -108,7 +106,7 @@ def send_unstored_again(
         if not outcome.timed_out or outcome.failure is not None:
             return
         if len(outcome.timed_out) < len(again):
-            stretch.over()  # some were acknowledged: the cluster is taking records again
+            stretch.progressed()  # some were acknowledged: the cluster is taking records again
         # Still no ack: judge again (this batch's new acks count as what the partitions hold).
 
 
@@ -233,13 +231,13 @@ def merge_retry(outcome: BulkOutcome, again: Sequence[int], retry: BulkOutcome, 
     batch had not sent yet. Records of ``again`` that this send did not hand over keep their
     state (still never sent, or sent before)."""
     outcome.timed_out = [again[k] for k in retry.timed_out]
-    state, handed = outcome.state, retry.state
+    state, retry_state = outcome.state, retry.state
     for k, i in enumerate(again):
         outcome.acks[i] = retry.acks[k]
         if k in retry.errors:
             outcome.errors[i] = retry.errors[k]
-        if state is not None and handed is not None and handed[k]:  # no state: nothing was handed over
-            state[i] = handed[k]
+        if state is not None and retry_state is not None and retry_state[k]:  # no state: nothing handed over
+            state[i] = retry_state[k]
     if retry.failure is not None:
         outcome.failure = retry.failure
     outcome.sent += retry.sent

@@ -22,7 +22,7 @@ from airflow_provider_liftbridge.client import AckPolicy, Record
 from airflow_provider_liftbridge.client.publishing.batch import NatsBatch
 from airflow_provider_liftbridge.client.publishing.nats_engine import BulkOutcome
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
-from airflow_provider_liftbridge.client.publishing.unstored import send_unstored_again
+from airflow_provider_liftbridge.client.publishing.timeout_recovery import send_unstored_again
 
 from .conftest import AsyncAsSync
 

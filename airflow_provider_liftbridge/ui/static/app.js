@@ -1,0 +1,277 @@
+// The Liftbridge view's page (docs/ui.md). Every data call is relative to the page
+// (…/liftbridge/api/…), every link to Airflow relative to it too (../dags/…), so the view works
+// under Airflow's base URL path. The data endpoints check the user; this script holds no data.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const out = $("out");
+const params = new URLSearchParams(window.location.search);
+const state = {
+  tab: "pipelines",
+  timer: null,        // the automatic refresh (null while paused)
+  paused: false,
+  focus: params.get("pipeline") || "",  // a pipeline to show first (dag_id.task_id)
+  charts: [],
+};
+window.liftbridgeView = state;  // for the system tests: the refresh state
+
+// -- Airflow's look: its colour mode and font, read from the Airflow page around the frame ------
+function airflowDocument() {
+  try {
+    if (window.parent !== window && window.parent.document) return window.parent.document;
+  } catch (e) { /* another origin: no access */ }
+  return null;
+}
+function applyTheme() {
+  const doc = airflowDocument();
+  let dark;
+  if (doc) dark = doc.documentElement.classList.contains("dark");  // next-themes' class on <html>
+  else dark = window.matchMedia("(prefers-color-scheme: dark)").matches;
+  const theme = dark ? "dark" : "light";
+  if (document.documentElement.dataset.theme !== theme) {
+    document.documentElement.dataset.theme = theme;
+    drawCharts();  // axes and grid take the new colours
+  }
+  if (doc && doc.body) {
+    const font = window.getComputedStyle(doc.body).fontFamily;
+    if (font) document.documentElement.style.setProperty("--font", font);
+  }
+}
+function watchTheme() {
+  const doc = airflowDocument();
+  if (doc) new MutationObserver(applyTheme).observe(doc.documentElement, {attributes: true, attributeFilter: ["class", "style"]});
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
+  applyTheme();
+}
+
+// -- building blocks --------------------------------------------------------------------------
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) node.setAttribute(k, v);
+  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return node;
+}
+function table(headers, rows, attrs) {
+  return el("table", attrs || {}, el("thead", {}, el("tr", {}, ...headers.map(h => el("th", {}, h)))), el("tbody", {}, ...rows));
+}
+function num(value, attrs) { return el("td", Object.assign({class: "num"}, attrs || {}), value); }
+function badge(kind, text) { return el("span", {class: `badge ${kind}`, "data-badge": kind}, text); }
+function rendered(v) {
+  if (v == null) return "";
+  const text = v.format === "json" ? JSON.stringify(v.value, null, 2) : v.value;
+  return el("pre", {"data-format": v.format}, text + (v.truncated ? ` … (${v.size} bytes, cut)` : ""));
+}
+// A link into Airflow: the API gives it relative to Airflow's base URL; the page is at <base>/liftbridge/.
+function airflowLink(path, text) { return el("a", {href: `../${path}`, target: "_top", "data-airflow-link": ""}, text); }
+// Airflow's frame is sandboxed without top navigation: a link of the frame cannot open an Airflow
+// page in the window. The same link, clicked in the Airflow page around the frame, can.
+document.addEventListener("click", (event) => {
+  const link = event.target instanceof Element ? event.target.closest("a[data-airflow-link]") : null;
+  const doc = airflowDocument();
+  if (!link || !doc || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  event.preventDefault();
+  const outer = doc.createElement("a");
+  outer.href = link.href;  // absolute: resolved against this page
+  outer.hidden = true;
+  doc.body.append(outer);
+  outer.click();
+  outer.remove();
+});
+function connection() { return $("conn").value; }
+async function get(path) {
+  const conn = connection();
+  if (!conn) throw new Error("No liftbridge connection you may read: create one (Admin → Connections), or ask for access.");
+  const r = await fetch(`api/connections/${encodeURIComponent(conn)}${path}`, {credentials: "same-origin"});
+  const body = await r.json().catch(() => ({detail: r.statusText}));
+  if (!r.ok) throw new Error(`${r.status}: ${typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)}`);
+  return body;
+}
+function matches(...texts) {
+  const f = $("filter").value.trim().toLowerCase();
+  return !f || texts.some(t => t != null && String(t).toLowerCase().includes(f));
+}
+
+// -- charts (uPlot, served from the package) -----------------------------------------------------
+const PALETTE = ["#017cee", "#f97316", "#16a34a", "#a855f7", "#e11d48", "#0891b2", "#ca8a04", "#64748b"];
+function chart(title, xs, series, attrs) {
+  const box = el("div", Object.assign({class: "chart"}, attrs || {}), el("h3", {}, title));
+  state.charts.push({box, xs, series});
+  return box;
+}
+function drawCharts() {
+  const style = window.getComputedStyle(document.documentElement);
+  const fg = style.getPropertyValue("--muted").trim(), grid = style.getPropertyValue("--grid").trim();
+  for (const c of state.charts) {
+    if (c.plot) { c.plot.destroy(); c.plot = null; }
+    if (!c.box.isConnected) continue;
+    const axis = {stroke: fg, grid: {stroke: grid}, ticks: {stroke: grid}};
+    c.plot = new uPlot({
+      width: 460, height: 200,
+      scales: {x: {time: true}},
+      series: [{}, ...c.series.map((s, i) => ({label: s.label, stroke: PALETTE[i % PALETTE.length], width: 2,
+        points: {show: true, size: 6, fill: PALETTE[i % PALETTE.length]}}))],
+      axes: [axis, axis],
+    }, [c.xs, ...c.series.map(s => s.values)], c.box);
+  }
+}
+
+// -- the tabs ---------------------------------------------------------------------------------
+const views = {
+  async cluster() {
+    const c = await get("/cluster");
+    const brokers = table(["Broker", "Address", "Partitions", "Leaders"],
+      c.brokers.map(b => el("tr", {}, num(b.id), el("td", {}, `${b.host}:${b.port}`), num(b.partitions), num(b.leaders))));
+    const rows = [];
+    const shown = c.streams.filter(s => matches(s.name, s.subject));
+    for (const s of shown) for (const p of s.partitions) rows.push(el("tr", {"data-stream": s.name, "data-partition": p.id},
+      el("td", {}, s.name), num(p.id), num(p.leader), el("td", {}, p.isr.join(", ")),
+      num(p.high_watermark), num(p.newest_offset),
+      el("td", {}, p.paused ? badge("paused", "paused") : "", p.readonly ? badge("readonly", "read-only") : "")));
+    return [el("h2", {}, "Brokers"), brokers,
+      el("h2", {}, `Streams (${shown.length} of ${c.streams.length})`),
+      table(["Stream", "Partition", "Leader", "ISR", "High watermark", "Newest", "Flags"], rows, {id: "streams"})];
+  },
+  async pipelines() {
+    const d = await get("/pipelines");
+    if (!d.pipelines.length) return [el("p", {}, "No reading task has recorded itself yet (they do when they plan a run).")];
+    const nodes = [];
+    for (const p of d.pipelines) {
+      const name = `${p.dag_id}.${p.task_id}`;
+      if (!matches(name, p.stream, p.cursor_id, p.group_id) && name !== state.focus) continue;
+      const who = p.group_id ? `group ${p.group_id}` : `cursor ${p.cursor_id}`;
+      nodes.push(el("h2", {"data-pipeline": name, class: name === state.focus ? "focused" : null},
+        airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
+        ` — ${p.stream}, ${who}, lag `, el("span", {class: p.lag ? "lag-bad" : "", "data-lag": p.lag}, p.lag)));
+      if (p.error) nodes.push(el("p", {class: "error"}, p.error));
+      nodes.push(table(["Partition", "Position", "High watermark", "Lag", "Last commit", "Plan", "Finished"],
+        p.partitions.map(r => el("tr", {"data-partition": r.partition},
+          num(r.partition), num(r.position), num(r.high_watermark),
+          num(r.lag, {class: r.lag ? "num lag-bad" : "num", "data-lag": r.lag}), el("td", {}, r.last_commit_time || "—"),
+          el("td", {}, r.plan ? `${r.plan.start ?? "?"}..${r.plan.end - 1}${r.plan.run_id ? " (" + r.plan.run_id + ")" : ""}` : "—"),
+          el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"))),
+        {"data-pipeline-table": name}));
+    }
+    if (!nodes.length) nodes.push(el("p", {class: "muted"}, "No pipeline matches the filter."));
+    return nodes;
+  },
+  async charts() {
+    const d = await get("/history");
+    const nodes = [];
+    for (const p of d.pipelines) {
+      const name = `${p.dag_id}.${p.task_id}`;
+      if (!matches(name, p.stream) && name !== state.focus) continue;
+      const xs = p.runs.map(r => r.time);
+      const per = (field) => p.partitions.map(part => ({label: `partition ${part}`,
+        values: p.runs.map(r => (r.partitions[String(part)] || {})[field] ?? null)}));
+      nodes.push(el("h2", {"data-chart-pipeline": name, "data-runs": p.runs.length, class: name === state.focus ? "focused" : null},
+        `${name} — ${p.stream}, last ${p.runs.length} run(s)`));
+      nodes.push(el("div", {class: "charts"},
+        chart("Lag when the run ended (messages)", xs, per("lag"), {"data-chart": "lag"}),
+        chart("Messages read per run", xs, per("processed"), {"data-chart": "processed"})));
+    }
+    const streams = d.streams.filter(s => matches(s.stream));
+    if (streams.length) {
+      nodes.push(el("h2", {}, "Message rate per stream (between the runs that read it)"));
+      nodes.push(el("div", {class: "charts"}, ...streams.map(s => chart(`${s.stream}: messages / s (${s.messages} in all)`,
+        s.points.map(x => x.time), [{label: "messages / s", values: s.points.map(x => x.rate)}],
+        {"data-chart": "rate", "data-stream": s.stream}))));
+    }
+    if (!nodes.length) nodes.push(el("p", {}, "No run history yet: the reading tasks add an entry when a try ends."));
+    return nodes;
+  },
+  async "dead-letters"() {
+    const d = await get("/dead-letters");
+    if (!d.streams.length) return [el("p", {}, "No pipeline sends to a dead-letter stream.")];
+    const nodes = [];
+    for (const s of d.streams.filter(x => matches(x.stream))) {
+      nodes.push(el("h2", {"data-dead-letter-stream": s.stream}, `${s.stream}: ${s.count} letter(s)`));
+      if (s.error) nodes.push(el("p", {class: "error"}, s.error));
+      nodes.push(table(["Time", "Source", "Error type", "Error", "Value"], s.letters.map(l => el("tr", {class: "letter"},
+        el("td", {}, l.timestamp), el("td", {}, `${l.source_stream}/${l.source_partition}@${l.source_offset}`),
+        el("td", {}, badge("error", l.error_type)), el("td", {}, el("pre", {}, l.error)), el("td", {}, rendered(l.value))))));
+    }
+    return nodes;
+  },
+  async browse() {
+    const stream = $("b-stream").value.trim();
+    if (!stream) return [el("p", {}, "Name a stream (see the Cluster tab) and press Show.")];
+    const q = new URLSearchParams();
+    const off = $("b-offset").value, time = $("b-time").value.trim();
+    if (off !== "") q.set("from_offset", off); else if (time) q.set("from_time", time);
+    else q.set("last", $("b-last").value || "20");
+    const part = $("b-partition").value || "0";
+    const d = await get(`/streams/${encodeURIComponent(stream)}/partitions/${part}/messages?${q}`);
+    return [el("p", {}, `${d.stream} partition ${d.partition}, high watermark ${d.high_watermark}: ${d.messages.length} message(s)`),
+      table(["Offset", "Time", "Key", "Headers", "Value"], d.messages.map(m => el("tr", {class: "message", "data-offset": m.offset},
+        num(m.offset), el("td", {}, m.timestamp), el("td", {}, rendered(m.key)),
+        el("td", {}, ...Object.entries(m.headers).map(([k, v]) => el("div", {}, `${k}: `, rendered(v)))),
+        el("td", {}, rendered(m.value)))), {id: "messages"})];
+  },
+};
+
+// -- showing, refreshing ----------------------------------------------------------------------
+let showing = 0;
+async function show(quiet) {
+  const mine = ++showing;
+  document.querySelectorAll("nav button").forEach(b => b.classList.toggle("active", b.dataset.tab === state.tab));
+  $("browse-form").hidden = state.tab !== "browse";
+  if (!quiet) out.replaceChildren(el("p", {class: "muted"}, "Loading…"));
+  let nodes;
+  const charts = [];
+  const before = state.charts;
+  state.charts = charts;
+  try { nodes = await views[state.tab](); }
+  catch (e) { nodes = [el("p", {class: "error", id: "error"}, e.message)]; }
+  if (mine !== showing) return;  // a newer refresh has started meanwhile
+  for (const c of before) if (c.plot) c.plot.destroy();
+  const scroll = window.scrollY;
+  out.replaceChildren(...nodes);
+  drawCharts();
+  if (quiet) window.scrollTo(0, scroll);
+  else if (state.focus) { const f = out.querySelector(".focused"); if (f) f.scrollIntoView({block: "start"}); }
+  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  $("updated").dataset.count = String((Number($("updated").dataset.count) || 0) + 1);
+  keepUrl();
+}
+function keepUrl() {  // the address says what is shown, so it can be shared or reloaded
+  const q = new URLSearchParams();
+  if (connection()) q.set("conn", connection());
+  q.set("tab", state.tab);
+  if (state.tab === "browse" && $("b-stream").value.trim()) q.set("stream", $("b-stream").value.trim());
+  if (state.focus) q.set("pipeline", state.focus);
+  if ($("filter").value.trim()) q.set("filter", $("filter").value.trim());
+  history.replaceState(null, "", `?${q}`);
+}
+function schedule() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+  $("pause").setAttribute("aria-pressed", String(state.paused));
+  $("pause").textContent = state.paused ? "Resume" : "Pause";
+  if (!state.paused) state.timer = setInterval(() => { if (!document.hidden && state.tab !== "browse") show(true); },
+    Number($("interval").value) * 1000);
+}
+
+async function loadConnections() {
+  const r = await fetch("api/connections", {credentials: "same-origin"});
+  const ids = r.ok ? (await r.json()).connections : [];
+  const wanted = params.get("conn");
+  const select = $("conn");
+  select.replaceChildren(...ids.map(id => el("option", {value: id}, id)));
+  if (wanted && !ids.includes(wanted)) select.append(el("option", {value: wanted}, `${wanted} (not readable)`));
+  select.value = wanted || (ids.includes("liftbridge_default") ? "liftbridge_default" : ids[0] || "");
+}
+
+document.querySelectorAll("nav button").forEach(b => b.addEventListener("click", () => { state.tab = b.dataset.tab; show(); }));
+$("refresh").addEventListener("click", () => show());
+$("browse-form").addEventListener("submit", (e) => { e.preventDefault(); show(); });
+$("conn").addEventListener("change", () => show());
+let filtering = null;
+$("filter").addEventListener("input", () => { clearTimeout(filtering); filtering = setTimeout(() => show(true), 200); });
+$("interval").addEventListener("change", schedule);
+$("pause").addEventListener("click", () => { state.paused = !state.paused; schedule(); });
+
+if (params.get("tab") in views) state.tab = params.get("tab");
+if (params.get("stream")) $("b-stream").value = params.get("stream");
+if (params.get("filter")) $("filter").value = params.get("filter");
+watchTheme();
+loadConnections().then(() => { show(); schedule(); });
