@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the test suite. Extra arguments go to pytest.
 # --busy (anywhere among the arguments): run it beside a CPU hog, one busy-looping process per
-# core (BUSY_PROCS=N for another count), stopped when the run ends, fails or is interrupted.
+# core (BUSY_PROCS=N for another count, e.g. BUSY_PROCS=4 on 2 cores: more hogs than cores),
+# stopped when the run ends, fails or is interrupted.
+# --one-core: pin the tests (pytest, its workers and every server they start) to one CPU with
+# taskset, ONE_CORE_CPU (default: the last one); with --busy the hogs are pinned there too, so the
+# tests share that one CPU with all of them while the other CPUs stay free for the machine's other
+# work. The harshest load for the least CPU taken from others (docs/testing.md, "Flakes").
 # The tests run on LIFTBRIDGE_TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this
 # process), a test file per worker at a time (tests/conftest.py): most of a test's time is spent
 # waiting on servers and processes, not on the CPU.
@@ -9,9 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
-args=() busy=0
+args=() busy=0 pin=()
 for a in "$@"; do
-  if [ "$a" = --busy ]; then busy=1; else args+=("$a"); fi
+  case "$a" in
+    --busy) busy=1 ;;
+    --one-core) pin=(taskset -c "${ONE_CORE_CPU:-$(($(nproc) - 1))}") ;;
+    *) args+=("$a") ;;
+  esac
 done
 hogs=()
 stop_hogs() {
@@ -27,16 +36,17 @@ if [ "$busy" = 1 ]; then
   n=${BUSY_PROCS:-$(nproc)}
   for _ in $(seq "$n"); do
     # Spins until this script is gone, even if it was killed without running its traps.
-    python -c 'import os
+    ${pin[@]+"${pin[@]}"} python -c 'import os
 parent = os.getppid()
 while os.getppid() == parent:
     for _ in range(1_000_000): pass' &
     hogs+=("$!")
   done
-  echo "test.sh --busy: $n CPU hog process(es) running beside the tests: ${hogs[*]}" >&2
+  echo "test.sh --busy: $n CPU hog process(es) running beside the tests${pin[*]:+ (${pin[*]})}: ${hogs[*]}" >&2
 fi
+[ "${#pin[@]}" != 0 ] && echo "test.sh --one-core: the tests run under ${pin[*]}" >&2
 set +e
-python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_TEST_WORKERS:-2}" ${args[@]+"${args[@]}"}
+${pin[@]+"${pin[@]}"} python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_TEST_WORKERS:-2}" ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 stop_hogs

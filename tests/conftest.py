@@ -190,7 +190,7 @@ def fast_cluster() -> Iterator[DevServer]:
 @pytest.fixture(scope="module")
 def groups_server() -> Iterator[DevServer]:
     """A one-broker dev server with short consumer-group timeouts (member timeout 1 s, so members
-    heartbeat every 0.7 s; coordinator report window 1 s): rebalances show within a test."""
+    heartbeat every third of a second; coordinator report window 1 s): rebalances show within a test."""
     if EXTERNAL_BROKERS:
         pytest.skip(f"needs a dev server with short group timeouts; this test {_OWN_SERVER}")
     with DevServer(brokers=1, groups_consumer_timeout=1.0, groups_coordinator_timeout=1.0) as server:

@@ -5,27 +5,34 @@ partitions of those streams; the member reads its partitions from the group's co
 (cursors ``__group:<group id>``, as the Go client names them), commits its progress, follows
 rebalances and coordinator changes, and leaves. See ``docs/consumer-groups.md``.
 
-How reading works: a *poll* first does the group's bookkeeping when due (heartbeat = fetching the
-assignments, at least every ``assignment_check`` seconds; committing, rejoining, reporting a dead
-coordinator), then reads, per assigned partition, what is committed there now (up to ``max_batch``
-messages, bounded by the high watermark it just fetched), and ends, early if the next check is due.
-A partition taken over from another member is read only after a hand-over wait, from the group's
-position as its previous owner left it (see :func:`_reassign`). :meth:`~.group_consumer.GroupConsumer.messages`
+How reading works (:mod:`.group_reading`): a *poll* first does the group's bookkeeping when due
+(heartbeat = fetching the assignments, at least every ``assignment_check`` seconds; adopting
+assignments fetched meanwhile; committing, rejoining, reporting a dead coordinator), then reads,
+per assigned partition, what is committed there now (up to ``max_batch`` messages, bounded by the
+high watermark it just fetched), and ends, early if the next check is due. A partition taken over
+from another member is read only after a hand-over wait, from the group's position as its
+previous owner left it (see :func:`_reassign`). :meth:`~.group_consumer.GroupConsumer.messages`
 polls in a loop, waiting ``idle_wait`` between empty polls. Messages handed to the caller count as
 consumed: ``commit()`` stores the position after the last one of each partition; with
 ``auto_commit_interval`` the next poll does it, which is at-least-once as long as a message is
 processed before the caller asks for the next poll.
 
+While the caller is away (handling a message or a batch), the member's *keeper*
+(:mod:`.liveness`, a thread or a task of the front end) fetches the assignments instead, so the
+member stays alive; what it fetched waits in :attr:`GroupMember.pending` for the caller's next
+poll, which adopts it (a revoked partition is committed only then, once its messages are done).
+
 The state lives in :class:`GroupMember` (no I/O); the operations take the client's core and the
 member; :class:`~.group_consumer.GroupConsumer` and :class:`~.group_consumer.AsyncGroupConsumer` run them on a
-client's transport.
+client's transport, one at a time per member.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,14 +41,15 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2
 
 from . import operations
-from .effects import Emit, Op, Pump, RpcFailure, Sleep, Unary
+from .effects import Op, RpcFailure, Sleep, Unary
 from .errors import InvalidArgumentError, LiftbridgeError, UnavailableError
 from .retry import is_transient
 from .routing import ClientCore
-from .subscription import subscribe
 from .types import Message
 
 __all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember"]
+
+log = logging.getLogger(__name__)
 
 #: Where a member starts a partition the group has no position for: only messages published after
 #: the assignment (``"new_only"``, the Go client's default), the oldest (``"earliest"``), the newest
@@ -49,14 +57,20 @@ __all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember"]
 AutoOffset = Literal["new_only", "earliest", "latest", "none"]
 _AUTO_OFFSETS = ("new_only", "earliest", "latest", "none")
 _NS = 1e9
-#: Fraction of the server's consumer timeout between two heartbeats (the Go client's default).
-HEARTBEAT_FRACTION = 0.7
+#: Fraction of the server's consumer timeout between two heartbeats, at most: a third (Kafka's
+#: guidance for ``heartbeat.interval.ms``), so a member survives two late or lost heartbeats. It
+#: matters only for consumer timeouts under 3 s: :data:`ASSIGNMENT_CHECK` is shorter otherwise.
+#: (The Go client's 0.7 leaves room for one heartbeat late by at most 30 % of the timeout.)
+HEARTBEAT_FRACTION = 1 / 3
 #: Seconds between two assignment checks of a consuming member: how long a member may go on
 #: reading a partition the group gave to another (docs/consumer-groups.md, "Rebalance").
 ASSIGNMENT_CHECK = 1.0
 #: A newly assigned partition is read this many assignment checks after the assignment, from the
 #: group's position then: by that time its previous owner has noticed and committed where it stopped.
 HANDOVER_CHECKS = 1.5
+#: Seconds the caller may stay away (handling what it was given) before its member leaves the
+#: group (Kafka's ``max.poll.interval.ms``, 5 minutes): see :mod:`.liveness`.
+MAX_POLL_INTERVAL = 300.0
 
 
 class ConsumerGroupError(LiftbridgeError):
@@ -83,8 +97,11 @@ class GroupMember:
     :param handover: read a partition taken over only after the hand-over wait (see
         :func:`_reassign`); ``False`` reads it at once from the group's position (a one-shot
         reader, such as a sensor's poke, that would otherwise read nothing).
+    :param max_poll_interval: seconds the caller may stay away between two calls (handling a
+        message or a batch) before the keeper leaves the group for it (``None``: never); see
+        :mod:`.liveness`.
     :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
-        a ``max_batch`` below 1.
+        a ``max_batch`` below 1, a ``max_poll_interval`` that is not positive.
     """
 
     group_id: str
@@ -94,6 +111,7 @@ class GroupMember:
     auto_commit_interval: float | None = 5.0
     max_batch: int = 512
     handover: bool = True
+    max_poll_interval: float | None = MAX_POLL_INTERVAL
     coordinator: str = ""
     epoch: int = 0
     consumer_timeout: float = 15.0
@@ -113,6 +131,12 @@ class GroupMember:
     handover_due: dict[tuple[str, int], float] = field(default_factory=dict)
     #: Since when the coordinator has not answered (monotonic seconds), or ``None``.
     coordinator_silent_since: float | None = None
+    #: Assignments fetched by the keeper while the caller was away, not adopted yet (``None``: no change).
+    pending: dict[str, list[int]] | None = None
+    #: Since when the caller has been away (monotonic seconds; ``None``: in a call now, or never joined).
+    away_since: float | None = None
+    #: The keeper left the group because the caller stayed away longer than ``max_poll_interval``.
+    left_idle: bool = False
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -127,6 +151,10 @@ class GroupMember:
             )
         if self.max_batch < 1:
             raise InvalidArgumentError(f"max_batch must be at least 1, got {self.max_batch!r}")
+        if self.max_poll_interval is not None and not self.max_poll_interval > 0:
+            raise InvalidArgumentError(
+                f"max_poll_interval must be a positive number of seconds (or None), got {self.max_poll_interval!r}"
+            )
         self.consumer_id = self.consumer_id or uuid.uuid4().hex
         self.streams = list(self.streams)
 
@@ -252,6 +280,17 @@ def heartbeat(core: ClientCore, member: GroupMember) -> Op[None]:
     :raises ConsumerGroupError: the group refused this member in a way a rejoin does not repair.
     :raises UnavailableError: no broker answered.
     """
+    yield from fetch_assignments(core, member)
+    yield from adopt(core, member)
+
+
+def fetch_assignments(core: ClientCore, member: GroupMember) -> Op[None]:
+    """The heartbeat without adopting what it learnt: new assignments wait in
+    :attr:`GroupMember.pending` (what the keeper does while the caller is away: the caller's
+    next poll adopts them, see :func:`adopt`). Failures are followed as in :func:`heartbeat`.
+
+    :raises ConsumerGroupError: / :raises UnavailableError: see :func:`heartbeat`.
+    """
     if not member.joined:
         yield from join(core, member)
     now = time.monotonic()
@@ -262,17 +301,48 @@ def heartbeat(core: ClientCore, member: GroupMember) -> Op[None]:
         address = yield from _coordinator_address(core, member)
         response = yield Unary(address, "FetchConsumerGroupAssignments", request, core.timeout)
     except RpcFailure as failure:
-        member.next_heartbeat = now + _retry_wait(member)
+        member.next_heartbeat = now + retry_wait(member)
         yield from _heartbeat_failed(core, member, failure, now)
         return
     member.coordinator_silent_since = None
     member.epoch = max(member.epoch, int(response.epoch))
     member.next_heartbeat = now + min(HEARTBEAT_FRACTION * member.consumer_timeout, member.assignment_check)
     assignments = {a.stream: sorted(a.partitions) for a in response.assignments if a.partitions}
-    yield from _reassign(core, member, assignments)
+    member.pending = assignments if assignments != member.assignments else None
 
 
-def _retry_wait(member: GroupMember) -> float:
+def adopt(core: ClientCore, member: GroupMember) -> Op[None]:
+    """Adopt the assignments fetched last, if they changed (see :func:`_reassign`)."""
+    pending, member.pending = member.pending, None
+    if pending is not None:
+        yield from _reassign(core, member, pending)
+
+
+def forget_if_left(member: GroupMember) -> bool:
+    """After the keeper left the group for an idle caller (:attr:`GroupMember.left_idle`), forget
+    the partitions and positions it had (others read them now, from the group's positions);
+    returns whether it had left. The next poll joins again."""
+    if not member.left_idle:
+        return False
+    member.left_idle = False
+    member.assignments, member.positions, member.committed, member.handover_due = {}, {}, {}, {}
+    member.pending = None
+    return True
+
+
+def check(core: ClientCore, member: GroupMember) -> Op[None]:
+    """The bookkeeping at the start of a caller's call: join (again) if needed, fetch the
+    assignments when the check is due, adopt what changed.
+
+    :raises ConsumerGroupError: / :raises UnavailableError: see :func:`heartbeat`.
+    """
+    forget_if_left(member)
+    if not member.joined or time.monotonic() >= member.next_heartbeat:
+        yield from fetch_assignments(core, member)
+    yield from adopt(core, member)
+
+
+def retry_wait(member: GroupMember) -> float:
     return min(1.0, member.consumer_timeout / 10)
 
 
@@ -315,13 +385,22 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
     A new partition may still be read by its previous owner until that member's next assignment
     check; it then commits where it stopped (with auto-commit). So the new owner reads it only
     after :data:`HANDOVER_CHECKS` checks, and first moves its position to the group's cursor if
-    that went past it (see :func:`_take_over`); its position is fixed now all the same, so that
+    that went past it (see :func:`take_over`); its position is fixed now all the same, so that
     ``auto_offset="new_only"`` misses nothing published meanwhile.
     """
     old = set(member.assigned())
     member.assignments = assignments
     new = set(member.assigned())
     revoked = sorted(old - new)
+    log.info(
+        "consumer %s of group %s (epoch %d) now reads %s; taken over: %s; given up: %s",
+        member.consumer_id,
+        member.group_id,
+        member.epoch,
+        assignments,
+        sorted(new - old),
+        revoked,
+    )
     if revoked and member.auto_commit_interval:
         yield from _commit(core, member, revoked)
     for key in revoked:
@@ -340,7 +419,7 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
             member.positions[(stream, partition)] = yield from _auto_position(core, member, stream, partition)
 
 
-def _take_over(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[None]:
+def take_over(core: ClientCore, member: GroupMember, stream: str, partition: int) -> Op[None]:
     """Start reading a partition after its hand-over wait: past the group's position if the
     previous owner committed beyond where this member would start."""
     key = (stream, partition)
@@ -374,8 +453,17 @@ def commit(core: ClientCore, member: GroupMember) -> Op[int]:
     """Store the group's position after the last message handed out, per partition that moved;
     returns how many partitions' positions were stored.
 
+    :raises ConsumerGroupError: the keeper left the group meanwhile (the caller was away longer
+        than ``max_poll_interval``): nothing was stored, the partitions are other members' now.
     :raises UnavailableError: / :raises NotLeaderError: the cursor could not be stored.
     """
+    if forget_if_left(member):
+        raise ConsumerGroupError(
+            f"consumer {member.consumer_id!r} of group {member.group_id!r} left the group after its caller was away"
+            f" for more than max_poll_interval={member.max_poll_interval} s; nothing was committed: its partitions"
+            " went to the other members, which read them from the group's positions. Handle messages faster or"
+            " raise max_poll_interval"
+        )
     count = yield from _commit(core, member)
     if member.auto_commit_interval:
         member.next_commit = time.monotonic() + member.auto_commit_interval
@@ -389,10 +477,20 @@ def leave(core: ClientCore, member: GroupMember) -> Op[None]:
 
     :raises UnavailableError: no broker answered.
     """
-    if not member.joined:
+    if forget_if_left(member) or not member.joined:
         return
     if member.auto_commit_interval:
         yield from _commit(core, member)
+    yield from send_leave(core, member)
+    member.assignments, member.positions, member.committed = {}, {}, {}
+
+
+def send_leave(core: ClientCore, member: GroupMember) -> Op[None]:
+    """``LeaveConsumerGroup`` for this member, nothing else (no commit); a group that already
+    forgot the member is fine.
+
+    :raises ConsumerGroupError: the server refused otherwise. :raises UnavailableError: no broker answered.
+    """
     request = api_pb2.LeaveConsumerGroupRequest(groupId=member.group_id, consumerId=member.consumer_id)
     try:
         yield from _call_any(core, "LeaveConsumerGroup", request)
@@ -400,118 +498,3 @@ def leave(core: ClientCore, member: GroupMember) -> Op[None]:
         if failure.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
             raise _refused("LeaveConsumerGroup", member, failure) from failure.__cause__
     member.joined = False
-    member.assignments, member.positions, member.committed = {}, {}, {}
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------------------------
-
-
-class _TrackingSink:
-    """A subscription's sink that records each message it hands out, and is done at ``until``
-    (monotonic seconds) at the latest."""
-
-    def __init__(self, inner: Any, record: Callable[[Message], None], until: float) -> None:
-        self._inner, self._record, self._until = inner, record, until
-
-    @property
-    def done(self) -> bool:
-        return bool(self._inner.done) or time.monotonic() >= self._until
-
-    @done.setter
-    def done(self, value: bool) -> None:
-        self._inner.done = value
-
-    def take(self, response: Any) -> Any:
-        item = self._inner.take(response)
-        if item is not None:
-            self._record(item)
-        return item
-
-
-def _tracked(op: Op[None], record: Callable[[Message], None], until: float) -> Op[None]:
-    """Run ``op`` (a subscription), recording every message it hands out just before it goes,
-    and ending it after the first message handed out at or after ``until``."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = op.throw(error) if error is not None else op.send(send)
-        except StopIteration:
-            return
-        error = None
-        if isinstance(effect, Emit):
-            record(effect.item)
-        elif isinstance(effect, Pump):
-            effect = Pump(effect.handle, _TrackingSink(effect.sink, record, until))
-        try:
-            send = yield effect
-        except GeneratorExit:
-            op.close()
-            raise
-        except BaseException as exc:  # handed back to the subscription, which knows what to do
-            send, error = None, exc
-
-
-def poll(core: ClientCore, member: GroupMember, limit: int | None = None) -> Op[int]:
-    """Do the group's bookkeeping when due, then emit what is committed now on the assigned
-    partitions (at most ``max_batch`` per partition, ``limit`` in all); returns how many were emitted.
-
-    :raises ConsumerGroupError: see :func:`heartbeat`; a partition without position and
-        ``auto_offset="none"``.
-    """
-    now = time.monotonic()
-    if not member.joined or now >= member.next_heartbeat:
-        yield from heartbeat(core, member)
-    if member.auto_commit_interval and now >= member.next_commit:
-        yield from commit(core, member)
-    emitted = 0
-
-    def record(message: Message) -> None:
-        nonlocal emitted
-        member.handed_out(message)
-        emitted += 1
-
-    for stream, partition in member.assigned():
-        room = member.max_batch if limit is None else min(member.max_batch, limit - emitted)
-        if room <= 0 or time.monotonic() >= member.next_heartbeat:
-            break  # the next poll checks the assignments first
-        due = member.handover_due.get((stream, partition))
-        if due is not None:
-            if time.monotonic() < due:
-                continue
-            yield from _take_over(core, member, stream, partition)
-        start = member.positions.get((stream, partition), 0)
-        hw = (yield from operations.fetch_partition_metadata(core, stream, partition)).high_watermark
-        if start > hw:
-            continue
-        stop = min(hw, start + room - 1)
-        reading = subscribe(core, stream, partition=partition, start_at=start, stop_at=stop)
-        yield from _tracked(reading, record, member.next_heartbeat)
-    return emitted
-
-
-def consume(
-    core: ClientCore,
-    member: GroupMember,
-    *,
-    max_messages: int | None = None,
-    timeout: float | None = None,
-    idle_wait: float = 0.2,
-) -> Op[None]:
-    """Emit the group's messages for this member until ``max_messages`` were emitted or ``timeout``
-    seconds passed (``None``: until the caller stops), polling every ``idle_wait`` seconds when idle.
-    """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    total = 0
-    while max_messages is None or total < max_messages:
-        got = yield from poll(core, member, None if max_messages is None else max_messages - total)
-        total += got
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            return
-        if got:
-            continue
-        wait = idle_wait if deadline is None else min(idle_wait, deadline - now)
-        yield Sleep(max(wait, 0.0))

@@ -10,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from . import operations, subscription
 from .base import ClientBase
 from .compression import Compression
-from .consumer import AutoOffset, GroupMember
+from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
 from .effects import Op
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
@@ -207,6 +207,7 @@ class LiftbridgeClient(ClientBase):
         max_batch: int = 512,
         idle_wait: float = 0.2,
         handover: bool = True,
+        max_poll_interval: float | None = MAX_POLL_INTERVAL,
     ) -> GroupConsumer:
         """A member of consumer group ``group_id`` reading ``streams`` on this client's connections
         (see :mod:`.consumer` and ``docs/consumer-groups.md``): ``join()`` / ``with`` joins,
@@ -225,8 +226,14 @@ class LiftbridgeClient(ClientBase):
         :param handover: read a partition taken over from another member only 1.5 s after the
             assignment, from where that member stopped (at most about a second of messages read
             twice after a rebalance); ``False``: read it at once from the group's position.
+        :param max_poll_interval: seconds the caller may spend away from the consumer (handling a
+            message or a batch) before the member leaves the group (default 300, Kafka's
+            ``max.poll.interval.ms``; ``None``: never). Until then a keeper thread (a task on the
+            asyncio client) heartbeats for it, so a slow batch keeps its partitions; after it the
+            keeper leaves without committing and the other members take over from the group's
+            positions (see :mod:`.liveness`).
         :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
-            a ``max_batch`` below 1.
+            a ``max_batch`` below 1, a ``max_poll_interval`` that is not positive.
         """
         member = GroupMember(
             group_id,
@@ -236,6 +243,7 @@ class LiftbridgeClient(ClientBase):
             auto_commit_interval,
             max_batch,
             handover,
+            max_poll_interval,
         )
         return self._consumer_class(self._transport.run, self._transport.drive, self._core, member, idle_wait)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -29,7 +29,7 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
-from airflow_provider_liftbridge.client.consumer import group_cursor_id
+from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
     DEFAULT_LATENESS,
@@ -66,14 +66,13 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
+from .group_member import KeepReading, group_partitions
 from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
 from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
 
-#: Asked before each batch in a consumer group: is the plan's partition still this task's?
-KeepReading = Callable[[PartitionPlan], bool]
 #: Seconds to wait for ``min_messages`` unless ``poll_timeout`` says otherwise (the Kafka operator's 60).
 DEFAULT_POLL_TIMEOUT = 60.0
 #: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
@@ -169,6 +168,10 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         instead of the data interval (aware datetimes or ISO 8601 text). (templated)
     :param allowed_lateness: with ``read_by="interval"``: how long after the end a partition that
         has no later message counts as complete (``timedelta`` or seconds; default 60 s).
+    :param max_poll_interval: with ``group_id``: seconds one batch (reading it and the handler) may
+        take before the task's member leaves the group (default 300; ``None``: never). Until then
+        the member heartbeats on its own, so a batch slower than the group's consumer timeout
+        keeps its partitions (``docs/consumer-groups.md``, "What keeps a member alive").
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
     """
@@ -200,6 +203,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "start_time": parse_time,
         "end_time": parse_time,
         "allowed_lateness": check_lateness,
+        "max_poll_interval": check_timeout,
     }
 
     def __init__(
@@ -220,6 +224,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         start_time: Any = None,
         end_time: Any = None,
         allowed_lateness: Any = DEFAULT_LATENESS,
+        max_poll_interval: float | None = MAX_POLL_INTERVAL,
         **kwargs: Any,
     ) -> None:
         self.partitions = partitions
@@ -236,6 +241,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         self.end_time = end_time
         self.allowed_lateness = allowed_lateness
         self.deferrable = deferrable
+        self.max_poll_interval = max_poll_interval
         super().__init__(stream=stream, **kwargs)
 
     # -- arguments ----------------------------------------------------------------------------
@@ -426,30 +432,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         """The partitions to read (the given ones, ``None``: all) and, in a consumer group, the
         check that a partition is still this task's; the member leaves the group when the block ends.
 
-        A group member reads only after the hand-over wait of the partitions it took over, so
-        their previous owner has stopped and committed before the plan reads the group's positions.
+        A group member reads only after the hand-over wait of the partitions it took over
+        (:func:`.group_member.group_partitions`).
         """
         if not self.group_id:
             yield parse_partitions(self.partitions), None
             return
-        with client.group_consumer(self.group_id, [self.stream], auto_commit_interval=None) as member:
-            wait = member.handover_wait
-            if wait > 0:
-                self.log.info("Waiting %.1f s for the partitions' previous owners to hand them over", wait)
-                time.sleep(wait)
-            assigned = member.check_assignments().get(self.stream, [])
-            self.log.info(
-                "Consumer group %r assigned partition(s) %s of stream %r to member %s",
-                self.group_id,
-                assigned,
-                self.stream,
-                member.consumer_id,
-            )
-
-            def keep_reading(plan: PartitionPlan) -> bool:
-                return plan.partition in member.check_assignments().get(self.stream, [])
-
-            yield assigned, keep_reading
+        limit = check_timeout(self.max_poll_interval, "max_poll_interval")
+        with group_partitions(client, str(self.group_id), self.stream, limit, self.log) as found:
+            yield found
 
     def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
         """Return once ``min_messages`` are there to read; defer or poll until then.

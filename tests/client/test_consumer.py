@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_rebalance_splits_partitions_and_leave_hands_them_back(client: Liftbridg
     assert a.assignments == {stream_name: [0, 1]}
     b.join()
     assert b.assignments == {stream_name: [1]}
-    # a learns of the rebalance at its next heartbeat (0.7 s) and gives partition 1 up.
+    # a learns of the rebalance at its next heartbeat (a third of a second) and gives partition 1 up.
     _wait_until(lambda: (list(a.messages(timeout=0.1)), a.assignments)[1] == {stream_name: [0]})
     for p in (0, 1):
         _publish(client, stream_name, p, 3)
@@ -114,6 +115,14 @@ def test_rebalance_splits_partitions_and_leave_hands_them_back(client: Liftbridg
     a.leave()
 
 
+@contextmanager
+def _frozen(consumer: GroupConsumer) -> Iterator[None]:
+    """The member's process stopped (SIGSTOP, a VM pause): neither its caller nor its keeper runs.
+    Holding the member does that: both take it for every call (client/group_consumer.py)."""
+    with consumer._held:
+        yield
+
+
 def test_silent_member_times_out_and_rejoins_when_it_comes_back(client: LiftbridgeClient, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name, partitions=2)
     group = _group()
@@ -122,13 +131,15 @@ def test_silent_member_times_out_and_rejoins_when_it_comes_back(client: Liftbrid
     quiet.join()
     busy.join()
     assert busy.assignments == {stream_name: [1]}
-    # Only busy heartbeats; after the 1 s member timeout the coordinator gives it both partitions.
-    _wait_until(lambda: (list(busy.messages(timeout=0.1)), busy.assignments)[1] == {stream_name: [0, 1]})
-    # quiet's next polls find its epoch stale (v1.9: refused), then itself out of the group; it joins
-    # again, and the partitions are split again.
-    _wait_until(lambda: (list(quiet.messages(timeout=0.1)), quiet.assignments)[1] == {stream_name: [0]})
+    with _frozen(quiet):
+        # Only busy heartbeats (its keeper); after the 1 s member timeout the coordinator gives it
+        # both partitions, and that lasts while quiet is stopped.
+        _wait_until(lambda: busy.check_assignments() == {stream_name: [0, 1]})
+    # quiet's next call finds its epoch stale (v1.9: refused), then itself out of the group; it
+    # joins again, and the partitions are split again: both states last while both members run.
+    _wait_until(lambda: quiet.check_assignments() == {stream_name: [0]})
     assert quiet.member.joined
-    _wait_until(lambda: (list(busy.messages(timeout=0.1)), busy.assignments)[1] == {stream_name: [1]})
+    _wait_until(lambda: busy.check_assignments() == {stream_name: [1]})
     quiet.leave()
     busy.leave()
 

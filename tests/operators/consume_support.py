@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,12 @@ def reject_odd_batches(messages: list[Message]) -> None:
 def record_plain(message: Message) -> None:
     """Record the message (a JSON value ``{"n": ...}``, as bytes)."""
     SEEN.append((0, message.offset, message.value))
+
+
+def slow_batch(messages: list[Message]) -> None:
+    """Record a batch after ``STATE['sleep']`` seconds of work (a batch slower than a member timeout)."""
+    time.sleep(STATE["sleep"])
+    record_batch(messages)
 
 
 def record_interval(message: Message) -> None:

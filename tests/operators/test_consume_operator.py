@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import GroupConsumer, LiftbridgeClient, StartPosition
+from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
 from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
@@ -292,34 +292,19 @@ def test_group_mode_reads_the_partitions_the_group_assigns(
     support.reset()
     with liftbridge_client.group_consumer(group, [stream_name], auto_commit_interval=None) as other:
         assert other.assignments == {stream_name: [0, 1]}
-        # The other member must stay alive while dag.test() runs: a member that sends nothing for
-        # the server's consumer timeout (15 s) is dropped, and the task then gets both partitions
-        # (seen under load). Its assignment checks are its heartbeats, as a reading member's are.
-        stop = threading.Event()
-        beating = threading.Thread(target=keep_alive, args=(other, stop))
-        beating.start()
-        try:
-            dag_run, result = run_dag(
-                stream_name,
-                cursor_id=None,
-                group_id=group,
-                apply_function="tests.operators.consume_support.record_plain",
-            )
-        finally:
-            stop.set()
-            beating.join()
+        # The other member stays in the group while dag.test() runs: its keeper heartbeats for it.
+        dag_run, result = run_dag(
+            stream_name,
+            cursor_id=None,
+            group_id=group,
+            apply_function="tests.operators.consume_support.record_plain",
+        )
     assert str(dag_run.state) == "success"
     assert result["group_id"] == group and len(result["partitions"]) == 1
     (mine,) = (int(p) for p in result["partitions"])
     assert sorted(o for _, o, _ in support.SEEN) == list(range([3, 4][mine]))
     assert liftbridge_client.fetch_cursor(f"__group:{group}", stream_name, mine) == [2, 3][mine]
     assert liftbridge_client.fetch_cursor(f"__group:{group}", stream_name, 1 - mine) == -1
-
-
-def keep_alive(member: GroupConsumer, stop: threading.Event) -> None:
-    """Check the member's assignments every half second (its heartbeat) until ``stop``."""
-    while not stop.wait(0.5):
-        member.check_assignments()
 
 
 @pytest.mark.parametrize("present", [5, 3])

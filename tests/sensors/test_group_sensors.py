@@ -15,6 +15,7 @@ from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
+from tests import group_log
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 
 MATCH_X = {"apply_function": "airflow_provider_liftbridge.sensors.matchers.value_contains"}
@@ -59,8 +60,9 @@ def test_poking_members_never_read_what_another_member_looked_at(
 
 
 def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
-    groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, stream_name: str
+    groups_server: DevServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream_name: str
 ) -> None:
+    group_log.listen(caplog)
     monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(groups_server.address))
     group = f"{stream_name}-g"
     triggers = []
@@ -80,7 +82,11 @@ def test_two_deferred_waits_in_one_group_fire_on_different_partitions(
                 raise AssertionError("no event")
 
             tasks = [asyncio.create_task(first(t)) for t in triggers]
-            await asyncio.sleep(2.0)  # both joined; the group has split the partitions
+            # Both joined and each took its one partition (and fixed where it starts reading it:
+            # new messages only). That lasts: both stay in the group until their event.
+            await asyncio.wait_for(
+                group_log.until_split(caplog, group, {"a": {stream_name: [0]}, "b": {stream_name: [1]}}), 60
+            )
             for p in (0, 1):
                 _put(client, stream_name, p, f"x-{p}".encode())
             return list(await asyncio.wait_for(asyncio.gather(*tasks), 30))

@@ -14,6 +14,7 @@ from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.triggers.event import LiftbridgeEventTrigger
+from tests import group_log
 from tests.airflow_conftest import needs_ack_mode
 from tests.triggers.test_event_trigger import Runner
 
@@ -33,8 +34,9 @@ def _put(server: DevServer, stream: str, per_partition: int) -> None:
 
 
 async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
-    groups_server: DevServer, stream_name: str
+    groups_server: DevServer, caplog: pytest.LogCaptureFixture, stream_name: str
 ) -> None:
+    group_log.listen(caplog)
     with LiftbridgeClient(groups_server.address) as client:
         client.create_stream(stream_name, stream_name, partitions=2)
     group = f"{stream_name}-watchers"
@@ -48,7 +50,11 @@ async def test_two_watchers_share_the_partitions_and_fire_each_message_once(
 
     tasks = [asyncio.create_task(watch(m)) for m in fired]
     try:
-        await asyncio.sleep(2.0)  # both joined; the coordinator split the two partitions
+        # Both joined, the coordinator split the two partitions, and each took its own: that lasts
+        # while both watch (their keepers heartbeat).
+        await asyncio.wait_for(
+            group_log.until_split(caplog, group, {"a": {stream_name: [0]}, "b": {stream_name: [1]}}), 60
+        )
         _put(groups_server, stream_name, 3)
         for _ in range(200):
             if len(fired["a"]) + len(fired["b"]) >= 6:
