@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidArgumentError, StreamExistsError
+from ..errors import InvalidArgumentError
 from ..sync_client import LiftbridgeClient
-from ..types import AckPolicy
+from .registry import publish_entry
 
 __all__ = [
     "HISTORY_MAX_AGE",
@@ -117,18 +117,9 @@ def record_run(client: LiftbridgeClient, entry: RunEntry, *, stream: str = HISTO
 
     :raises LiftbridgeError: the stream could not be created or the entry was not acknowledged.
     """
-    if stream not in client.fetch_metadata([stream]).streams:
-        try:
-            client.create_stream(
-                stream,
-                stream,
-                retention_max_messages=HISTORY_MAX_MESSAGES,
-                retention_max_age=HISTORY_MAX_AGE,
-            )
-        except StreamExistsError:
-            pass  # another task created it meanwhile
     key = f"{entry.dag_id}\x1f{entry.task_id}\x1f{entry.map_index}".encode()
-    client.publish(stream, entry.to_json(), key=key, ack_policy=AckPolicy.LEADER)
+    limits = {"retention_max_messages": HISTORY_MAX_MESSAGES, "retention_max_age": HISTORY_MAX_AGE}
+    publish_entry(client, stream, key, entry.to_json(), **limits)
 
 
 def read_history(client: LiftbridgeClient, *, limit: int, stream: str = HISTORY_STREAM) -> list[RunEntry]:

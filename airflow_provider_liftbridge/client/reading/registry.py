@@ -92,12 +92,22 @@ def record_pipeline(client: LiftbridgeClient, entry: PipelineEntry, *, stream: s
 
     :raises LiftbridgeError: the stream could not be created or the entry was not acknowledged.
     """
+    publish_entry(client, stream, entry.key, entry.to_json(), compact_enabled=True)
+
+
+def publish_entry(client: LiftbridgeClient, stream: str, key: bytes, value: bytes, **options: Any) -> None:
+    """Publish one bookkeeping entry to ``stream`` (created with ``options`` if missing; another
+    task creating it meanwhile is fine) and wait for the leader's ack. The registry and the run
+    history (:mod:`.history`) keep their entries so.
+
+    :raises LiftbridgeError: the stream could not be created or the entry was not acknowledged.
+    """
     if stream not in client.fetch_metadata([stream]).streams:
         try:
-            client.create_stream(stream, stream, compact_enabled=True)
+            client.create_stream(stream, stream, **options)
         except StreamExistsError:
             pass  # another task created it meanwhile
-    client.publish(stream, entry.to_json(), key=entry.key, ack_policy=AckPolicy.LEADER)
+    client.publish(stream, value, key=key, ack_policy=AckPolicy.LEADER)
 
 
 def read_pipelines(
