@@ -18,6 +18,7 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q -c constraints/airflow-3.2.txt -e '.[devserver,files,openlineage,zstd,dev]'
   rm -f "$VENV"/.installed-* && touch "$stamp"
 fi
+rm -rf airflow_provider_liftbridge.egg-info  # as scripts/setup.sh: no second copy of the distribution
 export PATH="$PWD/$VENV/bin:$PATH"
 python -c 'import airflow; assert airflow.__version__.startswith("3.2."), airflow.__version__; print("airflow", airflow.__version__)'
 python -m pytest -q -p no:cacheprovider -m "not spark and not slow and not system" \
