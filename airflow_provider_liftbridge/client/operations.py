@@ -438,7 +438,7 @@ def _cursors_settled(core: ClientCore, owner: int, leader: str | None) -> Op[str
         pause = min(pause * 2, 1.0)
 
 
-def _answering_leader(core: ClientCore, request: object) -> Op[str]:
+def _answering_leader(core: ClientCore, request: api_pb2.FetchPartitionMetadataRequest) -> Op[str]:
     """The known broker that answers ``request`` (partition metadata: only a partition's leader
     does), each asked once.
 
@@ -450,7 +450,7 @@ def _answering_leader(core: ClientCore, request: object) -> Op[str]:
         except RpcFailure:
             continue
         return address
-    raise NotLeaderError(f"no broker answers for {CURSORS_STREAM} partition {request.partition} yet")  # type: ignore[attr-defined]
+    raise NotLeaderError(f"no broker answers for {CURSORS_STREAM} partition {request.partition} yet")
 
 
 def _cursor_unary(
