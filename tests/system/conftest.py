@@ -34,6 +34,7 @@ SYSTEM_DAGS = [
     "system_burst_consumer",
     "system_wait_for_message",
     "system_private_task_dirs",
+    "system_interval_wait",
 ]
 
 
