@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
-from tests.reliability.campaign import PATHS, TARGETS, DevRig, ExternalRig, Verdict, draw, run  # noqa: E402
+from tests.reliability.campaign import EXTRA_PATHS, PATHS, TARGETS, DevRig, ExternalRig, Verdict, draw, run  # noqa: E402
 from tests.reliability.freezing import ExternalFreezable, find_broker, match_brokers  # noqa: E402
 
 
@@ -39,7 +39,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=20, help="runs, from --base-seed on (default 20)")
     p.add_argument("--base-seed", type=int, default=int(time.time()), help="first seed (default: the time)")
     p.add_argument("--seed", type=int, action="append", help="run exactly this seed (repeatable)")
-    p.add_argument("--paths", default=",".join(PATHS), help=f"paths to draw from (default {','.join(PATHS)})")
+    p.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"paths to draw from (default {','.join(PATHS)}; also {','.join(EXTRA_PATHS)})",
+    )
     p.add_argument("--targets", default="", help=f"targets to draw from (default: all the cluster allows; {TARGETS})")
     p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
     p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")

@@ -13,7 +13,11 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   ``LiftbridgeStreamToFileOperator`` in a real DAG run, ``dag.test()`` in a process of its own,
   retried by Airflow: ``dags/reliability_campaign.py``); ``consume-interval`` (``IntervalPlanner``
   and ``read_plan``: interval_path.py) is drawn only when asked for (``--paths``), so the seeds of
-  the default paths keep their schedules;
+  the default paths keep their schedules; so are ``consume-operator-interval`` and
+  ``archive-interval`` (the two operators with ``read_by="interval"`` in a real DAG run, as the
+  operator paths; the archive into a time layout, ``sec={timestamp:%H%M%S}``). Their stream is
+  filled in three rounds, before, inside and after the interval (real reception timestamps, the
+  interval's bounds taken between the rounds);
 - targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
   leader, a follower, the metadata leader, the whole cluster;
 - actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
@@ -41,11 +45,15 @@ The checker (:func:`check`) holds every path to the same invariants:
   record is in the stream;
 - a consume run never skips a message: every offset up to the planned end was handed to the
   function, and the next run has nothing left;
-- the archive holds each message exactly once, and the position is at the end.
+- the archive holds each message exactly once, and the position is at the end;
+- an interval read by an operator hands over every message whose stored timestamp is in the
+  interval and none outside it; archived by interval, each of them is in the archive exactly once
+  (across retries), in the folder the layout names for its timestamp, and nothing outside it is.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -84,8 +92,14 @@ from .interval_path import PATH as INTERVAL_PATH
 from .interval_path import ends_again, interval_call
 
 PATHS = ("bulk-nats", "grpc", "exactly-once", "exactly-once-occ", "consume", "consume-operator", "archive")
+#: The operators reading by interval, in a real DAG run (not in :data:`PATHS`: drawn when asked for).
+INTERVAL_OPERATOR_PATHS = ("consume-operator-interval", "archive-interval")
+#: The paths drawn only when asked for (``--paths``), so the seeds of :data:`PATHS` keep their schedules.
+EXTRA_PATHS = (INTERVAL_PATH, *INTERVAL_OPERATOR_PATHS)
 #: The paths that read a stream filled before the run (the others publish during it).
-READING_PATHS = ("consume", "consume-operator", "archive", INTERVAL_PATH)
+READING_PATHS = ("consume", "consume-operator", "archive", *EXTRA_PATHS)
+#: The folder layout of ``archive-interval``: one folder a second, so an interval spans several.
+INTERVAL_LAYOUT = "sec={timestamp:%H%M%S}"
 #: Cursor ids of the reading paths' positions.
 POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operator", "archive": "campaign-archive"}
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
@@ -342,6 +356,10 @@ class Outcome:
     planned: dict[int, int] = field(default_factory=dict)  # reading: partition -> end (exclusive)
     left_after: int | None = None  # reading: offsets a next run would still read
     archived: Counter[tuple[int, int]] | None = None  # archive: (partition, offset) -> rows in the files
+    folders: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # archive-interval: where each row is
+    interval: tuple[int, int] | None = None  # interval operator paths: [start, end) in ns since the epoch
+    inside: int = 0  # interval operator paths: the records published inside the interval
+    progress_of: Callable[[], int] | None = None  # interval operator paths: rows handed over / archived so far
     finished: bool = False  # operator paths: the DAG run succeeded
     progress_cursor: str = ""  # consume-interval: the interval's progress cursor
     struck: str = ""  # when the fault actually struck
@@ -474,6 +492,8 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
                 bad.append(f"the last try accounts for {outcome.written} of {len(values)} records")
             if lost:
                 bad.append(f"returned success, but {lost} record(s) are not in the stream")
+    elif schedule.path in INTERVAL_OPERATOR_PATHS:
+        bad += _interval_violations(schedule, outcome, stored)
     elif schedule.path == "archive":
         if outcome.archived is not None:
             missing = [(p, o) for p, end in outcome.planned.items() for o in range(end) if not outcome.archived[(p, o)]]
@@ -558,7 +578,9 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
             admin.create_stream(
                 stream, stream, partitions=schedule.partitions, replication_factor=3, optimistic_concurrency_control=occ
             )
-            if schedule.path in READING_PATHS:
+            if schedule.path in INTERVAL_OPERATOR_PATHS:
+                _publish_around_interval(admin, stream, records, outcome)
+            elif schedule.path in READING_PATHS:
                 admin.publish_many(stream, records, path="grpc", ack_policy=AckPolicy.ALL)
     except LiftbridgeError as exc:  # before any fault: the cluster was not ready for this run
         why = f"seed {schedule.seed}: the stream could not be set up before the run ({type(exc).__name__}: {exc})"
@@ -571,6 +593,8 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     call = call or _call(schedule, client, stream, outcome)
 
     def progress() -> int:
+        if outcome.progress_of is not None:  # in records, as the moment's fraction counts them
+            return outcome.progress_of() * schedule.records // max(outcome.inside, 1)
         if schedule.path in READING_PATHS:  # the committed position
             cursor = outcome.progress_cursor or POSITION_CURSORS[schedule.path]
             return sum(watcher.fetch_cursor(cursor, stream, p) + 1 for p in range(schedule.partitions))
@@ -591,7 +615,9 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
         client.close()
         watcher.close()
     violations = check(schedule, outcome, stored)
-    returned = outcome.acks is not None or outcome.written is not None or outcome.left_after is not None
+    returned = (
+        outcome.acks is not None or outcome.written is not None or outcome.left_after is not None or outcome.finished
+    )
     result = "returned" if returned else "raised"
     if outcome.errors:
         result += f" after {len(outcome.errors)} failure(s): " + ", ".join(map(failure_summary, outcome.errors))
@@ -649,7 +675,7 @@ def _read_positions(schedule: Schedule, client: LiftbridgeClient, stream: str, o
     :raises Unsettled: the positions could not be read in :data:`POSITIONS_WITHIN` s.
     """
     planned = schedule.path in ("consume", INTERVAL_PATH) and outcome.planned
-    if not (planned or (schedule.path in OPERATOR_PATHS and outcome.finished)):
+    if not (planned or (schedule.path in ("consume-operator", "archive") and outcome.finished)):
         return
     deadline = time.monotonic() + POSITIONS_WITHIN
     while True:
@@ -742,7 +768,13 @@ def _call(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Ou
     return {"bulk-nats": publish, "grpc": publish, "consume": consume}.get(schedule.path, exactly_once)
 
 
-OPERATOR_PATHS = ("consume-operator", "archive")
+OPERATOR_PATHS = ("consume-operator", "archive", *INTERVAL_OPERATOR_PATHS)
+_DAG_IDS = {
+    "consume-operator": "liftbridge_campaign_consume",
+    "archive": "liftbridge_campaign_archive",
+    "consume-operator-interval": "liftbridge_campaign_consume_interval",
+    "archive-interval": "liftbridge_campaign_archive_interval",
+}
 _DAGS = Path(__file__).parent / "dags"
 _AIRFLOW_READY: list[bool] = []
 
@@ -764,12 +796,20 @@ def _operator_call(schedule: Schedule, rig: Any, stream: str, outcome: Outcome) 
     env = dict(os.environ) | {
         "AIRFLOW__CORE__DAGS_FOLDER": str(_DAGS),
         "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": liftbridge_conn_json(",".join(rig.addresses)),
-        "EO_DAG_ID": f"liftbridge_campaign_{'archive' if schedule.path == 'archive' else 'consume'}",
+        "EO_DAG_ID": _DAG_IDS[schedule.path],
         "EO_STREAM": stream,
         "EO_ARCHIVE": f"file://{archive}",
         "EO_SEEN": str(seen),
         "EO_OUT": str(out),
     }
+    if schedule.path in INTERVAL_OPERATOR_PATHS:
+        assert outcome.interval is not None
+        start, end = (_moment(ns).isoformat() for ns in outcome.interval)
+        env |= {"EO_INTERVAL_START": start, "EO_INTERVAL_END": end, "EO_INTERVAL_LAYOUT": INTERVAL_LAYOUT}
+        if schedule.path == "archive-interval":
+            outcome.progress_of = lambda: _rows_in(archive)
+        else:
+            outcome.progress_of = lambda: _lines_in(seen) // 2
 
     def call() -> None:
         done = run_dag_subprocess(env, timeout=400)
@@ -780,6 +820,8 @@ def _operator_call(schedule: Schedule, rig: Any, stream: str, outcome: Outcome) 
         outcome.finished = True
         if schedule.path == "archive":
             outcome.archived = _archived(archive)
+        elif schedule.path == "archive-interval":
+            outcome.archived, outcome.folders = _archived_in_folders(archive)
         else:
             lines = seen.read_text().split() if seen.exists() else []
             outcome.consumed = [(int(p), int(o), None) for p, o in zip(lines[::2], lines[1::2], strict=True)]  # type: ignore[misc]
@@ -800,6 +842,122 @@ def _archived(directory: Path) -> Counter[tuple[int, int]]:
         table = pq.read_table(path, columns=["partition", "offset"]).to_pydict()
         rows.update(zip(table["partition"], table["offset"], strict=True))
     return rows
+
+
+def _archived_in_folders(directory: Path) -> tuple[Counter[tuple[int, int]], dict[tuple[int, int], set[str]]]:
+    """The rows of every finished file under ``directory`` (temporary files are not ``*.parquet``),
+    and the folders (relative to ``directory``) each row was found in."""
+    import pyarrow.parquet as pq
+
+    rows: Counter[tuple[int, int]] = Counter()
+    folders: dict[tuple[int, int], set[str]] = {}
+    for path in directory.rglob("*.parquet"):
+        table = pq.read_table(path, columns=["partition", "offset"], partitioning=None).to_pydict()
+        folder = str(path.parent.relative_to(directory))
+        for key in zip(table["partition"], table["offset"], strict=True):
+            rows[key] += 1
+            folders.setdefault(key, set()).add(folder)
+    return rows, folders
+
+
+def _rows_in(directory: Path) -> int:
+    import pyarrow.parquet as pq
+
+    total = 0
+    for path in directory.rglob("*.parquet"):
+        with suppress(OSError, ValueError):  # a file renamed in, or gone, while looked at
+            total += pq.read_metadata(path).num_rows
+    return total
+
+
+def _lines_in(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+#: Seconds between the rounds of the interval operator paths' publish and the interval's bounds.
+ROUND_GAP = 0.05
+#: The second third is published in this many slices, this many seconds apart.
+MIDDLE_SLICES, MIDDLE_GAP = 4, 0.4
+
+
+def _moment(ns: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ns // 1_000_000_000, dt.UTC).replace(microsecond=(ns // 1000) % 1_000_000)
+
+
+def _publish_around_interval(admin: LiftbridgeClient, stream: str, records: list[Record], outcome: Outcome) -> None:
+    """Publish the first third of ``records``, take the interval's start, publish the second
+    third (in slices, over more than a second), take its end, publish the rest: with real
+    reception timestamps (the brokers stamp each message when they take it in, and the publish
+    returns once every message is acked), the interval holds the second third. The bounds are
+    whole microseconds (what the operator is given); the checker holds the run to the stored
+    timestamps, not to this expectation."""
+    third = len(records) // 3
+
+    def mark() -> int:
+        time.sleep(ROUND_GAP)
+        ns = time.time_ns() // 1000 * 1000
+        time.sleep(ROUND_GAP)
+        return ns
+
+    admin.publish_many(stream, records[:third], path="grpc", ack_policy=AckPolicy.ALL)
+    start = mark()
+    for i in range(MIDDLE_SLICES):  # spread over more than a second: more than one folder of the layout
+        if i:
+            time.sleep(MIDDLE_GAP)
+        piece = records[third + i * third // MIDDLE_SLICES : third + (i + 1) * third // MIDDLE_SLICES]
+        admin.publish_many(stream, piece, path="grpc", ack_policy=AckPolicy.ALL)
+    end = mark()
+    admin.publish_many(stream, records[2 * third :], path="grpc", ack_policy=AckPolicy.ALL)
+    outcome.interval, outcome.inside = (start, end), third
+
+
+def _interval_violations(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[str]:
+    """The interval operator paths' invariants (module docstring), against the stored timestamps."""
+    bad: list[str] = []
+    assert outcome.interval is not None
+    start, end = outcome.interval
+    inside = {(m.partition, m.offset): m for m in stored if start <= m.timestamp < end}
+    thirds = len(outcome.records) // 3
+    middle = {r.value for r in outcome.records[thirds : 2 * thirds]}
+    if {m.value for m in inside.values()} != middle:
+        bad.append(
+            f"the interval holds {len(inside)} stored message(s), not the {len(middle)} records published inside it "
+            "(the reception timestamps do not follow the publish rounds)"
+        )
+    if schedule.path == "archive-interval":
+        if outcome.archived is None:
+            return bad
+        missing = sorted(k for k in inside if not outcome.archived[k])
+        twice = sorted(k for k, c in outcome.archived.items() if c > 1)
+        outside = sorted(k for k in outcome.archived if k not in inside)
+        # The folder INTERVAL_LAYOUT names, worked out here rather than by the layout's own code.
+        misplaced = sorted(
+            k
+            for k, m in inside.items()
+            if k in outcome.folders and outcome.folders[k] != {"sec=" + _moment(m.timestamp).strftime("%H%M%S")}
+        )
+        if missing:
+            bad.append(f"{len(missing)} message(s) of the interval missing from the archive, e.g. {missing[:3]}")
+        if twice:
+            bad.append(f"{len(twice)} message(s) in the archive more than once, e.g. {twice[:3]}")
+        if outside:
+            bad.append(f"{len(outside)} message(s) outside the interval in the archive, e.g. {outside[:3]}")
+        if misplaced:
+            bad.append(f"{len(misplaced)} message(s) in another folder than the layout names, e.g. {misplaced[:3]}")
+        return bad
+    if not outcome.finished:
+        return bad
+    handed = {(p, o) for p, o, _ in outcome.consumed}
+    skipped = sorted(k for k in inside if k not in handed)
+    outside = sorted(k for k in handed if k not in inside)
+    if skipped:
+        bad.append(f"{len(skipped)} message(s) of the interval never handed to the function, e.g. {skipped[:3]}")
+    if outside:
+        bad.append(f"{len(outside)} message(s) outside the interval handed to the function, e.g. {outside[:3]}")
+    return bad
 
 
 def _left_after(client: LiftbridgeClient, stream: str, schedule: Schedule) -> int:

@@ -1,6 +1,8 @@
 """The DAGs of the fault campaign's operator paths (tests/reliability/campaign.py): the consume
 operator with a batch function that notes every message it is handed, and the archiver writing
-Parquet files. Each task is retried by Airflow within the one ``dag.test()`` run, at once
+Parquet files; and both again reading by interval (``read_by="interval"``, the interval
+``[EO_INTERVAL_START, EO_INTERVAL_END)``, no allowed lateness; the archive into the folders of
+``EO_INTERVAL_LAYOUT``). Each task is retried by Airflow within the one ``dag.test()`` run
 (``EO_*`` environment variables)."""
 
 from __future__ import annotations
@@ -35,6 +37,39 @@ with DAG("liftbridge_campaign_archive", schedule=None, start_date=_START, catchu
         format="parquet",
         value_format="bytes",
         max_rows_per_file=500,
+        retries=3,
+        retry_delay=dt.timedelta(seconds=1),
+    )
+
+with DAG("liftbridge_campaign_consume_interval", schedule=None, start_date=_START, catchup=False):
+    LiftbridgeConsumeOperator(
+        task_id="consume",
+        stream=os.environ.get("EO_STREAM", "campaign"),
+        cursor_id="campaign-operator-interval",
+        apply_function_batch="tests.reliability.dag_support.note_batch",
+        max_batch_size=200,
+        read_by="interval",
+        start_time=os.environ.get("EO_INTERVAL_START") or None,
+        end_time=os.environ.get("EO_INTERVAL_END") or None,
+        allowed_lateness=0,
+        retries=3,
+        retry_delay=dt.timedelta(seconds=1),
+    )
+
+with DAG("liftbridge_campaign_archive_interval", schedule=None, start_date=_START, catchup=False):
+    LiftbridgeStreamToFileOperator(
+        task_id="archive",
+        stream=os.environ.get("EO_STREAM", "campaign"),
+        cursor_id="campaign-archive-interval",
+        path=os.environ.get("EO_ARCHIVE", "/tmp/campaign-archive"),
+        format="parquet",
+        value_format="bytes",
+        max_rows_per_file=200,
+        read_by="interval",
+        start_time=os.environ.get("EO_INTERVAL_START") or None,
+        end_time=os.environ.get("EO_INTERVAL_END") or None,
+        allowed_lateness=0,
+        path_layout=os.environ.get("EO_INTERVAL_LAYOUT") or None,
         retries=3,
         retry_delay=dt.timedelta(seconds=1),
     )
