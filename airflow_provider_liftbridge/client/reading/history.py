@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..sync_client import LiftbridgeClient
-from .registry import publish_entry
+from .registry import publish_entry, tail_entries
 
 __all__ = [
     "HISTORY_MAX_AGE",
@@ -128,22 +128,6 @@ def read_history(client: LiftbridgeClient, *, limit: int, stream: str = HISTORY_
 
     :raises LiftbridgeError: the history could not be read.
     """
-    info = client.fetch_metadata([stream]).streams.get(stream)
-    if info is None:
-        return []
-    found: list[RunEntry] = []
-    for partition in sorted(info.partitions):
-        hw = client.fetch_partition_metadata(stream, partition).high_watermark
-        if hw < 0:
-            continue
-        messages = client.subscribe(stream, partition=partition, start_at=max(0, hw - limit + 1), stop_at=hw)
-        try:
-            for message in messages:
-                try:
-                    found.append(RunEntry.from_json(message.value))
-                except InvalidArgumentError:
-                    continue
-        finally:
-            messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+    found = list(tail_entries(client, stream, limit, RunEntry.from_json))
     found.sort(key=lambda e: e.recorded_at)
     return found[-limit:]

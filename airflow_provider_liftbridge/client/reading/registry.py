@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, StreamExistsError
 from ..sync_client import LiftbridgeClient
 from ..types import AckPolicy
+
+_Entry = TypeVar("_Entry")
 
 __all__ = ["REGISTRY_STREAM", "PipelineEntry", "read_pipelines", "record_pipeline"]
 
@@ -118,10 +121,24 @@ def read_pipelines(
 
     :raises LiftbridgeError: the registry could not be read.
     """
+    newest: dict[bytes, PipelineEntry] = {}
+    for entry in tail_entries(client, stream, limit, PipelineEntry.from_json):
+        newest[entry.key] = entry
+    return sorted(newest.values(), key=lambda e: (e.dag_id, e.task_id, e.map_index, e.stream))
+
+
+def tail_entries(
+    client: LiftbridgeClient, stream: str, limit: int, parse: Callable[[bytes], _Entry]
+) -> Iterator[_Entry]:
+    """The entries among the last ``limit`` committed messages of each partition of a bookkeeping
+    stream (the registry, the run history), parsed by ``parse``; nothing when the stream does not
+    exist. Messages ``parse`` refuses (:class:`InvalidArgumentError`) are skipped.
+
+    :raises LiftbridgeError: the stream could not be read.
+    """
     info = client.fetch_metadata([stream]).streams.get(stream)
     if info is None:
-        return []
-    newest: dict[bytes, PipelineEntry] = {}
+        return
     for partition in sorted(info.partitions):
         hw = client.fetch_partition_metadata(stream, partition).high_watermark
         if hw < 0:
@@ -130,10 +147,8 @@ def read_pipelines(
         try:
             for message in messages:
                 try:
-                    entry = PipelineEntry.from_json(message.value)
+                    yield parse(message.value)
                 except InvalidArgumentError:
                     continue
-                newest[entry.key] = entry
         finally:
             messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
-    return sorted(newest.values(), key=lambda e: (e.dag_id, e.task_id, e.map_index, e.stream))
