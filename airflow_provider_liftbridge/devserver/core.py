@@ -123,6 +123,12 @@ class ServerCore:
     def addresses(self) -> list[str]:
         return [f"{b.host}:{b.port}" for b in self.brokers]
 
+    @property
+    def groups(self) -> ConsumerGroups:
+        if self._groups is None:
+            raise ServerStateError("the dev server is not running; call start() first")
+        return self._groups
+
     async def start(self) -> None:
         """Start NATS (unless external), open the data directory, and serve every broker.
 

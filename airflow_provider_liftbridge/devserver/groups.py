@@ -22,6 +22,11 @@ down in ``docs/consumer-groups.md``; in short:
   within ``coordinator_timeout`` of each other, another live broker becomes coordinator and the epoch grows.
 - Groups live in memory: a restarted dev server has none (consumers join again; their positions are
   cursors, which are durable).
+- A test hook with no upstream counterpart: the groups' clock (member deadlines, the window of
+  coordinator reports) can be held still and stepped (:meth:`ConsumerGroups.hold_clock`,
+  :meth:`~ConsumerGroups.step_clock`, :meth:`~ConsumerGroups.release_clock`), so a test makes a
+  member time out exactly when it says, and nothing else times out meanwhile however slowly its
+  process runs.
 """
 
 from __future__ import annotations
@@ -94,6 +99,10 @@ class ConsumerGroups:
         self.coordinator_timeout = coordinator_timeout
         self.groups: dict[str, _Group] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        #: The groups' clock while a test holds it (``None``: it runs with the event loop's).
+        self._held: float | None = None
+        #: Seconds added to the loop's time (what a held clock was stepped by, once released).
+        self._offset = 0.0
 
     # -- queries ----------------------------------------------------------------
     def coordinator_of(self, group_id: str) -> tuple[str, int] | None:
@@ -205,6 +214,34 @@ class ConsumerGroups:
             for member in group.members.values():
                 member.deadline = deadline
 
+    # -- the test clock ---------------------------------------------------------
+    def hold_clock(self) -> None:
+        """Stop the groups' clock (a test hook): no member deadline and no report window passes
+        until :meth:`step_clock` moves it; heartbeats still reset deadlines, from the held time."""
+        if self._held is None:
+            self._held = self._now()
+
+    def step_clock(self, seconds: float) -> list[tuple[str, str]]:
+        """Move the held clock on by ``seconds`` and time out, at once, every member whose deadline
+        it passed (as the sweep would, so not under a coordinator that is down).
+
+        :returns: ``(group id, consumer id)`` of the members timed out by this step.
+        :raises RuntimeError: the clock is not held.
+        :raises ValueError: a negative step.
+        """
+        if self._held is None:
+            raise RuntimeError("the groups' clock is not held; call hold_clock() first")
+        if seconds < 0:
+            raise ValueError(f"the groups' clock does not go back (step of {seconds} s)")
+        self._held += seconds
+        return self._expire()
+
+    def release_clock(self) -> None:
+        """Let the groups' clock run again, on from where it was held (no jump back)."""
+        if self._held is not None:
+            self._offset = self._held - asyncio.get_running_loop().time()
+            self._held = None
+
     def close(self) -> None:
         """Stop the liveness sweeps (the server is stopping)."""
         if self._sweeper is not None:
@@ -212,9 +249,10 @@ class ConsumerGroups:
             self._sweeper = None
 
     # -- internals --------------------------------------------------------------
-    @staticmethod
-    def _now() -> float:
-        return asyncio.get_running_loop().time()
+    def _now(self) -> float:
+        if self._held is not None:
+            return self._held
+        return asyncio.get_running_loop().time() + self._offset
 
     def _pick_coordinator(self, *, exclude: str) -> str:
         """The live broker (other than ``exclude``) coordinating the fewest groups; ties: broker order."""
@@ -260,17 +298,23 @@ class ConsumerGroups:
             self._sweeper = asyncio.get_running_loop().call_later(interval, self._sweep)
 
     def _sweep(self) -> None:
-        """Remove members whose coordinator is live and whose liveness deadline passed."""
         self._sweeper = None
+        self._expire()
+        if self.groups:
+            self._ensure_sweeper()
+
+    def _expire(self) -> list[tuple[str, str]]:
+        """Remove members whose coordinator is live and whose liveness deadline passed."""
         now = self._now()
         live = {b.id for b in self.store.live_brokers()}
+        expired: list[tuple[str, str]] = []
         for group in list(self.groups.values()):
             if group.coordinator not in live:
                 continue  # the coordinator's timers are down with it; members wait for failover
             for member in [m for m in group.members.values() if m.deadline < now]:
                 self.leave(group.id, member.id, expired=True)
-        if self.groups:
-            self._ensure_sweeper()
+                expired.append((group.id, member.id))
+        return expired
 
 
 async def _abort(context: Any, err: ApiError) -> NoReturn:

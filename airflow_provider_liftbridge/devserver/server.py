@@ -295,6 +295,48 @@ class DevServer:
         """
         self._run(self._running_core().move_metadata_leader(index))
 
+    # -- consumer groups' clock (a test hook) ------------------------------------
+    def hold_group_clock(self) -> None:
+        """Stop the consumer groups' clock: no member times out and no coordinator-report window
+        closes until :meth:`step_group_clock` moves it (heartbeats still count, from the held time).
+        Undo with :meth:`release_group_clock`. Every broker shares it; a restart keeps it held.
+
+        :raises ServerStateError: the server is not running.
+        """
+        groups = self._running_core().groups
+
+        async def hold() -> None:
+            groups.hold_clock()
+
+        self._run(hold())
+
+    def step_group_clock(self, seconds: float) -> list[tuple[str, str]]:
+        """Move the held group clock on by ``seconds``; the members whose deadline that passes are
+        timed out before this returns (not under a coordinator that is down).
+
+        :returns: ``(group id, consumer id)`` of each member timed out by this step.
+        :raises RuntimeError: the clock is not held.
+        :raises ServerStateError: the server is not running.
+        """
+        groups = self._running_core().groups
+
+        async def step() -> list[tuple[str, str]]:
+            return groups.step_clock(seconds)
+
+        return self._run(step())  # type: ignore[no-any-return]
+
+    def release_group_clock(self) -> None:
+        """Let the group clock run again, on from the time it was held at.
+
+        :raises ServerStateError: the server is not running.
+        """
+        groups = self._running_core().groups
+
+        async def release() -> None:
+            groups.release_clock()
+
+        self._run(release())
+
     def restart_cluster(self, down: float = 0.0) -> None:
         """Restart every broker at once after ``down`` seconds, from the data directory, through the
         restart window (``timings.restart_*``: metadata without streams, then no leaders and Publish

@@ -199,10 +199,13 @@ def test_a_stale_epoch_is_refused_before_membership_and_is_no_heartbeat(
 
 @pytest.fixture
 def quick_cluster() -> Iterator[DevServer]:
-    """Three brokers whose group timeouts are short enough to watch."""
+    """Three brokers with short group timeouts, and the groups' clock held still from the start:
+    a member times out when the test steps the clock past its deadline, never because the test
+    process did not run for a while (``DevServer.hold_group_clock``)."""
     server = DevServer(brokers=3, groups_consumer_timeout=0.6, groups_coordinator_timeout=2.0)
     server.start()
     try:
+        server.hold_group_clock()
         yield server
     finally:
         server.stop()
@@ -213,34 +216,22 @@ def test_silent_member_times_out_and_its_partitions_move(quick_cluster: DevServe
     create(stubs[0], stream_name, partitions=2)
     group = _group()
     first = join(stubs[1], group, "busy", stream_name)  # any broker takes the join
-    join(stubs[0], group, "silent", stream_name)
+    join(stubs[0], group, "silent", stream_name)  # both joined at held time T: deadlines T + 0.6
     coord = stubs[quick_cluster.broker_ids.index(first.coordinator)]
-    assert fetch(coord, group, "busy", 1) == ({stream_name: [0]}, 1)
+    assert fetch(coord, group, "busy", 1) == ({stream_name: [0]}, 1)  # a heartbeat: busy's deadline T + 0.6
     # Only the coordinator serves assignments.
     others = [s for s in stubs if s is not coord]
     assert rpc_error(fetch, others[0], group, "busy").code() == grpc.StatusCode.FAILED_PRECONDITION
-    epoch, refused = 1, 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        # Heartbeats keep "busy" in. The silent member's timeout fires on the coordinator's clock, at
-        # any moment between two heartbeats, so a heartbeat can carry the epoch it replaced: the
-        # broker refuses it, and a member learns the new epoch from the metadata, as Liftbridge's do.
-        try:
-            assignments, epoch = fetch(coord, group, "busy", epoch)
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or "epoch" not in (err.details() or ""):
-                raise
-            refused += 1
-            epoch = group_meta(coord, group).epoch
-            continue
-        if epoch == 2:
-            break
-        time.sleep(0.1)
-    assert (assignments, epoch) == ({stream_name: [0, 1]}, 2)
-    assert refused <= 1  # only the one epoch change can make a heartbeat stale
+    assert quick_cluster.step_group_clock(0.4) == []  # T + 0.4: within everyone's timeout
+    assert fetch(coord, group, "busy", 1) == ({stream_name: [0]}, 1)  # busy's deadline T + 1.0
+    # T + 0.7: past the silent member's deadline only; the step times it out before it returns.
+    assert quick_cluster.step_group_clock(0.3) == [(group, "silent")]
+    assert group_meta(coord, group).epoch == 2  # the removal is a rebalance
+    assert fetch(coord, group, "busy", 2) == ({stream_name: [0, 1]}, 2)
     err = rpc_error(fetch, coord, group, "busy", 1)  # as Liftbridge v1.9: the epoch must be the group's
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "epoch" in (err.details() or "")
-    assert rpc_error(fetch, coord, group, "silent").code() == grpc.StatusCode.FAILED_PRECONDITION
+    err = rpc_error(fetch, coord, group, "silent", 2)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "not a member" in (err.details() or "")
 
 
 def test_coordinator_failover_after_a_majority_reports(quick_cluster: DevServer, stream_name: str) -> None:
@@ -257,7 +248,10 @@ def test_coordinator_failover_after_a_majority_reports(quick_cluster: DevServer,
     report = pb.ReportConsumerGroupCoordinatorRequest(groupId=group, consumerId="a", coordinator=old, epoch=2)
     live.ReportConsumerGroupCoordinator(report, timeout=TIMEOUT)
     assert group_meta(live, group).coordinator == old  # one of three is no majority
-    time.sleep(1.0)  # longer than the member timeout: a dead coordinator expires nobody
+    # Past every member's deadline (0.6 s), within the report window (2 s): a dead coordinator
+    # expires nobody (a live one would time all three out in this step).
+    assert quick_cluster.step_group_clock(1.0) == []
+    assert group_meta(live, group).epoch == 2
     report.consumerId = "b"
     live.ReportConsumerGroupCoordinator(report, timeout=TIMEOUT)
     meta = group_meta(live, group)
@@ -268,3 +262,23 @@ def test_coordinator_failover_after_a_majority_reports(quick_cluster: DevServer,
     report.consumerId, report.epoch = "c", 2
     err = rpc_error(live.ReportConsumerGroupCoordinator, report, timeout=TIMEOUT)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION  # a report on the old generation
+    # The new coordinator started the members' timers afresh (from the held time), and runs them.
+    assert sorted(m for _, m in quick_cluster.step_group_clock(0.7)) == ["a", "b", "c"]
+
+
+def test_the_held_group_clock_runs_on_from_where_it_was_released(quick_cluster: DevServer, stream_name: str) -> None:
+    """Released, the clock runs on from the held time: a member times out on the real clock again."""
+    stub = api_pb2_grpc.APIStub(grpc.insecure_channel(quick_cluster.address))
+    create(stub, stream_name)
+    group = _group()
+    join(stub, group, "a", stream_name)
+    assert quick_cluster.step_group_clock(0.5) == []
+    with pytest.raises(ValueError):
+        quick_cluster.step_group_clock(-0.1)
+    quick_cluster.release_group_clock()
+    with pytest.raises(RuntimeError):
+        quick_cluster.step_group_clock(0.1)
+    deadline = time.monotonic() + 30
+    while group_meta(stub, group).error != pb.ConsumerGroupMetadata.UNKNOWN_GROUP:  # its last member timed out
+        assert time.monotonic() < deadline, "a member that never heartbeats was not timed out on the real clock"
+        time.sleep(0.05)
