@@ -6,7 +6,7 @@ See ``docs/client.md`` for usage and guarantees.
 from __future__ import annotations
 
 from .async_client import AsyncLiftbridgeClient
-from .consumer import ConsumerGroupError
+from .consumer import ConsumerGroupError, MaxPollIntervalExceededError
 from .errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -68,6 +68,7 @@ __all__ = [
     "PublishOptions",
     "StreamOptions",
     "ConsumerGroupError",
+    "MaxPollIntervalExceededError",
     "GroupConsumer",
     "LiftbridgeClient",
     "AckPolicy",

@@ -47,7 +47,7 @@ from .retry import is_transient
 from .routing import ClientCore
 from .types import Message
 
-__all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember"]
+__all__ = ["AutoOffset", "ConsumerGroupError", "GroupMember", "MaxPollIntervalExceededError"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,13 @@ MAX_POLL_INTERVAL = 300.0
 class ConsumerGroupError(LiftbridgeError):
     """A consumer-group call failed in a way the member cannot repair by itself (the message says
     what the server answered and what to do)."""
+
+
+class MaxPollIntervalExceededError(ConsumerGroupError):
+    """The member left its group because its caller was away (handling a message or a batch) for
+    longer than ``max_poll_interval``: what the caller was given is not committed by it; the
+    other members read those partitions from the group's positions. Raise ``max_poll_interval``
+    or make batches faster; a new call (a poll, a retry of the task) joins again."""
 
 
 def group_cursor_id(group_id: str) -> str:
@@ -330,6 +337,26 @@ def forget_if_left(member: GroupMember) -> bool:
     return True
 
 
+def left_for_max_poll_interval(member: GroupMember) -> MaxPollIntervalExceededError:
+    """The error a caller gets once its member left for ``max_poll_interval`` (see :func:`require_membership`)."""
+    return MaxPollIntervalExceededError(
+        f"consumer {member.consumer_id!r} of group {member.group_id!r} left the group after its caller was away"
+        f" for more than max_poll_interval={member.max_poll_interval} s; nothing was committed for what the"
+        " caller was given: its partitions went to the other members, which read them from the group's"
+        " positions. Handle messages faster (smaller batches) or raise max_poll_interval"
+    )
+
+
+def require_membership(member: GroupMember) -> None:
+    """Refuse to go on as the owner of the member's partitions once it left the group for an idle
+    caller: forget them (:func:`forget_if_left`) and raise.
+
+    :raises MaxPollIntervalExceededError: the member left for ``max_poll_interval`` meanwhile.
+    """
+    if forget_if_left(member):
+        raise left_for_max_poll_interval(member)
+
+
 def check(core: ClientCore, member: GroupMember) -> Op[None]:
     """The bookkeeping at the start of a caller's call: join (again) if needed, fetch the
     assignments when the check is due, adopt what changed.
@@ -453,17 +480,11 @@ def commit(core: ClientCore, member: GroupMember) -> Op[int]:
     """Store the group's position after the last message handed out, per partition that moved;
     returns how many partitions' positions were stored.
 
-    :raises ConsumerGroupError: the keeper left the group meanwhile (the caller was away longer
-        than ``max_poll_interval``): nothing was stored, the partitions are other members' now.
+    :raises MaxPollIntervalExceededError: the member left the group meanwhile (the caller was away
+        longer than ``max_poll_interval``): nothing was stored, the partitions are other members' now.
     :raises UnavailableError: / :raises NotLeaderError: the cursor could not be stored.
     """
-    if forget_if_left(member):
-        raise ConsumerGroupError(
-            f"consumer {member.consumer_id!r} of group {member.group_id!r} left the group after its caller was away"
-            f" for more than max_poll_interval={member.max_poll_interval} s; nothing was committed: its partitions"
-            " went to the other members, which read them from the group's positions. Handle messages faster or"
-            " raise max_poll_interval"
-        )
+    require_membership(member)
     count = yield from _commit(core, member)
     if member.auto_commit_interval:
         member.next_commit = time.monotonic() + member.auto_commit_interval

@@ -24,7 +24,7 @@ from .consumer import GroupMember, check, commit, heartbeat, join, leave
 from .effects import Op
 from .errors import ClientClosedError
 from .group_reading import consume
-from .liveness import retry_after_failure, tend, wait_for_caller
+from .liveness import caller_back, retry_after_failure, still_owner, tend, wait_for_caller
 from .routing import ClientCore
 from .types import Message
 
@@ -101,9 +101,12 @@ class _Consumer:
     def _leave_op(self) -> Op[None]:
         return leave(self._core, self.member)
 
-    # The caller's presence (read by the keeper, see .liveness).
-    def _back(self) -> None:
-        self.member.away_since = None
+    def _still_owner_op(self) -> Op[None]:
+        return still_owner(self.member)
+
+    # The caller's presence (read by the keeper, see .liveness); its return is .liveness.caller_back.
+    def _back_op(self) -> Op[None]:
+        return caller_back(self._core, self.member)
 
     def _away(self) -> None:
         self.member.away_since = time.monotonic()
@@ -146,8 +149,8 @@ class GroupConsumer(_Consumer):
         """``fn()`` while holding the member (the caller is in a call); then the keeper runs."""
         try:
             with self._held:
-                self._back()
                 try:
+                    self._run(self._back_op())
                     return fn()
                 finally:
                     self._away()
@@ -221,9 +224,19 @@ class GroupConsumer(_Consumer):
     def commit(self) -> int:
         """Store the group's positions (after the last message handed out); returns how many partitions moved.
 
-        :raises ConsumerGroupError: the member left the group meanwhile (``max_poll_interval``).
+        :raises MaxPollIntervalExceededError: the member left the group meanwhile (its caller was
+            away for longer than ``max_poll_interval``): nothing is stored.
         """
         return self._call(self._commit_op())
+
+    def confirm_membership(self) -> None:
+        """For a caller that stores the group's positions itself (planned ranges): call it before
+        each such commit. Returns if the member is still the owner of what it was given.
+
+        :raises MaxPollIntervalExceededError: the member left the group since the caller's last
+            call (it was away for longer than ``max_poll_interval``): do not commit.
+        """
+        self._call(self._still_owner_op())
 
     def check_assignments(self) -> dict[str, list[int]]:
         """Fetch this member's assignments if the assignment check is due (as a poll does) and
@@ -267,8 +280,8 @@ class AsyncGroupConsumer(_Consumer):
         """``await fn()`` while holding the member (the caller is in a call); then the keeper runs."""
         try:
             async with self._held:
-                self._back()
                 try:
+                    await self._run(self._back_op())
                     return await fn()
                 finally:
                     self._away()
@@ -333,6 +346,10 @@ class AsyncGroupConsumer(_Consumer):
     async def commit(self) -> int:
         """See :meth:`GroupConsumer.commit`."""
         return await self._call(self._commit_op())
+
+    async def confirm_membership(self) -> None:
+        """See :meth:`GroupConsumer.confirm_membership`."""
+        await self._call(self._still_owner_op())
 
     async def check_assignments(self) -> dict[str, list[int]]:
         """See :meth:`GroupConsumer.check_assignments`."""

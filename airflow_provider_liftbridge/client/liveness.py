@@ -17,8 +17,12 @@ A caller that never comes back is bounded apart (Kafka's ``max.poll.interval.ms`
 been away for ``max_poll_interval`` seconds (default :data:`.consumer.MAX_POLL_INTERVAL`, 5
 minutes), the keeper leaves the group without committing (what is in the caller's hands is not
 done) and stops; the other members take its partitions over from the group's positions. When the
-caller comes back, its next poll forgets the old partitions and joins again; ``commit()`` raises
-:class:`~.consumer.ConsumerGroupError` instead of storing positions that are no longer its own.
+caller comes back (:func:`caller_back`, the first step of each of its calls), a member whose caller
+was away that long has left, whether or not its keeper got to run meanwhile (a blocked event loop,
+a starved process): the step leaves then. Its next poll forgets the old partitions and joins
+again; ``commit()`` and :func:`still_owner` (for a caller that commits positions itself, as the
+consume operator does after each batch) raise :class:`~.consumer.MaxPollIntervalExceededError`
+instead of storing positions that are no longer its own.
 
 The front ends run one call at a time per member (a caller's or the keeper's), so the member's
 state has one writer at a time.
@@ -28,11 +32,11 @@ from __future__ import annotations
 
 import time
 
-from .consumer import GroupMember, fetch_assignments, retry_wait, send_leave
+from .consumer import GroupMember, fetch_assignments, require_membership, retry_wait, send_leave
 from .effects import Op
 from .routing import ClientCore
 
-__all__ = ["owner_gone", "retry_after_failure", "tend", "wait_for_caller"]
+__all__ = ["caller_back", "owner_gone", "retry_after_failure", "still_owner", "tend", "wait_for_caller"]
 
 #: Seconds between two looks of a keeper whose caller is in a call (the call heartbeats then).
 LOOK_AGAIN = 0.1
@@ -52,6 +56,32 @@ def _next_step(member: GroupMember, now: float) -> float:
     if member.max_poll_interval is not None and member.away_since is not None:
         due = min(due, member.away_since + member.max_poll_interval)
     return max(due - now, 0.0)
+
+
+def caller_back(core: ClientCore, member: GroupMember) -> Op[None]:
+    """The first step of each of the caller's calls: it is back (in a call now). If it was away
+    for ``max_poll_interval`` or more and the keeper has not left for it yet (the keeper did not
+    run meanwhile), leave now, without a commit, as the keeper would have: what happens to a late
+    caller depends on how long it was away, never on whether its keeper got to run.
+
+    :raises UnavailableError: / :raises ConsumerGroupError: the leave failed (see
+        :func:`.consumer.send_leave`); the member counts as left all the same.
+    """
+    gone = member.joined and not member.left_idle and owner_gone(member, time.monotonic())
+    member.away_since = None
+    if gone:
+        member.left_idle = True  # before the call: a failed leave still refuses the late commit
+        yield from send_leave(core, member)
+
+
+def still_owner(member: GroupMember) -> Op[None]:
+    """For a caller about to commit positions of its own (after :func:`caller_back`): refuse if
+    the member left the group for ``max_poll_interval`` since the caller's last call.
+
+    :raises MaxPollIntervalExceededError: it left; its partitions are other members' now.
+    """
+    require_membership(member)
+    yield from ()
 
 
 def tend(core: ClientCore, member: GroupMember) -> Op[float | None]:

@@ -29,7 +29,11 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
-from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, group_cursor_id
+from airflow_provider_liftbridge.client.consumer import (
+    MAX_POLL_INTERVAL,
+    MaxPollIntervalExceededError,
+    group_cursor_id,
+)
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
     DEFAULT_LATENESS,
@@ -66,7 +70,7 @@ from airflow_provider_liftbridge.validation import (
 
 from .base import LiftbridgeBaseOperator
 from .deferral import defer_unless_reached
-from .group_member import KeepReading, group_partitions
+from .group_member import ConfirmOwner, KeepReading, group_partitions
 from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
 from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
@@ -324,7 +328,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         """
         if self.read_by == "interval":
             return self._run_interval(client, context)
-        with self._partitions(client) as (partitions, keep_reading):
+        with self._partitions(client) as (partitions, keep_reading, confirm_owner):
             plan_key, run_id = plan_key_of(context)
             planner = RangePlanner(
                 client,
@@ -342,7 +346,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             self._log_plans(plans)
             if not all(plan.resumed for plan in plans):  # once per run: the UI view finds the pipeline
                 self._record_pipeline(client, context, plan_key, run_id, plans)
-            reports = self._read(client, plans, handler, self.position_cursor, keep_reading)
+            reports = self._read(client, plans, handler, self.position_cursor, keep_reading, confirm_owner)
             self._record_run(client, context, run_id, reports)
         return self._summarize(reports, self.result(reports))
 
@@ -355,7 +359,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         plans = planner.plan(partitions)
         self.planned(plans)
         self._log_plans(plans)
-        reports = self._read(client, plans, handler, planner.progress_cursor, None)
+        reports = self._read(client, plans, handler, planner.progress_cursor, None, None)
         planner.finish([p.partition for p in plans])
         result = self.result(reports) | {"read_by": "interval", "interval": planner.interval.to_dict()}
         for plan in plans:
@@ -381,9 +385,11 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         handler: BatchHandler,
         position_cursor: str,
         keep_reading: KeepReading | None,
+        confirm_owner: ConfirmOwner | None,
     ) -> dict[int, PartitionReport]:
         """:func:`read_plan` with this task's batch size and cadence; a failed batch becomes the
-        task's error, naming the message."""
+        task's error, naming the message; a batch back after ``max_poll_interval`` (the member
+        left the group) too, naming what to do."""
         try:
             return read_plan(
                 client,
@@ -393,7 +399,13 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 max_batch_size=int(self.max_batch_size),
                 commit_cadence=check_cadence(self.commit_cadence),
                 keep_reading=keep_reading,
+                confirm_owner=confirm_owner,
             )
+        except MaxPollIntervalExceededError as exc:
+            raise LiftbridgeAirflowError(
+                f"{self.task_id}: {exc} (the task's max_poll_interval parameter). Nothing was committed for that"
+                " batch: a retry of this task reads on from the group's committed position"
+            ) from exc
         except BatchFailed as failed:
             message = failed.message
             report = failed.reports.get(message.partition)
@@ -428,7 +440,9 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return self.execute(context)
 
     @contextmanager
-    def _partitions(self, client: LiftbridgeClient) -> Iterator[tuple[list[int] | None, KeepReading | None]]:
+    def _partitions(
+        self, client: LiftbridgeClient
+    ) -> Iterator[tuple[list[int] | None, KeepReading | None, ConfirmOwner | None]]:
         """The partitions to read (the given ones, ``None``: all) and, in a consumer group, the
         check that a partition is still this task's; the member leaves the group when the block ends.
 
@@ -436,7 +450,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         (:func:`.group_member.group_partitions`).
         """
         if not self.group_id:
-            yield parse_partitions(self.partitions), None
+            yield parse_partitions(self.partitions), None, None
             return
         limit = check_timeout(self.max_poll_interval, "max_poll_interval")
         with group_partitions(client, str(self.group_id), self.stream, limit, self.log) as found:

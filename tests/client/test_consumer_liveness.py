@@ -21,9 +21,9 @@ import pytest
 
 from airflow_provider_liftbridge.client import (
     AsyncLiftbridgeClient,
-    ConsumerGroupError,
     GroupConsumer,
     LiftbridgeClient,
+    MaxPollIntervalExceededError,
     Record,
 )
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
@@ -150,7 +150,7 @@ def test_a_stuck_caller_leaves_after_max_poll_interval_and_the_other_member_take
     _wait_until(lambda: other.check_assignments() == {stream_name: [0, 1]})
     got = [(m.partition, m.offset) for m in other.messages(max_messages=2, timeout=20)]
     assert got == [(0, 1), (0, 2)]  # from the committed position: offset 1 was not done
-    with pytest.raises(ConsumerGroupError, match="max_poll_interval"):
+    with pytest.raises(MaxPollIntervalExceededError, match="max_poll_interval"):
         stuck.commit()  # nothing stored: partition 0 is the other member's now
     assert client.fetch_cursor(group_cursor_id(group), stream_name, 0) == 0
     messages.close()
@@ -179,3 +179,49 @@ def test_an_async_member_stays_in_while_its_caller_awaits_a_slow_batch(
     assert got == [0, 1] and epochs == 0  # no rebalance: the member never left
     assert _said(group_log, group, "timed out of") == []
     assert client.fetch_cursor(group_cursor_id(group), stream_name, 0) == 1
+
+
+def test_an_async_caller_back_after_max_poll_interval_commits_nothing_even_if_its_keeper_never_ran(
+    groups_server: DevServer, client: LiftbridgeClient, stream_name: str, group_log: pytest.LogCaptureFixture
+) -> None:
+    """The batch blocks the event loop (a blocking call in a coroutine), so the keeper task cannot
+    run, leave or heartbeat: the server times the member out (the timeout that must happen: nothing
+    else is in the group meanwhile, the other member joins only after it). The other member reads
+    on from the committed position and commits; the caller comes back after max_poll_interval and
+    its commit stores nothing (before the fix it moved the group's position back to its own)."""
+    client.create_stream(stream_name, stream_name)
+    _publish(client, stream_name, 0, 3)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    taken_over: list[tuple[int, int]] = []
+
+    def other_member_takes_over() -> None:
+        _wait_until(lambda: _said(group_log, group, "a-stuck timed out of"))
+        with client.group_consumer(group, stream_name, consumer_id="b-other", auto_offset="earliest") as other:
+            taken_over.extend((m.partition, m.offset) for m in other.messages(max_messages=2, timeout=20))
+            other.commit()
+
+    async def run() -> None:
+        async with AsyncLiftbridgeClient(groups_server.address, timeout=5.0) as aclient:
+            stuck = aclient.group_consumer(
+                group,
+                stream_name,
+                consumer_id="a-stuck",
+                auto_offset="earliest",
+                auto_commit_interval=None,
+                max_poll_interval=1.0,
+            )
+            await stuck.join()
+            messages = stuck.messages(timeout=20)
+            assert (await anext(messages)).offset == 0
+            await stuck.commit()  # offset 0 is done
+            assert (await anext(messages)).offset == 1  # offset 1 in the caller's hands ...
+            other_member_takes_over()  # ... while it blocks the loop: no keeper runs
+            with pytest.raises(MaxPollIntervalExceededError, match="max_poll_interval=1.0 s"):
+                await stuck.commit()
+            await messages.aclose()
+            await stuck.leave()  # already out: nothing to do
+
+    asyncio.run(run())
+    assert taken_over == [(0, 1), (0, 2)]  # from the committed position: offset 1 was not done
+    assert client.fetch_cursor(group_cursor_id(group), stream_name, 0) == 2  # the other member's, not moved back
+    assert _said(group_log, group, "a-stuck left group") == []  # the server had timed it out already

@@ -123,3 +123,19 @@ def record_interval(message: Message) -> None:
         STATE["fails"] -= 1
         raise ValueError(f"cannot handle partition {message.partition} offset {message.offset}")
     SEEN.append((try_number, (message.partition, message.offset), message.value))
+
+
+def batch_back_after_leaving(messages: list[Message]) -> None:
+    """Record (try, offsets) of a batch; the first try's batch starting at ``STATE['slow_from']``
+    comes back only once ``STATE['leaves']()`` (how many times the server logged the task's member
+    out of the group) has grown since the batch began: its keeper left after ``max_poll_interval``,
+    a batch function slower than that bound."""
+    try_number = get_current_context()["ti"].try_number
+    if try_number == 1 and messages[0].offset == STATE["slow_from"]:
+        before = STATE["leaves"]()
+        deadline = time.monotonic() + 60
+        while STATE["leaves"]() == before:
+            if time.monotonic() > deadline:
+                raise AssertionError("the task's member did not leave the group after max_poll_interval")
+            time.sleep(0.05)
+    BATCHES.append([try_number, *(m.offset for m in messages)])

@@ -84,3 +84,48 @@ def test_max_poll_interval_is_checked_when_the_dag_is_parsed() -> None:
         max_poll_interval=None,
     )
     assert op.max_poll_interval is None  # never leaves for a slow batch
+
+
+def test_a_batch_back_after_max_poll_interval_commits_nothing_and_the_retry_reads_on(
+    groups_server: DevServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    stream_name: str,
+) -> None:
+    """The second batch comes back only after the task's member left the group (the batch function
+    waits for the server's log of the leave, not for a time): that batch
+    is not committed, the try fails naming max_poll_interval, and the retry reads on from the
+    committed position (the batch in hands is processed again, as docs/consumer-groups.md says).
+    Before the fix the late batch was committed and the try went on as if it were still a member.
+
+    ``max_poll_interval`` is 4 s: the hand-over wait before the first batch (1.5 s) counts as time
+    away too, and must not reach it."""
+    monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(groups_server.address))
+    caplog.set_level(logging.INFO, logger=GROUPS_LOG)
+    group = f"g-{stream_name}"
+
+    def leaves() -> int:
+        said = [r.getMessage() for r in caplog.records if r.name == GROUPS_LOG]
+        return sum(m.endswith(f" group {group}") and (" left " in m or " timed out of " in m) for m in said)
+
+    with LiftbridgeClient(groups_server.address, timeout=5.0) as client:
+        client.create_stream(stream_name, stream_name)
+        publish(client, stream_name, 4)
+        support.reset(slow_from=2, leaves=leaves)
+        dag_run, result = run_dag(
+            stream_name,
+            cursor_id=None,
+            group_id=group,
+            apply_function_batch="tests.operators.consume_support.batch_back_after_leaving",
+            max_batch_size=2,
+            max_poll_interval=4.0,
+        )
+        assert str(dag_run.state) == "success"  # the retry
+        # try 1: [0, 1] committed, [2, 3] back too late (not committed); try 2 from offset 2.
+        assert support.BATCHES == [[1, 0, 1], [1, 2, 3], [2, 2, 3]]
+        assert result["partitions"]["0"]["first_offset"] == 2 and result["partitions"]["0"]["processed"] == 2
+        assert client.fetch_cursor(f"__group:{group}", stream_name, 0) == 3
+    task_log = capsys.readouterr().out  # dag.test() writes the task's log, its failure included, to stdout
+    assert "MaxPollIntervalExceededError" in task_log and "max_poll_interval=4.0 s" in task_log
+    assert "a retry of this task reads on from the group's committed position" in task_log

@@ -279,6 +279,7 @@ def read_plan(
     max_batch_size: int = 1000,
     commit_cadence: CommitCadence = "end_of_batch",
     keep_reading: Callable[[PartitionPlan], bool] | None = None,
+    confirm_owner: Callable[[], None] | None = None,
 ) -> dict[int, PartitionReport]:
     """Read every plan in batches, hand each batch to ``handler``, commit as the cadence says.
 
@@ -289,6 +290,9 @@ def read_plan(
 
     ``keep_reading(plan)`` is asked before each batch (a consumer group's assignment check): when
     it says no, the partition's reading stops there (its report gets ``moved_away``).
+    ``confirm_owner()`` is called before each commit (a consumer group's membership check): it
+    raises when the reader may no longer store positions (its member left the group after a batch
+    slower than ``max_poll_interval``), and nothing is committed then.
 
     :return: a report per partition (XCom material, see :class:`PartitionReport`).
     :raises BatchFailed: the handler failed (``__cause__``: its error); the reports so far are in
@@ -305,6 +309,8 @@ def read_plan(
     }
 
     def commit(report: PartitionReport, offset: int) -> None:
+        if confirm_owner is not None:
+            confirm_owner()
         client.set_cursor(position_cursor, report.stream, report.partition, offset)
         report.committed = offset
 
@@ -323,7 +329,8 @@ def read_plan(
                         plan.end,
                         plan.remaining,
                     )
-                _read_partition(client, plan, report, handler, max_batch_size, commit_cadence, keep_reading, committer)
+                checks = (keep_reading, confirm_owner)
+                _read_partition(client, plan, report, handler, max_batch_size, commit_cadence, checks, committer)
                 committer.wait()
             if commit_cadence == "end_of_operator":
                 for report in reports.values():
@@ -350,11 +357,13 @@ def _read_partition(
     handler: BatchHandler,
     max_batch_size: int,
     commit_cadence: CommitCadence,
-    keep_reading: Callable[[PartitionPlan], bool] | None,
+    checks: tuple[Callable[[PartitionPlan], bool] | None, Callable[[], None] | None],
     committer: _Committer,
 ) -> None:
     """Read one plan in batches and hand them to ``handler``, committing as the cadence says (see
-    :func:`read_plan`); the commit of the last batch may still be in flight on return."""
+    :func:`read_plan`; ``checks``: its ``keep_reading`` and ``confirm_owner``); the commit of the
+    last batch may still be in flight on return."""
+    keep_reading, confirm_owner = checks
     reader = batches(client, plan, max_batch_size)
     try:
         for batch in reader:
@@ -374,6 +383,8 @@ def _read_partition(
             except BatchFailed as failed:
                 report.note(batch[: failed.done], 0)
                 if failed.done and commit_cadence == "end_of_batch":
+                    if confirm_owner is not None:
+                        confirm_owner()
                     committer.start(report, batch[failed.done - 1].offset)
                     committer.wait()
                 raise
@@ -381,6 +392,8 @@ def _read_partition(
                 raise BatchFailed(0, batch[0], f"{type(exc).__name__}: {exc}") from exc
             report.note(batch, dead)
             if commit_cadence == "end_of_batch":
+                if confirm_owner is not None:
+                    confirm_owner()  # a batch back after max_poll_interval commits nothing
                 committer.start(report, batch[-1].offset)
             del batch  # not alive while the next one is read (see batches)
     finally:
