@@ -29,11 +29,7 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     UnavailableError,
 )
-from airflow_provider_liftbridge.client.consumer import (
-    MAX_POLL_INTERVAL,
-    MaxPollIntervalExceededError,
-    group_cursor_id,
-)
+from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, MaxPollIntervalExceededError, group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
     COMMIT_CADENCES,
     DEFAULT_LATENESS,
