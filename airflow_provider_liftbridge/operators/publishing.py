@@ -59,7 +59,15 @@ from .base import LiftbridgeBaseOperator, producer_id_of
 from .links import LiftbridgeStreamLink
 from .records import PARTITIONERS, make_partitioner
 
-__all__ = ["DEFAULT_BATCH_SIZE", "MAX_IN_FLIGHT", "LiftbridgePublishingOperator"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MAX_IN_FLIGHT",
+    "PUBLISHING_CHECKS",
+    "LiftbridgePublishingOperator",
+    "check_compression_argument",
+    "check_options_argument",
+    "warn_deprecated_keyword",
+]
 
 #: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
 MAX_IN_FLIGHT = 1024
@@ -78,7 +86,7 @@ def check_compression_argument(value: Any, name: str = "compression") -> str | N
         raise bad_argument(name, value, str(exc)) from None
 
 
-def _check_options(value: Any, name: str = "options") -> PublishOptions | None:
+def check_options_argument(value: Any, name: str = "options") -> PublishOptions | None:
     """``None`` or a :class:`PublishOptions` (which checked its own values when it was made).
 
     :raises LiftbridgeArgumentError: anything else.
@@ -88,7 +96,9 @@ def _check_options(value: Any, name: str = "options") -> PublishOptions | None:
     raise bad_argument(name, value, "a PublishOptions value is required", f"e.g. {name}=PublishOptions(path='grpc')")
 
 
-def _deprecated(name: str, value: Any, instead: str) -> None:
+def warn_deprecated_keyword(name: str, value: Any, instead: str) -> None:
+    """Warn (``AirflowProviderDeprecationWarning``) that the publishing operators' keyword ``name``
+    is deprecated, naming what to write ``instead``."""
     warnings.warn(
         f"{name} is deprecated on the publishing operators; use {instead} (got {name}={value!r})",
         AirflowProviderDeprecationWarning,
@@ -106,7 +116,7 @@ PUBLISHING_CHECKS: dict[str, Check] = {
     # The deprecated name first: when given it is the batch size, and a bad value is named as written.
     "window": optional(check_positive_int),
     "batch_size": check_positive_int,
-    "options": _check_options,
+    "options": check_options_argument,
     "publish_timeout": check_timeout,  # deprecated: options.timeout
     "publish_path": optional(check_choice(PUBLISH_PATHS)),  # deprecated: options.path
     "exactly_once": check_bool,
@@ -198,7 +208,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             ("compression", compression, "compression"),
         ):
             if value is not None:
-                _deprecated(name, value, f"options=PublishOptions({field}=...)")
+                warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)")
         #: How records travel (``None``: every option at its default), see the class.
         self.options = options
         self.compression = compression
@@ -209,7 +219,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         self.partitioner = partitioner
         self.ack_policy = ack_policy
         if window is not None:
-            _deprecated("window", window, f"batch_size={window!r} (it is the number of records per batch)")
+            warn_deprecated_keyword("window", window, f"batch_size={window!r} (it is the number of records per batch)")
         #: Records per batch (``window``, the deprecated name, wins when given).
         self.batch_size = batch_size if window is None else window
         self.window = window
@@ -281,7 +291,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         """
         if self.ack_policy is not None and self.ack_policy != "":
             return check_ack_policy(self.ack_policy)
-        given = _check_options(self.options)
+        given = check_options_argument(self.options)
         return default if given is None or given.ack_policy is None else given.ack_policy
 
     def publish_options(self, settings: ConnectionSettings) -> PublishOptions:
@@ -292,7 +302,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
         :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
         """
-        base = _check_options(self.options) or PublishOptions()
+        base = check_options_argument(self.options) or PublishOptions()
         path = optional(check_choice(PUBLISH_PATHS))(self.publish_path, "publish_path") or base.path
         timeout = check_timeout(self.publish_timeout, "publish_timeout") or base.timeout or settings.timeout
         compression = check_compression_argument(self.compression) if self.compression else base.compression
