@@ -23,7 +23,7 @@ from airflow_provider_liftbridge.validation import (
     optional,
 )
 
-from .reading import LiftbridgeReadingOperator
+from .reading_base import LiftbridgeReadingOperator
 
 __all__ = [
     "ON_ERROR",
@@ -78,7 +78,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
     ``partition``, ``offset``, ``key``, ``value``, ``headers``, ``timestamp``).
 
     Where to read, the planned ranges, commits and waiting: see
-    :class:`~.reading.LiftbridgeReadingOperator` and ``docs/consume.md``.
+    :class:`~.reading_base.LiftbridgeReadingOperator` and ``docs/consume.md``.
 
     :param apply_function: the per-message function (a callable or a dotted path).
     :param apply_function_batch: the per-batch function (a callable or a dotted path).

@@ -11,7 +11,7 @@ from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.client.write_stats import summary_line
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
-from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS, warn_deprecated_keyword
+from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS, warn_deprecated_keyword
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER

@@ -40,7 +40,7 @@ from .file_writers import (
     write_range,
 )
 from .interval_reading import interval_of
-from .reading import LiftbridgeReadingOperator
+from .reading_base import LiftbridgeReadingOperator
 
 __all__ = ["LiftbridgeStreamToFileOperator"]
 
@@ -81,7 +81,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
 
     The range read is planned once per DAG run, as for ``LiftbridgeConsumeOperator`` (``cursor_id``
     or ``group_id``, ``start_at``, ``max_messages``, ``partitions``, ``min_messages``: see
-    :class:`~.reading.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
+    :class:`~.reading_base.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
     messages of one partition becomes one file, named by stream, partition, first and last offset
     (``orders-0-00000000000000001000-00000000000000001999.parquet``): written to a temporary
     dot-name, renamed into place when complete, and only then is the position committed. A retry
@@ -93,7 +93,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
 
     With ``read_by="interval"`` each run archives the messages of its data interval (see
-    :class:`~.reading.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
+    :class:`~.reading_base.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
     are then only those inside the run's own offset range, so runs of other intervals (a backfill
     beside the daily runs) share the directory safely. With ``path_layout`` the files go to
     folders named by the message's time, the data interval or a JSON field

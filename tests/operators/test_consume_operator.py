@@ -21,7 +21,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
 from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
-from airflow_provider_liftbridge.operators.reading import parse_partitions, parse_reading_start
+from airflow_provider_liftbridge.operators.reading_base import parse_partitions, parse_reading_start
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 from tests.operators import consume_support as support
 from tests.operators.helpers import read_all

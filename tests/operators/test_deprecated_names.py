@@ -11,7 +11,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow_provider_liftbridge.client import ConnectionSettings
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
-from airflow_provider_liftbridge.operators.publishing import DEFAULT_BATCH_SIZE, MAX_IN_FLIGHT
+from airflow_provider_liftbridge.operators.publishing_base import DEFAULT_BATCH_SIZE, MAX_IN_FLIGHT
 
 
 def _publish(**kwargs: object) -> LiftbridgePublishOperator:

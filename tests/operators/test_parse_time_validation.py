@@ -31,7 +31,7 @@ from airflow_provider_liftbridge.exceptions import (
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
-from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS
+from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
