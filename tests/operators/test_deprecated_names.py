@@ -90,3 +90,25 @@ def test_exactly_once_refuses_an_ack_policy_of_none_from_the_options_too() -> No
 
     with pytest.raises(LiftbridgeArgumentError, match="exactly_once=True needs acknowledgements"):
         _publish(exactly_once=True, options=PublishOptions(ack_policy=AckPolicy.NONE))
+
+
+# -- moved modules: the old import paths of the operators' bases -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("publishing", "publishing_base", "LiftbridgePublishingOperator"),
+        ("reading", "reading_base", "LiftbridgeReadingOperator"),
+    ],
+)
+def test_the_old_module_of_a_base_still_imports_and_warns(old: str, new: str, name: str) -> None:
+    import importlib
+    import sys
+
+    package = "airflow_provider_liftbridge.operators"
+    sys.modules.pop(f"{package}.{old}", None)  # imported afresh, so its warning is raised here
+    with pytest.warns(AirflowProviderDeprecationWarning, match=f"import from {package}.{new}"):
+        module = importlib.import_module(f"{package}.{old}")
+    assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{new}"), name)
+    assert set(module.__all__) == set(importlib.import_module(f"{package}.{new}").__all__)
