@@ -3,7 +3,7 @@
 
 It holds what they share: which partitions (given, all, or a consumer group's), where to resume
 (a cursor, or the group's positions), the wait for ``min_messages`` (in the worker or the
-triggerer), the plan (:class:`~airflow_provider_liftbridge.client.reading.RangePlanner`), the
+triggerer, :mod:`.min_messages`), the plan (:class:`~airflow_provider_liftbridge.client.reading.RangePlanner`), the
 batched read with its commits (:func:`~airflow_provider_liftbridge.client.reading.read_plan`),
 the XCom and the lineage. A subclass says what a batch is for: :meth:`make_handler`.
 """
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Context, conf
@@ -23,11 +21,7 @@ from airflow.sdk import Context, conf
 from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
     LiftbridgeError,
-    NotLeaderError,
-    PartitionPausedError,
-    RequestTimeoutError,
     StartPosition,
-    UnavailableError,
 )
 from airflow_provider_liftbridge.client.consumer import MAX_POLL_INTERVAL, group_cursor_id
 from airflow_provider_liftbridge.client.reading import (
@@ -49,7 +43,6 @@ from airflow_provider_liftbridge.client.reading import (
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
-from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
 from airflow_provider_liftbridge.validation import (
     bad_argument,
     check_bool,
@@ -65,23 +58,13 @@ from airflow_provider_liftbridge.validation import (
 )
 
 from .base import LiftbridgeBaseOperator
-from .deferral import defer_unless_reached
 from .group_member import KeepReading, group_partitions
 from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
 from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
 from .metrics import emit_reading_stats
+from .min_messages import DEFAULT_POLL_TIMEOUT, wait_for_min_messages
 
 __all__ = ["LiftbridgeReadingOperator", "parse_partitions", "parse_reading_start", "plan_key_of"]
-
-#: Seconds to wait for ``min_messages`` unless ``poll_timeout`` says otherwise (the Kafka operator's 60).
-DEFAULT_POLL_TIMEOUT = 60.0
-#: Seconds between two looks at the stream while waiting for ``min_messages`` in the worker.
-MIN_MESSAGES_POLL = 1.0
-#: Failures of one look at the stream that the worker's ``min_messages`` wait outlasts (no broker
-#: reachable after the client's retries, e.g. while one restarts; a deadline missed under load; a
-#: leader or a pause moving): it looks again until ``poll_timeout``. The look is only a way to
-#: stop waiting early, so it never fails the task by itself (as the deferrable path defers).
-TRANSIENT_LOOK_ERRORS = (UnavailableError, RequestTimeoutError, NotLeaderError, PartitionPausedError)
 
 
 def parse_partitions(value: Any, name: str = "partitions") -> list[int] | None:
@@ -336,7 +319,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 max_messages=optional(check_positive_int)(self.max_messages, "max_messages"),
             )
             partitions = planner.check_partitions(partitions)
-            self._wait_for_messages(planner, partitions, context)
+            wait_for_min_messages(
+                self,
+                planner,
+                partitions,
+                wanted=optional(check_non_negative_int)(self.min_messages, "min_messages"),
+                poll_timeout=self._poll_timeout,
+                deferrable=self.deferrable,
+                liftbridge_conn_id=self.liftbridge_conn_id,
+            )
             handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
             plans = planner.plan(partitions)
             self._log_plans(plans)
@@ -441,80 +432,6 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         limit = check_timeout(self.max_poll_interval, "max_poll_interval")
         with group_partitions(client, str(self.group_id), self.stream, limit, self.log) as found:
             yield found
-
-    def _wait_for_messages(self, planner: RangePlanner, partitions: list[int], context: Context) -> None:
-        """Return once ``min_messages`` are there to read; defer or poll until then.
-
-        A look at the stream that fails with one of :data:`TRANSIENT_LOOK_ERRORS` is logged and
-        repeated (in the worker) or leaves the wait to the trigger (deferrable).
-
-        :raises TaskDeferred: ``deferrable`` and not there yet.
-        :raises LiftbridgeAirflowError: not there within ``poll_timeout`` (in the worker; the
-            message names the last failed look, if the last one failed).
-        """
-        wanted = optional(check_non_negative_int)(self.min_messages, "min_messages")
-        if not wanted or not partitions:
-            return
-        if planner.has_plan(partitions):
-            self.log.info("This run planned already (an earlier try): reading the rest of its plan without waiting")
-            return
-        if self.deferrable:
-            pending: dict[int, int] = {}
-
-            def enough() -> bool:
-                pending.update(planner.pending(partitions))
-                return sum(pending.values()) >= wanted
-
-            def trigger() -> LiftbridgeOffsetTrigger:
-                now = pending or planner.pending(partitions)
-                return self._offset_trigger(planner, now, wanted - sum(now.values()))
-
-            defer_unless_reached(  # returns when they are there; else raises TaskDeferred
-                self,
-                check=enough,
-                trigger=trigger,
-                timeout=timedelta(seconds=self._poll_timeout),
-                method_name="execute_complete",
-            )
-            return
-        deadline = time.monotonic() + self._poll_timeout
-        have, failed, waiting = 0, "", False
-        while True:
-            try:
-                have, failed = sum(planner.pending(partitions).values()), ""
-            except TRANSIENT_LOOK_ERRORS as error:
-                failed = f"{type(error).__name__}: {error}"
-                self.log.warning(
-                    "looking for min_messages failed (%s): looking again in %g s", failed, MIN_MESSAGES_POLL
-                )
-            else:
-                if have >= wanted:
-                    self.log.info("%d message(s) to read (min_messages %d)", have, wanted)
-                    return
-                if not waiting:
-                    self.log.info(
-                        "%d of min_messages=%d message(s) there: waiting up to %g s", have, wanted, self._poll_timeout
-                    )
-                    waiting = True
-            if time.monotonic() >= deadline:
-                raise LiftbridgeAirflowError(
-                    f"only {have} of min_messages={wanted} message(s) arrived on stream {self.stream!r} partitions"
-                    f" {partitions} within poll_timeout={self.poll_timeout} s: raise poll_timeout or lower min_messages"
-                    + (f" (the last look at the stream failed: {failed})" if failed else "")
-                )
-            time.sleep(MIN_MESSAGES_POLL)
-
-    def _offset_trigger(self, planner: RangePlanner, pending: dict[int, int], missing: int) -> LiftbridgeOffsetTrigger:
-        """Wait on the first partition for the messages still missing: with one partition that is
-        the exact condition; with several the task checks all of them again when it fires."""
-        partition = min(pending)
-        position = planner.client.fetch_cursor(planner.position_cursor, self.stream, partition)
-        hw = planner.high_watermark(partition)
-        start = position + 1 if position >= 0 else hw + 1 - pending[partition]
-        target = start + pending[partition] + missing - 1
-        return LiftbridgeOffsetTrigger(
-            stream=self.stream, partition=partition, target_offset=target, liftbridge_conn_id=self.liftbridge_conn_id
-        )
 
     def _record_pipeline(
         self, client: LiftbridgeClient, context: Context, plan_key: str, run_id: str, plans: list[PartitionPlan]
