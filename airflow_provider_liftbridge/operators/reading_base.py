@@ -29,6 +29,7 @@ from airflow_provider_liftbridge.client.reading import (
     DEFAULT_LATENESS,
     BatchFailed,
     BatchHandler,
+    DeadLetters,
     PartitionPlan,
     PartitionReport,
     PartitionRun,
@@ -58,6 +59,7 @@ from airflow_provider_liftbridge.validation import (
 )
 
 from .base import LiftbridgeBaseOperator
+from .dead_letters import DeadLetterStream, check_dead_letters, dead_letters_from_keywords
 from .group_member import KeepReading, group_partitions
 from .interval_reading import READ_BY, check_lateness, check_read_by_arguments, parse_time, wait_for_interval
 from .links import LiftbridgePipelineLink, LiftbridgeStreamLink
@@ -155,6 +157,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         take before the task's member leaves the group (default 300; ``None``: never). Until then
         the member heartbeats on its own, so a batch slower than the group's consumer timeout
         keeps its partitions (``docs/consumer-groups.md``, "What keeps a member alive").
+    :param dead_letters: where a message that cannot be processed goes, a
+        :class:`~.dead_letters.DeadLetterStream` (its ``stream`` and whether to ``create`` it):
+        published there with why in its headers, acknowledged before the position moves past it,
+        and the read goes on. ``None`` (default): such a message fails the task, the position
+        stays before it. (templated: its ``stream``)
+    :param on_error: / :param dead_letter_stream: / :param create_dead_letter_stream: deprecated,
+        the three keywords ``dead_letters`` replaces (``on_error="dead_letter"`` with a stream is
+        ``DeadLetterStream(stream, create=...)``); they still work, with an
+        ``AirflowProviderDeprecationWarning``.
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: a bad argument (at parse time when it is not templated).
     """
@@ -168,6 +179,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "start_time",
         "end_time",
         "liftbridge_conn_id",
+        "dead_letters",
     )
     #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
     operator_extra_links = (LiftbridgeStreamLink(), LiftbridgePipelineLink())
@@ -187,6 +199,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         "end_time": parse_time,
         "allowed_lateness": check_lateness,
         "max_poll_interval": check_timeout,
+        "dead_letters": check_dead_letters,
     }
 
     def __init__(
@@ -208,8 +221,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         end_time: Any = None,
         allowed_lateness: Any = DEFAULT_LATENESS,
         max_poll_interval: float | None = MAX_POLL_INTERVAL,
+        dead_letters: DeadLetterStream | None = None,
+        on_error: str | None = None,
+        dead_letter_stream: str | None = None,
+        create_dead_letter_stream: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        #: Where what cannot be processed goes (``None``: it fails the task), see the class.
+        self.dead_letters = dead_letters_from_keywords(
+            dead_letters, on_error, dead_letter_stream, create_dead_letter_stream
+        )
         self.partitions = partitions
         self.cursor_id = cursor_id
         self.group_id = group_id
@@ -274,11 +295,22 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         raise NotImplementedError
 
     def dead_letter_target(self) -> str | None:
-        """The stream this task sends what it cannot process to (``None``: none): the
-        ``dead_letter_stream`` of a subclass that has one, with ``on_error="dead_letter"``;
-        recorded in the pipeline registry for the UI view."""
-        stream = getattr(self, "dead_letter_stream", None)
-        return str(stream) if stream and getattr(self, "on_error", "fail") == "dead_letter" else None
+        """The stream this task sends what it cannot process to (``None``: none), from
+        ``dead_letters``; recorded in the pipeline registry for the UI view and in the lineage."""
+        return str(self.dead_letters.stream) if self.dead_letters is not None else None
+
+    def open_dead_letters(self, client: LiftbridgeClient) -> DeadLetters | None:
+        """The client's dead-letter publisher for ``dead_letters`` (``None``: none), its stream
+        checked (and created, if asked) before anything is read.
+
+        :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
+        """
+        given = check_dead_letters(self.dead_letters)
+        if given is None:
+            return None
+        dead = DeadLetters(client, given.stream)
+        dead.check(create=given.create)
+        return dead
 
     def describe_failure(self, failed: BatchFailed) -> str:
         """The task's error message for a batch that failed (default: the handler's words)."""
