@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_liftbridge.argument_checks import suggest_parameter
 from airflow_provider_liftbridge.client import (
     InvalidArgumentError,
     LiftbridgeClient,
@@ -41,7 +42,7 @@ from airflow_provider_liftbridge.operators.stream import (
 from airflow_provider_liftbridge.sensors.ack import LiftbridgeAckSensor
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
-from airflow_provider_liftbridge.validation import check_headers, check_key, suggest_parameter, waits_for_rendering
+from airflow_provider_liftbridge.validation import check_headers, check_key, waits_for_rendering
 
 MATCH = "tests.operators.test_parse_time_validation.accept"
 
