@@ -38,6 +38,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import dag, task
 
+from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import LiftbridgeCreateStreamOperator
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
@@ -107,7 +108,8 @@ def liftbridge_spark_pipeline() -> None:
         callable_kwargs={"input_path": "{{ params.input_path }}"},
         key_col="customer",
         header_cols=["order_id"],
-        compression="gzip",  # compressed on the executors; read_back's data source decompresses
+        # Compressed on the executors; read_back's data source decompresses.
+        options=PublishOptions(compression="gzip"),
         spark_conn_id=SPARK_CONN,
         spark_config={} if SPARK_CONN else LOCAL_SPARK,
     )

@@ -62,6 +62,7 @@ from airflow.sdk import Asset, ObjectStoragePath, dag, task
 from airflow_provider_liftbridge.client import KeyPartitioner, Message, Record
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
+from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.stream import LiftbridgeCreateStreamOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
@@ -172,9 +173,8 @@ def liftbridge_stream_archive() -> None:
         value_format="json",
         apply_function_batch=clean_batch,
         max_batch_size=200,
-        on_error="dead_letter",  # what is not JSON goes aside, with why; the rest goes on
-        dead_letter_stream=DEAD_LETTERS,
-        create_dead_letter_stream=True,
+        # What is not JSON goes aside, with why; the rest goes on.
+        dead_letters=DeadLetterStream(DEAD_LETTERS, create=True),
     )
 
     archive = LiftbridgeStreamToFileOperator(

@@ -247,6 +247,7 @@ CORE = (
     "client",
     "exceptions",
     "validation",
+    "argument_checks",
     "callables",
     "nats_adapter",
     "nats_security",

@@ -40,7 +40,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from . import operations
+from . import cursors, operations
 from .effects import Op, RpcFailure, Sleep, Unary
 from .errors import InvalidArgumentError, LiftbridgeError, UnavailableError
 from .retry import is_transient
@@ -438,7 +438,7 @@ def _reassign(core: ClientCore, member: GroupMember, assignments: dict[str, list
     for stream, partition in sorted(new - old):
         if member.handover:
             member.handover_due[(stream, partition)] = start_at
-        cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
+        cursor = yield from cursors.fetch_cursor(core, member.cursor_id, stream, partition)
         member.committed[(stream, partition)] = cursor
         if cursor >= 0:
             member.positions[(stream, partition)] = cursor + 1
@@ -450,7 +450,7 @@ def take_over(core: ClientCore, member: GroupMember, stream: str, partition: int
     """Start reading a partition after its hand-over wait: past the group's position if the
     previous owner committed beyond where this member would start."""
     key = (stream, partition)
-    cursor = yield from operations.fetch_cursor(core, member.cursor_id, stream, partition)
+    cursor = yield from cursors.fetch_cursor(core, member.cursor_id, stream, partition)
     if cursor + 1 > member.positions.get(key, 0):
         member.positions[key], member.committed[key] = cursor + 1, cursor
     member.handover_due.pop(key, None)
@@ -471,7 +471,7 @@ def _auto_position(core: ClientCore, member: GroupMember, stream: str, partition
 def _commit(core: ClientCore, member: GroupMember, keys: Sequence[tuple[str, int]] | None = None) -> Op[int]:
     pending = member.uncommitted(keys)
     for (stream, partition), offset in pending.items():
-        yield from operations.set_cursor(core, member.cursor_id, stream, partition, offset)
+        yield from cursors.set_cursor(core, member.cursor_id, stream, partition, offset)
         member.committed[(stream, partition)] = offset
     return len(pending)
 

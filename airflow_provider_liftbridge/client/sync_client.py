@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import operations, subscription
+from . import cursors, operations, subscription
 from .base import ClientBase
 from .compression import Compression
 from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
@@ -321,7 +321,7 @@ class LiftbridgeClient(ClientBase):
         :raises NotLeaderError: the owning partition's leader could not be found in time.
         :raises UnavailableError: no broker could be reached.
         """
-        return self._transport.run(operations.set_cursor(self._core, cursor_id, stream, partition, offset))
+        return self._transport.run(cursors.set_cursor(self._core, cursor_id, stream, partition, offset))
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored for cursor ``cursor_id`` on ``stream``/``partition``; -1 if never set.
@@ -336,7 +336,7 @@ class LiftbridgeClient(ClientBase):
         :raises UnsettledCursorError: that leader did not commit what it holds within
             ``CURSORS_SETTLE_WAIT`` (30 s); nothing was read.
         """
-        return self._transport.run(operations.fetch_cursor(self._core, cursor_id, stream, partition))
+        return self._transport.run(cursors.fetch_cursor(self._core, cursor_id, stream, partition))
 
     def close(self) -> None:
         """Close every channel and the NATS connection; idempotent. Open subscriptions end with an error."""

@@ -8,11 +8,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_liftbridge.argument_checks import ArgumentChecks
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.exactly_once import producer_id_for
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
-from airflow_provider_liftbridge.validation import ArgumentChecks, check_name, check_stream
+from airflow_provider_liftbridge.validation import check_name, check_stream
 
 __all__ = ["LiftbridgeBaseOperator", "producer_id_of"]
 
@@ -32,7 +33,7 @@ class LiftbridgeBaseOperator(ArgumentChecks, BaseOperator):
     Subclasses implement :meth:`run`; the client is closed when it returns or raises. Arguments
     are validated when the DAG is parsed (literal values, once the operator is built, whatever the
     subclass) and again once templates are rendered
-    (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`): a subclass lists its
+    (:class:`~airflow_provider_liftbridge.argument_checks.ArgumentChecks`): a subclass lists its
     parameters' validators in ``argument_checks``. Parameters naming a function
     (``function_arguments``) are imported first thing in :meth:`execute`, on the worker, never when
     the DAG is parsed.

@@ -15,15 +15,14 @@ from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets
 from airflow_provider_liftbridge.validation import (
     bad_argument,
-    check_bool,
     check_choice,
     check_function,
-    check_stream,
     import_function,
     optional,
 )
 
-from .reading import LiftbridgeReadingOperator
+from .dead_letters import ON_ERROR
+from .reading_base import LiftbridgeReadingOperator
 
 __all__ = [
     "ON_ERROR",
@@ -33,7 +32,6 @@ __all__ = [
     "check_kwargs",
 ]
 
-ON_ERROR = ("fail", "dead_letter")
 VALUE_FORMATS = ("bytes", "json")
 
 
@@ -78,7 +76,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
     ``partition``, ``offset``, ``key``, ``value``, ``headers``, ``timestamp``).
 
     Where to read, the planned ranges, commits and waiting: see
-    :class:`~.reading.LiftbridgeReadingOperator` and ``docs/consume.md``.
+    :class:`~.reading_base.LiftbridgeReadingOperator` and ``docs/consume.md``.
 
     :param apply_function: the per-message function (a callable or a dotted path).
     :param apply_function_batch: the per-batch function (a callable or a dotted path).
@@ -86,13 +84,12 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
     :param apply_function_kwargs: keyword arguments. (templated)
     :param value_format: ``"bytes"`` (default): values as stored; ``"json"``: values decoded
         from JSON (a value that is not JSON fails like a raising function, naming its offset).
-    :param on_error: ``"fail"`` (default): a raising function fails the task, the position stays
-        before the message; ``"dead_letter"``: the message goes to ``dead_letter_stream`` with
-        the error in its headers, and processing goes on (a raising batch function sends its
-        whole batch).
-    :param dead_letter_stream: the dead-letter stream (with ``on_error="dead_letter"``). (templated)
-    :param create_dead_letter_stream: create the dead-letter stream if missing (default: a
-        missing one is an error before anything is read).
+    :param dead_letters: ``None`` (default): a raising function fails the task, the position
+        stays before the message; a :class:`~.dead_letters.DeadLetterStream`: the message goes
+        to its stream with the error in its headers, and processing goes on (a raising batch
+        function sends its whole batch). (templated: its ``stream``) The deprecated
+        ``on_error``, ``dead_letter_stream`` and ``create_dead_letter_stream`` still work (see
+        :class:`~.reading_base.LiftbridgeReadingOperator`).
     :return: ``{"stream", "cursor_id" | "group_id", "partitions": {"<p>": {"first_offset",
         "last_offset", "processed", "dead_lettered", "committed", "plan_end", "resumed", "lag"}},
         "processed", "dead_lettered"}``.
@@ -104,7 +101,6 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         *LiftbridgeReadingOperator.template_fields,
         "apply_function_args",
         "apply_function_kwargs",
-        "dead_letter_stream",
     )
     argument_checks = {
         "apply_function": optional(check_function),
@@ -112,9 +108,6 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         "apply_function_args": check_args,
         "apply_function_kwargs": check_kwargs,
         "value_format": check_choice(VALUE_FORMATS),
-        "on_error": check_choice(ON_ERROR),
-        "dead_letter_stream": optional(check_stream),
-        "create_dead_letter_stream": check_bool,
     }
     function_arguments = ("apply_function", "apply_function_batch")
 
@@ -126,9 +119,6 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         apply_function_args: Sequence[Any] | None = None,
         apply_function_kwargs: Mapping[str, Any] | None = None,
         value_format: str = "bytes",
-        on_error: str = "fail",
-        dead_letter_stream: str | None = None,
-        create_dead_letter_stream: bool = False,
         **kwargs: Any,
     ) -> None:
         self.apply_function = apply_function
@@ -136,14 +126,11 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         self.apply_function_args = apply_function_args
         self.apply_function_kwargs = apply_function_kwargs
         self.value_format = value_format
-        self.on_error = on_error
-        self.dead_letter_stream = dead_letter_stream
-        self.create_dead_letter_stream = create_dead_letter_stream
         super().__init__(**kwargs)
 
     def check_arguments(self, *, rendered: bool) -> None:
-        """The reading arguments' combination, and: exactly one function, a dead-letter stream
-        when dead-lettering (each argument alone is checked by ``argument_checks``).
+        """The reading arguments' combination, and: exactly one function (each argument alone is
+        checked by ``argument_checks``).
 
         :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
@@ -154,18 +141,13 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
                 "give exactly one of apply_function (called per message) and apply_function_batch (called per batch"
                 f" of up to max_batch_size messages); got {'both' if given else 'neither'}"
             )
-        if self.on_error == "dead_letter" and not self.dead_letter_stream:
-            raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
 
     def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
         """The per-message or per-batch handler, with decoding and dead letters as asked.
 
         :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
         """
-        dead_letters: DeadLetters | None = None
-        if self.on_error == "dead_letter":
-            dead_letters = DeadLetters(client, str(self.dead_letter_stream))
-            dead_letters.check(create=check_bool(self.create_dead_letter_stream, "create_dead_letter_stream"))
+        dead_letters = self.open_dead_letters(client)
         args = check_args(self.apply_function_args, "apply_function_args")
         kwargs = check_kwargs(self.apply_function_kwargs, "apply_function_kwargs")
         decode = _decoded if self.value_format == "json" else None
@@ -180,14 +162,14 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         what = "apply_function" if self.apply_function is not None else "apply_function_batch"
         return (
             f"{what} failed at stream {m.stream!r} partition {m.partition} offset {m.offset}: {failed}. The position"
-            " stays before this message, so the next try starts there; use on_error='dead_letter' to set such"
-            " messages aside instead"
+            " stays before this message, so the next try starts there; give dead_letters=DeadLetterStream(...) to"
+            " set such messages aside instead"
         )
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: reads the stream; writes the dead-letter stream when there is one."""
         inputs, _ = super().lineage_datasets(complete=complete)
-        dead = self.dead_letter_stream if self.on_error == "dead_letter" and self.dead_letter_stream else None
+        dead = self.dead_letter_target()
         return inputs, [self.lineage_stream(dead)] if dead else []
 
 

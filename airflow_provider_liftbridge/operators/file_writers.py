@@ -170,7 +170,7 @@ def _json_fields(message: Message) -> dict[str, Any]:
         raise ArchiveValueError(
             message,
             f"the value is not JSON ({exc}); archive with value_format='text' or 'bytes', or send "
-            "such messages to a dead-letter stream (on_error='dead_letter')",
+            "such messages to a dead-letter stream (dead_letters=DeadLetterStream(...))",
         ) from None
     if not isinstance(parsed, dict):
         raise ArchiveValueError(

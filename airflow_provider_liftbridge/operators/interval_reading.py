@@ -28,7 +28,7 @@ from .deferral import defer_unless_reached
 
 
 class LiftbridgeReadingOperator(Protocol):
-    """What this module uses of a reading operator (:class:`~.reading.LiftbridgeReadingOperator`)."""
+    """What this module uses of a reading operator (:class:`~.reading_base.LiftbridgeReadingOperator`)."""
 
     task_id: str
     stream: str

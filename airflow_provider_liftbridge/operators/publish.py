@@ -12,7 +12,7 @@ from airflow_provider_liftbridge.client import Record
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.validation import check_function_path, check_optional_name, import_function, optional
 
-from .publishing import LiftbridgePublishingOperator
+from .publishing_base import LiftbridgePublishingOperator
 from .records import build_record
 
 __all__ = ["LiftbridgePublishOperator"]
@@ -41,7 +41,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
     :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
         :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
         :param producer_id: / :param liftbridge_conn_id: the publishing options of
-        :class:`~airflow_provider_liftbridge.operators.publishing.LiftbridgePublishingOperator`;
+        :class:`~airflow_provider_liftbridge.operators.publishing_base.LiftbridgePublishingOperator`;
         with ``exactly_once`` a record's sequence number is its position in ``records``.
     :return: the publish summary, ``{"stream", "count", "acknowledged", "ack_policy",
         "partitions": {"<n>": {"first_offset", "last_offset", "count"}}}``; with ``exactly_once``

@@ -14,7 +14,7 @@ from airflow_provider_liftbridge.lineage import Datasets, file_dataset
 from airflow_provider_liftbridge.validation import bad_argument, check_choice, check_optional_name, check_positive_int
 
 from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
-from .publishing import LiftbridgePublishingOperator
+from .publishing_base import LiftbridgePublishingOperator
 from .records import build_record
 
 __all__ = ["LiftbridgePublishFileOperator"]
@@ -106,7 +106,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
     :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
         :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
         :param producer_id: / :param liftbridge_conn_id: the publishing options of
-        :class:`~airflow_provider_liftbridge.operators.publishing.LiftbridgePublishingOperator`
+        :class:`~airflow_provider_liftbridge.operators.publishing_base.LiftbridgePublishingOperator`
         (``batch_size`` also bounds the rows read ahead; ``window`` is its deprecated name); with
         ``exactly_once`` rows are numbered across all files in path order, so the files and their
         order must not change between tries.

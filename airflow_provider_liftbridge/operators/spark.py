@@ -11,12 +11,12 @@ from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.client.write_stats import summary_line
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
-from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS
+from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS, warn_deprecated_keyword
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
-from airflow_provider_liftbridge.validation import check_function_path, optional
+from airflow_provider_liftbridge.validation import bad_argument, check_function_path, optional
 
 from .links import LiftbridgeStreamLink
 
@@ -79,15 +79,26 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     :param header_cols: columns published as message headers. (templated)
     :param partitioning: ``"key"``, ``"round_robin"`` or an integer column; defaults to ``"key"``
         when ``key_col`` is set, else ``"round_robin"``. (templated)
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``; default: the connection's.
-    :param window: in-flight messages per executor.
-    :param publish_timeout: seconds to wait for each batch's acks (default: the connection timeout).
+    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``; default: that of ``options``, else
+        the connection's.
+    :param options: how the executors publish, a
+        :class:`~airflow_provider_liftbridge.client.PublishOptions` (serialised to every Spark
+        task): its ``window`` (messages in flight per executor; default 256), ``timeout`` (seconds
+        to wait for each batch's acks; default: the connection's), ``compression`` (see below),
+        ``path`` (``"auto"``, ``"grpc"``, ``"nats"``) and ``ack_policy`` (where ``ack_policy`` is
+        unset). Rows are placed by ``partitioning`` and never re-sent blindly, so its
+        ``partition``, ``partitioner`` and ``resend`` are refused. The one home of the transport's
+        tuning, as on the other publishing operators: the keywords below that did it are deprecated.
+    :param window: deprecated, use ``options=PublishOptions(window=...)`` (still works, with an
+        ``AirflowProviderDeprecationWarning``; it wins over ``options``).
+    :param publish_timeout: deprecated, use ``options=PublishOptions(timeout=...)`` (as above).
     :param exactly_once: publish exactly once across retries of the task; each Spark partition is a
         producer ``<producer_id>/spark-<n>``, so the DataFrame's partitioning must be deterministic
         (see docs/exactly-once.md).
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
         (templated)
-    :param compression: ``"gzip"`` or ``"zstd"``: compress values on the executors, marked by a
+    :param compression: deprecated, use ``options=PublishOptions(compression=...)`` (as above).
+        ``"gzip"`` or ``"zstd"``: compress values on the executors, marked by a
         ``content-encoding`` header (the ``liftbridge`` data source reads them back decompressed).
         The XCom summary also has ``write_stats``: ack latencies (publish -> leader, publish ->
         commit; p50/p99/max ms) and throughput of all executors together, logged in one line.
@@ -97,6 +108,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     :returns: (XCom) ``{"stream", "count", "acknowledged", "ack_policy", "partitions": {"0":
         {"first_offset", "last_offset", "count"}}, "bytes", "seconds", "spark_partitions"}``.
     :raises SparkOptionError: bad arguments (at construction) or columns (at run time).
+    :raises LiftbridgeArgumentError: a bad publishing option (when the DAG is parsed for a literal
+        value, once templates are rendered for a templated one).
     :raises LiftbridgeArgumentError: ``dataframe_callable`` has not the shape of a dotted path (at
         construction), or cannot be imported on the worker (when the task starts).
     :raises SparkStreamError: the stream does not exist.
@@ -126,7 +139,15 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     argument_checks = {
         **{
             name: PUBLISHING_CHECKS[name]
-            for name in ("ack_policy", "window", "publish_timeout", "exactly_once", "producer_id", "compression")
+            for name in (
+                "ack_policy",
+                "options",
+                "window",
+                "publish_timeout",
+                "exactly_once",
+                "producer_id",
+                "compression",
+            )
         },
         "dataframe_callable": optional(check_function_path),
     }
@@ -152,7 +173,8 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         header_cols: Sequence[str] = (),
         partitioning: str | None = None,
         ack_policy: str | None = None,
-        window: int = 256,
+        options: PublishOptions | None = None,
+        window: int | None = None,
         publish_timeout: float | None = None,
         spark_conn_id: str | None = None,
         spark_config: Mapping[str, str] | None = None,
@@ -162,6 +184,15 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
+        for name, value, field in (
+            ("window", window, "window"),
+            ("publish_timeout", publish_timeout, "timeout"),
+            ("compression", compression, "compression"),
+        ):
+            if value is not None:
+                warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)")
+        #: How the executors publish (``None``: every option at its default), see the class.
+        self.options = options
         self.input_path = input_path
         self.input_format = input_format
         self.read_options = dict(read_options or {})
@@ -211,18 +242,41 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         inputs = [file_dataset(self.input_path)] if self.input_path else []
         return inputs, [self.lineage_stream(self.stream)]
 
+    def check_combination(self, *, rendered: bool) -> None:
+        """``options`` leaves placement and re-sending to the plan: its ``partition``,
+        ``partitioner`` and ``resend`` are refused rather than ignored."""
+        super().check_combination(rendered=rendered)
+        options = self.options
+        if not isinstance(options, PublishOptions):
+            return  # not one yet: its own check names it
+        for field, fix in (
+            ("partition", "use partitioning=<an integer column>"),
+            ("partitioner", "use partitioning='key' or 'round_robin'"),
+            ("resend", "the executors never re-send blindly (exactly_once=True for retries without duplicates)"),
+        ):
+            if getattr(options, field) is not None:
+                raise bad_argument(
+                    "options", options, f"the Spark operator places rows itself and takes no options.{field}", fix
+                )
+
     def publish_options(self) -> PublishOptions:
-        """This operator's publishing keywords (rendered) as the one options value, checked by the
-        publishing operators' validators; ``None`` leaves the connection's ack policy and timeout.
+        """How the executors publish: ``options``, with the operator's own keywords (rendered,
+        checked by the publishing operators' validators) where they are set; ``None`` leaves the
+        connection's ack policy and timeout and the plan's window (256).
 
         :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
         """
         checks = self.all_argument_checks()
-        return PublishOptions(
-            ack_policy=checks["ack_policy"](self.ack_policy, "ack_policy"),
-            window=checks["window"](self.window, "window"),
-            timeout=checks["publish_timeout"](self.publish_timeout, "publish_timeout"),
-            compression=checks["compression"](self.compression, "compression"),
+        base = checks["options"](self.options, "options") or PublishOptions()
+        ack_policy = None if self.ack_policy == "" else checks["ack_policy"](self.ack_policy, "ack_policy")
+        window = checks["window"](self.window, "window")
+        timeout = checks["publish_timeout"](self.publish_timeout, "publish_timeout")
+        compression = checks["compression"](self.compression, "compression") if self.compression else None
+        return base.replace(
+            ack_policy=base.ack_policy if ack_policy is None else ack_policy,
+            window=base.window if window is None else window,
+            timeout=base.timeout if timeout is None else timeout,
+            compression=base.compression if compression is None else compression,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:

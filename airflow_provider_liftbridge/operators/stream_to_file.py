@@ -14,7 +14,6 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import (
     BatchFailed,
     BatchHandler,
-    DeadLetters,
     PartitionPlan,
     PartitionReport,
 )
@@ -23,13 +22,11 @@ from airflow_provider_liftbridge.lineage import Datasets, file_dataset
 from airflow_provider_liftbridge.validation import (
     check_function,
     check_positive_int,
-    check_stream,
     import_function,
     waits_for_rendering,
 )
 
 from .archive_layout import ArchiveLayout, LayoutValueError
-from .consume import ON_ERROR
 from .file_writers import (
     VALUE_FORMATS,
     WRITE_FORMATS,
@@ -40,7 +37,7 @@ from .file_writers import (
     write_range,
 )
 from .interval_reading import interval_of
-from .reading import LiftbridgeReadingOperator
+from .reading_base import LiftbridgeReadingOperator
 
 __all__ = ["LiftbridgeStreamToFileOperator"]
 
@@ -81,7 +78,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
 
     The range read is planned once per DAG run, as for ``LiftbridgeConsumeOperator`` (``cursor_id``
     or ``group_id``, ``start_at``, ``max_messages``, ``partitions``, ``min_messages``: see
-    :class:`~.reading.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
+    :class:`~.reading_base.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
     messages of one partition becomes one file, named by stream, partition, first and last offset
     (``orders-0-00000000000000001000-00000000000000001999.parquet``): written to a temporary
     dot-name, renamed into place when complete, and only then is the position committed. A retry
@@ -93,7 +90,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
 
     With ``read_by="interval"`` each run archives the messages of its data interval (see
-    :class:`~.reading.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
+    :class:`~.reading_base.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
     are then only those inside the run's own offset range, so runs of other intervals (a backfill
     beside the daily runs) share the directory safely. With ``path_layout`` the files go to
     folders named by the message's time, the data interval or a JSON field
@@ -116,11 +113,12 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         (default 100,000).
     :param row_group_rows: rows converted and written at a time (a Parquet row group).
     :param parquet_compression: ``snappy`` (default), ``zstd``, ``gzip`` or ``none``.
-    :param on_error: ``fail`` (default): a message that cannot be written (not JSON with
+    :param dead_letters: ``None`` (default): a message that cannot be written (not JSON with
         ``value_format="json"``, not UTF-8 text) fails the task, naming its offset, before the
-        position passes it; ``dead_letter``: it goes to ``dead_letter_stream`` with the reason in
-        its headers, and the file goes on without it.
-    :param dead_letter_stream: / :param create_dead_letter_stream: as for ``LiftbridgeConsumeOperator``.
+        position passes it; a :class:`~.dead_letters.DeadLetterStream`: it goes to that stream
+        with the reason in its headers, and the file goes on without it. (templated: its
+        ``stream``) The deprecated ``on_error``, ``dead_letter_stream`` and
+        ``create_dead_letter_stream`` still work (see :class:`~.reading_base.LiftbridgeReadingOperator`).
     :param on_file: called (callable or dotted path) with each completed file's entry (the dict
         of the XCom's ``files``) and ``on_file_kwargs``, before the position moves past it; an
         exception fails the task there (the file is rewritten by the retry). A dotted path is
@@ -141,7 +139,6 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         "path_layout",
         "storage_conn_id",
         "format",
-        "dead_letter_stream",
         "on_file_kwargs",
     )
     ui_color = "#e8f6ee"
@@ -159,9 +156,6 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         max_rows_per_file: int = 100_000,
         row_group_rows: int = 10_000,
         parquet_compression: str = "snappy",
-        on_error: str = "fail",
-        dead_letter_stream: str | None = None,
-        create_dead_letter_stream: bool = False,
         on_file: Callable[..., Any] | str | None = None,
         on_file_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
@@ -178,9 +172,6 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         self.storage_conn_id = storage_conn_id
         self.row_group_rows = row_group_rows
         self.parquet_compression = parquet_compression
-        self.on_error = on_error
-        self.dead_letter_stream = dead_letter_stream
-        self.create_dead_letter_stream = bool(create_dead_letter_stream)
         self.on_file = on_file
         self.on_file_kwargs = on_file_kwargs
         self._files: list[ArchivedFile] = []
@@ -199,13 +190,6 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
             raise LiftbridgeArgumentError(str(exc).replace("max_batch_size", "max_rows_per_file")) from None
         if rendered or not _later(self.format):
             self._write_options()
-        if self.on_error not in ON_ERROR:
-            raise LiftbridgeArgumentError(f"on_error must be one of {', '.join(ON_ERROR)}; got {self.on_error!r}")
-        if self.on_error == "dead_letter":
-            if not self.dead_letter_stream:
-                raise LiftbridgeArgumentError("on_error='dead_letter' needs dead_letter_stream: the stream to send to")
-            if rendered or not _later(self.dead_letter_stream):
-                check_stream(self.dead_letter_stream)
         if not self.path:
             raise LiftbridgeArgumentError("path is empty: give the directory to archive to (a path or a URL)")
         if self.path_layout and (rendered or not _later(self.path_layout)):
@@ -304,10 +288,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         """
         directory = self._writable_directory()
         options = self._write_options()
-        dead: DeadLetters | None = None
-        if self.on_error == "dead_letter":
-            dead = DeadLetters(client, str(self.dead_letter_stream))
-            dead.check(create=self.create_dead_letter_stream)
+        dead = self.open_dead_letters(client)
         on_file = import_function(self.on_file, "on_file") if self.on_file is not None else None
         on_file_kwargs = dict(self.on_file_kwargs or {})
         cleaned: set[int] = set()
@@ -390,8 +371,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
             return f"{cause}. The position stays before offset {m.offset} of partition {m.partition}"
         return (
             f"cannot archive stream {m.stream!r} partition {m.partition} offset {m.offset}: {failed}. The position "
-            "stays before this message, so the next try starts there; use on_error='dead_letter' to set such "
-            "messages aside instead"
+            "stays before this message, so the next try starts there; give dead_letters=DeadLetterStream(...) to "
+            "set such messages aside instead"
         )
 
     # -- the result ---------------------------------------------------------------------------
@@ -420,5 +401,5 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     def lineage_datasets(self, *, complete: bool) -> Datasets:
         """OpenLineage: reads the stream, writes the directory (and the dead-letter stream, if any)."""
         inputs, _ = super().lineage_datasets(complete=complete)
-        dead = self.dead_letter_stream if self.on_error == "dead_letter" and self.dead_letter_stream else None
+        dead = self.dead_letter_target()
         return inputs, [file_dataset(self.directory()), *([self.lineage_stream(dead)] if dead else [])]

@@ -9,12 +9,13 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
+from airflow_provider_liftbridge.argument_checks import ArgumentChecks
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeTriggerEventError
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.operators.deferral import defer_unless_reached
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
-from airflow_provider_liftbridge.validation import ArgumentChecks, bad_argument, check_name, waits_for_rendering
+from airflow_provider_liftbridge.validation import bad_argument, check_name, waits_for_rendering
 
 __all__ = ["LiftbridgeBaseSensor"]
 
@@ -29,7 +30,7 @@ class LiftbridgeBaseSensor(ArgumentChecks, BaseSensorOperator):
     already reached finishes in the worker, without a trip through the triggerer
     (:func:`~airflow_provider_liftbridge.operators.deferral.defer_unless_reached`).
     Arguments are validated when the DAG is parsed and again after rendering, as the operators'
-    (:class:`~airflow_provider_liftbridge.validation.ArgumentChecks`).
+    (:class:`~airflow_provider_liftbridge.argument_checks.ArgumentChecks`).
 
     :param liftbridge_conn_id: the connection to use. (templated)
     :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).

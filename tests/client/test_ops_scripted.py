@@ -23,6 +23,7 @@ from airflow_provider_liftbridge.client import (
     UnavailableError,
     UnsettledCursorError,
     consumer,
+    cursors,
     operations,
 )
 from airflow_provider_liftbridge.client.consumer import GroupMember
@@ -80,12 +81,12 @@ def test_unary_cycles_brokers_with_growing_backoff_and_sticks_to_the_good_one() 
             return api_pb2.FetchCursorResponse(offset=7)
         return None
 
-    run = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
+    run = drive(cursors.fetch_cursor(c, "id", "s", 0), answer)
     assert run.result == 7
     assert [e.address for e in run.effects if isinstance(e, Unary)] == ["a:1", "b:2", "c:3"]
     sleeps = [e.seconds for e in run.effects if isinstance(e, Sleep)]
     assert len(sleeps) == 2 and 0.025 <= sleeps[0] <= 0.05 and 0.05 <= sleeps[1] <= 0.1
-    again = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
+    again = drive(cursors.fetch_cursor(c, "id", "s", 0), answer)
     assert [e.address for e in again.effects if isinstance(e, Unary)] == ["c:3"]  # sticky
 
 
@@ -102,7 +103,7 @@ def test_unary_retries_an_unavailable_cluster_for_its_timeout_then_gives_up() ->
         return None
 
     with pytest.raises(UnavailableError, match="no broker reachable") as raised:
-        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+        drive(cursors.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
     attempts = len([e for e in run.effects if isinstance(e, Unary)])
     waits = slept(run)
     assert attempts > 3 and len(waits) == attempts - 1 and f"{attempts} attempt" in str(raised.value)
@@ -121,7 +122,7 @@ def test_a_cluster_never_reached_fails_after_max_retries() -> None:
         return None
 
     with pytest.raises(UnavailableError, match="3 attempt"):
-        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+        drive(cursors.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
     assert len([e for e in run.effects if isinstance(e, Unary)]) == 3
 
 
@@ -136,7 +137,7 @@ def test_with_max_retries_0_a_call_is_tried_once() -> None:
         return None
 
     with pytest.raises(UnavailableError, match="1 attempt"):
-        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+        drive(cursors.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
     assert len([e for e in run.effects if isinstance(e, Unary)]) == 1 and not slept(run)
 
 
@@ -391,12 +392,12 @@ def test_cursor_calls_go_to_the_leader_of_the_owning_cursors_partition() -> None
             return api_pb2.FetchCursorResponse(offset=3) if e.method == "FetchCursor" else api_pb2.SetCursorResponse()
         return None
 
-    cursors = [("reader", "orders", 0), ("reader", "orders", 1), ("x", "s", 2), ("job-7", "events", 0)]
-    owners = {owner(*cur, 3) for cur in cursors}
+    cases = [("reader", "orders", 0), ("reader", "orders", 1), ("x", "s", 2), ("job-7", "events", 0)]
+    owners = {owner(*cur, 3) for cur in cases}
     assert len(owners) >= 2  # the cases below reach more than one partition
-    for cur in cursors:
-        fetch = drive(operations.fetch_cursor(c, *cur), answer)
-        put = drive(operations.set_cursor(c, *cur, 5), answer)
+    for cur in cases:
+        fetch = drive(cursors.fetch_cursor(c, *cur), answer)
+        put = drive(cursors.set_cursor(c, *cur, 5), answer)
         expected = ADDRESSES[leaders[owner(*cur, 3)]]
         assert fetch.result == 3
         assert [
@@ -429,7 +430,7 @@ def test_a_cursor_call_refused_by_a_former_leader_is_rerouted_after_a_refresh() 
 
     drive(operations.fetch_metadata(c, ["__cursors"]), answer)  # the cache still names the old leader
     leaders[part] = moved  # leadership moves before the call
-    run = drive(operations.fetch_cursor(c, *cur), answer)
+    run = drive(cursors.fetch_cursor(c, *cur), answer)
     assert run.result == 9
     calls = [(e.method, e.address) for e in run.effects if isinstance(e, Unary)]
     assert calls[0][0] == "FetchPartitionMetadata" and calls[0][1] != ADDRESSES[moved]  # the settle check, refused
@@ -457,7 +458,7 @@ def test_a_cursor_is_read_only_once_its_partition_has_committed_what_its_leader_
             return api_pb2.FetchCursorResponse(offset=2900)
         return None
 
-    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    run = drive(cursors.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
     assert run.result == 2900
     assert 6.0 <= sum(slept(run)) < 8.0  # backoff capped at 1 s: read within a second of settling
 
@@ -476,8 +477,8 @@ def test_a_cursor_read_gives_up_naming_the_partition_when_it_never_settles() -> 
 
     run = Run()
     with pytest.raises(UnsettledCursorError, match=r"__cursors partition \d \(b1\) has committed up to offset 10 of"):
-        drive(operations.fetch_cursor(c, "reader", "s", 0), answer, run=run, clock=c.clock)
-    assert operations.CURSORS_SETTLE_WAIT - 1.0 <= sum(slept(run)) <= operations.CURSORS_SETTLE_WAIT
+        drive(cursors.fetch_cursor(c, "reader", "s", 0), answer, run=run, clock=c.clock)
+    assert cursors.CURSORS_SETTLE_WAIT - 1.0 <= sum(slept(run)) <= cursors.CURSORS_SETTLE_WAIT
 
 
 def test_a_cursor_of_a_paused_cursors_partition_is_read_without_waiting() -> None:
@@ -496,7 +497,7 @@ def test_a_cursor_of_a_paused_cursors_partition_is_read_without_waiting() -> Non
             raise RpcFailure(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
         return api_pb2.FetchCursorResponse(offset=41) if isinstance(e, Unary) else None
 
-    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    run = drive(cursors.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
     assert run.result == 41 and not slept(run)
 
 
@@ -512,7 +513,7 @@ def test_a_cursor_call_gives_up_when_no_leader_accepts_it_within_its_timeout() -
 
     run = Run()
     with pytest.raises(NotLeaderError):
-        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
+        drive(cursors.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
     assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]) > 3
     assert 3.0 <= sum(slept(run)) < 5.0  # waited for a leader up to the 5 s timeout, not 2 retries
 
@@ -536,7 +537,7 @@ def test_a_set_cursor_whose_commit_never_comes_ends_one_attempt_after_its_timeou
 
     run = Run()
     with pytest.raises(RequestTimeoutError, match="timed out on the server"):
-        drive(operations.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
+        drive(cursors.set_cursor(c, "id", "s", 0, 1), answer, run=run, clock=c.clock)
     attempts = [e for e in run.effects if isinstance(e, Unary) and e.method == "SetCursor"]
     assert len(attempts) == 2  # the first ran into the 5 s timeout; the retry started before it was over
     assert c.clock() - started <= 2 * 5.0 + c.retry.backoff_max
@@ -559,7 +560,7 @@ def test_a_cursor_call_outlasts_an_election_longer_than_its_retry_count() -> Non
             return api_pb2.FetchCursorResponse(offset=12)
         return None
 
-    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    run = drive(cursors.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
     assert run.result == 12
     assert len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchPartitionMetadata"]) > 6
 
@@ -581,7 +582,7 @@ def test_a_cursor_call_fails_when_cursors_are_disabled(listed: bool) -> None:
 
     run = Run()
     with pytest.raises(CursorsDisabledError):
-        drive(operations.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
+        drive(cursors.fetch_cursor(c, "id", "s", 0), answer, run=run, clock=c.clock)
     calls = len([e for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"])
     if listed:
         assert calls == 1 and not slept(run)
@@ -622,12 +623,12 @@ def test_without_a_cursors_stream_cursor_calls_go_to_any_broker_and_metadata_is_
             return api_pb2.FetchCursorResponse(offset=-1)
         return None
 
-    assert drive(operations.fetch_cursor(c, "id", "s", 0), answer).result == -1
-    assert drive(operations.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert drive(cursors.fetch_cursor(c, "id", "s", 0), answer).result == -1
+    assert drive(cursors.fetch_cursor(c, "id", "s", 0), answer).result == -1
     assert methods == ["FetchMetadata", "FetchCursor", "FetchCursor"]  # absence remembered
     assert c.cursors_absent_since is not None
     c.cursors_absent_since -= 31  # later on, the client looks again (a cursors stream may exist now)
-    drive(operations.fetch_cursor(c, "id", "s", 0), answer)
+    drive(cursors.fetch_cursor(c, "id", "s", 0), answer)
     assert methods[3:] == ["FetchMetadata", "FetchCursor"]
 
 
@@ -642,14 +643,14 @@ def test_a_read_that_a_stalled_broker_does_not_answer_in_time_is_asked_of_the_ne
             return api_pb2.FetchCursorResponse(offset=4)
         return None
 
-    run = drive(operations.fetch_cursor(c, "id", "s", 0), answer)
+    run = drive(cursors.fetch_cursor(c, "id", "s", 0), answer)
     assert run.result == 4
     assert [e.address for e in run.effects if isinstance(e, Unary)] == ["a:1", "b:2"]
     assert not any(isinstance(e, Sleep) for e in run.effects)  # no backoff: the deadline was the wait
 
     lone = without_cursors_stream(core(brokers=("a:1",)))
     with pytest.raises(RequestTimeoutError):
-        drive(operations.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once
+        drive(cursors.fetch_cursor(lone, "id", "s", 0), answer)  # every broker was asked once
 
 
 def test_a_cursors_leader_missing_from_the_broker_list_is_found_by_asking_who_answers_for_it() -> None:
@@ -668,7 +669,7 @@ def test_a_cursors_leader_missing_from_the_broker_list_is_found_by_asking_who_an
             return cursors_partition_metadata(e)
         return api_pb2.FetchCursorResponse(offset=8) if isinstance(e, Unary) else None
 
-    run = drive(operations.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
+    run = drive(cursors.fetch_cursor(c, "reader", "s", 0), answer, clock=c.clock)
     assert run.result == 8
     reads = [e.address for e in run.effects if isinstance(e, Unary) and e.method == "FetchCursor"]
     assert reads == [ADDRESSES["b3"]]

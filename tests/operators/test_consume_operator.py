@@ -21,7 +21,8 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
 from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
-from airflow_provider_liftbridge.operators.reading import parse_partitions, parse_reading_start
+from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
+from airflow_provider_liftbridge.operators.reading_base import parse_partitions, parse_reading_start
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 from tests.operators import consume_support as support
 from tests.operators.helpers import read_all
@@ -177,14 +178,13 @@ def test_dead_letters_carry_the_error_and_the_source(stream_name: str, liftbridg
     liftbridge_client.publish_many(stream_name, values)
     liftbridge_client.publish(stream_name, b'{"n": 9}', key=b"k", headers={"trace": b"t-1"})
     support.reset()
-    common = dict(stream=stream_name, value_format="json", on_error="dead_letter", max_batch_size=2)
+    common = dict(stream=stream_name, value_format="json", max_batch_size=2)
     with DAG(f"dead_letters_{stream_name}", schedule=None, start_date=START) as dag:
         LiftbridgeConsumeOperator(
             task_id="per_message",
             cursor_id="m",
             apply_function="tests.operators.consume_support.fail_on_odd",
-            dead_letter_stream=f"{stream_name}-dlq",
-            create_dead_letter_stream=True,
+            dead_letters=DeadLetterStream(f"{stream_name}-dlq", create=True),
             **common,
         )
         liftbridge_client.create_stream(f"{stream_name}-dlq2", f"{stream_name}-dlq2")
@@ -192,7 +192,8 @@ def test_dead_letters_carry_the_error_and_the_source(stream_name: str, liftbridg
             task_id="per_batch",
             cursor_id="b",
             apply_function_batch="tests.operators.consume_support.reject_odd_batches",
-            dead_letter_stream=f"{stream_name}-dlq2",
+            dead_letters=DeadLetterStream("{{ params.dead_letters }}"),  # rendered like any templated field
+            params={"dead_letters": f"{stream_name}-dlq2"},
             **common,
         )
     register_dag(dag)
@@ -250,8 +251,7 @@ def test_bad_input_at_run_time_fails_before_reading_and_names_the_fix(
             stream=stream_name,
             cursor_id="d",
             apply_function=record,
-            on_error="dead_letter",
-            dead_letter_stream=f"{stream_name}-missing",
+            dead_letters=DeadLetterStream(f"{stream_name}-missing"),
         )
         LiftbridgeConsumeOperator(
             task_id="no_partition", stream=stream_name, cursor_id="p", apply_function=record, partitions="{{ 3 }}"
@@ -272,7 +272,7 @@ def test_bad_input_at_run_time_fails_before_reading_and_names_the_fix(
     logs = capfd.readouterr().out
     for words in (
         f"apply_function failed at stream '{stream_name}' partition 0 offset 1: NotJsonError",
-        f"dead-letter stream '{stream_name}-missing' does not exist: create it, or pass create_dead_letter_stream=True",
+        f"dead-letter stream '{stream_name}-missing' does not exist: create it, or have it created (DeadLetterStream(",
         f"stream '{stream_name}' has no partition 3 (it has partitions 0..0): fix partitions",
         f"stream '{stream_name}-missing' does not exist: create it first, or fix the stream name",
         "partitions=['x', 'y'] is not valid: partition numbers are whole numbers",
@@ -467,6 +467,9 @@ def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbri
         ({"cursor_id": None, "group_id": "g", "partitions": [0]}, "with group_id the consumer group assigns"),
         ({"on_error": "dead_letter"}, "on_error='dead_letter' needs dead_letter_stream"),
         ({"on_error": "skip"}, "on_error='skip' is not valid: use one of 'fail', 'dead_letter'"),
+        ({"dead_letters": "dlq"}, "dead_letters='dlq' is not valid: a DeadLetterStream value or None"),
+        ({"dead_letters": DeadLetterStream("")}, "dead_letters.stream='' is not valid"),
+        ({"dead_letters": DeadLetterStream("dlq"), "dead_letter_stream": "x"}, "give dead_letters only"),
         ({"apply_function_args": "orders"}, "apply_function_args='orders' is not valid: a list of positional"),
         ({"apply_function_kwargs": ["a"]}, "apply_function_kwargs=['a'] is not valid: a dict of keyword arguments"),
         ({"partitions": "[0,"}, "partitions='[0,' is not valid: a list of partition numbers"),

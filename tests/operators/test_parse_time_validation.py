@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_liftbridge.argument_checks import suggest_parameter
 from airflow_provider_liftbridge.client import (
     InvalidArgumentError,
     LiftbridgeClient,
@@ -31,7 +32,7 @@ from airflow_provider_liftbridge.exceptions import (
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
-from airflow_provider_liftbridge.operators.publishing import PUBLISHING_CHECKS
+from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import (
     LiftbridgeCreateStreamOperator,
@@ -41,7 +42,7 @@ from airflow_provider_liftbridge.operators.stream import (
 from airflow_provider_liftbridge.sensors.ack import LiftbridgeAckSensor
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
-from airflow_provider_liftbridge.validation import check_headers, check_key, suggest_parameter, waits_for_rendering
+from airflow_provider_liftbridge.validation import check_headers, check_key, waits_for_rendering
 
 MATCH = "tests.operators.test_parse_time_validation.accept"
 

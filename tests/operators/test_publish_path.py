@@ -26,15 +26,15 @@ def test_a_nats_publish_reaches_the_socket_through_six_files_without_a_return_tr
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     op = LiftbridgePublishOperator(task_id="p", stream=stream_name, records=[b"a", b"b"], publish_path="nats")
-    with follow(*SOCKET, within=("operators/publishing.py", "publish")) as call:
+    with follow(*SOCKET, within=("operators/publishing_base.py", "publish")) as call:
         summary = op.execute({})
     assert summary["acknowledged"] == 2
     assert call.path and call.path[-1] == SOCKET, call.path
     # From the operator's publish: Airflow enters the operator through execute (operators/base.py,
     # which makes the client and calls run); the publishing operator's run and publish follow.
-    files = call.files[call.files.index("operators/publishing.py") :]
+    files = call.files[call.files.index("operators/publishing_base.py") :]
     assert files == [
-        "operators/publishing.py",
+        "operators/publishing_base.py",
         "client/publishing/publisher.py",
         "client/transport/sync.py",
         "client/publishing/batch.py",

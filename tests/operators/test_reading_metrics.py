@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
@@ -59,8 +60,11 @@ def test_consume_sends_processed_dead_lettered_and_lag(
     liftbridge_client.publish_many(stream_name, [b'{"n": 1}', b"not json", b'{"n": 2}'], partition=0)
     liftbridge_client.publish_many(stream_name, [b'{"n": 3}'] * 4, partition=1)
     dag_id = f"metrics_{uuid.uuid4().hex[:8]}"
-    with DAG(dag_id, schedule=None, start_date=START) as dag:
-        LiftbridgeConsumeOperator(
+    with (
+        DAG(dag_id, schedule=None, start_date=START) as dag,
+        pytest.warns(AirflowProviderDeprecationWarning, match="create=True"),
+    ):
+        LiftbridgeConsumeOperator(  # a real run with the deprecated dead-letter keywords
             task_id="consume",
             stream=stream_name,
             cursor_id="metrics",

@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition
 from airflow_provider_liftbridge.client.reading import DEAD_LETTER_HEADERS
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.file_writers import file_name
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from tests.airflow_support import register_dag, xcom_of
@@ -197,9 +198,7 @@ def test_a_value_that_is_not_json_goes_to_the_dead_letter_stream(
             stream_name,
             str(tmp_path),
             value_format="json",
-            on_error="dead_letter",
-            dead_letter_stream=dead,
-            create_dead_letter_stream=True,
+            dead_letters=DeadLetterStream(dead, create=True),
         )
     )
     assert result["dead_lettered"] == 1
@@ -220,6 +219,7 @@ def test_a_value_that_is_not_json_goes_to_the_dead_letter_stream(
         ({"value_format": "xml"}, "value_format must be one of"),
         ({"max_rows_per_file": 0}, "max_rows_per_file=0 is not valid"),
         ({"on_error": "dead_letter"}, "needs dead_letter_stream"),
+        ({"dead_letters": DeadLetterStream("dlq", create="yes")}, "dead_letters.create='yes' is not valid"),  # type: ignore[arg-type]
         ({"cursor_id": None}, "give cursor_id"),
         ({"on_file": "no such.module.func"}, "on_file='no such.module.func' is not valid"),
     ],

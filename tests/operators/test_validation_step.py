@@ -1,5 +1,5 @@
 """Validation is a step of its own: it runs once, when the outermost ``__init__`` returns, with
-every attribute of every class set, whatever the subclass (validation.ArgumentChecks)."""
+every attribute of every class set, whatever the subclass (argument_checks.ArgumentChecks)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
+from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
@@ -106,9 +107,7 @@ def run_consume(stream: str, **kwargs: Any) -> Any:
             cursor_id=f"{stream}-cursor",
             value_format="json",
             apply_function="tests.ui.ui_support.accept",
-            on_error="dead_letter",
-            dead_letter_stream=f"{stream}-dlq",
-            create_dead_letter_stream=True,
+            dead_letters=DeadLetterStream(f"{stream}-dlq", create=True),
             **kwargs,
         )
     register_dag(dag)

@@ -64,7 +64,7 @@ def json_value(message: Message) -> Any:
         raise NotJsonError(
             f"the value at stream {message.stream!r} partition {message.partition} offset {message.offset} is not"
             f" JSON ({exc}); publish JSON values, read them with value_format='bytes', or send such messages to a"
-            " dead-letter stream (on_error='dead_letter')"
+            " dead-letter stream (dead_letters=DeadLetterStream(...))"
         ) from None
 
 
@@ -101,7 +101,8 @@ class DeadLetters:
             return
         if not create:
             raise NoSuchStreamError(
-                f"dead-letter stream {self.stream!r} does not exist: create it, or pass create_dead_letter_stream=True"
+                f"dead-letter stream {self.stream!r} does not exist: create it, or have it created"
+                " (DeadLetterStream(..., create=True))"
             )
         try:
             self.client.create_stream(self.stream, self.stream)
