@@ -8,7 +8,10 @@ process whose ``PYTHONPATH`` is that tree, so both import their own ``airflow_pr
 The dev server is a ``DevServerProcess`` of this tree (one broker, its own nats-server), the same
 for both. The best run of each tree is kept (msgs/s, and the lowest client CPU per message,
 steadier on a loaded machine); ratios are B (this tree) against A (the base): above 1 means B is
-faster or cheaper. Subscribe cases read a stream filled before the clock starts.
+faster or cheaper. A second table gives the medians of the rounds and the median of each round's
+A / B CPU ratio (the pair that ran back to back): on a busy machine one lucky run can move a best
+by several per cent, the medians much less. Subscribe cases read a stream filled before the clock
+starts.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,8 +126,7 @@ def main() -> None:
     cases = [case for case in CASES if not args.only or case in args.only]
     trees = {"A (base)": args.base.resolve(), "B (this tree)": HERE}
     load_at_start = os.getloadavg()[0]
-    best: dict[tuple[str, str], float] = {}
-    cpu: dict[tuple[str, str], float] = {}
+    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (msgs/s, client CPU µs/msg) per round
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data) as server:
         for round_no in range(args.rounds):
             for case in cases:
@@ -132,9 +135,9 @@ def main() -> None:
                 # (the dev server may still be busy with what the previous run left it).
                 order = list(trees.items()) if round_no % 2 == 0 else list(reversed(trees.items()))
                 for name, tree in order:
-                    rate, us = run(tree, case, server.address, server.nats_url, n)
-                    best[(case, name)] = max(best.get((case, name), 0.0), rate)
-                    cpu[(case, name)] = min(cpu.get((case, name), float("inf")), us)
+                    runs.setdefault((case, name), []).append(run(tree, case, server.address, server.nats_url, n))
+    best = {key: max(rate for rate, _ in got) for key, got in runs.items()}
+    cpu = {key: min(us for _, us in got) for key, got in runs.items()}
     print(
         "| case | A msgs/s | B msgs/s | B / A | A client CPU µs/msg | B client CPU µs/msg | A / B (CPU) |\n"
         "|---|---:|---:|---:|---:|---:|---:|"
@@ -145,7 +148,18 @@ def main() -> None:
         ca, cb = cpu[(case, "A (base)")], cpu[(case, "B (this tree)")]
         print(f"| {label} | {a:,.0f} | {b:,.0f} | {b / a:.2f}× | {ca:.1f} | {cb:.1f} | {ca / cb:.2f}× |")
     print(
-        f"\nbest of {args.rounds} interleaved rounds; {machine()}; load {load_at_start:.1f} -> {os.getloadavg()[0]:.1f}"
+        "\n| case | A / B (CPU), medians | median of the rounds' A / B (CPU) | B / A (msgs/s), medians |\n"
+        "|---|---:|---:|---:|"
+    )
+    for case in cases:
+        a_runs, b_runs = runs[(case, "A (base)")], runs[(case, "B (this tree)")]
+        cpu_a, cpu_b = statistics.median(us for _, us in a_runs), statistics.median(us for _, us in b_runs)
+        paired = statistics.median(a[1] / b[1] for a, b in zip(a_runs, b_runs, strict=True))
+        rate_a, rate_b = statistics.median(r for r, _ in a_runs), statistics.median(r for r, _ in b_runs)
+        print(f"| {CASES[case]} | {cpu_a / cpu_b:.3f}× | {paired:.3f}× | {rate_b / rate_a:.2f}× |")
+    print(
+        f"\nbest (first table) and medians (second) of {args.rounds} interleaved rounds; {machine()}; "
+        f"load {load_at_start:.1f} -> {os.getloadavg()[0]:.1f}"
     )
 
 

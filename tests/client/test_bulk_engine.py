@@ -25,7 +25,6 @@ from airflow_provider_liftbridge.client import NO_RESEND, AckPolicy, InvalidArgu
 from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.publishing.nats_engine import (
-    BulkOutcome,
     _Frames,
     publish_enveloped,
 )
@@ -128,15 +127,18 @@ async def publisher(nats_url: str) -> NatsClient:
     return await nats_adapter.connect(nats_url)
 
 
+@pytest.mark.parametrize("crc", [True, False], ids=["crc", "no-crc"])
 async def test_frames_on_the_wire_are_new_message_bytes(
-    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool
+    stand_in: Callable[..., asyncio.Future[StandIn]], nats_url: str, internals: bool, crc: bool
 ) -> None:
     broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
     records: list[Record | bytes] = [
         b"plain",
         b"",
         Record(b"keyed", key=b"k"),
+        Record(b"empty key", key=b""),
         Record(b"with header", headers={"h": b"1"}),
+        Record(b"empty header", headers={"empty": b""}),
         Record(b"own id", correlation_id="mine"),
         Record(b"occ", expected_offset=7),
         b"v" * 300,
@@ -145,7 +147,12 @@ async def test_frames_on_the_wire_are_new_message_bytes(
     nc = await publisher(nats_url)
     try:
         out = await publish_enveloped(
-            nc, [broker.subject] * len(records), records, ids, PublishOptions(window=3, ack_policy=AckPolicy.ALL)
+            nc,
+            [broker.subject] * len(records),
+            records,
+            ids,
+            PublishOptions(window=3, ack_policy=AckPolicy.ALL),
+            crc=crc,
         )
     finally:
         await nc.close()
@@ -163,9 +170,10 @@ async def test_frames_on_the_wire_are_new_message_bytes(
             correlation_id=ids[i],
             ack_policy=api_pb2.ALL,
             expected_offset=-1 if r.expected_offset is None else r.expected_offset,
+            crc=crc,
         )
         assert frame == expected, f"record {i}"
-    assert ids[4] == "mine" and ids[0] != ids[1]
+    assert ids[6] == "mine" and ids[0] != ids[1]
 
 
 def _columns() -> RecordColumns:
@@ -184,8 +192,10 @@ async def test_columns_frame_as_their_records_do(
     columns = _columns()
     encoder = codec.PublishEncoder(ack_inbox="_INBOX.same", ack_policy=api_pb2.LEADER)
     ids = CorrelationIds(4, {}, prefix="fixed-")
-    as_columns = _Frames(columns, ids, BulkOutcome([None] * 4), encoder, 1 << 20).burst(0, 4)
-    as_records = _Frames(list(columns), ids, BulkOutcome([None] * 4), encoder, 1 << 20).burst(0, 4)
+    refused: dict[int, Exception] = {}
+    as_columns = _Frames(columns, ids, encoder, 1 << 20, refused.__setitem__).burst(0, 4)
+    as_records = _Frames(list(columns), ids, encoder, 1 << 20, refused.__setitem__).burst(0, 4)
+    assert not refused
     assert as_columns == as_records and len(as_columns) == 4
 
     broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])

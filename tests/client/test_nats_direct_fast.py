@@ -25,7 +25,7 @@ from airflow_provider_liftbridge import nats_adapter
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import AckPolicy, InvalidArgumentError, Record
 from airflow_provider_liftbridge.client.conversion import ack_from_pb
-from airflow_provider_liftbridge.client.publishing import nats_engine
+from airflow_provider_liftbridge.client.publishing import ack_inbox, nats_engine
 from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import Ack
@@ -346,8 +346,8 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     """A stand-in broker answers with acks of every shape (partition 0 and N, a subject with no
     partition number, each ack policy, large offsets); the engine's Ack objects equal what
     ``ack_from_pb`` makes of the same frames, whichever way they were built."""
-    assert nats_engine._UNFREEZE_WORKS  # else the fast build is never used
-    monkeypatch.setattr(nats_engine, "_UNFREEZE_WORKS", unfreeze)
+    assert ack_inbox._UNFREEZE_WORKS  # else the fast build is never used
+    monkeypatch.setattr(ack_inbox, "_UNFREEZE_WORKS", unfreeze)
     subject = f"acks-{uuid.uuid4().hex[:10]}"
     shapes = [("s", 3, api_pb2.LEADER), ("s.4", 2**40, api_pb2.ALL), ("s.x", 0, api_pb2.NONE), ("s.4", 9, 7)]
     sent_acks: dict[str, api_pb2.Ack] = {}

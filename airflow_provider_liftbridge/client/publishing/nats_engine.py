@@ -1,6 +1,10 @@
 """The NATS-direct engine: enveloped messages straight to partitions' NATS subjects, acks read
 from one ack inbox, within a window, re-sent while the resend policy allows.
 
+The window's states and steps are :class:`~.window.SendWindow`'s (as on the gRPC path); this
+module runs them on a NATS connection: bursts of frames into the free room (:class:`_Wire`), the
+acks read on the inbox (:func:`~.ack_inbox.read_acks`), re-sends at each burst's deadline.
+
 This is the bulk path (an order of magnitude more acknowledged messages per second from Python
 than gRPC; ``bench/RESULTS.md`` has the figures): the broker stores an enveloped message it
 receives on a stream's subject exactly as if it came through Publish, and sends the ack to the
@@ -14,10 +18,8 @@ import itertools
 import logging
 import operator
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 import nats
 import nats.errors
@@ -25,15 +27,12 @@ from nats.aio.client import Client as NatsClient
 
 from airflow_provider_liftbridge.codec import (
     NO_EXPECTED_OFFSET,
-    AckDecoder,
-    EnvelopeError,
     PayloadTooLargeError,
     PublishEncoder,
 )
 from airflow_provider_liftbridge.nats_adapter import FastNats, fast_nats, flush
 
-from ..conversion import ack_from_pb
-from ..error_mapping import check_ack, publish_error
+from ..error_mapping import publish_error
 from ..errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -42,12 +41,14 @@ from ..errors import (
     PublishError,
     UnavailableError,
 )
-from ..types import Ack, AckError, AckPolicy, Record
+from ..types import Ack, AckPolicy, Record
+from .ack_inbox import read_acks
 from .columns import RecordColumns
 from .contract import accounted_failure, name_unacknowledged
 from .correlation import CorrelationIds
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import DEFAULT_RESEND, ResendPolicy
+from .window import SendWindow
 
 __all__ = [
     "BulkOutcome",
@@ -78,8 +79,9 @@ class BulkOutcome:
     :ivar resent: re-sends made.
     :ivar peak_in_flight: the most records ever unacknowledged at once (never above the window).
     :ivar sent_ns: when given, each record's first send (wall-clock ns; write statistics).
-    :ivar state: per record, whether it was ever handed to the connection (0: never, so certainly
-        not stored) and how it stands; ``None``: every record was handed over if ``sent``, else none.
+    :ivar state: per record, 1 once it was handed to the connection, 0 while never (so certainly
+        not stored: the window's ``written_once``); ``None``: every record was handed over if
+        ``sent``, else none.
     :ivar expects_acks: ``False`` with ``AckPolicy.NONE`` (no acks come by design).
     """
 
@@ -102,7 +104,7 @@ class BulkOutcome:
         """Whether some record was never handed to the connection (at C speed)."""
         if self.state is None:
             return self.sent == 0 and bool(self.acks)
-        return self.state.find(_UNSENT_BYTE) >= 0
+        return self.state.find(0) >= 0
 
     def unsent(self) -> list[int]:
         """The records never handed to the connection and not refused before sending: certainly
@@ -111,15 +113,12 @@ class BulkOutcome:
             return []
         if self.state is None:
             return [i for i in range(len(self.acks)) if i not in self.errors]
-        return [i for i, st in enumerate(self.state) if st == _UNSENT and i not in self.errors]
+        return [i for i, st in enumerate(self.state) if not st and i not in self.errors]
 
 
 # Acks arrive on one subscription per call; a slow consumer would lose acks, so be generous.
 _ACK_PENDING_MSGS = 1 << 20
 _ACK_PENDING_BYTES = 256 << 20
-# Per-record states of one call (a bytearray, one byte per record).
-_UNSENT, _FLYING, _SETTLED, _LATE = 0, 1, 2, 3  # _LATE: timed out, but a late ack still counts
-_FLYING_BYTE, _UNSENT_BYTE = bytes([_FLYING]), bytes([_UNSENT])
 
 
 async def publish_enveloped(
@@ -156,41 +155,33 @@ async def publish_enveloped(
     :raises InvalidArgumentError: ``ids`` holds a duplicate or is not as long as ``records``.
     """
     n = len(records)
-    out = BulkOutcome([None] * n, sent_ns=sent_ns)
-    if n == 0:
-        return out
-    if len(ids) != n or len(subjects) != n:
+    if n and (len(ids) != n or len(subjects) != n):
         raise InvalidArgumentError(f"{n} records need {n} subjects and ids, got {len(subjects)} and {len(ids)}")
     cids = ids if isinstance(ids, CorrelationIds) else CorrelationIds.of(ids)
-    ack_policy, ack_timeout = options.policy, options.wait
-    window = options.window_for("nats")
+    acked = options.policy != AckPolicy.NONE
+    window = SendWindow(n, options.window_for("nats"), answers=acked)
+    out = BulkOutcome(window.acks, window.errors, window.timed_out, sent_ns=sent_ns, expects_acks=acked or not n)
+    if n == 0:
+        return out
+    out.state = window.written_once
     resend = DEFAULT_RESEND if options.resend is None else options.resend
-    fast = fast_nats(nc)
     try:
         for subject in set(subjects):
             _check_subject(subject)
-        if ack_policy == AckPolicy.NONE:
-            out.expects_acks = False
-            out.state = state = bytearray(n)
-            frames = _Frames(records, cids, out, PublishEncoder(ack_policy=int(ack_policy), crc=crc), nc.max_payload)
-            for start in range(0, n, max(window, 1)):
-                sent = frames.burst(start, min(n, start + window))
-                if sent:
-                    # Marked before the await: a frame handed over may be stored even if this fails.
-                    state[start : start + len(sent)] = _FLYING_BYTE * len(sent)
-                    await fast.publish_burst(subjects[start : start + len(sent)], sent)
-                    out.sent += len(sent)
-                if out.errors:
-                    break
-            await flush(nc, timeout=max(1, int(ack_timeout)))
-            return out
-        return await _with_acks(fast, subjects, records, cids, out, window, ack_timeout, resend, int(ack_policy), crc)
+        inbox = str(nc.new_inbox()) if acked else ""
+        encoder = PublishEncoder(ack_inbox=inbox, ack_policy=int(options.policy), crc=crc)
+        frames = _Frames(records, cids, encoder, nc.max_payload, window.refuse)
+        wire = _Wire(fast_nats(nc), subjects, frames, window, out)
+        if acked:
+            await _with_acks(wire, inbox, cids, options.wait, resend)
+        else:
+            await _without_acks(wire, options.wait)
     except (nats.errors.Error, OSError, TimeoutError) as exc:
         out.failure = UnavailableError(
             f"the NATS connection failed after {out.sent} of {n} records were sent ({type(exc).__name__}: {exc}); "
             "check that NATS is up and reachable"
         )
-        return out
+    return out
 
 
 def _check_subject(subject: str) -> None:
@@ -201,23 +192,23 @@ def _check_subject(subject: str) -> None:
 
 
 class _Frames:
-    """Builds the frames of one call's records; a record too large to publish gets its
-    :class:`MessageTooLargeError` in the outcome and ends the burst before it."""
+    """Builds the frames of one call's records; a record too large to publish is refused (its
+    :class:`MessageTooLargeError` goes to ``refuse``) and ends the burst before it."""
 
     def __init__(
         self,
         records: Sequence[Record | bytes],
         ids: CorrelationIds,
-        out: BulkOutcome,
         encoder: PublishEncoder,
         max_payload: int,
+        refuse: Callable[[int, LiftbridgeError], object],
     ) -> None:
-        self._records, self._ids, self._out = records, ids, out
+        self._records, self._ids, self._refuse = records, ids, refuse
         self._encoder, self._max_payload = encoder, max_payload
 
     def burst(self, start: int, end: int) -> list[bytes]:
         """The frames of ``records[start:end]``, cut short before the first record that cannot
-        be published."""
+        be published (refused): empty only when ``records[start]`` is."""
         records, encoder, max_payload = self._records, self._encoder, self._max_payload
         encode_value, encode = encoder.encode_value, encoder.encode
         prefix, own = self._ids.prefix_bytes, self._ids.own_bytes
@@ -249,14 +240,17 @@ class _Frames:
                 else:
                     data = _encode_record(encode, rec, cid)  # type: ignore[arg-type]
                 if len(data) > max_payload:
-                    self._out.errors[i] = MessageTooLargeError(
-                        f"record {i} is {len(data)} bytes enveloped, over the NATS server's max_payload of "
-                        f"{max_payload}; split it or raise max_payload on the NATS server"
+                    self._refuse(
+                        i,
+                        MessageTooLargeError(
+                            f"record {i} is {len(data)} bytes enveloped, over the NATS server's max_payload of "
+                            f"{max_payload}; split it or raise max_payload on the NATS server"
+                        ),
                     )
                     break
                 append(data)
         except PayloadTooLargeError as exc:
-            self._out.errors[i] = MessageTooLargeError(f"record {i} is too large to publish: {exc}")
+            self._refuse(i, MessageTooLargeError(f"record {i} is too large to publish: {exc}"))
         return frames
 
     def one(self, i: int) -> bytes:
@@ -287,223 +281,117 @@ def _encode_record(encode: Callable[..., bytes], rec: Record, cid: bytes) -> byt
     )
 
 
-async def _with_acks(
-    fast: FastNats,
-    subjects: Sequence[str],
-    records: Sequence[Record | bytes],
-    ids: CorrelationIds,
-    out: BulkOutcome,
-    window: int,
-    ack_timeout: float,
-    resend: ResendPolicy,
-    policy: int,
-    crc: bool,
-) -> BulkOutcome:
-    nc = fast.nc
-    n = len(records)
-    loop = asyncio.get_running_loop()
-    acks, errors, timed_out = out.acks, out.errors, out.timed_out
-    out.state = state = bytearray(n)  # _UNSENT, _FLYING, _SETTLED or _LATE per record
-    sends: dict[int, int] = {}  # sends so far of records sent more than once
-    # (deadline, indices) of each burst, in deadline order; a burst stays until its deadline
-    # passes, when its records still flying are re-sent or time out.
-    bursts: deque[tuple[float, Sequence[int]]] = deque()
-    flying = 0
-    room = asyncio.Event()
-    armed = False  # the sender waits on room for flying <= wake_at
-    # Wake the sender when a quarter of the window is free (while sending) or when nothing is in
-    # flight (while draining), rather than on every ack.
-    refill = window - max(1, window // 4)
-    wake_at = refill
-    decode = AckDecoder().decode
-    index_of = ids.index_of
-    prefix, plen, own = ids.prefix, len(ids.prefix), bool(ids.own)
-    # For building acks (see _UnfrozenAck): partitions parsed once per subject.
-    unfreeze, new_ack, acked_class = _UNFREEZE_WORKS, object.__new__, Ack
-    partitions: dict[str, int] = {}
-    policies, leader, ok = {p.value: p for p in AckPolicy}, AckPolicy.LEADER, AckError.OK
+@dataclass(slots=True)
+class _Wire:
+    """One call's records on their way to the connection: a burst of the window's next records
+    (:meth:`send`), or records again (:meth:`resend`), counted in the outcome."""
 
-    done = False  # the call has returned: acks handed over later change nothing
+    fast: FastNats
+    subjects: Sequence[str]
+    frames: _Frames
+    window: SendWindow
+    out: BulkOutcome
+
+    async def send(self, span: range, deadline: float | None) -> None:
+        """Send the records of ``span`` that can be framed (up to the first refused one), answered
+        by ``deadline``."""
+        frames = self.frames.burst(span.start, span.stop)
+        went = span[: len(frames)]
+        if not went:
+            return
+        out = self.out
+        # Marked before the await: a frame handed over may be stored even if the write fails.
+        self.window.sent(went, deadline)
+        out.peak_in_flight = max(out.peak_in_flight, self.window.in_flight)
+        if out.sent_ns is not None:
+            out.sent_ns[went.start : went.stop] = [time.time_ns()] * len(went)
+        await self.fast.publish_burst(self.subjects[went.start : went.stop], frames)
+        out.sent += len(went)
+
+    async def resend(self, again: list[int]) -> None:
+        """Send records ``again``: the same frames as the first time."""
+        await self.fast.publish_burst([self.subjects[i] for i in again], [self.frames.one(i) for i in again])
+        self.out.resent += len(again)
+
+
+async def _without_acks(wire: _Wire, wait: float) -> None:
+    """Ack policy ``NONE``: send the records a window at a time, then flush; no answer comes."""
+    while span := wire.window.next_span():
+        await wire.send(span, None)
+    await flush(wire.fast.nc, timeout=max(1, int(wait)))
+
+
+async def _with_acks(wire: _Wire, inbox: str, ids: CorrelationIds, wait: float, resend: ResendPolicy) -> None:
+    """Run the window until every record is settled, late or never to be sent: send a burst into
+    the free room, settle the acks as they come in on ``inbox`` (:func:`~.ack_inbox.read_acks`),
+    re-send or give up on the records whose ``wait`` passed (:meth:`~.window.SendWindow.overdue`),
+    and otherwise wait for acks to free room (:class:`_Room`)."""
+    window, loop = wire.window, asyncio.get_running_loop()
+    room = _Room(window)
+    read = read_acks(ids, window.settle)
+    returned = False  # the call returned: acks handed over later change nothing
 
     def on_acks(payloads: list[bytes]) -> None:
-        nonlocal flying, armed
-        if done:
-            return
-        for data in payloads:
-            try:
-                pb = decode(data)
-            except EnvelopeError as exc:
-                log.warning("ignoring a frame on the ack inbox that is not an ack: %s", exc)
-                continue
-            cid = pb.correlationId
-            # index_of(cid), inlined for generated ids (the bulk case).
-            if own or not cid.startswith(prefix):
-                i = index_of(cid)
-                if i < 0:
-                    continue  # not ours
-            else:
-                try:
-                    i = int(cid[plen:])
-                except ValueError:
-                    continue  # not ours
-                if not 0 <= i < n:
-                    continue
-            st = state[i]
-            if st == _FLYING:
-                flying -= 1
-            elif st == _LATE:
-                timed_out.remove(i)
-            else:
-                continue  # a second ack after a re-send
-            state[i] = _SETTLED
-            if pb.ackError == 0 and unfreeze:
-                # ack_from_pb(pb), inlined, on the unfrozen twin (a test holds the two equal).
-                ack: Any = new_ack(_UnfrozenAck)
-                ms = ack.msg_subject = pb.msgSubject
-                part = partitions.get(ms)
-                if part is None:
-                    part = partitions[ms] = ack_from_pb(pb).partition
-                ack.partition = part
-                ack.stream = pb.stream
-                ack.partition_subject = pb.partitionSubject
-                ack.offset = pb.offset
-                ack.ack_inbox = pb.ackInbox
-                ack.correlation_id = cid
-                ack.ack_policy = policies.get(pb.ackPolicy, leader)
-                ack.reception_timestamp = pb.receptionTimestamp
-                ack.commit_timestamp = pb.commitTimestamp
-                ack.ack_error = ok
-                ack.__class__ = acked_class
-                acks[i] = ack
-            elif pb.ackError == 0:
-                acks[i] = ack_from_pb(pb)
-            else:
-                try:
-                    check_ack(ack_from_pb(pb))
-                except LiftbridgeError as exc:
-                    errors[i] = exc
-        if armed and flying <= wake_at:
-            armed = False
-            room.set()
+        if not returned:
+            read(payloads)
+            room.acks_came()
 
-    inbox = str(nc.new_inbox())
-    frames = _Frames(records, ids, out, PublishEncoder(ack_inbox=inbox, ack_policy=policy, crc=crc), nc.max_payload)
+    fast = wire.fast
     sub = await fast.subscribe(inbox, on_acks, pending_msgs=_ACK_PENDING_MSGS, pending_bytes=_ACK_PENDING_BYTES)
     try:
-        nxt = 0
-        while True:
-            if nxt < n and not errors and not timed_out and flying < window:
-                # One burst fills the free room; acks arriving meanwhile free more for the next.
-                start = nxt
-                burst = frames.burst(start, min(n, start + window - flying))
-                k = len(burst)
-                nxt = start + k
-                if k:
-                    state[start : start + k] = _FLYING_BYTE * k
-                    flying += k
-                    bursts.append((loop.time() + ack_timeout, range(start, start + k)))
-                    if out.sent_ns is not None:
-                        out.sent_ns[start : start + k] = [time.time_ns()] * k
-                    await fast.publish_burst(subjects[start : start + k], burst)
-                    out.sent += k
-                    if flying > out.peak_in_flight:
-                        out.peak_in_flight = flying
-            if not flying:
-                if nxt >= n or errors or timed_out:
-                    break
+        while window.running:
+            span = window.next_span()  # one burst fills the free room; acks coming meanwhile free more
+            if span:
+                await wire.send(span, loop.time() + wait)
+            if not window.in_flight:
                 continue
             now = loop.time()
-            if bursts[0][0] <= now:
-                # Not `flying -= await ...`: acks handled during the await change flying.
-                gave_up = await _expire(
-                    fast, frames, subjects, bursts, state, sends, timed_out, now, ack_timeout, resend, out
-                )
-                flying -= gave_up
+            if window.next_deadline <= now:
+                again = window.overdue(now, resend, now + wait)
+                if again:
+                    await wire.resend(again)
                 continue
-            sending = nxt < n and not errors and not timed_out
-            wake_at = refill if sending else 0
-            if flying <= wake_at:
-                continue  # acks freed the room already
-            room.clear()
-            armed = True
-            try:
-                async with asyncio.timeout(bursts[0][0] - now):
-                    await room.wait()
-            except TimeoutError:
-                pass
-            armed = False
+            await room.wait(window.next_deadline - now)
     finally:
-        done = True
+        returned = True
         fast.forget(sub)
         try:
             await sub.unsubscribe()
         except nats.errors.Error:
             pass  # the connection is going away anyway
-    return out
 
 
-async def _expire(
-    fast: FastNats,
-    frames: _Frames,
-    subjects: Sequence[str],
-    bursts: deque[tuple[float, Sequence[int]]],
-    state: bytearray,
-    sends: dict[int, int],
-    timed_out: list[int],
-    now: float,
-    ack_timeout: float,
-    resend: ResendPolicy,
-    out: BulkOutcome,
-) -> int:
-    """Re-send or give up on every record still flying in the bursts whose deadline has passed;
-    return how many stopped flying (timed out)."""
-    again: list[int] = []
-    gave_up = 0
-    while bursts and bursts[0][0] <= now:
-        _, indices = bursts.popleft()
-        for i in indices:
-            if state[i] != _FLYING:
-                continue
-            attempt = sends.get(i, 1) + 1
-            if resend.should_resend(i, attempt):
-                sends[i] = attempt
-                again.append(i)
-            else:
-                state[i] = _LATE
-                timed_out.append(i)
-                gave_up += 1
-    if again:
-        bursts.append((now + ack_timeout, again))
-        await fast.publish_burst([subjects[i] for i in again], [frames.one(i) for i in again])
-        out.resent += len(again)
-    return gave_up
+class _Room:
+    """Wakes the sender once acks have freed a quarter of the window (while there is more to
+    send) or emptied it (while only waiting), rather than on every ack."""
 
+    def __init__(self, window: SendWindow) -> None:
+        self._window = window
+        self._refill = window.size - max(1, window.size // 4)
+        self._wake_at = self._refill
+        self._event = asyncio.Event()
+        self._armed = False
 
-class _UnfrozenAck:
-    """Same slots, in the same order, as :class:`Ack`, without the frozen ``__setattr__``: the
-    bulk engine fills an ack in here with plain attribute stores, then makes it an ``Ack`` by
-    ``__class__`` assignment (Python allows it between classes of the same slot layout). A
-    fraction of the cost of calling each frozen slot's setter, which was the largest item of an
-    ack's cost after parsing. Where the assignment does not work, the engine uses
-    ``ack_from_pb``."""
+    def acks_came(self) -> None:
+        """Acks were settled: wake the waiting sender if there is the room it waits for."""
+        if self._armed and self._window.in_flight <= self._wake_at:
+            self._armed = False
+            self._event.set()
 
-    __slots__ = tuple(f.name for f in fields(Ack))
-
-
-def _unfreeze_works() -> bool:
-    """Whether an :class:`_UnfrozenAck` can become an :class:`Ack` (checked once at import; the
-    engine falls back to ``ack_from_pb`` if a future ``Ack`` changes its layout)."""
-    try:
-        probe: Any = object.__new__(_UnfrozenAck)
-        for f in fields(Ack):
-            setattr(probe, f.name, None)
-        probe.__class__ = Ack
-    except TypeError:
-        return False
-    return type(probe) is Ack and all(getattr(probe, f.name) is None for f in fields(Ack))
-
-
-_UNFREEZE_WORKS = _unfreeze_works()
+    async def wait(self, timeout: float) -> None:
+        """Return once acks freed the room (possibly at once), or after ``timeout`` seconds."""
+        self._wake_at = self._refill if self._window.more_to_send else 0
+        if self._window.in_flight <= self._wake_at:
+            return
+        self._event.clear()
+        self._armed = True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._armed = False
 
 
 _NONES = itertools.repeat(None)

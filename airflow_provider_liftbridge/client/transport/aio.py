@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from time import monotonic
 from typing import Any, TypeVar
 
@@ -250,6 +251,100 @@ class _ThreadedStream:
             self._room.notify()
 
 
+class _Reply:
+    """What goes back into a driven operation for the effect it yielded last: ``value``, or
+    ``error`` to raise in it."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class _PumpEnd:
+    """How a pumped stream ended, as what goes back into the operation: :data:`~..effects.END`
+    when the server closed it, ``None`` once the sink is done (:meth:`done`), else its failure
+    (the client's closing when :meth:`AsyncTransport.close` ended it). A context around the loop:
+    the failures it maps end the loop without leaving it; anything else goes on up."""
+
+    __slots__ = ("_reply", "_transport")
+
+    def __init__(self, transport: AsyncTransport, reply: _Reply) -> None:
+        self._transport, self._reply = transport, reply
+
+    def done(self) -> None:
+        """The sink wants nothing more."""
+        self._reply.value = None
+
+    def __enter__(self) -> _PumpEnd:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        closed = self._transport.closed
+        if exc is None or isinstance(exc, StopAsyncIteration):  # (the server closed a grpc.aio stream)
+            return exc is not None
+        if isinstance(exc, grpc.RpcError):
+            error: BaseException = effects.RpcFailure.of(exc)
+        elif isinstance(exc, effects.RpcFailure):
+            error = exc
+        elif isinstance(exc, asyncio.CancelledError) and closed and not _task_cancelled():
+            error = exc  # grpc.aio's end of a call that close() cancelled
+        else:
+            return False
+        self._reply.error = _closed_error() if closed else error
+        return True
+
+
+async def _threaded_items(handle: _ThreadedStream, sink: effects.Sink, end: _PumpEnd) -> AsyncGenerator[Any, None]:
+    """The items of a stream read by a reader thread, taken from its buffer as it fills."""
+    buffer, take = handle.buffer, sink.take
+    popleft = buffer.popleft
+    with end:
+        while True:
+            try:
+                response = popleft()
+            except IndexError:
+                await _linger(handle)
+                continue
+            if type(response) is _Stop:
+                buffer.appendleft(response)  # the stream stays over for later reads
+                if response.error is not None:
+                    raise response.error
+                return  # the server closed the stream
+            if handle.paused and len(buffer) <= BUFFER_LOW:
+                handle.resume()
+            item = take(response)
+            if item is not None:
+                yield item
+                if sink.done:
+                    end.done()
+                    return
+
+
+async def _linger(handle: _ThreadedStream) -> None:
+    """Wait for the reader thread to buffer more. A busy stream whose burst was short gets a
+    moment to fill the buffer, or every message would cost a thread wake-up."""
+    waited = monotonic()
+    await handle.wait()
+    if len(handle.buffer) < LINGER_BELOW and monotonic() - waited < BUSY_WAIT:
+        await asyncio.sleep(LINGER)
+
+
+async def _aio_items(handle: _AsyncStream, sink: effects.Sink, end: _PumpEnd) -> AsyncGenerator[Any, None]:
+    """The items of a stream read with grpc.aio, through its response iterator."""
+    next_response, take = handle.next_response, sink.take
+    assert next_response is not None  # a server-streaming call
+    with end:
+        while True:
+            item = take(await next_response())
+            if item is not None:
+                yield item
+                if sink.done:
+                    end.done()
+                    return
+
+
 class AsyncTransport:
     """Executes effects with grpc.aio; channels come from the process-wide registries.
 
@@ -357,87 +452,59 @@ class AsyncTransport:
 
     async def drive(self, op: effects.Op[Any], returned: list[Any] | None = None) -> AsyncGenerator[Any, None]:
         """Execute ``op``'s effects and yield what it emits; its return value is appended to
-        ``returned``. Streams it opened are cancelled when it ends."""
+        ``returned``. Streams it opened are cancelled when it ends.
+
+        Each turn: the answer to the last effect goes into the operation, which yields the next
+        effect; an ``Emit`` is yielded, a ``Pump`` runs its stream (:meth:`_pumped`), any other
+        effect is carried out (:meth:`_carry_out`)."""
         opened: list[_AsyncStream | _ThreadedStream] = []
-        send: Any = None
-        error: BaseException | None = None
+        reply = _Reply()
         try:
             while True:
                 try:
-                    effect = op.throw(error) if error is not None else op.send(send)
+                    effect = op.throw(reply.error) if reply.error is not None else op.send(reply.value)
                 except StopIteration as stop:
                     if returned is not None:
                         returned.append(stop.value)
                     return
-                send, error = None, None
+                reply.value = reply.error = None
                 if isinstance(effect, effects.Emit):
                     yield effect.item
                     continue
-                if isinstance(effect, effects.Pump):
-                    # A subscription's hot loop: straight over the responses, no round trip
-                    # through the operation per message.
-                    sink, take, handle, send = effect.sink, effect.sink.take, effect.handle, effects.END
-                    try:
-                        if type(handle) is _ThreadedStream:
-                            buffer, wait = handle.buffer, handle.wait
-                            popleft = buffer.popleft
-                            while True:
-                                try:
-                                    response = popleft()
-                                except IndexError:
-                                    # Busy stream, short burst: give the reader a moment to fill
-                                    # the buffer, or every message costs a thread wake-up.
-                                    waited = monotonic()
-                                    await wait()
-                                    if len(buffer) < LINGER_BELOW and monotonic() - waited < BUSY_WAIT:
-                                        await asyncio.sleep(LINGER)
-                                    continue
-                                if type(response) is _Stop:
-                                    buffer.appendleft(response)
-                                    if response.error is not None:
-                                        raise response.error
-                                    break  # the server closed the stream
-                                if handle.paused and len(buffer) <= BUFFER_LOW:
-                                    handle.resume()
-                                item = take(response)
-                                if item is not None:
-                                    yield item
-                                    if sink.done:
-                                        send = None
-                                        break
-                        else:
-                            next_response = handle.next_response
-                            while True:
-                                item = take(await next_response())
-                                if item is not None:
-                                    yield item
-                                    if sink.done:
-                                        send = None
-                                        break
-                    except StopAsyncIteration:
-                        pass  # the server closed the stream
-                    except grpc.RpcError as exc:
-                        error = effects.RpcFailure.of(exc)
-                    except effects.RpcFailure as exc:
-                        error = exc
-                    except asyncio.CancelledError:
-                        if not self.closed or _task_cancelled():
-                            raise
-                        error = _closed_error()
-                    if error is not None and self.closed:
-                        error = _closed_error()  # the stream ended because close() cancelled it
+                if not isinstance(effect, effects.Pump):
+                    await self._carry_out(effect, reply, opened)
                     continue
-                try:
-                    send = await self.execute(effect)
-                except (effects.RpcFailure, effects.ReadTimeout, UnavailableError) as exc:
-                    error = _closed_error() if self.closed else exc
-                if isinstance(effect, effects.OpenStream):
-                    opened.append(send)
+                async with aclosing(self._pumped(effect, reply)) as items:
+                    async for item in items:
+                        yield item
         finally:
             op.close()
             for stream in opened:
                 stream.cancel()
                 self._streams.discard(stream)
+
+    async def _carry_out(
+        self, effect: effects.Effect, reply: _Reply, opened: list[_AsyncStream | _ThreadedStream]
+    ) -> None:
+        """Execute ``effect``: its result goes back into the operation, or its failure (the
+        client's closing, once it is closed); a stream it opened is remembered in ``opened``."""
+        try:
+            reply.value = await self.execute(effect)
+        except (effects.RpcFailure, effects.ReadTimeout, UnavailableError) as exc:
+            reply.error = _closed_error() if self.closed else exc
+            return
+        if isinstance(effect, effects.OpenStream):
+            opened.append(reply.value)
+
+    def _pumped(self, effect: effects.Pump, reply: _Reply) -> AsyncGenerator[Any, None]:
+        """A subscription's hot loop: what ``effect.sink`` makes of each response of the stream,
+        straight over the responses with no round trip through the operation per message. What
+        goes back into the operation when it ends is in ``reply`` (:class:`_PumpEnd`)."""
+        reply.value = effects.END
+        end = _PumpEnd(self, reply)
+        if type(effect.handle) is _ThreadedStream:
+            return _threaded_items(effect.handle, effect.sink, end)
+        return _aio_items(effect.handle, effect.sink, end)
 
     async def run(self, op: effects.Op[_R]) -> _R:
         """Execute a unary operation (one that emits nothing) and return its result."""
