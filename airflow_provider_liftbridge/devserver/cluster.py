@@ -66,6 +66,9 @@ class Cluster:
         self._kick_handle: asyncio.Handle | None = None
         #: Monotonic time of the last full-cluster restart (the restart window runs from it).
         self.restarted_at: float | None = None
+        #: While not None, the restart window reads as this long after the restart (a test hook:
+        #: :meth:`hold_restart_window`); it runs on from there when released.
+        self._window_held_at: float | None = None
         self._resumed: dict[int, asyncio.Event] = {}
         #: Followers fetch again only after this (monotonic): see :meth:`nats_lost`.
         self.fetch_paused_until = 0.0
@@ -90,6 +93,8 @@ class Cluster:
     def _since_restart(self) -> float | None:
         if self.restarted_at is None:
             return None
+        if self._window_held_at is not None:
+            return self._window_held_at
         elapsed = time.monotonic() - self.restarted_at
         if elapsed >= self.timings.restart_hw_unknown:
             self.restarted_at = None
@@ -113,8 +118,22 @@ class Cluster:
         """High watermarks read -1 and nothing commits."""
         return self._since_restart() is not None
 
-    def begin_restart_window(self) -> None:
+    def begin_restart_window(self, hold_leaderless: bool = False) -> None:
+        """Start the restart window; with ``hold_leaderless`` it stays at the start of its no-leaders
+        phase (streams listed, no partition leader) until :meth:`release_restart_window`."""
         self.restarted_at = time.monotonic()
+        if hold_leaderless:
+            self._window_held_at = self.timings.restart_no_streams
+
+    def release_restart_window(self) -> None:
+        """Let a held restart window run on from where it was held (nothing when none is held)."""
+        held, self._window_held_at = self._window_held_at, None
+        if held is None or self.restarted_at is None:
+            return
+        self.restarted_at = time.monotonic() - held
+        if self._task is not None and self._window_end is None:  # started: settle it when it ends
+            remaining = self.timings.restart_hw_unknown - held
+            self._window_end = asyncio.get_running_loop().call_later(max(0.0, remaining), self._restart_settled)
 
     # -- running ----------------------------------------------------------------
     def attach(self, part: Partition, logs: dict[str, PartitionLog], saved: Mapping[str, Any]) -> None:
@@ -136,7 +155,7 @@ class Cluster:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._monitor(), name="cluster monitor")
         self._checkpoints = loop.create_task(self._checkpoint_loop(), name="high watermark checkpoints")
-        if self.restarted_at is not None:
+        if self.restarted_at is not None and self._window_held_at is None:
             remaining = self.restarted_at + self.timings.restart_hw_unknown - time.monotonic()
             self._window_end = loop.call_later(max(0.0, remaining), self._restart_settled)
 

@@ -153,8 +153,9 @@ class ServerCore:
             await self.stop()
             raise
 
-    async def _open_store(self) -> None:
-        """Read the data directory and serve every broker (a cluster with streams starts in the restart window)."""
+    async def _open_store(self, hold_leaderless: bool = False) -> None:
+        """Read the data directory and serve every broker (a cluster with streams starts in the restart
+        window, held in its no-leaders phase with ``hold_leaderless``)."""
         assert self._ingest is not None
         for b in self.brokers:
             b.live, b.stalled = True, False
@@ -170,7 +171,7 @@ class ServerCore:
         else:
             self._groups.store = store  # groups live in Liftbridge's replicated metadata: a restart keeps them
         if store.cluster is not None and store.streams:
-            store.cluster.begin_restart_window()
+            store.cluster.begin_restart_window(hold_leaderless)
         for stream in store.streams.values():
             for part in stream.partitions:
                 if not part.paused:
@@ -287,9 +288,10 @@ class ServerCore:
         """
         self._cluster("move the metadata leader").metadata.move_to(index)
 
-    async def restart_cluster(self, down: float = 0.0) -> None:
+    async def restart_cluster(self, down: float = 0.0, hold_leaderless: bool = False) -> None:
         """Stop every broker at once (calls end, nothing unwritten survives), wait ``down`` seconds,
-        and start them all from the data directory; they go through the restart window.
+        and start them all from the data directory; they go through the restart window (held in its
+        no-leaders phase until :meth:`release_restart_window` with ``hold_leaderless``).
 
         :raises ServerStateError: a single-broker server (use ``DevServerProcess.kill`` and ``start``).
         """
@@ -308,7 +310,11 @@ class ServerCore:
         store.close()
         self._store = None
         await asyncio.sleep(down)
-        await self._open_store()
+        await self._open_store(hold_leaderless)
+
+    async def release_restart_window(self) -> None:
+        """Let a restart window held by ``restart_cluster(hold_leaderless=True)`` run on."""
+        self._cluster("release the restart window").release_restart_window()
 
     def _cluster(self, what: str) -> Cluster:
         cluster = self.store.cluster

@@ -337,14 +337,25 @@ class DevServer:
 
         self._run(release())
 
-    def restart_cluster(self, down: float = 0.0) -> None:
+    def restart_cluster(self, down: float = 0.0, hold_leaderless: bool = False) -> None:
         """Restart every broker at once after ``down`` seconds, from the data directory, through the
         restart window (``timings.restart_*``: metadata without streams, then no leaders and Publish
         "no such stream", then high watermarks -1 while nothing commits), on the same ports.
 
+        With ``hold_leaderless`` (a test hook) the window stays at the start of its no-leaders phase
+        (streams listed, no partition leader, NATS publishes dropped) when this returns, however
+        slowly the test runs, until :meth:`release_restart_window` lets it run on from there.
+
         :raises ServerStateError: a single-broker server.
         """
-        self._run(self._running_core().restart_cluster(down), timeout=30.0 + down)
+        self._run(self._running_core().restart_cluster(down, hold_leaderless), timeout=30.0 + down)
+
+    def release_restart_window(self) -> None:
+        """Let a restart window held by ``restart_cluster(hold_leaderless=True)`` run on.
+
+        :raises ServerStateError: a single-broker server, or the server is not running.
+        """
+        self._run(self._running_core().release_restart_window())
 
 
 def _opt_path(path: str | os.PathLike[str] | None) -> str | None:

@@ -12,7 +12,9 @@ import asyncio
 import dataclasses
 import os
 import re
+import select
 import signal
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -119,10 +121,12 @@ async def test_connect_makes_again_a_connection_the_handshake_left_half_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The server's first keepalive PING comes ~200 ms after accept (2 s by default); the client's
-    # first handshake is held up 0.5 s before its CONNECT, as a stalled process would be (a sleep
-    # stands in for the stall: a loaded machine cannot be ordered on cue).
+    # first handshake is held up before its CONNECT, as a stalled process would be, until that PING
+    # is in its socket (peeked, not read: nats-py reads it next). ping_max: the server never closes
+    # the stalled client as stale (after 2 unanswered PINGs by default, 0.6 s here, which a loaded
+    # machine outlasted: "Connection lost" in the handshake).
     conf = tmp_path / "nats.conf"
-    conf.write_text('ping_interval: "200ms"\n')
+    conf.write_text('ping_interval: "200ms"\nping_max: 1000\n')
     server = NatsServerProcess(extra_args=["-c", str(conf)])
     url = await server.start_async()
     slow_once = [True]
@@ -130,15 +134,15 @@ async def test_connect_makes_again_a_connection_the_handshake_left_half_open(
 
     def stalled(self: NatsClient) -> bytes:
         if slow_once and slow_once.pop():
-            time.sleep(0.5)
+            _until_a_ping_is_buffered(self)
         return connect_command(self)
 
     monkeypatch.setattr(NatsClient, "_connect_command", stalled)
     plain = await nats.connect(url, allow_reconnect=False)
     try:
         # nats-py took the PING for its PONG: left CONNECTING, its flusher gone, flush() a no-op.
-        await asyncio.sleep(0.1)  # the flusher's first turn, where it ends
-        assert plain.is_connecting and plain._flusher_task.done()  # type: ignore[union-attr]
+        await _until(lambda: plain._flusher_task.done())  # type: ignore[union-attr]  # its first turn
+        assert plain.is_connecting
     finally:
         await plain.close()
     slow_once.append(True)
@@ -297,6 +301,16 @@ async def test_burst_on_a_closed_connection_raises_what_publish_raises(nats_url:
     await nc.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await fast.publish_burst(["s"], [b"x"])
+
+
+def _until_a_ping_is_buffered(nc: NatsClient, timeout: float = 30.0) -> None:
+    """Block (the event loop too, as a stalled process) until the server's ``PING`` waits unread in
+    ``nc``'s socket. A bound for a wait that normally ends in 200 ms."""
+    fd = nc._transport._io_writer.get_extra_info("socket").fileno()  # type: ignore[union-attr]
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        deadline = time.monotonic() + timeout
+        while b"PING" not in (sock.recv(4096, socket.MSG_PEEK) if select.select([sock], [], [], 0.01)[0] else b""):
+            assert time.monotonic() < deadline, "no PING from the server"
 
 
 async def _until(cond: object, timeout: float = 30.0) -> None:
