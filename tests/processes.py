@@ -1,16 +1,49 @@
-"""Helpers for tests that start, stop and signal processes of their own: free ports, a SIGSTOP
-that waits until the process really stopped, a killed ``nats-server`` started again on its port,
-and a NATS cluster of real ``nats-server`` nodes."""
+"""Helpers for tests that start, stop and signal processes of their own: a child run to its end
+with no time-out of its own (``run_child``), free ports, a SIGSTOP that waits until the process
+really stopped, a killed ``nats-server`` started again on its port, and a NATS cluster of real
+``nats-server`` nodes."""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+
+
+def run_child(
+    args: Sequence[str], *, capture_output: bool = False, check: bool = False, **popen: Any
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(args, ...)`` without a time-out of its own: the test's pytest-timeout is
+    the hang guard (a second, tighter bound only fails a slow machine: an Airflow child took over
+    120 s at load 16). The child runs in a session of its own; if the wait is interrupted (the
+    test timed out, KeyboardInterrupt) its whole process group is SIGKILLed before the exception
+    goes on, so no child or grandchild outlives the test.
+    """
+    if "timeout" in popen:
+        raise TypeError("run_child takes no timeout: pytest-timeout bounds the test")
+    if capture_output:
+        popen["stdout"] = popen["stderr"] = subprocess.PIPE
+    with subprocess.Popen(args, start_new_session=True, **popen) as proc:
+        try:
+            stdout, stderr = proc.communicate()
+        except BaseException:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def free_ports(n: int) -> list[int]:

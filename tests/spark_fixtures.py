@@ -14,6 +14,7 @@ JVM start-ups dominate the Spark tiers' time, hence one of each per session.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,10 +75,59 @@ def cluster_config(executor_archive: Path) -> dict[str, str]:
     }
 
 
+def _healthy(session: SparkSession) -> bool:
+    """Whether ``session`` is the process's running session and its JVM answers a call, and
+    answers it right (a gateway left in a bad state was seen answering with wrong objects)."""
+    from pyspark import SparkContext
+
+    sc = session.sparkContext
+    if SparkContext._active_spark_context is not sc or sc._jsc is None:
+        return False
+    try:
+        return sc._jsc.sc().isStopped() is False and sc._jvm.java.lang.Math.abs(-7) == 7
+    except Exception:
+        return False
+
+
+def discard_driver() -> None:
+    """Forget the process's classic SparkSession and SparkContext and end their JVM gateway,
+    without a py4j call that could read a stale answer or wait on a busy JVM: the next
+    ``build_spark_session`` starts a new JVM (the standalone master drops the old application
+    when its driver goes)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with SparkContext._lock:
+        sc = SparkContext._active_spark_context
+        gateway = SparkContext._gateway
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        server.shutdown()
+    if gateway is None:
+        return
+    gateway.shutdown()  # sends the shutdown command, waits for no answer, closes the sockets
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.stdin.close()  # the gateway JVM exits when its stdin closes
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture(scope="session")
 def _spark_driver(spark_cluster: StandaloneCluster, executor_archive: Path) -> Iterator[Callable[[], SparkSession]]:
     """Gets the process's classic SparkSession on ``spark_cluster``, starting it again when a test
-    stopped it; stops it and restores ``PYSPARK_PYTHON`` at the end of the session."""
+    stopped it or it does not answer right (its JVM gateway is then ended first); a build that does
+    not complete (an exception, pytest-timeout firing inside a py4j call) is discarded with its
+    JVM, never cached or handed out. Stops the session and restores ``PYSPARK_PYTHON`` at the end
+    of the session."""
     from pyspark import SparkContext
 
     from airflow_provider_liftbridge.spark import build_spark_session
@@ -86,13 +136,21 @@ def _spark_driver(spark_cluster: StandaloneCluster, executor_archive: Path) -> I
     sessions: list[SparkSession] = []
 
     def live() -> SparkSession:
-        if not sessions or SparkContext._active_spark_context is None:
+        if sessions and _healthy(sessions[-1]):
+            return sessions[-1]
+        if sessions and SparkContext._active_spark_context is not None:
+            discard_driver()  # running but not answering right: a new JVM
+        sessions.clear()
+        try:
             session = build_spark_session(
                 spark_cluster.master_url, app_name="liftbridge-tests", config=cluster_config(executor_archive)
             )
             session.sparkContext.setLogLevel("ERROR")
-            sessions.append(session)
-        return sessions[-1]
+        except BaseException:
+            discard_driver()
+            raise
+        sessions.append(session)
+        return session
 
     try:
         yield live

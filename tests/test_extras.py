@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_liftbridge.extras import EXTRAS, MissingExtraError, install_command, needs_extra
+from tests.processes import run_child
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -102,7 +103,7 @@ def _child(tmp_path: Path, blocked: str, argv: list[str]) -> subprocess.Complete
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
         "LIFTBRIDGE_TEST_BLOCKED_MODULES": blocked,
     }
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180, check=False)
+    return run_child(argv, capture_output=True, text=True, env=env, check=False)
 
 
 def _script(name: str) -> str:
@@ -136,12 +137,11 @@ def test_devserver_script_without_nats_server_names_the_extra(tmp_path: Path) ->
         "from airflow_provider_liftbridge.cli import devserver; sys.exit(devserver())"
     )
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "nats-server").exists())
-    out = subprocess.run(
+    out = run_child(
         [sys.executable, "-c", code, "--port", "0", "--nats-port", "0"],
         capture_output=True,
         text=True,
         env=os.environ | {"PATH": path},
-        timeout=120,
         check=False,
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]

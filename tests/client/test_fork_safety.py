@@ -9,9 +9,10 @@ Runs in a fresh interpreter: the setting counts only if made before grpc is impo
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
+
+from tests.processes import run_child
 
 _SCRIPT = textwrap.dedent(
     """
@@ -45,9 +46,7 @@ _SCRIPT = textwrap.dedent(
 
 def test_children_forked_beside_a_busy_client_all_start() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=240, check=True
-    ).stdout
+    out = run_child([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
     assert "setting false" in out, out
     # Without the setting, 11 of 300 children died on this machine (about 1 in 30).
     assert "failed 0" in out, out

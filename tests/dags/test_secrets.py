@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.nats_security import NatsSecurity
 from tests.airflow_support import conn_env_name
+from tests.processes import run_child
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(300)]
 SECRET = "Pw-9c1f7e2d-never-printed"
@@ -58,9 +58,7 @@ def test_the_password_is_never_printed(guarded: DevServer, where: str) -> None:
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
     }
     airflow = str(Path(sys.executable).with_name("airflow"))
-    done = subprocess.run(
-        [airflow, "dags", "test", DAG_ID], env=env, capture_output=True, text=True, timeout=240, check=False
-    )
+    done = run_child([airflow, "dags", "test", DAG_ID], env=env, capture_output=True, text=True, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     # The run published over NATS and said so: the log line that names the NATS servers exists.

@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver.process import READY_PREFIX, parse_ready_line
+from tests.processes import run_child
 
 from .helpers import create, publish, subscribe
 
@@ -70,9 +71,7 @@ def test_port_in_use_is_one_clear_line() -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        result = subprocess.run(
-            [*CMD, "--port", str(port), "--nats-port", "0"], capture_output=True, text=True, timeout=30
-        )
+        result = run_child([*CMD, "--port", str(port), "--nats-port", "0"], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "Traceback" not in result.stderr
@@ -85,11 +84,10 @@ def test_missing_nats_server_is_one_clear_line(tmp_path: Path) -> None:
     fake_bin.mkdir()
     (fake_bin / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(fake_bin), "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(
+    result = run_child(
         [str(fake_bin / "python"), "-m", "airflow_provider_liftbridge.devserver", "--port", str(_free_port())],
         capture_output=True,
         text=True,
-        timeout=30,
         env=env,
     )
     assert result.returncode == 1

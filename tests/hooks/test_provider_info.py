@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_FIELDS, UI_FIELD_
 from airflow_provider_liftbridge.get_provider_info import get_provider_info
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
 from airflow_provider_liftbridge.triggers.base import LiftbridgeBaseTrigger
+from tests.processes import run_child
 
 
 def test_provider_info_matches_airflow_schema() -> None:
@@ -84,12 +84,11 @@ def test_hook_field_behaviour_matches_the_declaration() -> None:
 @pytest.mark.timeout(120)
 def test_airflow_cli_lists_the_provider() -> None:
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    result = subprocess.run(
+    result = run_child(
         [airflow, "providers", "get", "airflow-provider-liftbridge", "--full", "-o", "json"],
         capture_output=True,
         text=True,
         env=os.environ.copy(),
-        timeout=110,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     (provider,) = json.loads(result.stdout[result.stdout.index("[") :])
@@ -97,12 +96,11 @@ def test_airflow_cli_lists_the_provider() -> None:
     assert provider["connection-types"][0]["connection-type"] == "liftbridge"
     for section in ("hooks", "operators", "sensors", "triggers"):
         assert provider[section][0]["python-modules"], section
-    listing = subprocess.run(
+    listing = run_child(
         [airflow, "providers", "list", "-o", "plain"],
         capture_output=True,
         text=True,
         env=os.environ.copy(),
-        timeout=110,
     )
     assert "airflow-provider-liftbridge" in listing.stdout
 

@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from airflow_provider_liftbridge.operators.reading_base import parse_partitions,
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 from tests.operators import consume_support as support
 from tests.operators.helpers import read_all
+from tests.processes import run_child
 
 pytestmark = [pytest.mark.usefixtures("airflow_db", "liftbridge_conn"), pytest.mark.timeout(180)]
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -138,13 +138,12 @@ def test_a_sigkilled_try_then_a_retry(
         "CONSUME_MARKER": str(tmp_path / "killed"),
     }.items():
         monkeypatch.setenv(name, value)
-    killed = subprocess.run(
+    killed = run_child(
         [sys.executable, "-m", "tests.operators.consume_support"],
         cwd=REPO,
         env=os.environ | {"PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert liftbridge_client.fetch_cursor("killable", stream_name, 0) == 3

@@ -6,7 +6,6 @@ the provider installed; and, in a child interpreter where it cannot be imported,
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -25,6 +24,7 @@ from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOp
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
+from tests.processes import run_child
 
 pytestmark = pytest.mark.usefixtures("liftbridge_conn")
 
@@ -137,5 +137,5 @@ def test_without_the_openlineage_provider_nothing_breaks() -> None:
         print("ok")
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    out = run_child([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

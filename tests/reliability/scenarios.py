@@ -33,6 +33,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
+from tests.processes import run_child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,14 +179,10 @@ def run_dag_subprocess(env: dict[str, str], timeout: float | None = None) -> sub
     """Run the reliability DAG once with ``dag.test()`` in a fresh Python process. Unbounded by
     default: the test's own time-out bounds it (a child killed by it goes with the test), rather
     than a second, shorter bound sized for a quiet machine (one child took over 120 s at load 16)."""
-    return subprocess.run(
-        [sys.executable, "-m", "tests.reliability.run_dag"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    argv = [sys.executable, "-m", "tests.reliability.run_dag"]
+    if timeout is None:  # the child's process group goes if the test is interrupted
+        return run_child(argv, cwd=REPO, env=env, capture_output=True, text=True)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def task_kill(lb_address: str, fault: str, n: int = 3000, crash_at: int = 1300) -> Figures:

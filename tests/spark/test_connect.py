@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from pyspark.sql.connect import functions as F  # this process also runs a class
 from airflow_provider_liftbridge.spark import ConnectionSettings, publish_dataframe, to_options
 from airflow_provider_liftbridge.spark.session import spark_session_scope
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json
+from tests.processes import run_child
 from tests.spark.test_publish_dataframe import read_partition
 
 if TYPE_CHECKING:
@@ -103,9 +103,7 @@ import os
 assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ, "the process was left in Spark Connect mode"
 print(json.dumps(summary))
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=240
-    )
+    done = run_child([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert (summary["count"], summary["acknowledged"]) == (300, 300)

@@ -11,12 +11,12 @@ Airflow's frame, its links to Airflow staying under the prefix; no plugin import
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from scripts.deployment import Deployment, airflow_command, free_port, wait_until
+from tests.processes import run_child
 from tests.system.conftest import ARCHIVE_DAG
 from tests.system.prefix_proxy import prefix_proxy
 from tests.system.test_ui import logged_in_page
@@ -101,12 +101,11 @@ def test_the_view_is_registered_once_with_eager_provider_discovery(deployment: D
     ) as response:
         plugins = [p["name"] for p in json.loads(response.read())["plugins"]]
     assert plugins.count("liftbridge_ui") == 1, plugins
-    listed = subprocess.run(
+    listed = run_child(
         [*airflow_command(), "plugins", "--output", "json"],
         env=deployment.env() | EAGER,
         capture_output=True,
         text=True,
-        timeout=180,
         check=False,
     )
     assert listed.returncode == 0, listed.stderr[-2000:]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -27,6 +26,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
+from tests.processes import run_child
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
 
@@ -358,9 +358,7 @@ def test_airflow_mounts_the_plugin(tmp_path: Any, lazy_discover_providers: str |
     # -P: the working directory is not on sys.path, as for the airflow command. A source
     # checkout's *.egg-info there is a second copy of this distribution, whose entry point
     # would register the plugin again.
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=200
-    )
+    done = run_child([sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MOUNTS ['/liftbridge']" in done.stdout, done.stdout[-2000:]
     assert "VIEWS ['liftbridge/']" in done.stdout, done.stdout[-2000:]

@@ -4,7 +4,6 @@ and what loading the plugin costs a task process."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from typing import Any
@@ -19,6 +18,7 @@ from airflow_provider_liftbridge.operators.links import PIPELINE_LINK, STREAM_LI
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.ui.paths import view_url
 from tests.airflow_support import REPO
+from tests.processes import run_child
 from tests.ui.test_api import Api, airflow_app, connections, run_consume, token  # noqa: F401  (fixtures too)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
@@ -134,9 +134,7 @@ def test_a_task_process_loads_the_plugin_without_the_views_app(tmp_path: Any) ->
     # -P: the working directory is not on sys.path, as for the airflow command. A source
     # checkout's *.egg-info there is a second copy of this distribution, whose entry point
     # would register the plugin again.
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    done = run_child([sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LOADED True" in done.stdout, done.stdout[-2000:]
     assert "APP ['airflow_provider_liftbridge.ui.paths', 'airflow_provider_liftbridge.ui.plugin']" in done.stdout, (
@@ -198,8 +196,6 @@ def test_no_link_where_the_view_is_not_installed(tmp_path: Any) -> None:
     # -P: the working directory is not on sys.path, as for the airflow command. A source
     # checkout's *.egg-info there is a second copy of this distribution, whose entry point
     # would register the plugin again.
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    done = run_child([sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "INSTALLED False" in done.stdout and "LINKS ['', '']" in done.stdout, done.stdout[-2000:]
