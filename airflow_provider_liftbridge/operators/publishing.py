@@ -16,6 +16,7 @@ from .publishing_base import (
     check_compression_argument,
     check_options_argument,
     warn_deprecated_keyword,
+    warn_deprecated_options,
 )
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "check_compression_argument",
     "check_options_argument",
     "warn_deprecated_keyword",
+    "warn_deprecated_options",
 ]
 
 warnings.warn(

@@ -67,6 +67,7 @@ __all__ = [
     "check_compression_argument",
     "check_options_argument",
     "warn_deprecated_keyword",
+    "warn_deprecated_options",
 ]
 
 #: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
@@ -96,14 +97,22 @@ def check_options_argument(value: Any, name: str = "options") -> PublishOptions 
     raise bad_argument(name, value, "a PublishOptions value is required", f"e.g. {name}=PublishOptions(path='grpc')")
 
 
-def warn_deprecated_keyword(name: str, value: Any, instead: str) -> None:
+def warn_deprecated_keyword(name: str, value: Any, instead: str, *, stacklevel: int = 3) -> None:
     """Warn (``AirflowProviderDeprecationWarning``) that the publishing operators' keyword ``name``
     is deprecated, naming what to write ``instead``."""
     warnings.warn(
         f"{name} is deprecated on the publishing operators; use {instead} (got {name}={value!r})",
         AirflowProviderDeprecationWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
+
+
+def warn_deprecated_options(**keywords: tuple[Any, str]) -> None:
+    """Warn for each deprecated transport keyword given (``name=(value, field)``, ``None``: not
+    given) that it is now ``options=PublishOptions(field=...)``."""
+    for name, (value, field) in keywords.items():
+        if value is not None:
+            warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)", stacklevel=4)
 
 
 #: The publishing options' validators (run when the DAG is parsed and after rendering).
@@ -202,13 +211,11 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
-        for name, value, field in (
-            ("publish_path", publish_path, "path"),
-            ("publish_timeout", publish_timeout, "timeout"),
-            ("compression", compression, "compression"),
-        ):
-            if value is not None:
-                warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)")
+        warn_deprecated_options(
+            publish_path=(publish_path, "path"),
+            publish_timeout=(publish_timeout, "timeout"),
+            compression=(compression, "compression"),
+        )
         #: How records travel (``None``: every option at its default), see the class.
         self.options = options
         self.compression = compression

@@ -11,7 +11,7 @@ from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.client.write_stats import summary_line
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
-from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS, warn_deprecated_keyword
+from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS, warn_deprecated_options
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
@@ -184,13 +184,11 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
-        for name, value, field in (
-            ("window", window, "window"),
-            ("publish_timeout", publish_timeout, "timeout"),
-            ("compression", compression, "compression"),
-        ):
-            if value is not None:
-                warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)")
+        warn_deprecated_options(
+            window=(window, "window"),
+            publish_timeout=(publish_timeout, "timeout"),
+            compression=(compression, "compression"),
+        )
         #: How the executors publish (``None``: every option at its default), see the class.
         self.options = options
         self.input_path = input_path
