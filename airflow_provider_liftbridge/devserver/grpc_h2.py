@@ -562,7 +562,9 @@ class _Connection(asyncio.Protocol):
             await stream.write_waiter
 
     def _send_pending(self, stream: _Stream) -> bool:
-        """Give h2 as much of ``stream``'s queued responses as the windows and frame size allow.
+        """Give h2 as much of ``stream``'s queued responses as the windows and frame size allow,
+        writing to the socket at every ``_SEND_CHUNK`` of them, as grpc-go's write buffer does when a
+        window reopens on a backlog.
 
         :returns: whether everything queued was sent.
         """
@@ -571,7 +573,7 @@ class _Connection(asyncio.Protocol):
         else:
             data = b"".join(stream.pending)
         view = memoryview(data)
-        sent, total = 0, len(data)
+        sent, total, unwritten = 0, len(data), 0
         h2conn, sid = self.h2, stream.sid
         while sent < total:
             size = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size, total - sent)
@@ -579,6 +581,10 @@ class _Connection(asyncio.Protocol):
                 break
             h2conn.send_data(sid, view[sent : sent + size])
             sent += size
+            unwritten += size
+            if unwritten >= _SEND_CHUNK:
+                self._write()
+                unwritten = 0
         if sent == total:
             stream.pending.clear()
             stream.pending_size = 0

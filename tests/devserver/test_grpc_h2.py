@@ -235,14 +235,16 @@ class RawClient:
 
     def events(self) -> Iterator[h2.events.Event]:
         while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                return
-            events = self.h2.receive_data(data)
+            # Send what the caller's handling of the last events queued (the WINDOW_UPDATEs of
+            # acknowledge_received_data) before blocking: a server that has filled the window waits
+            # for them, and would wait for ever if they sat here until more data came in.
             out = self.h2.data_to_send()
             if out:
                 self.sock.sendall(out)
-            yield from events
+            data = self.sock.recv(1 << 20)
+            if not data:
+                return
+            yield from self.h2.receive_data(data)
 
     def close(self) -> None:
         self.sock.close()
