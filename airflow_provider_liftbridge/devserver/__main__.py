@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("stdin",),
         help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
         "metadata-leader I, restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or "
-        "'error COMMAND: REASON'",
+        "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'",
     )
     p.add_argument(
         "--groups-consumer-timeout",
@@ -202,6 +202,8 @@ async def run_control(core: ServerCore, line: str) -> str:
         return ""
     name, args = words[0], words[1:]
     try:
+        if name == "metadata-leader" and not args:  # a question, not a fault: which broker leads
+            return f"ok metadata-leader: {core.metadata_leader()}"
         if name not in CONTROL_COMMANDS:
             raise ValueError(f"unknown command; use one of {', '.join(CONTROL_COMMANDS)}")
         method, takes_index = CONTROL_COMMANDS[name]

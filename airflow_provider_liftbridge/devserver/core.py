@@ -21,7 +21,7 @@ from .cursors_stream import ensure_cursors_stream, open_cursors
 from .errors import NatsServerStartError, PortInUseError, ServerStateError
 from .groups import ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table
-from .model import BrokerSlot
+from .model import BrokerSlot, broker_id
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import SERVICE, ApiService
@@ -102,7 +102,7 @@ class ServerCore:
         if not config.ports:
             raise ValueError("a dev server needs at least one broker (ports is empty)")
         self.config = config
-        self.brokers = [BrokerSlot(i, f"broker-{i}", config.host, p) for i, p in enumerate(config.ports)]
+        self.brokers = [BrokerSlot(i, broker_id(i), config.host, p) for i, p in enumerate(config.ports)]
         self.nats_url = config.nats_url or ""
         self._nats_proc: NatsServerProcess | None = None
         self._store: Store | None = None
@@ -279,6 +279,13 @@ class ServerCore:
         :raises ServerStateError: a single-broker server.
         """
         self._cluster("resume a broker").broker_resumed(self.brokers[index])
+
+    def metadata_leader(self) -> int:
+        """Index of the broker that is the metadata (Raft) leader.
+
+        :raises ServerStateError: a single-broker server.
+        """
+        return self._cluster("read the metadata leader").metadata.index
 
     async def move_metadata_leader(self, index: int) -> None:
         """Make broker ``index`` the metadata (Raft) leader at once.

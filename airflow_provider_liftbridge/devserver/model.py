@@ -66,6 +66,11 @@ class StreamConfig:
         return cfg
 
 
+def broker_id(index: int) -> str:
+    """The id broker ``index`` of a dev server reports in FetchMetadata."""
+    return f"broker-{index}"
+
+
 @dataclass
 class BrokerSlot:
     """One broker of the (single-process) cluster."""

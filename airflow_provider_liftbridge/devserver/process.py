@@ -18,7 +18,7 @@ from types import TracebackType
 
 from .config import GRPC_TRANSPORTS
 from .errors import DevServerError, ServerStateError
-from .model import ClusterTimings
+from .model import ClusterTimings, broker_id
 
 READY_PREFIX = "liftbridge-devserver ready"
 
@@ -60,7 +60,7 @@ class DevServerProcess:
     The child reads fault commands on its stdin (``--control stdin``), so the cluster fault hooks of
     :class:`DevServer` work on it too: :meth:`stall_broker`, :meth:`resume_broker`,
     :meth:`kill_broker`, :meth:`start_broker`, :meth:`stop_broker`, :meth:`restart_cluster`,
-    :meth:`move_metadata_leader`.
+    :meth:`move_metadata_leader`, and :attr:`metadata_leader` asks which broker leads.
     """
 
     def __init__(
@@ -233,12 +233,27 @@ class DevServerProcess:
         """Make broker ``index`` the metadata leader (see :meth:`DevServer.move_metadata_leader`)."""
         self._command(f"metadata-leader {index}")
 
+    @property
+    def metadata_leader(self) -> int:
+        """Index of the metadata leader, asked of the child (see :meth:`DevServer.metadata_leader`).
+
+        :raises DevServerError: a single-broker server, or the child is not running.
+        """
+        return int(self._command("metadata-leader"))
+
+    @property
+    def broker_ids(self) -> list[str]:
+        """Broker ids as FetchMetadata reports them, in broker order."""
+        return [broker_id(i) for i in range(self.brokers)]
+
     def restart_cluster(self, down: float = 0.0) -> None:
         """Restart every broker inside the child process through the restart window (see
         :meth:`DevServer.restart_cluster`; :meth:`kill` then :meth:`start` restarts the process instead)."""
         self._command(f"restart {down}", timeout=30.0 + down)
 
-    def _command(self, line: str, timeout: float = 30.0) -> None:
+    def _command(self, line: str, timeout: float = 30.0) -> str:
+        """Send ``line`` on the control channel; return what the child answered after ``ok LINE:``
+        (empty for a fault command)."""
         proc = self._proc
         if proc is None or proc.poll() is not None or proc.stdin is None or proc.stdout is None:
             raise ServerStateError("the dev server process is not running; call start() first")
@@ -254,7 +269,9 @@ class DevServerProcess:
                     continue
                 reply = proc.stdout.readline().strip()
                 if reply == f"ok {line}":
-                    return
+                    return ""
+                if reply.startswith(f"ok {line}: "):
+                    return reply[len(f"ok {line}: ") :]
                 if reply.startswith(f"error {line}"):
                     raise DevServerError(f"the dev server refused {line!r}: {reply.split(': ', 1)[-1]}")
                 if not reply and proc.poll() is not None:

@@ -285,7 +285,7 @@ class DevServer:
 
         :raises ServerStateError: a single-broker server.
         """
-        return self._running_core()._cluster("read the metadata leader").metadata.index
+        return self._running_core().metadata_leader()
 
     def move_metadata_leader(self, index: int) -> None:
         """Make broker ``index`` the metadata leader at once (then stall it to hang metadata changes).

@@ -205,7 +205,11 @@ def test_a_metadata_leader_frozen_before_telling_the_others_holds_a_new_stream_b
 def test_the_metadata_leader_hook_of_the_server_process(stream_name: str) -> None:
     with tempfile.TemporaryDirectory() as data, DevServerProcess(data, brokers=3, timings=STILL) as proc:
         stubs = _stubs(proc.addresses)
+        assert proc.metadata_leader == 0
         proc.move_metadata_leader(1)
+        assert proc.metadata_leader == 1  # asked of the child: the question changes nothing
+        listed = stubs[2].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT).brokers
+        assert {(b.id, f"{b.host}:{b.port}") for b in listed} == set(zip(proc.broker_ids, proc.addresses, strict=True))
         proc.stall_broker(1)
         req = pb.CreateStreamRequest(name=stream_name, subject=stream_name)
         assert rpc_error(stubs[0].CreateStream, req, timeout=0.3).code() == grpc.StatusCode.DEADLINE_EXCEEDED
