@@ -180,11 +180,13 @@ def draw(
 class DevRig:
     """Three ``nats-server`` processes in one NATS cluster and a three-broker dev cluster on
     node 0, in a process of its own; the client is given node 1 only and discovers the others
-    from the cluster."""
+    from the cluster. With ``show_log`` the cluster's log goes to stdout at the end (pytest shows
+    it beside a failed test: leader changes, ISR shrinks)."""
 
     external = False
 
-    def __init__(self) -> None:
+    def __init__(self, show_log: bool = False) -> None:
+        self.show_log = show_log
         self.nats = nats_cluster(3)
         self.server: DevServerProcess | None = None
         self._data = Path(tempfile.mkdtemp(prefix="campaign-cluster-"))
@@ -203,10 +205,10 @@ class DevRig:
             with suppress(Exception):
                 for i in range(3):
                     self.server.resume_broker(i)
-            # Its log to stdout: pytest shows it beside a failed run (leader changes, ISR shrinks).
-            with suppress(OSError):
-                tail = self.server.stderr_log.read_text()[-6000:]
-                print(f"-- the dev cluster's log (last 6,000 characters):\n{tail}")
+            if self.show_log:
+                with suppress(OSError):
+                    tail = self.server.stderr_log.read_text()[-6000:]
+                    print(f"-- the dev cluster's log (last 6,000 characters):\n{tail}")
             self.server.close()
         for node in self.nats:
             node.stop()

@@ -51,7 +51,7 @@ SMOKE += [draw(BASE_SEED + len(SMOKE) + i, paths=[path]) for i, path in enumerat
 
 @pytest.mark.parametrize("schedule", SMOKE, ids=[f"seed-{s.seed}-{s.path}" for s in SMOKE])
 def test_randomized_fault_run_breaks_no_invariant(schedule: Schedule) -> None:
-    with DevRig() as rig:
+    with DevRig(show_log=True) as rig:
         verdict = run(schedule, rig)
     assert verdict.violations == [], (
         f"{schedule} ({verdict.struck}): {verdict.outcome}: {verdict.violations}; "

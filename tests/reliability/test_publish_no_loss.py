@@ -69,7 +69,7 @@ CASES = [
 
 @pytest.mark.parametrize("schedule", CASES)
 def test_no_record_is_reported_published_that_is_not_stored(schedule: Schedule) -> None:
-    with DevRig() as rig:
+    with DevRig(show_log=True) as rig:
         verdict = run(schedule, rig)
     assert verdict.violations == [], f"{schedule} ({verdict.struck}): {verdict.outcome}: {verdict.violations}"
     # The call ends in success here: the cluster is back within the ack wait's recovery.
