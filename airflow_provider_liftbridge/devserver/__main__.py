@@ -10,7 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .config import DEFAULT_CURSORS_PARTITIONS, GRPC_TRANSPORTS, TRANSPORT_ENV, ServerConfig
@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("stdin",),
         help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
         "metadata-leader I, restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or "
-        "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'",
+        "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'; "
+        "the server stops when stdin closes",
     )
     p.add_argument(
         "--groups-consumer-timeout",
@@ -221,7 +222,7 @@ async def run_control(core: ServerCore, line: str) -> str:
     return f"ok {line.strip()}"
 
 
-async def _control_loop(core: ServerCore) -> None:
+async def _control_loop(core: ServerCore, closed: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -229,6 +230,9 @@ async def _control_loop(core: ServerCore) -> None:
         reply = await run_control(core, line)
         if reply:
             print(reply, flush=True)
+    # The controller is gone (its process ended without stopping us): a server left behind would
+    # keep its ports and its share of the CPU.
+    closed()
 
 
 def _ports(args: argparse.Namespace) -> list[int]:
@@ -255,7 +259,7 @@ async def _serve(config: ServerConfig, temporary: bool, control: str | None) -> 
     data = f"{config.data_dir}{' (temporary)' if temporary else ''}"
     tls = " tls=on" if config.tls else ""
     print(f"{READY_PREFIX} grpc={','.join(core.addresses)} nats={core.nats_url} data_dir={data}{tls}", flush=True)
-    control_task = loop.create_task(_control_loop(core)) if control == "stdin" else None
+    control_task = loop.create_task(_control_loop(core, stop.set)) if control == "stdin" else None
     try:
         await stop.wait()
     finally:

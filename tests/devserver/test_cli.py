@@ -66,6 +66,32 @@ def test_ready_line_serves_and_sigterm_stops_server_and_nats(tmp_path: Path) -> 
             proc.wait()
 
 
+def test_a_controlled_server_stops_when_its_controller_goes_away(tmp_path: Path) -> None:
+    """With ``--control stdin`` the end of stdin (the controlling process died without stopping
+    it) stops the server and its NATS child, as SIGTERM does: none is left behind."""
+    proc = subprocess.Popen(
+        [*CMD, "--port", "0", "--nats-port", "0", "--brokers", "2", "--data-dir", str(tmp_path), "--control", "stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        _, nats_url = parse_ready_line(proc.stdout.readline().strip())
+        proc.stdin.write("metadata-leader\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ok metadata-leader: 0"
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", int(nats_url.rsplit(":", 1)[1]))) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_port_in_use_is_one_clear_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
