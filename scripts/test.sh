@@ -2,7 +2,9 @@
 # Set up (if needed) and run the test suite. Extra arguments go to pytest.
 # --busy (anywhere among the arguments): run it beside a CPU hog, one busy-looping process per
 # core (BUSY_PROCS=N for another count, e.g. BUSY_PROCS=4 on 2 cores: more hogs than cores),
-# stopped when the run ends, fails or is interrupted.
+# stopped when the run ends, fails or is interrupted. It also has every test process write down
+# when its Python stood still for over a second, and in which test (tests/stall_watch.py), to
+# LIFTBRIDGE_STALL_LOG (default: a new file in /tmp); the lines are printed at the end.
 # --one-core: pin the tests (pytest, its workers and every server they start) to one CPU with
 # taskset, ONE_CORE_CPU (default: the last one); with --busy the hogs are pinned there too, so the
 # tests share that one CPU with all of them while the other CPUs stay free for the machine's other
@@ -43,6 +45,8 @@ while os.getppid() == parent:
     hogs+=("$!")
   done
   echo "test.sh --busy: $n CPU hog process(es) running beside the tests${pin[*]:+ (${pin[*]})}: ${hogs[*]}" >&2
+  export LIFTBRIDGE_STALL_LOG=${LIFTBRIDGE_STALL_LOG:-$(mktemp -t liftbridge-stalls.XXXXXX.log)}
+  echo "test.sh --busy: stalls of the test processes go to $LIFTBRIDGE_STALL_LOG" >&2
 fi
 [ "${#pin[@]}" != 0 ] && echo "test.sh --one-core: the tests run under ${pin[*]}" >&2
 set +e
@@ -50,6 +54,10 @@ ${pin[@]+"${pin[@]}"} python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_T
 rc=$?
 set -e
 stop_hogs
+if [ "$busy" = 1 ]; then
+  echo "test.sh --busy: $(wc -l < "$LIFTBRIDGE_STALL_LOG") stall(s) of over a second written down in $LIFTBRIDGE_STALL_LOG:"
+  cat "$LIFTBRIDGE_STALL_LOG"
+fi
 # pytest exits 5 when nothing was collected (e.g. a -k filter that matches nothing): not a failure.
 [ "$rc" = 5 ] && { echo "no tests collected"; exit 0; }
 exit "$rc"
