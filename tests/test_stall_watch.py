@@ -4,9 +4,10 @@ Python from running, naming the test."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.processes import run_child
 
 HOLDS_THE_GIL = """
 import ctypes
@@ -17,23 +18,17 @@ def test_holds_the_gil():
 """
 
 
-def _run(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_test_holding_the_gil_is_written_down_by_name(tmp_path: Path) -> None:
     (tmp_path / "test_hold.py").write_text(HOLDS_THE_GIL)
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "tests.stall_watch", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*args, "--rootdir", str(tmp_path), str(tmp_path / "test_hold.py")],
-        env=env,
+    log = tmp_path / "stalls.log"
+    done = run_child(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.stall_watch", "-p", "no:cacheprovider"]
+        + ["--rootdir", str(tmp_path), str(tmp_path / "test_hold.py")],
+        env=dict(os.environ, LIFTBRIDGE_STALL_LOG=str(log), LIFTBRIDGE_STALL_SECONDS="0.3"),
         cwd=Path(__file__).parents[1],
         capture_output=True,
         text=True,
-        timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_a_test_holding_the_gil_is_written_down_by_name(tmp_path: Path) -> None:
-    log = tmp_path / "stalls.log"
-    env = dict(os.environ, LIFTBRIDGE_STALL_LOG=str(log), LIFTBRIDGE_STALL_SECONDS="0.3")
-    _run(tmp_path, env)
     stalls = [line for line in log.read_text().splitlines() if " stall " in line]
     assert any("test_hold.py::test_holds_the_gil" in line.partition(" in ")[2] for line in stalls), stalls
