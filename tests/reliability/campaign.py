@@ -30,10 +30,10 @@ On the dev cluster the NATS nodes are three real ``nats-server`` processes in on
 (the brokers on node 0, the client on node 1, discovering the others); the brokers are a
 three-broker dev server in a process of its own (``DevServerProcess``), whose kill and stop are
 its fault hooks (a model of SIGKILL and SIGSTOP, docs/devserver.md). Not in this process: a
-cluster sharing the interpreter with a client publishing 50,000 records competes with it for the
-GIL, and on a busy machine its whole event loop fell over 3 s behind: every follower of every
-leader dropped from the ISR in the same 20 ms (a busy whole-suite run of issue 45); real brokers
-never stall together with their client. Against an external cluster (``LIFTBRIDGE_TEST_BROKERS``)
+cluster sharing the test's interpreter stands still whenever it does (a full garbage collection of
+a worker's heap took up to 4.6 s on a busy machine), and in a busy whole-suite run of issue 45
+every follower of every leader dropped from the ISR in the same 20 ms; real brokers never stall
+together with their client. Against an external cluster (``LIFTBRIDGE_TEST_BROKERS``)
 the brokers are frozen and thawed with the ``--freeze-cmd`` / ``--thaw-cmd`` templates
 (``freezing.py``), and killed and restarted with ``--kill-cmd`` / ``--restart-cmd`` when given;
 the NATS targets are not drawn there (this process does not own the NATS nodes).
