@@ -46,6 +46,7 @@ while os.getppid() == parent:
   done
   echo "test.sh --busy: $n CPU hog process(es) running beside the tests${pin[*]:+ (${pin[*]})}: ${hogs[*]}" >&2
   export LIFTBRIDGE_STALL_LOG=${LIFTBRIDGE_STALL_LOG:-$(mktemp -t liftbridge-stalls.XXXXXX.log)}
+  : >> "$LIFTBRIDGE_STALL_LOG"  # exists even if nothing stalls: the count and cat below read it
   echo "test.sh --busy: stalls of the test processes go to $LIFTBRIDGE_STALL_LOG" >&2
 fi
 [ "${#pin[@]}" != 0 ] && echo "test.sh --one-core: the tests run under ${pin[*]}" >&2
