@@ -129,7 +129,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         ``processed``, ``dead_lettered``) and ``files``: every file of this run's plan, earlier
         tries' included, each ``{"path", "stream", "partition", "first_offset", "last_offset",
         "rows"}``, in partition and offset order. An ``Asset`` in ``outlets`` gets an event whose
-        extra holds the paths.
+        extra holds the paths (on a partitioned run also ``partition_key`` and ``path``; Airflow
+        gives the event the run's partition key).
     :raises LiftbridgeFileError: the path cannot be written (before any position moves).
     :raises LiftbridgeAirflowError: a message cannot be written (naming stream, partition, offset).
     """
