@@ -18,8 +18,9 @@ partition ``2026-03-10``; the run starts when all 24 hours are archived (``WaitF
 ``roll_up_day`` (``@task.pyspark``) reads ``dt=2026-03-10/`` and nothing else, counts the views per
 hour and page and writes them to the daily folder ``dt=2026-03-10/`` of ``page-views-daily``.
 ``LIFTBRIDGE_ROLLUP_MIN_HOURS=N`` starts it once N hours are in (``MinimumCount``; the system test
-archives three hours). On Airflow 3.2, which has no ``RollupMapper``, the roll-up runs for the day on
-each hour's event and reads the day's folders written so far.
+archives three hours). Airflow 3.2 has no ``RollupMapper``: there the roll-up maps each hour's
+event to its day with ``StartOfDayMapper`` alone, so it does not wait for the day's hours (the DAGs
+parse on 3.2; the pair was run under a 3.3.2 scheduler only).
 
 A backfill of three past hours (``airflow backfill create --dag-id liftbridge_hourly_partitions
 --from-date 2026-03-10T09:00:00+00:00 --to-date 2026-03-10T11:00:00+00:00``) makes one run per
@@ -68,7 +69,7 @@ def day_mapper() -> Any:
     hours where Airflow can say so (3.3's ``RollupMapper``)."""
     try:
         from airflow.sdk import DayWindow, MinimumCount, RollupMapper, WaitForAll
-    except ImportError:  # Airflow 3.2: a run per hour's event, for its day
+    except ImportError:  # Airflow 3.2: the day's key, without waiting for the day's hours
         return StartOfDayMapper()
     policy = MinimumCount(MIN_HOURS) if MIN_HOURS else WaitForAll()
     return RollupMapper(upstream_mapper=StartOfDayMapper(), window=DayWindow(), wait_policy=policy)
