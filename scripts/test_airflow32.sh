@@ -2,7 +2,8 @@
 # CI tier for the oldest Airflow minor the package declares (apache-airflow>=3.2): a venv of its
 # own (.venv-airflow32) with Airflow 3.2.x installed through constraints/airflow-3.2.txt, the
 # package, then the Airflow-layer tests (hooks, sensors, triggers, queues, the example DAGs'
-# parsing and the lifecycle DAG with dag.test(), the core operators) and one example DAG with
+# parsing and the lifecycle DAG with dag.test(), the core operators, partitioned runs: 3.2 gives a
+# run no partition date, so the key is read with the timetable's key_format) and one example DAG with
 # `airflow dags test` (scripts/demo.py). Tests that need Airflow 3.3 are skipped with the reason.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -25,6 +26,7 @@ python -m pytest -q -p no:cacheprovider -m "not spark and not slow and not syste
   tests/hooks tests/sensors tests/queues \
   tests/triggers/test_triggers.py tests/triggers/test_event_trigger.py \
   tests/operators/test_publish_operator.py tests/operators/test_stream_operators.py \
+  tests/operators/test_partitioned_runs.py \
   tests/dags/test_example_dags.py "$@"
 python scripts/demo.py --skip-archive --timeout 300
 echo "airflow 3.2 tier: done in $(( $(date +%s) - start )) s"

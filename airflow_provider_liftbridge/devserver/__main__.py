@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import shutil
 import signal
@@ -13,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .clock import set_reception_clock
 from .config import DEFAULT_CURSORS_PARTITIONS, GRPC_TRANSPORTS, TRANSPORT_ENV, ServerConfig
 from .core import ServerCore
 from .errors import DevServerError
@@ -139,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--control",
         choices=("stdin",),
         help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
-        "metadata-leader I, restart [DOWN_SECONDS]; each is answered on stdout with 'ok COMMAND' or "
+        "metadata-leader I, restart [DOWN_SECONDS], clock STREAM TIME|real (the reception clock of a stream's "
+        "new messages); each is answered on stdout with 'ok COMMAND' or "
         "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'; "
         "the server stops when stdin closes",
     )
@@ -205,6 +208,11 @@ async def run_control(core: ServerCore, line: str) -> str:
     try:
         if name == "metadata-leader" and not args:  # a question, not a fault: which broker leads
             return f"ok metadata-leader: {core.metadata_leader()}"
+        if name == "clock":  # a test hook, not a fault: one stream's reception clock (clock.py)
+            if len(args) != 2:
+                raise ValueError("give a stream and an ISO 8601 time with a time zone, or 'real'")
+            set_reception_clock(args[0], None if args[1] == "real" else dt.datetime.fromisoformat(args[1]))
+            return f"ok {line.strip()}"
         if name not in CONTROL_COMMANDS:
             raise ValueError(f"unknown command; use one of {', '.join(CONTROL_COMMANDS)}")
         method, takes_index = CONTROL_COMMANDS[name]

@@ -5,6 +5,7 @@ and restarted, and :func:`parse_ready_line` reads the line the CLI prints once i
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import selectors
 import signal
@@ -240,6 +241,14 @@ class DevServerProcess:
         :raises DevServerError: a single-broker server, or the child is not running.
         """
         return int(self._command("metadata-leader"))
+
+    def set_reception_clock(self, stream: str, at: dt.datetime | None) -> None:
+        """Stamp ``stream``'s next messages as if the child's clock read ``at`` now (``None``: the
+        real clock); see :func:`~.clock.set_reception_clock`.
+
+        :raises DevServerError: ``at`` is naive, or the child is not running.
+        """
+        self._command(f"clock {stream} {at.isoformat() if at is not None else 'real'}")
 
     @property
     def broker_ids(self) -> list[str]:

@@ -1,6 +1,6 @@
 """The archive's folder layout: a path template such as ``dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}``
-that puts each message's file in a folder named by its time, the run's data interval, or a field
-of its JSON value (Hive-style ``name=value`` folders, which Spark, Trino and Athena read as
+that puts each message's file in a folder named by its time, the run's data interval or partition,
+or a field of its JSON value (Hive-style ``name=value`` folders, which Spark, Trino and Athena read as
 partition columns). The syntax is spelled in ``docs/consume.md`` ("Archive layouts"). No Airflow,
 no pyarrow.
 """
@@ -18,17 +18,29 @@ from typing import Any
 from airflow_provider_liftbridge.client import Message
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 
-__all__ = ["MISSING_VALUE", "TIME_FIELDS", "ArchiveLayout", "LayoutValueError"]
+__all__ = ["KEY_FIELD", "MISSING_VALUE", "TIME_FIELDS", "ArchiveLayout", "LayoutValueError", "RunPartition"]
 
 #: Fields holding a time (each needs a strftime format): the message's timestamp (its reception
-#: time on the partition's leader, UTC) and the run's data interval.
-TIME_FIELDS = ("timestamp", "data_interval_start", "data_interval_end")
+#: time on the partition's leader, UTC), the run's data interval (UTC) and the time its partition
+#: key names (in the key's time zone, the timetable's).
+TIME_FIELDS = ("timestamp", "data_interval_start", "data_interval_end", "partition_date")
+#: The run's partition key as it is (no format); characters a folder name cannot hold become ``_``.
+KEY_FIELD = "partition_key"
 #: The folder name of a JSON field that is missing or null (what Hive and Spark read as null).
 MISSING_VALUE = "__HIVE_DEFAULT_PARTITION__"
 #: strftime directives allowed in a format: they give digits, names or a sign, never a ``/``.
 _DIRECTIVES = frozenset("aAbBdHIjmMpSUwWyYzGuVf%")
 _VALUE_FIELD = re.compile(r"value(?:\.[A-Za-z0-9_-]+)+")
 _UNSAFE = re.compile(r"[/\\\x00-\x1f]")
+
+
+@dataclass(frozen=True)
+class RunPartition:
+    """The run's partition as a layout names it: its key and the time the key names (``None``:
+    the key names no time)."""
+
+    key: str
+    time: dt.datetime | None
 
 
 class LayoutValueError(ValueError):
@@ -86,6 +98,11 @@ class ArchiveLayout:
         """Whether a folder depends on the run's data interval."""
         return any(p.field in ("data_interval_start", "data_interval_end") for p in self._pieces)
 
+    @property
+    def uses_partition(self) -> bool:
+        """Whether a folder depends on the run's partition key."""
+        return any(p.field in (KEY_FIELD, "partition_date") for p in self._pieces)
+
     def _error(self, problem: str, fix: str) -> LiftbridgeArgumentError:
         return LiftbridgeArgumentError(f"{self.name}={self.template!r}: {problem}; {fix}")
 
@@ -101,27 +118,46 @@ class ArchiveLayout:
                     f"use the directives {' '.join('%' + d for d in sorted(_DIRECTIVES - {'%'}))}",
                 )
             return
-        if _VALUE_FIELD.fullmatch(field):
+        if _VALUE_FIELD.fullmatch(field) or field == KEY_FIELD:
             if spec:
                 raise self._error(f"{{{field}}} takes no format", f"write {{{field}}}")
             return
         raise self._error(
             f"unknown field {{{field}}}",
-            f"use {', '.join('{' + f + ':FORMAT}' for f in TIME_FIELDS)} or {{value.<field>[.<field>...]}}",
+            f"use {', '.join('{' + f + ':FORMAT}' for f in TIME_FIELDS)}, {{{KEY_FIELD}}} or "
+            "{value.<field>[.<field>...]}",
         )
+
+    def _fields(self) -> set[str]:
+        return {p.field for p in self._pieces if p.field is not None}
 
     def _skeleton(self) -> str:
         """The template with every field replaced by ``x`` (to check its folders' names)."""
         return "".join(p.literal + ("x" if p.field is not None else "") for p in self._pieces)
 
-    def folder_of(self, interval: tuple[dt.datetime, dt.datetime] | None) -> Callable[[Message], str]:
+    def folder_of(
+        self, interval: tuple[dt.datetime, dt.datetime] | None, partition: RunPartition | None = None
+    ) -> Callable[[Message], str]:
         """A function giving a message's folder (relative, ``/``-separated).
 
         :param interval: the run's data interval (needed when the template names it).
-        :raises LiftbridgeArgumentError: the template names the data interval and there is none.
+        :param partition: the run's partition (needed when the template names it).
+        :raises LiftbridgeArgumentError: the template names the data interval or the partition
+            and the run has none, or ``{partition_date:...}`` and the key names no time.
         """
         if self.uses_interval and interval is None:
             raise self._error("this run has no data interval", "use {timestamp:...} or give the run an interval")
+        if self.uses_partition and partition is None:
+            raise self._error(
+                "this run has no partition key (it is not a run of a partitioned schedule such as "
+                "CronPartitionTimetable)",
+                "run it on a partitioned schedule, or use {timestamp:...}",
+            )
+        if partition is not None and partition.time is None and "partition_date" in self._fields():
+            raise self._error(
+                f"the partition key {partition.key!r} names no time",
+                "use {partition_key}, or a timetable whose keys are times",
+            )
         pieces = self._pieces
 
         def folder(message: Message) -> str:
@@ -139,13 +175,19 @@ class ArchiveLayout:
             for piece in pieces:
                 out.append(piece.literal)
                 if piece.field is not None:
-                    out.append(_render(piece, message, interval, value))
+                    out.append(_render(piece, message, interval, partition, value))
             return "".join(out)
 
         return folder
 
 
-def _render(piece: _Piece, message: Message, interval: tuple[dt.datetime, dt.datetime] | None, value: Any) -> str:
+def _render(
+    piece: _Piece,
+    message: Message,
+    interval: tuple[dt.datetime, dt.datetime] | None,
+    partition: RunPartition | None,
+    value: Any,
+) -> str:
     field = piece.field
     assert field is not None
     if field == "timestamp":
@@ -158,8 +200,15 @@ def _render(piece: _Piece, message: Message, interval: tuple[dt.datetime, dt.dat
         assert interval is not None
         moment = interval[0] if field == "data_interval_start" else interval[1]
         return moment.astimezone(dt.UTC).strftime(piece.spec)
-    for name in field.split(".")[1:]:
-        value = value.get(name) if isinstance(value, dict) else None
+    if field == "partition_date":
+        assert partition is not None and partition.time is not None
+        return partition.time.strftime(piece.spec)  # the key's own zone: folder and key name the same day
+    if field == KEY_FIELD:
+        assert partition is not None
+        value = partition.key
+    else:
+        for name in field.split(".")[1:]:
+            value = value.get(name) if isinstance(value, dict) else None
     if value is None:
         return MISSING_VALUE
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

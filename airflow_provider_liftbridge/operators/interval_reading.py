@@ -25,6 +25,7 @@ from airflow_provider_liftbridge.triggers.interval import LiftbridgeIntervalTrig
 from airflow_provider_liftbridge.validation import bad_argument, check_duration, waits_for_rendering
 
 from .deferral import defer_unless_reached
+from .partitions import partition_of, partition_window
 
 
 class LiftbridgeReadingOperator(Protocol):
@@ -143,18 +144,27 @@ def check_read_by_arguments(task: LiftbridgeReadingOperator, *, rendered: bool) 
 
 
 def interval_of(task: LiftbridgeReadingOperator, context: Context) -> Interval:
-    """The interval this run reads: ``start_time`` / ``end_time`` where given, else the run's
-    data interval.
+    """The interval this run reads: ``start_time`` / ``end_time`` where given, else on a
+    partitioned run (``CronPartitionTimetable``) the partition's window (its time to the
+    schedule's next time, see :mod:`.partitions`), else the run's data interval.
 
-    :raises LiftbridgeArgumentError: no interval (a run without a data interval and no times
-        given), or an end not after the start.
+    :raises LiftbridgeArgumentError: no interval (a run without a data interval or a partition
+        and no times given), a partition key naming no time or a timetable with no next time
+        (and no times given), or an end not after the start.
     """
-    start = parse_time(task.start_time, "start_time") or context.get("data_interval_start")
-    end = parse_time(task.end_time, "end_time") or context.get("data_interval_end")
+    start = parse_time(task.start_time, "start_time")
+    end = parse_time(task.end_time, "end_time")
+    if start is None or end is None:
+        partition = partition_of(context)
+        if partition is not None:
+            window = partition_window(context, partition)
+        else:
+            window = (context.get("data_interval_start"), context.get("data_interval_end"))  # type: ignore[assignment]
+        start, end = start or window[0], end or window[1]
     if start is None or end is None:
         raise LiftbridgeArgumentError(
             "read_by='interval' needs an interval: this run has no data interval (an unscheduled DAG, or an "
-            "asset-triggered run); give start_time and end_time"
+            "asset-triggered run) and no partition key; give start_time and end_time"
         )
     try:
         return Interval(start, end)

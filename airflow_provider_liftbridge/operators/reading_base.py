@@ -144,11 +144,12 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     :param poll_timeout: seconds to wait for ``min_messages`` before the try fails (default 60).
     :param deferrable: wait for ``min_messages`` in the triggerer (default: ``[operators] default_deferrable``).
     :param read_by: ``"position"`` (default): what arrived since the last run, as above;
-        ``"interval"``: every message whose timestamp is in the run's data interval (or
-        ``[start_time, end_time)``), found by Liftbridge's time index, the same in every try,
-        clear and backfill. ``cursor_id`` then only names the progress cursors (optional),
-        ``group_id``, ``start_at``, ``max_messages`` and ``min_messages`` do not apply. The task
-        waits until every partition is complete for the interval. See ``docs/consume.md``.
+        ``"interval"``: every message whose timestamp is in the run's data interval (on a
+        partitioned run, its partition's window; or ``[start_time, end_time)``), found by
+        Liftbridge's time index, the same in every try, clear and backfill. ``cursor_id`` then
+        only names the progress cursors (optional), ``group_id``, ``start_at``, ``max_messages``
+        and ``min_messages`` do not apply. The task waits until every partition is complete for
+        the interval. See ``docs/consume.md``.
     :param start_time: / :param end_time: with ``read_by="interval"``: the interval to read
         instead of the data interval (aware datetimes or ISO 8601 text). (templated)
     :param allowed_lateness: with ``read_by="interval"``: how long after the end a partition that

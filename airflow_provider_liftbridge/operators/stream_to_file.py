@@ -37,6 +37,7 @@ from .file_writers import (
     write_range,
 )
 from .interval_reading import interval_of
+from .partitions import partition_key_of, partition_of
 from .reading_base import LiftbridgeReadingOperator
 
 __all__ = ["LiftbridgeStreamToFileOperator"]
@@ -128,7 +129,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         ``processed``, ``dead_lettered``) and ``files``: every file of this run's plan, earlier
         tries' included, each ``{"path", "stream", "partition", "first_offset", "last_offset",
         "rows"}``, in partition and offset order. An ``Asset`` in ``outlets`` gets an event whose
-        extra holds the paths.
+        extra holds the paths (on a partitioned run also ``partition_key`` and ``path``; Airflow
+        gives the event the run's partition key).
     :raises LiftbridgeFileError: the path cannot be written (before any position moves).
     :raises LiftbridgeAirflowError: a message cannot be written (naming stream, partition, offset).
     """
@@ -350,7 +352,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     def _folder_of(self, context: Context) -> Callable[[Message], str] | None:
         """The layout's folder of a message (``None``: no layout).
 
-        :raises LiftbridgeArgumentError: the layout names the data interval and the run has none.
+        :raises LiftbridgeArgumentError: the layout names the data interval or the partition and
+            the run has none.
         """
         if not self.path_layout:
             return None
@@ -362,7 +365,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
                 interval = (found.start, found.end)
             elif context.get("data_interval_start") is not None and context.get("data_interval_end") is not None:
                 interval = (context["data_interval_start"], context["data_interval_end"])
-        return layout.folder_of(interval)
+        return layout.folder_of(interval, partition_of(context) if layout.uses_partition else None)
 
     def describe_failure(self, failed: BatchFailed) -> str:
         m = failed.message
@@ -393,9 +396,13 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     def execute(self, context: Context) -> Any:
         summary = super().execute(context)
         paths = [f["path"] for f in summary["files"]]
+        extra: dict[str, Any] = {"stream": self.stream, "files": paths}
+        key = partition_key_of(context)
+        if key is not None:  # Airflow gives the event the run's partition key; the extra says it too
+            extra |= {"partition_key": key, "path": str(self.directory())}
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = {"stream": self.stream, "files": paths}
+                context["outlet_events"][outlet].extra = extra
         return summary
 
     def lineage_datasets(self, *, complete: bool) -> Datasets:

@@ -48,6 +48,8 @@ def test_example_dags_parse(dagbag: Any) -> None:
         "liftbridge_publish_files",
         "liftbridge_stream_archive",
         "liftbridge_interval_archive",
+        "liftbridge_hourly_partitions",
+        "liftbridge_daily_rollup",
     } <= set(dagbag.dag_ids)
 
 

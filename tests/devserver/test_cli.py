@@ -146,3 +146,33 @@ def test_unknown_grpc_transport_is_refused(tmp_path: Path) -> None:
     assert "--grpc-transport: invalid choice: 'http1'" in out.stderr
     with pytest.raises(ValueError, match="unknown gRPC transport 'http1'; choose one of h2, aio"):
         DevServer(grpc_transport="http1")
+
+
+def test_the_clock_command_stamps_a_streams_next_messages_in_the_past(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition
+    from airflow_provider_liftbridge.devserver import DevServerProcess
+    from airflow_provider_liftbridge.devserver.errors import DevServerError
+
+    at = dt.datetime(2026, 3, 2, 10, 5, tzinfo=dt.UTC)
+    with DevServerProcess(tmp_path) as server, LiftbridgeClient(server.address) as client:
+        client.create_stream("past", "past")
+        client.create_stream("other", "other")
+        server.set_reception_clock("past", at)
+        client.publish("past", b"then")
+        client.publish("other", b"now")
+        server.set_reception_clock("past", None)
+        client.publish("past", b"now")
+        with pytest.raises(DevServerError, match="must be an aware datetime"):
+            server.set_reception_clock("past", at.replace(tzinfo=None))
+
+        def stamps(stream: str) -> list[dt.datetime]:
+            found = client.subscribe(stream, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST)
+            return [dt.datetime.fromtimestamp(m.timestamp / 1e9, dt.UTC) for m in found]
+
+        (then, now), (other,) = stamps("past"), stamps("other")
+    real = dt.datetime.now(dt.UTC)
+    assert at <= then < at + dt.timedelta(minutes=1)  # the clock runs on from `at`
+    assert abs(real - now) < dt.timedelta(minutes=5)  # back on the real clock
+    assert abs(real - other) < dt.timedelta(minutes=5)  # another stream kept the real clock

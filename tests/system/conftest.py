@@ -75,6 +75,9 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     task_dirs = home / "task-dirs"
     task_dirs.mkdir()
     isolation = {"AIRFLOW__CORE__PLUGINS_FOLDER": str(HERE / "plugins"), "LIFTBRIDGE_PRIVATE_TASK_DIRS": str(task_dirs)}
+    # The partitioned example's daily roll-up starts after three archived hours, not 24
+    # (dags_examples/liftbridge_partitioned_lake.py; tests/system/test_partitioned_lake.py archives three).
+    isolation["LIFTBRIDGE_ROLLUP_MIN_HOURS"] = "3"
     deployment = Deployment(home / "airflow", dags_folder=dags, config=isolation)
     with holding_ports(AIRFLOW_DEFAULT_LOG_PORTS):
         try:
