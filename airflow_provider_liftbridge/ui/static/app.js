@@ -77,10 +77,16 @@ document.addEventListener("click", (event) => {
   outer.click();
   outer.remove();
 });
-// An interval as [start, end) in UTC, to the second when it has no fraction.
+// An interval as [start, end) in UTC, its fractions of a second without trailing zeros.
 function intervalText(i) {
-  const short = (iso) => iso.replace("+00:00", "Z").replace(/\.000000Z$/, "Z");
+  const short = (iso) => iso.replace("+00:00", "Z").replace(/(\.\d*?)0+Z$/, "$1Z").replace(/\.Z$/, "Z");
   return `[${short(i.start)}, ${short(i.end)})`;
+}
+// A plan's offsets, "first..last (run)"; an interval without messages in a partition has none.
+function planText(plan) {
+  const run = plan.run_id ? ` (${plan.run_id})` : "";
+  if (plan.start != null && plan.end <= plan.start) return `none${run}`;
+  return `${plan.start ?? "?"}..${plan.end - 1}${run}`;
 }
 function connection() { return $("conn").value; }
 async function get(path) {
@@ -162,7 +168,7 @@ const views = {
         p.partitions.map(r => el("tr", {"data-partition": r.partition},
           num(r.partition), num(r.position), num(r.high_watermark),
           num(r.lag, {class: bad(r.lag) ? "num lag-bad" : "num", "data-lag": r.lag}), el("td", {}, r.last_commit_time || "—"),
-          el("td", {}, r.plan ? `${r.plan.start ?? "?"}..${r.plan.end - 1}${r.plan.run_id ? " (" + r.plan.run_id + ")" : ""}` : "—"),
+          el("td", {}, r.plan ? planText(r.plan) : "—"),
           el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"))),
         {"data-pipeline-table": name, "data-stream": p.stream}));
     }
