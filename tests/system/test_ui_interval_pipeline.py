@@ -200,3 +200,16 @@ def test_the_task_instances_extra_link_outlines_the_interval_pipeline(
         expect(frame.locator("#focus-missing")).to_have_count(0)
     finally:
         page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-interval-extra-link.png"), full_page=True)
+
+
+def test_a_link_to_a_pipeline_not_in_the_registry_says_so(deployment: Deployment, page: Any) -> None:
+    """The view opened at a task that never recorded itself names it and says when it will show up,
+    above the pipelines it does list."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{deployment.url}/liftbridge/?tab=pipelines&pipeline=no_such_dag.no_such_task")
+    missing = page.locator("#focus-missing")
+    expect(missing).to_contain_text("No pipeline no_such_dag.no_such_task in the registry")
+    expect(missing).to_contain_text("after its next run")
+    expect(page.locator(f'h2[data-pipeline="{NAME}"]').first).to_be_visible()
+    expect(page.locator("h2.focused")).to_have_count(0)
