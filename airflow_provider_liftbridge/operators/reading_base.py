@@ -30,6 +30,8 @@ from airflow_provider_liftbridge.client.reading import (
     BatchFailed,
     BatchHandler,
     DeadLetters,
+    Interval,
+    IntervalPlanner,
     PartitionPlan,
     PartitionReport,
     PartitionRun,
@@ -372,15 +374,19 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
 
     def _run_interval(self, client: LiftbridgeClient, context: Context) -> Any:
         """``read_by="interval"``: wait for the interval, plan it, read it with the shared batches
-        and commits (to the interval's progress cursors), mark it done."""
-        plan_key, _ = plan_key_of(context)
+        and commits (to the interval's progress cursors), mark it done. Recorded in the pipeline
+        registry and the run history as by position, with the interval."""
+        plan_key, run_id = plan_key_of(context)
         planner, partitions = wait_for_interval(self, client, context, parse_partitions(self.partitions), plan_key)
         handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
         plans = planner.plan(partitions)
         self.planned(plans)
         self._log_plans(plans)
+        if not all(plan.resumed for plan in plans):  # once per reading of the interval, as by position
+            self._record_pipeline(client, context, plan_key, run_id, plans, planner)
         reports = self._read(client, plans, handler, planner.progress_cursor, None, None)
         planner.finish([p.partition for p in plans])
+        self._record_run(client, context, run_id, reports, planner.interval)
         result = self.result(reports) | {"read_by": "interval", "interval": planner.interval.to_dict()}
         for plan in plans:
             result["partitions"][str(plan.partition)]["interval_first_offset"] = plan.start
@@ -477,15 +483,31 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             yield found
 
     def _record_pipeline(
-        self, client: LiftbridgeClient, context: Context, plan_key: str, run_id: str, plans: list[PartitionPlan]
+        self,
+        client: LiftbridgeClient,
+        context: Context,
+        plan_key: str,
+        run_id: str,
+        plans: list[PartitionPlan],
+        interval: IntervalPlanner | None = None,
     ) -> None:
-        """Note this task in the pipeline registry (see ``docs/ui.md``); a failure is logged, never
-        fatal: the registry only makes the pipeline visible, reading does not depend on it."""
+        """Note this task in the pipeline registry (see ``docs/ui.md``), reading by interval with
+        its progress cursors' prefix and the planned interval; a failure is logged, never fatal:
+        the registry only makes the pipeline visible, reading does not depend on it."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", None)
+        by_interval: dict[str, Any] = {}
+        if interval is not None:
+            start, end = interval.interval.ms
+            by_interval = {
+                "read_by": "interval",
+                "interval_start": start,
+                "interval_end": end,
+                "interval_offsets": tuple((plan.partition, plan.start, plan.end) for plan in plans),
+            }
         entry = PipelineEntry(
             stream=self.stream,
-            position_cursor=self.position_cursor,
+            position_cursor=self.position_cursor if interval is None else interval.cursor_prefix,
             plan_key=plan_key,
             dag_id=ti.dag_id,
             task_id=ti.task_id,
@@ -496,6 +518,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             group_id=self.group_id or None,
             operator=type(self).__name__,
             dead_letter_stream=self.dead_letter_target(),
+            **by_interval,
         )
         try:
             record_pipeline(client, entry)
@@ -503,10 +526,15 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             self.log.warning("could not record this pipeline for the Liftbridge UI view (%s); reading goes on", exc)
 
     def _record_run(
-        self, client: LiftbridgeClient, context: Context, run_id: str, reports: dict[int, PartitionReport]
+        self,
+        client: LiftbridgeClient,
+        context: Context,
+        run_id: str,
+        reports: dict[int, PartitionReport],
+        interval: Interval | None = None,
     ) -> None:
-        """Append this try to the run history the view charts (see ``docs/ui.md``); a failure is
-        logged, never fatal, as for the registry."""
+        """Append this try to the run history the view charts (see ``docs/ui.md``), with the
+        interval it read, if by interval; a failure is logged, never fatal, as for the registry."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", None)
         entry = RunEntry(
@@ -525,6 +553,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
                 )
                 for p, r in reports.items()
             },
+            interval=None if interval is None else interval.ms,
         )
         try:
             record_run(client, entry)

@@ -1,6 +1,8 @@
 """What the Liftbridge view charts, from the run history (:mod:`~airflow_provider_liftbridge.
 client.reading.history`) with the client only (no Airflow, no FastAPI here): per pipeline and
-partition the lag and the messages read per run, per stream the message rate between runs.
+partition the lag and the messages read per run, per stream the message rate between runs. A
+task reading by interval is charted by the start of the interval each run read (each run carries
+its interval), so a backfill's past intervals appear in their order.
 
 The history holds what the reading tasks saw when their tries ended; nothing here reads a
 message's contents, so the charts need the connection, not the ``Liftbridge Messages`` view.
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
-from airflow_provider_liftbridge.client.reading import RunEntry, read_history
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient
+from airflow_provider_liftbridge.client.reading import Interval, RunEntry, read_history
 
 __all__ = ["MAX_HISTORY", "MAX_RUNS", "history"]
 
@@ -21,6 +23,17 @@ MAX_HISTORY = 2_000
 MAX_RUNS = 50
 
 
+def _interval(entry: RunEntry) -> dict[str, Any] | None:
+    """A run's interval as ISO 8601 ``start``/``end`` and ``start_time`` in epoch seconds (``None``: by position)."""
+    if entry.interval is None:
+        return None
+    start, end = entry.interval
+    try:
+        return Interval.from_ms(start, end).to_dict() | {"start_time": start / 1000}
+    except InvalidArgumentError:
+        return None
+
+
 def _pipeline_runs(entries: list[RunEntry], runs: int) -> list[dict[str, Any]]:
     by_task: dict[tuple[str, str, int, str], list[RunEntry]] = {}
     for entry in entries:
@@ -28,25 +41,30 @@ def _pipeline_runs(entries: list[RunEntry], runs: int) -> list[dict[str, Any]]:
     out = []
     for (dag_id, task_id, map_index, stream), tries in sorted(by_task.items()):
         partitions = sorted({p for t in tries for p in t.partitions})
-        chosen = tries[-runs:]
+        chosen = [
+            {
+                "run_id": t.run_id,
+                "time": t.recorded_at / 1000,
+                "interval": _interval(t),
+                "partitions": {
+                    str(p): {"lag": r.lag, "processed": r.processed, "dead_lettered": r.dead_lettered}
+                    for p, r in sorted(t.partitions.items())
+                },
+            }
+            for t in tries[-runs:]
+        ]
+        by_interval = any(run["interval"] for run in chosen)
+        if by_interval:  # charted by the interval read, not by when: a backfill's past hours in order
+            chosen.sort(key=lambda run: (run["interval"] or {}).get("start_time", run["time"]))
         out.append(
             {
                 "dag_id": dag_id,
                 "task_id": task_id,
                 "map_index": map_index,
                 "stream": stream,
+                "read_by": "interval" if by_interval else "position",
                 "partitions": partitions,
-                "runs": [
-                    {
-                        "run_id": t.run_id,
-                        "time": t.recorded_at / 1000,
-                        "partitions": {
-                            str(p): {"lag": r.lag, "processed": r.processed, "dead_lettered": r.dead_lettered}
-                            for p, r in sorted(t.partitions.items())
-                        },
-                    }
-                    for t in chosen
-                ],
+                "runs": chosen,
             }
         )
     return out

@@ -29,7 +29,9 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.reading import (
     DEAD_LETTER_HEADERS,
     NO_PLAN,
+    Interval,
     PipelineEntry,
+    latest_reading,
     plan_cursor_ids,
     plan_start_cursor_id,
     read_pipelines,
@@ -180,16 +182,15 @@ def _message_at(client: LiftbridgeClient, stream: str, partition: int, offset: i
     return first if first is not None and first.offset == offset else None
 
 
-def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, int]) -> dict[str, Any]:
-    """One pipeline: its task, links, and per partition position, HW, lag and plan."""
+def _position_rows(client: LiftbridgeClient, entry: PipelineEntry, partitions: list[int]) -> list[dict[str, Any]]:
+    """Per partition of a pipeline reading by position: its position cursor, and its plan (the
+    plan cursors)."""
     end_cursor, tag_cursor = plan_cursor_ids(entry.position_cursor, entry.plan_key)
     start_cursor = plan_start_cursor_id(entry.position_cursor, entry.plan_key)
     latest_tag = run_tag(entry.run_id)
-    partitions = sorted(hws) if entry.group_id else sorted(p for p in entry.partitions if p in hws)
     rows = []
     for p in partitions:
         position = client.fetch_cursor(entry.position_cursor, entry.stream, p)
-        hw = hws[p]
         end = client.fetch_cursor(end_cursor, entry.stream, p)
         plan: dict[str, Any] | None = None
         if end != NO_PLAN:
@@ -201,18 +202,69 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
                 "run_id": entry.run_id if tag == latest_tag else None,
                 "finished": position >= end - 1,
             }
-        committed = _message_at(client, entry.stream, p, position) if position >= 0 else None
+        rows.append({"partition": p, "position": position, "read_to": position, "plan": plan})
+    return rows
+
+
+def _interval_rows(
+    client: LiftbridgeClient, entry: PipelineEntry, interval: Interval, partitions: list[int]
+) -> tuple[list[dict[str, Any]], bool]:
+    """Per partition of a pipeline reading by interval: the progress cursor of the latest reading
+    of its latest interval, and the interval's offsets as its run planned them (the plan); and
+    whether that reading finished. No position cursor is read: there is none."""
+    if not partitions:
+        return [], False
+    progress, finished = latest_reading(
+        client, entry.stream, entry.position_cursor, entry.plan_key, interval, min(entry.partitions or partitions)
+    )
+    offsets = {p: (first, end) for p, first, end in entry.interval_offsets}
+    rows = []
+    for p in partitions:
+        position = client.fetch_cursor(progress, entry.stream, p)
+        first, end = offsets.get(p, (0, 0))
         rows.append(
             {
                 "partition": p,
                 "position": position,
-                "high_watermark": hw,
-                # Committed messages after the position (all of them when nothing was committed yet).
-                "lag": max(0, hw - position) if position >= 0 else hw + 1,
-                "last_commit_time": _iso(committed.timestamp) if committed is not None else None,
-                "plan": plan,
+                # Read up to here: the progress, or just before the interval while none was read.
+                "read_to": max(position, first - 1) if p in offsets else position,
+                "plan": {
+                    "start": first,
+                    "end": end,  # exclusive
+                    "run_id": entry.run_id,
+                    "finished": finished or position >= end - 1,
+                }
+                if p in offsets
+                else None,
             }
         )
+    return rows, finished
+
+
+def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, int]) -> dict[str, Any]:
+    """One pipeline: its task, links, and per partition position, HW, lag and plan (reading by
+    interval: the progress in its latest interval and that interval's offsets)."""
+    partitions = sorted(hws) if entry.group_id else sorted(p for p in entry.partitions if p in hws)
+    interval: dict[str, Any] | None = None
+    error = None
+    if entry.read_by == "interval":
+        try:
+            span = Interval.from_ms(entry.interval_start or 0, entry.interval_end or 0)
+        except InvalidArgumentError as exc:
+            rows, error = [], f"its registry entry has no usable interval ({exc})"
+        else:
+            rows, finished = _interval_rows(client, entry, span, partitions)
+            interval = span.to_dict() | {"finished": finished}
+    else:
+        rows = _position_rows(client, entry, partitions)
+    for row in rows:
+        p, read_to = row["partition"], row.pop("read_to")
+        committed = _message_at(client, entry.stream, p, row["position"]) if row["position"] >= 0 else None
+        row["high_watermark"] = hw = hws[p]
+        # Committed messages after what was read (all of them when nothing was read yet); reading by
+        # interval, once the interval is read: the messages after its end.
+        row["lag"] = max(0, hw - read_to) if read_to >= 0 else hw + 1
+        row["last_commit_time"] = _iso(committed.timestamp) if committed is not None else None
     # Relative to Airflow's base URL (``[api] base_url``): the page puts its own prefix before them.
     dag_link = f"dags/{quote(entry.dag_id, safe='')}"
     task_link = f"{dag_link}/tasks/{quote(entry.task_id, safe='')}"
@@ -222,6 +274,8 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         "map_index": entry.map_index,
         "operator": entry.operator,
         "stream": entry.stream,
+        "read_by": entry.read_by,
+        "interval": interval,
         "cursor_id": entry.cursor_id,
         "group_id": entry.group_id,
         "position_cursor": entry.position_cursor,
@@ -231,7 +285,7 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         "links": {"dag": dag_link, "task": task_link},
         "lag": sum(row["lag"] for row in rows),
         "partitions": rows,
-        "error": None,
+        "error": error,
     }
 
 
@@ -243,8 +297,10 @@ def dead_letter_streams(client: LiftbridgeClient) -> list[str]:
 def pipelines(client: LiftbridgeClient) -> dict[str, Any]:
     """Every reading task recorded in the pipeline registry (``client.reading.registry``) with
     its consumer group if any, and per partition: position, high watermark, lag, the time of the
-    last committed message, the current plan. A pipeline whose stream is gone is listed with an
-    ``error``.
+    last committed message, the current plan. A task reading by interval has ``read_by`` =
+    ``"interval"`` and its latest interval (``start``, ``end``, whether it is read); its position
+    is its progress in that interval, its plan that interval's offsets. A pipeline whose stream is
+    gone is listed with an ``error``.
 
     :raises LiftbridgeError: the cluster did not answer, or cursors are disabled.
     """

@@ -29,6 +29,7 @@ from .interval import (
     IntervalPlanner,
     NoTimestampsError,
     interval_cursor_ids,
+    latest_reading,
 )
 from .plan import (
     NO_PLAN,
@@ -87,6 +88,7 @@ __all__ = [
     "high_watermark",
     "interval_cursor_ids",
     "json_value",
+    "latest_reading",
     "plan_cursor_ids",
     "plan_start_cursor_id",
     "read_history",

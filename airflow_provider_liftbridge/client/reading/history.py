@@ -61,6 +61,8 @@ class RunEntry:
     :param stream: the stream it read.
     :param partitions: per partition, what it did (:class:`PartitionRun`).
     :param recorded_at: when the try ended (milliseconds since the epoch).
+    :param interval: reading by interval: the interval read, ``(start, end)`` in milliseconds
+        since the epoch (``None``: read by position).
     """
 
     dag_id: str
@@ -70,11 +72,14 @@ class RunEntry:
     partitions: Mapping[int, PartitionRun]
     map_index: int = -1
     recorded_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    interval: tuple[int, int] | None = None
 
     def to_json(self) -> bytes:
         """The history message's value."""
+        interval = {} if self.interval is None else {"interval": list(self.interval)}
         return json.dumps(
-            {
+            interval
+            | {
                 "dag_id": self.dag_id,
                 "task_id": self.task_id,
                 "map_index": self.map_index,
@@ -98,6 +103,7 @@ class RunEntry:
         try:
             data: dict[str, Any] = json.loads(value)
             partitions = {int(p): PartitionRun(*(int(n) for n in row)) for p, row in data["partitions"].items()}
+            interval = data.get("interval")
             return cls(
                 dag_id=str(data["dag_id"]),
                 task_id=str(data["task_id"]),
@@ -106,6 +112,7 @@ class RunEntry:
                 partitions=partitions,
                 map_index=int(data.get("map_index", -1)),
                 recorded_at=int(data["recorded_at"]),
+                interval=None if interval is None else (int(interval[0]), int(interval[1])),
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise InvalidArgumentError(f"not a run history entry ({type(exc).__name__}: {exc})") from None

@@ -59,6 +59,7 @@ __all__ = [
     "IntervalPlanner",
     "NoTimestampsError",
     "interval_cursor_ids",
+    "latest_reading",
 ]
 
 #: How long after an interval's end a partition without a later message counts as complete.
@@ -112,6 +113,21 @@ class Interval:
         """JSON-safe (XCom): ISO 8601 start and end."""
         return {"start": self.start.isoformat(), "end": self.end.isoformat()}
 
+    @property
+    def ms(self) -> tuple[int, int]:
+        """``(start, end)`` in milliseconds since the epoch (the pipeline registry and run history)."""
+        return self.start_ns // 1_000_000, self.end_ns // 1_000_000
+
+    @classmethod
+    def from_ms(cls, start: int, end: int) -> Interval:
+        """The interval ``[start, end)`` given in milliseconds since the epoch (its :attr:`key` is
+        that of the interval they were taken from).
+
+        :raises InvalidArgumentError: an end that is not after the start.
+        """
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        return cls(epoch + dt.timedelta(milliseconds=start), epoch + dt.timedelta(milliseconds=end))
+
 
 def _plain_utc(moment: dt.datetime) -> dt.datetime:
     utc = moment.astimezone(dt.UTC)
@@ -129,6 +145,21 @@ def interval_cursor_ids(prefix: str, plan_key: str, interval: Interval, reading:
     tail = f"{plan_key}|{interval.key}"
     progress = f"{prefix}|interval|{tail}" + (f"|g{reading}" if reading else "")
     return progress, f"{prefix}|interval-run|{tail}"
+
+
+def latest_reading(
+    client: LiftbridgeClient, stream: str, prefix: str, plan_key: str, interval: Interval, mark_partition: int
+) -> tuple[str, bool]:
+    """The progress cursor id of the interval's latest reading, and whether that reading finished,
+    from the count of readings kept on ``mark_partition`` (the task's first partition). Reads only.
+
+    :raises CursorsDisabledError: the cluster has cursors off.
+    """
+    progress, readings = interval_cursor_ids(prefix, plan_key, interval)
+    count = client.fetch_cursor(readings, stream, mark_partition)  # -1: never set (reading 0 under way)
+    if count > 1:
+        progress, _ = interval_cursor_ids(prefix, plan_key, interval, count // 2)
+    return progress, count >= 0 and count % 2 == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +219,8 @@ class IntervalPlanner:
         self.lateness = lateness
         self._now_ns = now_ns
         self._ids = (cursor_prefix, plan_key)
+        #: The start of the progress cursors' ids (recorded in the pipeline registry).
+        self.cursor_prefix = cursor_prefix
         #: The progress cursor of the reading :meth:`plan` chose (before it: the first reading's).
         self.progress_cursor, self.readings_cursor = interval_cursor_ids(cursor_prefix, plan_key, interval)
         self.reading = 0

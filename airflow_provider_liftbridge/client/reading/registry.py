@@ -8,6 +8,8 @@ the request). The position and plan cursors alone therefore cannot be found: eac
 records, once per run when it plans, one small JSON message in the registry stream
 (:data:`REGISTRY_STREAM`, one partition, compacted) keyed by (position cursor, stream, plan key).
 From an entry a reader knows every cursor id (:mod:`.plan`) and can fetch positions and plans.
+A task reading by interval (``read_by="interval"``) has no position cursor: its entry names the
+prefix of its per-interval progress cursors (:mod:`.interval`) and the interval its run planned.
 
 Imports neither Airflow nor PySpark.
 """
@@ -39,7 +41,8 @@ class PipelineEntry:
     """One reading task as recorded in the registry.
 
     :param stream: the stream it reads.
-    :param position_cursor: the cursor id holding its positions (``__group:<group>`` for a group).
+    :param position_cursor: the cursor id holding its positions (``__group:<group>`` for a group);
+        reading by interval: the prefix of its progress cursors (:func:`.interval.interval_cursor_ids`).
     :param plan_key: its plan key (``dag_id/task_id[/map_index]``).
     :param dag_id: / :param task_id: / :param map_index: the task (``-1``: not mapped).
     :param run_id: the run that made its latest plan.
@@ -49,6 +52,12 @@ class PipelineEntry:
     :param operator: the operator class name.
     :param dead_letter_stream: where it sends what it cannot process, if anywhere.
     :param recorded_at: when it was recorded (milliseconds since the epoch).
+    :param read_by: ``"position"`` (an entry of a version before reading by interval has none and
+        loads so) or ``"interval"``.
+    :param interval_start: / :param interval_end: reading by interval: the interval the run
+        planned, ``[start, end)`` in milliseconds since the epoch.
+    :param interval_offsets: reading by interval: per partition ``(partition, first offset,
+        exclusive end)`` of that interval.
     """
 
     stream: str
@@ -64,6 +73,10 @@ class PipelineEntry:
     operator: str = ""
     dead_letter_stream: str | None = None
     recorded_at: int = field(default_factory=lambda: int(time.time() * 1000))
+    read_by: str = "position"
+    interval_start: int | None = None
+    interval_end: int | None = None
+    interval_offsets: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def key(self) -> bytes:
@@ -84,6 +97,9 @@ class PipelineEntry:
             data: dict[str, Any] = json.loads(value)
             known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
             known["partitions"] = tuple(int(p) for p in known.get("partitions", ()))
+            known["interval_offsets"] = tuple(
+                (int(p), int(first), int(end)) for p, first, end in known.get("interval_offsets", ())
+            )
             return cls(**known)
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidArgumentError(f"not a pipeline registry entry ({type(exc).__name__}: {exc})") from None

@@ -77,6 +77,17 @@ document.addEventListener("click", (event) => {
   outer.click();
   outer.remove();
 });
+// An interval as [start, end) in UTC, its fractions of a second without trailing zeros.
+function intervalText(i) {
+  const short = (iso) => iso.replace("+00:00", "Z").replace(/(\.\d*?)0+Z$/, "$1Z").replace(/\.Z$/, "Z");
+  return `[${short(i.start)}, ${short(i.end)})`;
+}
+// A plan's offsets, "first..last (run)"; an interval without messages in a partition has none.
+function planText(plan) {
+  const run = plan.run_id ? ` (${plan.run_id})` : "";
+  if (plan.start != null && plan.end <= plan.start) return `none${run}`;
+  return `${plan.start ?? "?"}..${plan.end - 1}${run}`;
+}
 function connection() { return $("conn").value; }
 async function get(path) {
   const conn = connection();
@@ -133,25 +144,40 @@ const views = {
   },
   async pipelines() {
     const d = await get("/pipelines");
-    if (!d.pipelines.length) return [el("p", {}, "No reading task has recorded itself yet (they do when they plan a run).")];
     const nodes = [];
     for (const p of d.pipelines) {
       const name = `${p.dag_id}.${p.task_id}`;
       if (!matches(name, p.stream, p.cursor_id, p.group_id) && name !== state.focus) continue;
-      const who = p.group_id ? `group ${p.group_id}` : `cursor ${p.cursor_id}`;
-      nodes.push(el("h2", {"data-pipeline": name, class: name === state.focus ? "focused" : null},
+      const byInterval = p.read_by === "interval";
+      // Reading by interval the position is the progress in the latest interval, and messages after
+      // the interval's end are the next intervals' (not a backlog): the lag is not flagged.
+      const bad = (lag) => lag && !byInterval;
+      const who = p.group_id ? `group ${p.group_id}` : byInterval ? `cursor prefix ${p.position_cursor}` : `cursor ${p.cursor_id}`;
+      const how = byInterval && p.interval
+        ? [", by interval ", el("span", {"data-interval": "", "data-interval-start": p.interval.start, "data-interval-end": p.interval.end},
+            intervalText(p.interval)), ` (${p.interval.finished ? "read" : "reading"})`]
+        : [];
+      nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-read-by": p.read_by, class: name === state.focus ? "focused" : null},
         airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
-        ` — ${p.stream}, ${who}, lag `, el("span", {class: p.lag ? "lag-bad" : "", "data-lag": p.lag}, p.lag)));
+        ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag)));
       if (p.error) nodes.push(el("p", {class: "error"}, p.error));
-      nodes.push(table(["Partition", "Position", "High watermark", "Lag", "Last commit", "Plan", "Finished"],
+      const headers = byInterval
+        ? ["Partition", "Progress", "High watermark", "Lag after it", "Last commit", "Interval offsets", "Finished"]
+        : ["Partition", "Position", "High watermark", "Lag", "Last commit", "Plan", "Finished"];
+      nodes.push(table(headers,
         p.partitions.map(r => el("tr", {"data-partition": r.partition},
           num(r.partition), num(r.position), num(r.high_watermark),
-          num(r.lag, {class: r.lag ? "num lag-bad" : "num", "data-lag": r.lag}), el("td", {}, r.last_commit_time || "—"),
-          el("td", {}, r.plan ? `${r.plan.start ?? "?"}..${r.plan.end - 1}${r.plan.run_id ? " (" + r.plan.run_id + ")" : ""}` : "—"),
+          num(r.lag, {class: bad(r.lag) ? "num lag-bad" : "num", "data-lag": r.lag}), el("td", {}, r.last_commit_time || "—"),
+          el("td", {}, r.plan ? planText(r.plan) : "—"),
           el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"))),
-        {"data-pipeline-table": name}));
+        {"data-pipeline-table": name, "data-stream": p.stream}));
     }
-    if (!nodes.length) nodes.push(el("p", {class: "muted"}, "No pipeline matches the filter."));
+    if (state.focus && !d.pipelines.some(p => `${p.dag_id}.${p.task_id}` === state.focus)) {
+      nodes.unshift(el("p", {class: "error", id: "focus-missing"}, `No pipeline ${state.focus} in the registry: a reading task `
+        + "records itself when it plans a run, so it shows up after its next run (see docs/ui.md, How pipelines are found)."));
+    }
+    if (!d.pipelines.length) nodes.push(el("p", {}, "No reading task has recorded itself yet (they do when they plan a run)."));
+    else if (!nodes.length) nodes.push(el("p", {class: "muted"}, "No pipeline matches the filter."));
     return nodes;
   },
   async charts() {
@@ -160,14 +186,25 @@ const views = {
     for (const p of d.pipelines) {
       const name = `${p.dag_id}.${p.task_id}`;
       if (!matches(name, p.stream) && name !== state.focus) continue;
-      const xs = p.runs.map(r => r.time);
+      const byInterval = p.read_by === "interval";
+      // By interval a point is the interval a run read (at its start), not the time the run ended.
+      const xs = p.runs.map(r => byInterval && r.interval ? r.interval.start_time : r.time);
       const per = (field) => p.partitions.map(part => ({label: `partition ${part}`,
         values: p.runs.map(r => (r.partitions[String(part)] || {})[field] ?? null)}));
-      nodes.push(el("h2", {"data-chart-pipeline": name, "data-runs": p.runs.length, class: name === state.focus ? "focused" : null},
-        `${name} — ${p.stream}, last ${p.runs.length} run(s)`));
+      nodes.push(el("h2", {"data-chart-pipeline": name, "data-stream": p.stream, "data-read-by": p.read_by, "data-runs": p.runs.length,
+        class: name === state.focus ? "focused" : null},
+        `${name} — ${p.stream}, last ${p.runs.length} run(s)${byInterval ? ", by interval start" : ""}`));
       nodes.push(el("div", {class: "charts"},
-        chart("Lag when the run ended (messages)", xs, per("lag"), {"data-chart": "lag"}),
-        chart("Messages read per run", xs, per("processed"), {"data-chart": "processed"})));
+        chart(byInterval ? "Lag after the interval when the run ended (messages)" : "Lag when the run ended (messages)",
+          xs, per("lag"), {"data-chart": "lag"}),
+        chart(byInterval ? "Messages read per interval" : "Messages read per run", xs, per("processed"), {"data-chart": "processed"})));
+      if (byInterval) {
+        const total = (r, field) => Object.values(r.partitions).reduce((n, x) => n + x[field], 0);
+        nodes.push(table(["Interval", "Run", "Messages", "Lag after it"], p.runs.map(r => el("tr",
+          {"data-run-interval": r.interval ? r.interval.start : ""},
+          el("td", {}, r.interval ? intervalText(r.interval) : "—"), el("td", {}, r.run_id),
+          num(total(r, "processed")), num(total(r, "lag")))), {class: "runs", "data-runs-of": name, "data-stream": p.stream}));
+      }
     }
     const streams = d.streams.filter(s => matches(s.stream));
     if (streams.length) {
