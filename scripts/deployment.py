@@ -101,17 +101,27 @@ def airflow_command() -> list[str]:
     return [str(candidate)] if candidate.exists() else [sys.executable, "-m", "airflow"]
 
 
+#: Called by :func:`wait_until` with (what was awaited, seconds used, the deadline, timed out)
+#: after each wait; the tests' margin report (tests/margins.py) sets it.
+on_wait: Callable[..., None] | None = None
+
+
 def wait_until(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
     """Call ``check`` until it returns something other than ``None``/``False``; return that.
 
     :raises DeploymentError: ``timeout`` seconds passed first (``what`` says what was awaited).
     """
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     while True:
         result = check()
+        used = time.monotonic() - start
         if result is not None and result is not False:
+            if on_wait is not None:
+                on_wait(what, used, timeout, timed_out=False)
             return result
-        if time.monotonic() > deadline:
+        if used > timeout:
+            if on_wait is not None:
+                on_wait(what, used, timeout, timed_out=True)
             raise DeploymentError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
 

@@ -16,7 +16,6 @@ restart, a minimum ISR the survivors cannot meet), and every wait polls for a st
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from airflow_provider_liftbridge.devserver.cursors import (
 )
 from airflow_provider_liftbridge.devserver.log import PartitionLog
 from airflow_provider_liftbridge.devserver.replication import HW_CHECKPOINT_FILE
+from tests import margins
 
 from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish, subscribe
 
@@ -57,11 +57,7 @@ def _stubs(server: DevServer) -> list[Stub]:
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    margins.wait_until(check, timeout, what, interval=0.02)
 
 
 def _leader_id(stub: Stub, stream: str) -> str:
