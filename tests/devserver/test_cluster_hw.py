@@ -50,6 +50,11 @@ RESTART = ClusterTimings.fast(
     replica_max_idle_wait=5.0,
     min_insync_replicas=2,
 )
+#: How long a restarted leader's high watermark may take to settle under ``RESTART``: its followers
+#: fetch again ``replica_max_idle_wait`` after it is back, and a caught-up follower checks in again
+#: only a third of ``replica_max_lag_time`` later (10 s; it took 10.0 s on a quiet machine). The
+#: waits for it get twice that.
+SETTLE = RESTART.replica_max_idle_wait + RESTART.replica_max_lag_time / 3
 
 
 def _stubs(server: DevServer) -> list[Stub]:
@@ -99,7 +104,7 @@ def test_a_leader_back_within_the_leader_timeout_reports_its_checkpointed_hw_unt
         early = subscribe(lead, req)
         assert (early.offsets, early.details) == ([], "Stream is empty")
         # Its followers fetch again (replica_max_idle_wait later) and it commits what they have.
-        _wait_for("the high watermark to settle", lambda: _hw_newest(lead, stream_name) == (99, 99))
+        _wait_for("the high watermark to settle", lambda: _hw_newest(lead, stream_name) == (99, 99), timeout=2 * SETTLE)
         assert subscribe(lead, req).offsets == list(range(100))
 
 
@@ -123,7 +128,11 @@ def test_fetch_cursor_after_the_cursors_leader_restart_caches_a_stale_miss_until
         assert _hw_newest(lead, "__cursors") == (-1, 29)
         assert lead.FetchCursor(fetch, timeout=TIMEOUT).offset == -1
         # The high watermark settles; the cached miss stays.
-        _wait_for("the __cursors high watermark to settle", lambda: _hw_newest(lead, "__cursors") == (29, 29))
+        _wait_for(
+            "the __cursors high watermark to settle",
+            lambda: _hw_newest(lead, "__cursors") == (29, 29),
+            timeout=2 * SETTLE,
+        )
         assert lead.FetchCursor(fetch, timeout=TIMEOUT).offset == -1
         # A SetCursor replaces the cached value.
         lead.SetCursor(pb.SetCursorRequest(stream=stream_name, cursorId="c", offset=3000), timeout=TIMEOUT)
@@ -141,7 +150,11 @@ def test_a_cursor_read_from_the_log_once_the_restarted_leader_settled(stream_nam
         lead.SetCursor(pb.SetCursorRequest(stream=stream_name, cursorId="d", offset=7), timeout=TIMEOUT)
         server.kill_broker(owner)
         server.start_broker(owner)
-        _wait_for("the __cursors high watermark to settle", lambda: _hw_newest(lead, "__cursors") == (0, 0))
+        _wait_for(
+            "the __cursors high watermark to settle",
+            lambda: _hw_newest(lead, "__cursors") == (0, 0),
+            timeout=2 * SETTLE,
+        )
         assert lead.FetchCursor(pb.FetchCursorRequest(stream=stream_name, cursorId="d"), timeout=TIMEOUT).offset == 7
 
 
