@@ -16,7 +16,7 @@
 # file in /tmp) and prints the ten waits that used the largest share of their deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --browser  # the UI tests need chromium; the demo does not
 export PATH="$PWD/.venv/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
 args=() busy=0 pin=()
 for a in "$@"; do
