@@ -22,6 +22,7 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.cursors import COMPACT_MIN
 from airflow_provider_liftbridge.devserver.faults import HELD_TASK_PREFIX
 from airflow_provider_liftbridge.devserver.log import PartitionLog
+from tests import margins
 
 from .helpers import TIMEOUT, rpc_error, subscribe, user_streams
 
@@ -304,10 +305,9 @@ def test_cluster_restart_under_a_held_cursor_write_drops_it_and_ends_its_waiter(
             assert _held_writes(srv) == 1  # the stalled leader holds the write
 
             srv.restart_cluster(down=0.2)
-            deadline = time.monotonic() + 10
-            while _held_writes(srv) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _held_writes(srv) == 0, "a write held before the restart still waits for its broker"
+            margins.wait_until(
+                lambda: _held_writes(srv) == 0, 10, "the writes held before the restart done", interval=0.05
+            )
             srv.resume_broker(owner)  # the new process was never stopped: nothing to carry out
 
             owner = _cursor_leader(srv, stubs, "held")
