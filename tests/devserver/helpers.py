@@ -110,14 +110,17 @@ def subscribe_while(
     *,
     count: int | None = None,
     settle: float = 0.3,
+    timeout: float = TIMEOUT,
 ) -> SubResult:
     """Subscribe on a thread, run ``action`` once the subscriber had ``settle`` seconds to start
-    waiting, and return what the subscription got when it ended."""
+    waiting, and return what the subscription got when it ended. The subscription's deadline,
+    ``timeout``, runs from its start, so it covers ``action`` too: an action of many calls needs
+    more than the default."""
     result: list[SubResult] = []
-    thread = threading.Thread(target=lambda: result.append(subscribe(stub, req, count=count)))
+    thread = threading.Thread(target=lambda: result.append(subscribe(stub, req, count=count, timeout=timeout)))
     thread.start()
     time.sleep(settle)
     action()
-    thread.join(TIMEOUT)
+    thread.join(timeout)
     assert result, "the subscription did not end in time"
     return result[0]
