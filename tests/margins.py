@@ -98,6 +98,27 @@ def wait_until(
         time.sleep(interval)
 
 
+async def until(
+    check: Callable[[], _T], timeout: float, what: str, interval: float = 0.01, *, where: str | None = None
+) -> _T:
+    """:func:`wait_until` for a coroutine: polls with ``asyncio.sleep`` between checks.
+
+    :raises AssertionError: ``timeout`` seconds passed first.
+    """
+    where = where or caller()
+    start = time.monotonic()
+    while True:
+        result = check()
+        used = time.monotonic() - start
+        if result:
+            record(f"{what} ({where})", used, timeout)
+            return result
+        if used > timeout:
+            record(f"{what} ({where})", used, timeout, timed_out=True)
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        await asyncio.sleep(interval)
+
+
 def flush() -> None:
     """Append what the waits recorded since the last flush to the log."""
     with _lock:
