@@ -61,9 +61,9 @@ ${pin[@]+"${pin[@]}"} python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_T
 rc=$?
 set -e
 stop_hogs
-sort -t "$(printf '\t')" -k1,1gr -o "$LIFTBRIDGE_MARGIN_LOG" "$LIFTBRIDGE_MARGIN_LOG"
+LC_ALL=C sort -t "$(printf '\t')" -k1,1gr -o "$LIFTBRIDGE_MARGIN_LOG" "$LIFTBRIDGE_MARGIN_LOG"
 echo "test.sh: the tightest waits (share of the deadline used, seconds used / deadline; all of them in $LIFTBRIDGE_MARGIN_LOG):"
-awk -F '\t' '$4 == "ok" && n < 10 { n++; printf "  %5.1f %%  %6.2f / %6.2f s  %s  %s\n", 100 * $1, $2, $3, $5, $6 }' "$LIFTBRIDGE_MARGIN_LOG"
+LC_ALL=C awk -F '\t' '$4 == "ok" && n < 10 { n++; printf "  %5.1f %%  %6.2f / %6.2f s  %s  %s\n", 100 * $1, $2, $3, $5, $6 }' "$LIFTBRIDGE_MARGIN_LOG"
 if [ "$busy" = 1 ]; then
   echo "test.sh --busy: $(wc -l < "$LIFTBRIDGE_STALL_LOG") stall(s) of over a second written down in $LIFTBRIDGE_STALL_LOG:"
   cat "$LIFTBRIDGE_STALL_LOG"
