@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import sqlite3
@@ -101,17 +102,27 @@ def airflow_command() -> list[str]:
     return [str(candidate)] if candidate.exists() else [sys.executable, "-m", "airflow"]
 
 
+#: Called by :func:`wait_until` with (what was awaited, seconds used, the deadline, timed out)
+#: after each wait; the tests' margin report (tests/margins.py) sets it.
+on_wait: Callable[..., None] | None = None
+
+
 def wait_until(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
     """Call ``check`` until it returns something other than ``None``/``False``; return that.
 
     :raises DeploymentError: ``timeout`` seconds passed first (``what`` says what was awaited).
     """
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     while True:
         result = check()
+        used = time.monotonic() - start
         if result is not None and result is not False:
+            if on_wait is not None:
+                on_wait(what, used, timeout, timed_out=False)
             return result
-        if time.monotonic() > deadline:
+        if used > timeout:
+            if on_wait is not None:
+                on_wait(what, used, timeout, timed_out=True)
             raise DeploymentError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
 
@@ -200,6 +211,9 @@ class Deployment:
     components: dict[str, Component] = field(default_factory=dict, init=False)
     devserver: Any = field(default=None, init=False)
     _token: str | None = field(default=None, init=False)
+    #: The JWT secret every component shares: 64 random bytes, as HS512 (Airflow's choice for a
+    #: secret) wants; the one ``airflow db migrate`` writes is 16 and PyJWT warns of it.
+    jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(64), init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -257,6 +271,7 @@ class Deployment:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
             # A killed triggerer's triggers move to the next one once its heartbeat is this old.
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",

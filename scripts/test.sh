@@ -12,9 +12,11 @@
 # The tests run on LIFTBRIDGE_TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this
 # process), a test file per worker at a time (tests/conftest.py): most of a test's time is spent
 # waiting on servers and processes, not on the CPU.
+# Every run writes the margin report (tests/margins.py) to LIFTBRIDGE_MARGIN_LOG (default: a new
+# file in /tmp) and prints the ten waits that used the largest share of their deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --browser  # the UI tests need chromium; the demo does not
 export PATH="$PWD/.venv/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PWD/.venv/bin/python"
 args=() busy=0 pin=()
 for a in "$@"; do
@@ -50,11 +52,18 @@ while os.getppid() == parent:
   echo "test.sh --busy: stalls of the test processes go to $LIFTBRIDGE_STALL_LOG" >&2
 fi
 [ "${#pin[@]}" != 0 ] && echo "test.sh --one-core: the tests run under ${pin[*]}" >&2
+# The margin report (tests/margins.py, docs/testing.md): every wait with a deadline writes down
+# how much of it it used; the file is sorted, tightest first, and the worst ten printed at the end.
+export LIFTBRIDGE_MARGIN_LOG=${LIFTBRIDGE_MARGIN_LOG:-$(mktemp -t liftbridge-margins.XXXXXX.tsv)}
+: > "$LIFTBRIDGE_MARGIN_LOG"
 set +e
 ${pin[@]+"${pin[@]}"} python -m pytest -q -p no:cacheprovider -n "${LIFTBRIDGE_TEST_WORKERS:-2}" ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 stop_hogs
+LC_ALL=C sort -t "$(printf '\t')" -k1,1gr -o "$LIFTBRIDGE_MARGIN_LOG" "$LIFTBRIDGE_MARGIN_LOG"
+echo "test.sh: the tightest waits (share of the deadline used, seconds used / deadline; all of them in $LIFTBRIDGE_MARGIN_LOG):"
+LC_ALL=C awk -F '\t' '$4 == "ok" && n < 10 { n++; printf "  %5.1f %%  %6.2f / %6.2f s  %s  %s\n", 100 * $1, $2, $3, $5, $6 }' "$LIFTBRIDGE_MARGIN_LOG"
 if [ "$busy" = 1 ]; then
   echo "test.sh --busy: $(wc -l < "$LIFTBRIDGE_STALL_LOG") stall(s) of over a second written down in $LIFTBRIDGE_STALL_LOG:"
   cat "$LIFTBRIDGE_STALL_LOG"

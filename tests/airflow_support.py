@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -46,6 +47,9 @@ def configure_airflow() -> Path:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
             # The provider's own task lines (e.g. whether a sensor deferred) are what tests look at.
             "AIRFLOW__LOGGING__NAMESPACE_LEVELS": "airflow.task.operators.airflow_provider_liftbridge=INFO",
+            # Airflow signs its execution API's tokens with HS512, which wants a 64-byte key; the
+            # one it makes up otherwise is 16 bytes and PyJWT warns at every token.
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
         }
     )
     return _home

@@ -42,7 +42,7 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer  # n
 
 # The Spark cluster, Spark Connect server and SparkSession: session fixtures shared by tests/spark
 # and tests/dags (one SparkContext per process), defined once.
-pytest_plugins = ["tests.spark_fixtures", "tests.stall_watch", "tests.gc_between_tests"]
+pytest_plugins = ["tests.spark_fixtures", "tests.stall_watch", "tests.gc_between_tests", "tests.margins"]
 
 
 #: An external cluster to test against instead of the dev server (see the module docstring).

@@ -19,6 +19,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.transport import aio as async_client_module
 from airflow_provider_liftbridge.client.transport.channels import ASYNC_REGISTRY, SYNC_REGISTRY
+from tests import margins
 
 READERS = ["thread", "aio"]
 
@@ -28,11 +29,10 @@ def reader_threads() -> list[threading.Thread]:
 
 
 async def no_reader_threads_within(seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while reader_threads():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
+    try:
+        await margins.until(lambda: not reader_threads(), seconds, "no reader threads", where=margins.caller())
+    except AssertionError:
+        return False
     return True
 
 

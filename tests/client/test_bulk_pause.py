@@ -27,6 +27,7 @@ from airflow_provider_liftbridge.client import NO_RESEND, AckTimeoutError, Liftb
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import DevServerProcess
+from tests import margins
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +58,12 @@ def frozen(server: DevServerProcess) -> Iterator[None]:
 def stored(server: DevServerProcess, stream: str, expect_at_least: int) -> list[bytes]:
     """Every stored value, once the broker has caught up with at least ``expect_at_least``."""
     with LiftbridgeClient(server.address) as client:
-        deadline = time.monotonic() + 10
-        while client.fetch_partition_metadata(stream).high_watermark + 1 < expect_at_least:
-            assert time.monotonic() < deadline, "the broker did not catch up"
-            time.sleep(0.05)
+        margins.wait_until(
+            lambda: client.fetch_partition_metadata(stream).high_watermark + 1 >= expect_at_least,
+            10,
+            "the broker caught up",
+            interval=0.05,
+        )
         time.sleep(0.3)  # anything still queued lands too
         hw = client.fetch_partition_metadata(stream).high_watermark
         return [m.value for m in client.subscribe(stream, stop_at=hw)]

@@ -31,6 +31,7 @@ from airflow_provider_liftbridge.client import (
     UnavailableError,
     partition_for_key,
 )
+from tests import margins
 
 
 def values(msgs: list[Any]) -> list[bytes]:
@@ -103,9 +104,9 @@ def test_publish_returns_a_complete_ack(client: Any, stream_name: str) -> None:
 def test_publish_with_ack_policy_none_returns_none_and_stores(client: Any, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     assert client.publish(stream_name, b"fire", ack_policy=AckPolicy.NONE) is None
-    deadline = time.monotonic() + 5
-    while client.fetch_partition_metadata(stream_name).newest_offset < 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    margins.wait_until(
+        lambda: client.fetch_partition_metadata(stream_name).newest_offset >= 0, 5, "the message stored", interval=0.05
+    )
     assert values(list(client.subscribe(stream_name, stop_at=0))) == [b"fire"]
 
 

@@ -7,9 +7,8 @@ that rebalances, timeouts and a coordinator change happen within a test.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -23,6 +22,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
+from tests import margins
 
 
 @pytest.fixture
@@ -43,11 +43,8 @@ def _read(consumer: GroupConsumer, n: int, timeout: float = 10.0) -> list[tuple[
     return [(m.partition, m.offset) for m in consumer.messages(max_messages=n, timeout=timeout)]
 
 
-def _wait_until(check: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+def _wait_until(check: Callable[[], object], timeout: float = 10.0) -> None:
+    margins.wait_until(check, timeout, "condition", interval=0.1)
 
 
 def test_single_member_reads_every_partition_and_resumes_from_the_commit(

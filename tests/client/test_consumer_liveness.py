@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,6 +28,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
 from airflow_provider_liftbridge.devserver import DevServer
+from tests import margins
 
 #: Seconds without a heartbeat after which the server removes a member.
 MEMBER_TIMEOUT = 3.0
@@ -63,11 +64,8 @@ def _said(log: pytest.LogCaptureFixture, group: str, words: str) -> list[str]:
     ]
 
 
-def _wait_until(check: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+def _wait_until(check: Callable[[], object], timeout: float = 20.0) -> None:
+    margins.wait_until(check, timeout, "condition", interval=0.05)
 
 
 def _publish(client: LiftbridgeClient, stream: str, partition: int, n: int, start: int = 0) -> None:

@@ -4,6 +4,7 @@ the heartbeat alone (every 0.7 x 15 s) would let the old owner read the moved pa
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_liftbridge.client import GroupConsumer, LiftbridgeClient
+from tests import margins
 
 #: Messages per second published to each partition (the rate the duplicate bound is derived from).
 RATE = 40
@@ -59,12 +61,13 @@ def test_a_member_joining_mid_stream_reads_at_most_a_second_of_messages_twice(
                     reader_b.start()
             assert b is not None and reader_b is not None
             per_partition = {0: total // 2, 1: total // 2}
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # until every message was read by someone
+
+            def all_read() -> bool:
                 read = set(seen_a) | set(seen_b)
-                if all((p, o) in read for p, n in per_partition.items() for o in range(n)):
-                    break
-                time.sleep(0.1)
+                return all((p, o) in read for p, n in per_partition.items() for o in range(n))
+
+            with contextlib.suppress(AssertionError):  # the asserts below say what was missed
+                margins.wait_until(all_read, 30, "every message read by someone", interval=0.1)
         finally:
             stop.set()
             reader_a.join(10)

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import KeyPartitioner, LiftbridgeClient, Record
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
+from tests import margins
 
 
 def _leader_index(c: Any, cluster: DevServer, stream: str, partition: int = 0) -> int:
@@ -72,9 +73,7 @@ def test_subscription_resubscribes_across_a_leader_stop_and_restart(
 
     reader = threading.Thread(target=consume)
     reader.start()
-    deadline = time.monotonic() + 10
-    while len(got) < 20 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    margins.wait_until(lambda: len(got) >= 20, 10, "20 messages read", interval=0.02)
     cluster.stop_broker(leader)  # the subscription's broker goes away; leadership moves
     c.publish_many(stream_name, [b"b%d" % i for i in range(20)])
     cluster.start_broker(leader)

@@ -33,6 +33,7 @@ from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests import margins
 from tests.processes import sigstop
 
 
@@ -317,9 +318,7 @@ async def _until(cond: object, timeout: float = 30.0) -> None:
     # A bound for a wait that normally ends in milliseconds. (The routing test's time-outs, 1 run
     # in ~130, were messages never delivered: nc.flush() had returned before the SUB reached the
     # server; see test_flush_returns_after_the_server_took_the_commands_before_it.)
-    async with asyncio.timeout(timeout):
-        while not cond():  # type: ignore[operator]
-            await asyncio.sleep(0.005)
+    await margins.until(cond, timeout, "condition", interval=0.005, where=margins.caller())  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

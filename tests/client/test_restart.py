@@ -22,6 +22,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests import margins
 from tests.processes import restart_nats
 
 
@@ -41,9 +42,7 @@ def test_resubscribe_across_a_broker_kill_and_restart(make_client: Any, tmp_path
             done.set()
 
         threading.Thread(target=consume, daemon=True).start()
-        deadline = time.monotonic() + 10
-        while len(got) < 10 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        margins.wait_until(lambda: len(got) >= 10, 10, "10 messages read", interval=0.02)
         assert len(got) == 10
         srv.kill()
         time.sleep(0.5)  # the subscription sees the failure and starts resubscribing
@@ -136,12 +135,12 @@ def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_sto
         c.create_stream("late-acks", "late-acks", replication_factor=3)
         c.publish_many("late-acks", [b"before"], path="nats")
         cluster.restart_cluster()
-        deadline = time.monotonic() + 5
-        while not c.fetch_metadata(["late-acks"]).streams.get("late-acks", None) or not (
-            c.fetch_metadata(["late-acks"]).streams["late-acks"].partitions[0].leader
-        ):
-            assert time.monotonic() < deadline, "no leader after the restart"
-            time.sleep(0.02)
+
+        def led() -> bool:
+            stream = c.fetch_metadata(["late-acks"]).streams.get("late-acks", None)
+            return bool(stream and stream.partitions[0].leader)
+
+        margins.wait_until(led, 5, "a leader after the restart", interval=0.02)
         records = [b"r%d" % i for i in range(5)]
         with pytest.raises(PublishError, match="may or may not be stored"):
             # timeout= given: with ack policy ALL the default wait would outlast the 2 s (ALL_ACK_WAIT).

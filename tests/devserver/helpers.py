@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
+from tests import margins
 
 TIMEOUT = 5.0
 
@@ -41,8 +42,12 @@ class SubResult:
 def subscribe(
     stub: api_pb2_grpc.APIStub, req: pb.SubscribeRequest, *, count: int | None = None, timeout: float = TIMEOUT
 ) -> SubResult:
-    """Run Subscribe until it ends, or until ``count`` data messages arrived (then cancel)."""
+    """Run Subscribe until it ends, or until ``count`` data messages arrived (then cancel).
+
+    With a ``count``, the margin report (tests/margins.py) notes how much of ``timeout`` it took;
+    without one, a subscription that runs out is what the test asked for (nothing more came)."""
     result = SubResult()
+    where, start = margins.caller(), time.monotonic()
     call = stub.Subscribe(req, timeout=timeout)
     try:
         for msg in call:
@@ -52,6 +57,9 @@ def subscribe(
                 break
     except grpc.RpcError as err:
         result.code, result.details = err.code(), err.details()
+    timed_out = result.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    if count is not None or not timed_out:
+        margins.record(f"subscribe ({where})", time.monotonic() - start, timeout, timed_out=timed_out)
     return result
 
 
@@ -70,12 +78,12 @@ def known_everywhere(stubs: list[api_pb2_grpc.APIStub], stream: str, timeout: fl
     """Wait until every broker lists ``stream``: in cluster mode a new stream reaches the brokers
     other than the creating one a moment later, as on a real cluster (and each broker's
     FetchMetadata has then surveyed the others, as a real broker caches)."""
-    deadline = time.monotonic() + timeout
-    for stub in stubs:
-        while stub.FetchMetadata(pb.FetchMetadataRequest(streams=[stream]), timeout=TIMEOUT).streamMetadata[0].error:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"stream {stream!r} did not reach every broker within {timeout:g} s")
-            time.sleep(0.01)
+
+    def everywhere() -> bool:
+        req = pb.FetchMetadataRequest(streams=[stream])
+        return not any(stub.FetchMetadata(req, timeout=TIMEOUT).streamMetadata[0].error for stub in stubs)
+
+    margins.wait_until(everywhere, timeout, "stream on every broker", where=margins.caller())
 
 
 def publish(stub: api_pb2_grpc.APIStub, stream: str, value: bytes, **kwargs: object) -> pb.PublishResponse:
@@ -102,14 +110,17 @@ def subscribe_while(
     *,
     count: int | None = None,
     settle: float = 0.3,
+    timeout: float = TIMEOUT,
 ) -> SubResult:
     """Subscribe on a thread, run ``action`` once the subscriber had ``settle`` seconds to start
-    waiting, and return what the subscription got when it ended."""
+    waiting, and return what the subscription got when it ended. The subscription's deadline,
+    ``timeout``, runs from its start, so it covers ``action`` too: an action of many calls needs
+    more than the default."""
     result: list[SubResult] = []
-    thread = threading.Thread(target=lambda: result.append(subscribe(stub, req, count=count)))
+    thread = threading.Thread(target=lambda: result.append(subscribe(stub, req, count=count, timeout=timeout)))
     thread.start()
     time.sleep(settle)
     action()
-    thread.join(TIMEOUT)
+    thread.join(timeout)
     assert result, "the subscription did not end in time"
     return result[0]

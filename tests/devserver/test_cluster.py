@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+
 import grpc
+import pytest
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
-from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 
 from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish, rpc_error, subscribe, user_streams
 
@@ -31,24 +36,65 @@ def test_metadata_lists_every_broker_and_spreads_leaders(cluster: DevServer) -> 
     assert all(len(parts[p].replicas) == 3 and list(parts[p].isr) == list(parts[p].replicas) for p in parts)
 
 
-def test_non_leader_refuses_subscribe_and_partition_metadata(cluster: DevServer) -> None:
+#: ``replica_max_lag_time`` of ``isr_cluster``. A caught-up follower asks its leader again a third
+#: of it after its last fetch (``IDLE``; Liftbridge's ``replica.max.idle.wait`` plays that part),
+#: and a new high watermark does not wake it: it learns of a commit up to ``IDLE`` after the ack.
+ISR_LAG = 6.0
+IDLE = ISR_LAG / 3
+#: A read from an ISR replica waits for that, twice over, beside the usual call deadline.
+ISR_READ_TIMEOUT = TIMEOUT + 2 * IDLE
+
+
+@pytest.fixture
+def isr_cluster() -> Iterator[DevServer]:
+    """Three brokers whose followers check in every ``IDLE`` (2 s) rather than the default 5 s."""
+    with DevServer(brokers=3, timings=ClusterTimings(replica_max_lag_time=ISR_LAG)) as server:
+        yield server
+
+
+def _hold_for_a_second(cluster: DevServer, index: int, after: float) -> threading.Thread:
+    """From ``after`` seconds on, hold broker ``index`` still for a second (as a SIGSTOP would)."""
+
+    def hold() -> None:
+        time.sleep(max(0.0, after))
+        cluster.stall_broker(index)
+        time.sleep(1.0)
+        cluster.resume_broker(index)
+
+    thread = threading.Thread(target=hold, name="hold-broker")
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["quiet", "follower-held-1s"])
+def test_non_leader_refuses_subscribe_and_partition_metadata(isr_cluster: DevServer, held: bool) -> None:
+    """An ISR replica serves a read once it has learnt the high watermark, which takes up to one
+    of its idle waits after the ack; ``follower-held-1s`` holds that follower still for a second
+    around the moment it checks in (as a busy machine does), which the read's deadline covers."""
+    cluster = isr_cluster
     stubs = _stubs(cluster)
     create(stubs[0], "lead", replicationFactor=3)
     known_everywhere(stubs, "lead")
     publish(stubs[2], "lead", b"v")  # publish works on any broker
+    acked = time.monotonic()
     leader = user_streams(stubs[0].FetchMetadata(pb.FetchMetadataRequest(), timeout=TIMEOUT))[0].partitions[0].leader
     li = cluster.broker_ids.index(leader)
     follower = stubs[(li + 1) % 3]
-    sub = subscribe(follower, pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST))
-    assert (sub.code, sub.details, sub.messages) == (
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "Server not partition leader",
-        [],
-    )
-    assert rpc_error(partition_meta, follower, "lead").code() == grpc.StatusCode.FAILED_PRECONDITION
-    # An ISR replica may serve reads when asked to.
-    req = pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST, readISRReplica=True)
-    assert subscribe(follower, req, count=1).offsets == [0]
+    holding = _hold_for_a_second(cluster, (li + 1) % 3, IDLE - 0.5 - (time.monotonic() - acked)) if held else None
+    try:
+        sub = subscribe(follower, pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST))
+        assert (sub.code, sub.details, sub.messages) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "Server not partition leader",
+            [],
+        )
+        assert rpc_error(partition_meta, follower, "lead").code() == grpc.StatusCode.FAILED_PRECONDITION
+        # An ISR replica may serve reads when asked to.
+        req = pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST, readISRReplica=True)
+        assert subscribe(follower, req, count=1, timeout=ISR_READ_TIMEOUT).offsets == [0]
+    finally:
+        if holding is not None:
+            holding.join()
     assert subscribe(stubs[li], pb.SubscribeRequest(stream="lead", startPosition=pb.EARLIEST), count=1).offsets == [0]
 
 

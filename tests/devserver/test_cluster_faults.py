@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
+from tests import margins
 
 from .helpers import TIMEOUT, create, known_everywhere, publish, rpc_error
 
@@ -33,11 +34,7 @@ def _stubs(addresses: list[str]) -> list[Stub]:
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    margins.wait_until(check, timeout, what, interval=0.02)
 
 
 def _offsets(stub: Stub, stream: str) -> tuple[int, int]:

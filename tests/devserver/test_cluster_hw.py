@@ -16,7 +16,6 @@ restart, a minimum ISR the survivors cannot meet), and every wait polls for a st
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from airflow_provider_liftbridge.devserver.cursors import (
 )
 from airflow_provider_liftbridge.devserver.log import PartitionLog
 from airflow_provider_liftbridge.devserver.replication import HW_CHECKPOINT_FILE
+from tests import margins
 
 from .helpers import TIMEOUT, create, known_everywhere, partition_meta, publish, subscribe
 
@@ -50,6 +50,11 @@ RESTART = ClusterTimings.fast(
     replica_max_idle_wait=5.0,
     min_insync_replicas=2,
 )
+#: How long a restarted leader's high watermark may take to settle under ``RESTART``: its followers
+#: fetch again ``replica_max_idle_wait`` after it is back, and a caught-up follower checks in again
+#: only a third of ``replica_max_lag_time`` later (10 s; it took 10.0 s on a quiet machine). The
+#: waits for it get twice that.
+SETTLE = RESTART.replica_max_idle_wait + RESTART.replica_max_lag_time / 3
 
 
 def _stubs(server: DevServer) -> list[Stub]:
@@ -57,11 +62,7 @@ def _stubs(server: DevServer) -> list[Stub]:
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    margins.wait_until(check, timeout, what, interval=0.02)
 
 
 def _leader_id(stub: Stub, stream: str) -> str:
@@ -103,7 +104,7 @@ def test_a_leader_back_within_the_leader_timeout_reports_its_checkpointed_hw_unt
         early = subscribe(lead, req)
         assert (early.offsets, early.details) == ([], "Stream is empty")
         # Its followers fetch again (replica_max_idle_wait later) and it commits what they have.
-        _wait_for("the high watermark to settle", lambda: _hw_newest(lead, stream_name) == (99, 99))
+        _wait_for("the high watermark to settle", lambda: _hw_newest(lead, stream_name) == (99, 99), timeout=2 * SETTLE)
         assert subscribe(lead, req).offsets == list(range(100))
 
 
@@ -127,7 +128,11 @@ def test_fetch_cursor_after_the_cursors_leader_restart_caches_a_stale_miss_until
         assert _hw_newest(lead, "__cursors") == (-1, 29)
         assert lead.FetchCursor(fetch, timeout=TIMEOUT).offset == -1
         # The high watermark settles; the cached miss stays.
-        _wait_for("the __cursors high watermark to settle", lambda: _hw_newest(lead, "__cursors") == (29, 29))
+        _wait_for(
+            "the __cursors high watermark to settle",
+            lambda: _hw_newest(lead, "__cursors") == (29, 29),
+            timeout=2 * SETTLE,
+        )
         assert lead.FetchCursor(fetch, timeout=TIMEOUT).offset == -1
         # A SetCursor replaces the cached value.
         lead.SetCursor(pb.SetCursorRequest(stream=stream_name, cursorId="c", offset=3000), timeout=TIMEOUT)
@@ -145,7 +150,11 @@ def test_a_cursor_read_from_the_log_once_the_restarted_leader_settled(stream_nam
         lead.SetCursor(pb.SetCursorRequest(stream=stream_name, cursorId="d", offset=7), timeout=TIMEOUT)
         server.kill_broker(owner)
         server.start_broker(owner)
-        _wait_for("the __cursors high watermark to settle", lambda: _hw_newest(lead, "__cursors") == (0, 0))
+        _wait_for(
+            "the __cursors high watermark to settle",
+            lambda: _hw_newest(lead, "__cursors") == (0, 0),
+            timeout=2 * SETTLE,
+        )
         assert lead.FetchCursor(pb.FetchCursorRequest(stream=stream_name, cursorId="d"), timeout=TIMEOUT).offset == 7
 
 

@@ -26,6 +26,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess, ServerStateError
+from tests import margins
 
 from .helpers import TIMEOUT, create, known_everywhere, publish, rpc_error, subscribe, user_streams
 
@@ -53,11 +54,7 @@ def _meta(stub: Stub, stream: str, partition: int = 0) -> pb.PartitionMetadata:
 
 
 def _wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    margins.wait_until(check, timeout, what, interval=0.02)
 
 
 def _roles(server: DevServer | DevServerProcess, stub: Stub, stream: str) -> tuple[int, list[int]]:

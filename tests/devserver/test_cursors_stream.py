@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.cursors import COMPACT_MIN
 from airflow_provider_liftbridge.devserver.faults import HELD_TASK_PREFIX
 from airflow_provider_liftbridge.devserver.log import PartitionLog
+from tests import margins
 
 from .helpers import TIMEOUT, rpc_error, subscribe, user_streams
 
@@ -228,15 +228,7 @@ def test_cursors_of_an_earlier_dev_server_move_into_the_cursors_stream(tmp_path:
 def test_cluster_restart_reads_cursors_back_from_the_replicated_messages(tmp_path: Path) -> None:
     def owner_stub(stubs: list[Stub], srv: DevServer, cursor_id: str) -> Stub:
         # The restart window has no leaders at first: ask until the owning partition has one.
-        deadline = time.monotonic() + 10
-        while True:
-            md = stubs[0].FetchMetadata(pb.FetchMetadataRequest(streams=["__cursors"]), timeout=TIMEOUT)
-            parts = md.streamMetadata[0].partitions
-            leader = parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
-            if leader:
-                return stubs[srv.broker_ids.index(leader)]
-            assert time.monotonic() < deadline, "no leader for the cursors partition after the restart"
-            time.sleep(0.05)
+        return stubs[_cursor_leader(srv, stubs, cursor_id)]
 
     def run(srv: DevServer, action: Callable[[list[Stub]], None]) -> None:
         channels = [grpc.insecure_channel(a) for a in srv.addresses]
@@ -304,10 +296,9 @@ def test_cluster_restart_under_a_held_cursor_write_drops_it_and_ends_its_waiter(
             assert _held_writes(srv) == 1  # the stalled leader holds the write
 
             srv.restart_cluster(down=0.2)
-            deadline = time.monotonic() + 10
-            while _held_writes(srv) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _held_writes(srv) == 0, "a write held before the restart still waits for its broker"
+            margins.wait_until(
+                lambda: _held_writes(srv) == 0, 10, "the writes held before the restart done", interval=0.05
+            )
             srv.resume_broker(owner)  # the new process was never stopped: nothing to carry out
 
             owner = _cursor_leader(srv, stubs, "held")
@@ -323,13 +314,15 @@ def test_cluster_restart_under_a_held_cursor_write_drops_it_and_ends_its_waiter(
 def _cursor_leader(srv: DevServer, stubs: list[Stub], cursor_id: str) -> int:
     """The broker leading the ``__cursors`` partition that owns ``(cursor_id, "s", 0)``, once
     one does (a restarted cluster has no leaders at first)."""
-    deadline = time.monotonic() + 10
-    while True:
+
+    def leader() -> str:
         with contextlib.suppress(grpc.RpcError):
             md = stubs[0].FetchMetadata(pb.FetchMetadataRequest(streams=["__cursors"]), timeout=TIMEOUT)
             parts = md.streamMetadata[0].partitions
-            leader = parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
-            if leader:
-                return srv.broker_ids.index(leader)
-        assert time.monotonic() < deadline, "no leader for the cursors partition"
-        time.sleep(0.05)
+            return parts[_owner(cursor_id, "s", 0, len(parts))].leader if parts else ""
+        return ""
+
+    where = margins.caller()
+    return srv.broker_ids.index(
+        margins.wait_until(leader, 10, "a leader for the cursors partition", interval=0.05, where=where)
+    )

@@ -22,6 +22,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.devserver.grpc_h2 import MAX_MESSAGE, TransportStats
+from tests import margins
 
 BACKLOG = 100_000
 #: grpc-core channel arguments for a small, fixed receive window: no BDP probing (which grows the
@@ -50,11 +51,7 @@ def backlog(server: DevServer) -> str:
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    margins.wait_until(predicate, timeout, what, interval=0.02)
 
 
 def _stats(server: DevServer) -> TransportStats:

@@ -13,6 +13,7 @@ goroutines time to subscribe, which the tests wait for instead.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import grpc
@@ -20,6 +21,7 @@ import grpc
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import DevServer
+from tests import margins
 
 from .helpers import TIMEOUT, create, known_everywhere, publish
 from .test_groups import fetch, join
@@ -71,8 +73,11 @@ class Reader:
             self._cond.notify_all()
 
     def _wait(self, what: str, check: object) -> None:
+        start, where = time.monotonic(), margins.caller(3)
         with self._cond:
-            if not self._cond.wait_for(check, TIMEOUT):  # type: ignore[arg-type]
+            done = self._cond.wait_for(check, TIMEOUT)  # type: ignore[arg-type]
+            margins.record(f"{what} ({where})", time.monotonic() - start, TIMEOUT, timed_out=not done)
+            if not done:
                 raise AssertionError(f"{what}: not within {TIMEOUT} s (ended={self.ended}, {self.code} {self.details})")
 
     def wait_started(self) -> Reader:

@@ -22,6 +22,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests import margins
 
 from .helpers import TIMEOUT, create, subscribe
 
@@ -44,11 +45,7 @@ def _nats_children(parent: int | None = None) -> set[int]:
 
 
 async def _until(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.02)
+    await margins.until(condition, timeout, what, interval=0.02, where=margins.caller())
 
 
 async def test_supervised_child_is_restarted_on_the_same_port() -> None:

@@ -6,6 +6,7 @@ import time
 
 from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
+from tests import margins
 
 from .helpers import create, partition_meta, publish, subscribe
 
@@ -44,7 +45,4 @@ def test_retention_max_age(stub: Stub, stream_name: str) -> None:
         publish(stub, stream_name, b"old%d" % i)
     time.sleep(0.7)
     publish(stub, stream_name, b"fresh")
-    deadline = time.monotonic() + 5
-    while _earliest(stub, stream_name) != 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _earliest(stub, stream_name) == 3
+    margins.wait_until(lambda: _earliest(stub, stream_name) == 3, 5, "the old messages aged out", interval=0.1)

@@ -52,7 +52,13 @@ def test_providers_manager_reads_the_connection_form() -> None:
     from airflow.providers_manager import ProvidersManager
 
     manager = ProvidersManager()
-    hook = manager.hooks["liftbridge"]
+    try:  # Airflow 3.3 reads hooks through the task SDK's runtime manager (ProvidersManager.hooks warns)
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    except ImportError:  # Airflow 3.2
+        hooks = manager.hooks
+    else:
+        hooks = ProvidersManagerTaskRuntime().hooks
+    hook = hooks["liftbridge"]
     assert hook is not None
     assert hook.hook_class_name == "airflow_provider_liftbridge.hooks.base.LiftbridgeHook"
     assert hook.connection_testable

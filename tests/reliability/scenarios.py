@@ -33,6 +33,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
+from tests import margins
 from tests.processes import run_child
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,11 +81,10 @@ def count(expected: Sequence[bytes], stored: Sequence[bytes]) -> tuple[int, int,
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout:g} s")
-        time.sleep(0.02)
+    try:
+        margins.wait_until(predicate, timeout, what, interval=0.02)
+    except AssertionError as err:
+        raise TimeoutError(f"{what} did not happen within {timeout:g} s") from err
 
 
 def _hw(client: LiftbridgeClient, stream: str, partition: int = 0) -> int:

@@ -56,7 +56,7 @@ def test_archive_task_sigkilled_after_a_file_then_retried_holds_each_message_onc
         env = dict(os.environ) | {
             "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).parent / "dags"),
             "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps({"conn_type": "liftbridge", "host": lb_address}),
-            "EO_DAG_ID": "liftbridge_reliability_archive",
+            "EO_DAG_ID": f"liftbridge_reliability_archive.{stream}",
             "EO_STREAM": stream,
             "EO_ARCHIVE": f"file://{archive}",
             "EO_ROWS_PER_FILE": "1000",
@@ -75,7 +75,7 @@ def test_archive_task_sigkilled_after_a_file_then_retried_holds_each_message_onc
             monkeypatch.setenv(name, value)  # the DAG file reads them when it is parsed here
         from airflow.dag_processing.dagbag import DagBag
 
-        dag = DagBag(env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag("liftbridge_reliability_archive")
+        dag = DagBag(env["AIRFLOW__CORE__DAGS_FOLDER"]).get_dag(env["EO_DAG_ID"])
         dag_run = dag.test(logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)  # the same DAG run
         archive_xcom = xcom_of(dag_run, "archive")
         positions = [client.fetch_cursor("archive", stream, p) for p in SIZES]

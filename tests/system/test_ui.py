@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 def chromium_path() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.fail("Debian's chromium is not installed: run scripts/setup.sh (or apt-get install chromium)")
+        pytest.fail(
+            "Debian's chromium is not installed: run scripts/setup.sh --browser (or sudo apt-get install chromium)"
+        )
     return path
 
 

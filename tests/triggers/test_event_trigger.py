@@ -25,6 +25,7 @@ from airflow_provider_liftbridge.triggers.event import (
     incarnation_cursor_id,
     started_cursor_id,
 )
+from tests import margins
 from tests.airflow_conftest import needs_ack_mode
 
 pytestmark = [pytest.mark.usefixtures("liftbridge_conn"), pytest.mark.timeout(60)]
@@ -476,10 +477,8 @@ class Runner:
             raise error
 
     async def wait_for(self, count: int, timeout: float = 60) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while len(self.events) < count:
-            assert asyncio.get_running_loop().time() < deadline, f"{len(self.events)} events of {count}"
-            await asyncio.sleep(0.05)
+        where = margins.caller()
+        await margins.until(lambda: len(self.events) >= count, timeout, f"{count} events", interval=0.05, where=where)
 
 
 def test_window_is_capped_at_the_fan_out_queue() -> None:

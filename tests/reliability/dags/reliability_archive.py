@@ -1,7 +1,13 @@
 """The DAG of the archive-kill scenario: one LiftbridgeStreamToFileOperator (retried once) whose
 first try SIGKILLs its own process after a file is complete (``EO_*`` environment variables,
 tests/reliability/test_archive_killed.py). ``EO_READ_BY=interval`` with ``EO_START``/``EO_END``
-and ``EO_LAYOUT`` make it an interval read into a folder layout."""
+and ``EO_LAYOUT`` make it an interval read into a folder layout.
+
+The DAG id names the stream (``liftbridge_reliability_archive.<EO_STREAM>``): the stream is part of
+the serialized DAG, so each test's DAG is a version of its own, and under one id a worker's
+metadata database would hold several versions of one DAG. Airflow's ``DagRun.serialized_dag``
+joins on the DAG id alone (``uselist=False``), and ``dag.test()`` deleting the killed try's run
+then warned ``SAWarning: Multiple rows returned with uselist=False`` (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -12,15 +18,17 @@ from airflow.sdk import DAG
 
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
+STREAM = os.environ.get("EO_STREAM", "reliability")
+
 with DAG(
-    "liftbridge_reliability_archive",
+    f"liftbridge_reliability_archive.{STREAM}",
     schedule=None,
     start_date=dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
     catchup=False,
 ):
     LiftbridgeStreamToFileOperator(
         task_id="archive",
-        stream=os.environ.get("EO_STREAM", "reliability"),
+        stream=STREAM,
         cursor_id="archive",
         path=os.environ.get("EO_ARCHIVE", "/tmp/reliability-archive"),
         format="parquet",
