@@ -449,13 +449,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return result
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the triggerer saw messages arrive: check ``min_messages`` again (it may
-        defer again), then read.
+        """Resume after the trigger fired: look again, then read. By position ``min_messages`` is
+        checked again (with several partitions it may defer again); by interval the trigger fired
+        once every partition was complete, so the look finds it complete.
 
         :raises LiftbridgeAirflowError: the trigger reported an error.
         """
         if event and event.get("status") == "error":
             raise LiftbridgeAirflowError(f"{self.task_id}: waiting for messages failed: {event.get('message')}")
+        #: By interval: the triggerer's clock when it found the interval complete (see interval_reading).
+        self.trigger_clock_ns = (event or {}).get("checked_at_ns")
         return self.execute(context)
 
     @contextmanager

@@ -29,6 +29,8 @@ from .interval import (
     IntervalPlanner,
     NoTimestampsError,
     interval_cursor_ids,
+    lateness_ns,
+    partition_complete,
 )
 from .plan import (
     NO_PLAN,
@@ -87,6 +89,8 @@ __all__ = [
     "high_watermark",
     "interval_cursor_ids",
     "json_value",
+    "lateness_ns",
+    "partition_complete",
     "plan_cursor_ids",
     "plan_start_cursor_id",
     "read_history",
