@@ -449,9 +449,9 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return result
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger fired: look again, then read. By position ``min_messages`` is
-        checked again (with several partitions it may defer again); by interval the trigger fired
-        once every partition was complete, so the look finds it complete.
+        """Resume after the trigger fired: look again, then read. Each trigger fires once its
+        condition holds (the ``min_messages`` are committed; every partition is complete for the
+        interval), so the look finds it holding and the task does not defer again.
 
         :raises LiftbridgeAirflowError: the trigger reported an error.
         """
