@@ -100,6 +100,13 @@ class LiftbridgeIntervalTrigger(LiftbridgeBaseTrigger):
 
     async def wait(self, hook: LiftbridgeAsyncHook) -> dict[str, Any]:
         client = await hook.get_async_client()
+        self.log.info(
+            "waiting until stream %r partitions %s are complete for the interval ending %s (allowed lateness %g s)",
+            self.stream,
+            self.partitions,
+            dt.datetime.fromtimestamp(self.end_ns / 1e9, dt.UTC).isoformat(),
+            self.lateness_ns / 1e9,
+        )
         await _sleep_until(self.end_ns)
         async with asyncio.TaskGroup() as group:  # a failed partition cancels the others
             waits = {p: group.create_task(self._partition(client, p)) for p in self.partitions}

@@ -11,15 +11,18 @@ while the task waits. Checked from outside: the task deferred exactly once and r
 fired on a message stamped at or after the end; and the XCom and the function's log hold exactly
 the messages the leader stamped inside the interval.
 
-Before issue 54 (ca642c2) the trigger fired on the partition's next committed offset: on this live
-stream the task resumed about a second after each deferral, found the interval open and deferred
-again, dozens of times (or a resumed attempt was killed by apache/airflow#72716).
+The trigger must have started in the triggerer before the end (else the wait was not held on a
+live stream: the deployment was too slow for :data:`WINDOW`). Before issue 54 (ca642c2) the trigger
+fired on the partition's next committed offset: on this live stream the task resumed a few seconds
+after each deferral, found the interval open and deferred again (15 deferrals in one run here), or
+a resumed attempt was killed by apache/airflow#72716.
 
 No sleeps: each step polls for what it waits for (a state, a log line, the clock passing the end).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import re
@@ -35,13 +38,16 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.operators.deferral import DEFERRING, NOT_DEFERRING
 from scripts.deployment import Deployment, DeploymentError, wait_until
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
+#: The time-out covers the deployment's start when this test runs first (over 4 minutes at a load
+#: of 20 on 2 cores) beside its own minute and a half.
+pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]
 
 DAG_ID = "system_interval_wait"
 TASK_ID = "read_interval"
-#: The interval's length: long enough for the scheduler to start the task (and the task to defer)
-#: well before the end on a busy 2-core machine, short for the test's budget.
-WINDOW = dt.timedelta(seconds=30)
+#: The interval's length: long enough for the scheduler to start the task, the task to defer and
+#: the triggerer to start its trigger well before the end on a busy 2-core machine (at a load of
+#: 20 the trigger started 43 s after the run was triggered), short for the test's budget.
+WINDOW = dt.timedelta(seconds=60)
 #: Messages a second the publisher keeps the stream live with (the issue: at least 10).
 RATE = 20
 #: What Airflow 3.3.2's supervisor logs when it kills a resumed deferred task (apache/airflow#72716).
@@ -92,6 +98,18 @@ def wait_for_deferral(deployment: Deployment, run_id: str, count: int, timeout: 
         return state == "deferred" and deferrals_handled(deployment, run_id) >= count
 
     wait_until(f"deferral {count} of {DAG_ID}.{TASK_ID}", deferred, timeout=timeout)
+
+
+def trigger_started_at(deployment: Deployment, run_id: str) -> dt.datetime | None:
+    """When the run's trigger first logged in the triggerer (the task's trigger log, JSON lines):
+    about when the triggerer started it."""
+    folder = deployment.log_dir / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={TASK_ID}"
+    stamps = []
+    for path in folder.glob("attempt=*.log.trigger.*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                stamps.append(dt.datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00")))
+    return min(stamps) if stamps else None
 
 
 def task_logs(deployment: Deployment, run_id: str) -> tuple[str, str]:
@@ -164,6 +182,15 @@ def test_a_run_started_before_its_interval_is_complete_defers_once_on_a_live_str
         # The task looks once, finds the interval incomplete and defers: LiftbridgeIntervalTrigger
         # waits in the triggerer while the publisher goes on.
         wait_for_deferral(deployment, run_id, 1, timeout=(end_ns - time.time_ns()) / 1e9 - 5)
+        started = wait_until(
+            "the triggerer to start the trigger",
+            lambda: trigger_started_at(deployment, run_id),
+            timeout=WINDOW.total_seconds() + 60,
+        )
+        # The test is about a wait held in the triggerer while the stream is live before the end.
+        assert started < end, (
+            f"the trigger started {started - end} after the end: the deployment is too slow for WINDOW"
+        )
         state = deployment.wait_for_run(DAG_ID, run_id, timeout=180)
     finally:
         acks = publisher.stop()
@@ -202,7 +229,8 @@ def test_a_run_started_before_its_interval_is_complete_defers_once_on_a_live_str
     read = [int(o) for o in re.findall(r"interval message: partition 0 offset (\d+) ", worker)]
     assert read == expected  # the function saw exactly these, once each, in order
     print(
-        f"\n{DAG_ID}: {len(acks)} messages at {RATE} a second; the run started"
+        f"\n{DAG_ID}: {len(acks)} messages at {RATE} a second; the trigger started"
+        f" {(end - started).total_seconds():.1f} s before the end; the run started"
         f" {(dt.datetime.fromisoformat(ti['start_date']) - start).total_seconds():.1f} s into a"
         f" {WINDOW.total_seconds():.0f} s interval, {worker.count('Pausing task as DEFERRED')} deferral(s),"
         f" finished {(dt.datetime.fromisoformat(ti['end_date']) - end).total_seconds():.1f} s after its end"
