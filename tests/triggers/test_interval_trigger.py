@@ -64,7 +64,7 @@ async def test_it_sleeps_through_messages_before_the_end_and_fires_once_one_at_o
 ) -> None:
     async with AsyncLiftbridgeClient(lb_address) as client:
         await client.create_stream(stream_name, stream_name)
-        end_ns = time.time_ns() + 2 * SECOND
+        end_ns = time.time_ns() + 3 * SECOND
         waiting = asyncio.ensure_future(
             first_event(
                 LiftbridgeIntervalTrigger(stream=stream_name, partitions=[0], end_ns=end_ns, lateness_ns=3600 * SECOND),
@@ -83,7 +83,7 @@ async def test_it_sleeps_through_messages_before_the_end_and_fires_once_one_at_o
             await asyncio.sleep(0.02)
             assert not waiting.done(), f"fired before the end, after offset {ack.offset}: {waiting.result()}"
             before += 1
-        assert before >= 10  # it did see a live stream before the end
+        assert before >= 5  # it did see a live stream before the end (about 150 messages on a quiet machine)
         event = await waiting
     assert event == {
         "status": "success",
