@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -194,6 +195,7 @@ def wait_for_interval(
         plan_key=plan_key,
         interval=interval,
         lateness=check_lateness(task.allowed_lateness),
+        now_ns=_clock_not_behind(getattr(task, "trigger_clock_ns", None)),
     )
     chosen = planner.check_partitions(partitions)
     task.log.info(
@@ -208,6 +210,14 @@ def wait_for_interval(
     return planner, chosen
 
 
+def _clock_not_behind(floor_ns: Any) -> Callable[[], int]:
+    """The worker's clock, never behind ``floor_ns`` (the triggerer's clock when its interval
+    trigger fired): the trigger found the lateness passed, so the resumed task must too, even on
+    a host whose clock is a little behind the triggerer's (it would otherwise defer again)."""
+    floor = floor_ns if isinstance(floor_ns, int) and not isinstance(floor_ns, bool) else 0
+    return lambda: max(time.time_ns(), floor)
+
+
 def _wait_until_complete(task: LiftbridgeReadingOperator, planner: IntervalPlanner, partitions: list[int]) -> None:
     """Return once every partition is complete for the interval; defer or poll until then."""
     if task.deferrable:
@@ -218,19 +228,18 @@ def _wait_until_complete(task: LiftbridgeReadingOperator, planner: IntervalPlann
             return not waiting
 
         def trigger() -> LiftbridgeIntervalTrigger:
-            first = (waiting or planner.incomplete(partitions) or [planner.bounds(partitions[0])])[0]
+            bounds = waiting or planner.incomplete(partitions) or [planner.bounds(p) for p in partitions]
             task.log.info(
-                "partition %d is not complete for the interval (high watermark %d): waiting in the triggerer for "
-                "offset %d or the end of the allowed lateness",
-                first.partition,
-                first.high_watermark,
-                first.high_watermark + 1,
+                "partition(s) %s not complete for the interval (high watermarks %s): waiting in the triggerer for "
+                "a committed message at or after the end, or the end of the allowed lateness",
+                [b.partition for b in bounds],
+                [b.high_watermark for b in bounds],
             )
             return LiftbridgeIntervalTrigger(
                 stream=task.stream,
-                partition=first.partition,
-                target_offset=first.high_watermark + 1,
-                until_ns=planner.complete_at_ns,
+                partitions=[b.partition for b in bounds],
+                end_ns=planner.interval.end_ns,
+                lateness_ns=planner.lateness_ns,
                 liftbridge_conn_id=task.liftbridge_conn_id,
             )
 

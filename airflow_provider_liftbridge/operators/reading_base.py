@@ -456,13 +456,16 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         return result
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the triggerer saw messages arrive: check ``min_messages`` again (it may
-        defer again), then read.
+        """Resume after the trigger fired: look again, then read. Each trigger fires once its
+        condition holds (the ``min_messages`` are committed; every partition is complete for the
+        interval), so the look finds it holding and the task does not defer again.
 
         :raises LiftbridgeAirflowError: the trigger reported an error.
         """
         if event and event.get("status") == "error":
             raise LiftbridgeAirflowError(f"{self.task_id}: waiting for messages failed: {event.get('message')}")
+        #: By interval: the triggerer's clock when it found the interval complete (see interval_reading).
+        self.trigger_clock_ns = (event or {}).get("checked_at_ns")
         return self.execute(context)
 
     @contextmanager

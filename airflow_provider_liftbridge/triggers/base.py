@@ -32,6 +32,7 @@ __all__ = [
     "closing_subscription",
     "jsonable",
     "message_to_json",
+    "paused_high_watermark",
     "wait_for_offset",
 ]
 
@@ -109,7 +110,7 @@ async def wait_for_offset(
         try:
             info = await client.fetch_partition_metadata(stream, partition)
         except PartitionPausedError:
-            high_watermark = await _paused_high_watermark(client, stream, partition)
+            high_watermark = await paused_high_watermark(client, stream, partition)
             if high_watermark >= target:
                 return high_watermark
             await asyncio.sleep(paused_poll)
@@ -120,7 +121,7 @@ async def wait_for_offset(
             await asyncio.sleep(paused_poll)  # paused while waiting: wait it out as above
 
 
-async def _paused_high_watermark(client: AsyncLiftbridgeClient, stream: str, partition: int) -> int:
+async def paused_high_watermark(client: AsyncLiftbridgeClient, stream: str, partition: int) -> int:
     """A paused partition's high watermark, from the stream metadata (its leader does not answer
     FetchPartitionMetadata while it is paused)."""
     info = (await client.fetch_metadata([stream])).streams.get(stream)

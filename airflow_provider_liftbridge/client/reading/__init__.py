@@ -29,7 +29,9 @@ from .interval import (
     IntervalPlanner,
     NoTimestampsError,
     interval_cursor_ids,
+    lateness_ns,
     latest_reading,
+    partition_complete,
 )
 from .plan import (
     NO_PLAN,
@@ -89,6 +91,8 @@ __all__ = [
     "interval_cursor_ids",
     "json_value",
     "latest_reading",
+    "lateness_ns",
+    "partition_complete",
     "plan_cursor_ids",
     "plan_start_cursor_id",
     "read_history",

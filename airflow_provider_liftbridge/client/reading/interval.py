@@ -60,6 +60,8 @@ __all__ = [
     "NoTimestampsError",
     "interval_cursor_ids",
     "latest_reading",
+    "lateness_ns",
+    "partition_complete",
 ]
 
 #: How long after an interval's end a partition without a later message counts as complete.
@@ -139,6 +141,11 @@ def _ns(moment: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
+def lateness_ns(lateness: dt.timedelta) -> int:
+    """A lateness in whole nanoseconds (exact: no float on the way)."""
+    return (lateness.days * 86_400 + lateness.seconds) * 1_000_000_000 + lateness.microseconds * 1_000
+
+
 def interval_cursor_ids(prefix: str, plan_key: str, interval: Interval, reading: int = 0) -> tuple[str, str]:
     """The cursor ids of an interval's progress in reading ``reading`` (per partition) and of the
     count of its readings (see the module docstring)."""
@@ -160,6 +167,34 @@ def latest_reading(
     if count > 1:
         progress, _ = interval_cursor_ids(prefix, plan_key, interval, count // 2)
     return progress, count >= 0 and count % 2 == 1
+
+
+def partition_complete(
+    *,
+    committed_timestamp: int | None,
+    high_watermark: int,
+    newest_offset: int | None,
+    end_ns: int,
+    lateness_ns: int,
+    now_ns: int,
+) -> str | None:
+    """Whether one partition is complete for the interval ending at ``end_ns``: the one rule of the
+    sync planner and the triggerer's wait (see the module docstring). Returns why (for the log),
+    ``None`` if not.
+
+    :param committed_timestamp: the timestamp of a committed message, the newest one known
+        (``None``: none known, e.g. an empty partition).
+    :param high_watermark: / :param newest_offset: the partition's offsets when looked at (-1: none;
+        ``newest_offset`` ``None``: not known, so the lateness cannot decide).
+    :param end_ns: the interval's end, nanoseconds since the epoch.
+    :param lateness_ns: the allowed lateness, nanoseconds.
+    :param now_ns: the clock of the process deciding (nanoseconds since the epoch).
+    """
+    if committed_timestamp is not None and committed_timestamp >= end_ns:
+        return "a committed message at or after the end"
+    if newest_offset is not None and now_ns >= end_ns + lateness_ns and newest_offset <= high_watermark:
+        return "lateness passed, all committed" if high_watermark >= 0 else "empty partition, lateness passed"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,9 +261,14 @@ class IntervalPlanner:
         self.reading = 0
 
     @property
+    def lateness_ns(self) -> int:
+        """The allowed lateness in nanoseconds."""
+        return lateness_ns(self.lateness)
+
+    @property
     def complete_at_ns(self) -> int:
         """When every partition is complete at the latest (end + lateness), if all is committed."""
-        return self.interval.end_ns + int(self.lateness.total_seconds() * 1_000_000_000)
+        return self.interval.end_ns + self.lateness_ns
 
     def check_partitions(self, partitions: Sequence[int] | None) -> list[int]:
         """:func:`~.plan.check_partitions` of this stream."""
@@ -246,16 +286,25 @@ class IntervalPlanner:
         hw, newest = self._offsets(partition)
         interval = self.interval
         if hw < 0:
-            done = self._now_ns() >= self.complete_at_ns and newest < 0
-            return IntervalBounds(partition, 0, 0, hw, done, "empty partition, lateness passed" if done else "waiting")
+            why = self._complete(None, hw, newest)
+            return IntervalBounds(partition, 0, 0, hw, why is not None, why or "waiting")
         last = self._newest_timestamp(partition, hw)
         first = first_offset_at(self.client, self.stream, partition, interval.start, hw, resume=True)
+        why = self._complete(last, hw, newest)
         if last >= interval.end_ns:
             end = first_offset_at(self.client, self.stream, partition, interval.end, hw, resume=True)
-            return IntervalBounds(partition, min(first, end), end, hw, True, "a committed message at or after the end")
-        if self._now_ns() >= self.complete_at_ns and newest <= hw:
-            return IntervalBounds(partition, first, hw + 1, hw, True, "lateness passed, all committed")
-        return IntervalBounds(partition, first, hw + 1, hw, False, "waiting")
+            return IntervalBounds(partition, min(first, end), end, hw, True, why or "")
+        return IntervalBounds(partition, first, hw + 1, hw, why is not None, why or "waiting")
+
+    def _complete(self, last: int | None, hw: int, newest: int) -> str | None:
+        return partition_complete(
+            committed_timestamp=last,
+            high_watermark=hw,
+            newest_offset=newest,
+            end_ns=self.interval.end_ns,
+            lateness_ns=self.lateness_ns,
+            now_ns=self._now_ns(),
+        )
 
     def incomplete(self, partitions: Sequence[int]) -> list[IntervalBounds]:
         """The partitions not complete yet (``[]``: the interval can be read)."""

@@ -2,9 +2,9 @@
 ``LiftbridgeConsumeOperator`` with ``read_by="interval"`` and ``deferrable=True``, reading the
 interval ``[params.start_time, params.end_time)`` of the stream ``params.stream`` (all three given
 by the test in the run's conf, with real timestamps a few seconds ahead). A run started before its
-interval is complete waits in the triggerer (``LiftbridgeIntervalTrigger``) and reads the interval
-once a committed message at or after its end, or the end plus ``allowed_lateness``, says it is
-final (tests/system/test_interval_wait.py)."""
+interval is complete defers once: ``LiftbridgeIntervalTrigger`` sleeps in the triggerer until a
+committed message at or after the end, or the end plus ``allowed_lateness``, says the interval is
+final, then fires (tests/system/test_interval_wait.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from airflow.sdk import dag
 from airflow_provider_liftbridge.client import Message
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 
-#: The DAG's allowed lateness, seconds: generous beside the test's message after the end (which
-#: completes the interval first), small beside the test's budget.
+#: The DAG's allowed lateness, seconds: generous beside the test's live stream (whose first message
+#: after the end completes the interval first), small beside the test's budget.
 ALLOWED_LATENESS = 15
 
 
