@@ -51,7 +51,6 @@ from .archive_files import (
     partition_prefix,
     temporary_name,
     temporary_prefix,
-    temporary_range,
 )
 
 __all__ = [
@@ -64,9 +63,7 @@ __all__ = [
     "Reject",
     "file_name",
     "partition_prefix",
-    "temporary_name",
     "temporary_prefix",
-    "temporary_range",
     "write_range",
 ]
 
@@ -541,22 +538,19 @@ def write_range(
     batches: Iterable[list[Message]],
     options: WriteOptions,
     reject: Reject | None = None,
-    *,
     end: int | None = None,
 ) -> ArchivedFile | None:
     """Write consecutive messages of one partition, given as ``batches`` (each written as a unit,
     a Parquet row group), to one file in ``directory``, named by the first and last offset read
     (:func:`file_name`; messages handed to ``reject`` count, so the next file starts after them):
-    to a temporary name first (:func:`temporary_name`: the first offset, ``end`` and a random
-    part), renamed over the final name once the writer closed it. ``directory`` is an
-    ``ObjectStoragePath`` (or any path with ``/``, ``open``, ``rename`` and ``unlink``).
+    to a :func:`temporary_name` first (first offset, ``end``), renamed over the final name once
+    the writer closed it. ``directory`` is an ``ObjectStoragePath`` (or any path with ``/``,
+    ``open``, ``rename`` and ``unlink``).
 
     :param reject: called for each message that cannot be written (else that is an error).
-    :param end: the exclusive end of the offsets the batches may hold (the plan's end), put in
-        the temporary name; ``None``: no end (:data:`NO_END`).
-    :return: the file, or ``None`` when no message was written (no file is left); the offsets
-        read are in :attr:`ArchivedFile.first_offset` / ``last_offset`` either way when a file is
-        returned.
+    :param end: the exclusive end of the offsets the batches may hold (the plan's; default none).
+    :return: the file (holding the offsets read, rejected ones included), or ``None`` when no
+        message was written (no file is left).
     :raises ArchiveValueError: a message cannot be written and there is no ``reject``.
     :raises LiftbridgeFileError: the file cannot be written or renamed (the message names it).
         Whatever fails (these, ``reject``, or reading ``batches``), the temporary file is removed.
@@ -565,10 +559,8 @@ def write_range(
     head = next((batch for batch in pending if batch), None)  # its first offset names the temporary file
     if head is None:
         return None
-    first, last = head[0].offset, -1
+    first, last, rows, target = head[0].offset, -1, 0, None
     temporary = directory / temporary_name(stream, partition, first, NO_END if end is None else end)
-    target = None
-    rows = 0
     try:
         with temporary.open("wb") as handle:
             writer = _WRITERS[options.format](handle, options)

@@ -26,16 +26,15 @@ from airflow_provider_liftbridge.validation import (
     waits_for_rendering,
 )
 
+from .archive_files import NO_END, temporary_range
 from .archive_layout import ArchiveLayout, LayoutValueError
 from .file_writers import (
-    NO_END,
     VALUE_FORMATS,
     WRITE_FORMATS,
     ArchivedFile,
     ArchiveValueError,
     WriteOptions,
     partition_prefix,
-    temporary_range,
     write_range,
 )
 from .interval_reading import interval_of
