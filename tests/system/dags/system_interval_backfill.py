@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import dag, get_current_context
+from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_liftbridge.client import Message
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
@@ -48,7 +49,8 @@ def record_batch(messages: list[Message], root: str) -> None:
 
 @dag(
     dag_id=DAG_ID,
-    schedule=INTERVAL,
+    # Data intervals of 20 s (a plain timedelta schedule gives runs without one on Airflow 3).
+    schedule=DeltaDataIntervalTimetable(INTERVAL),
     start_date=datetime(2024, 1, 1, tzinfo=UTC),  # intervals start at :00, :20 and :40 of every minute
     catchup=False,
     is_paused_upon_creation=True,
