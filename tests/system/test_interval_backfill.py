@@ -43,6 +43,8 @@ STEP = int(INTERVAL.total_seconds())
 #: What Airflow 3.3.2's supervisor logs when it kills a resumed deferred task (apache/airflow#72716).
 RACE = "Server indicated the task shouldn't be running anymore"
 DEFERRED = "Pausing task as DEFERRED"
+#: The manual run's interval ends at least this many seconds after it is triggered.
+OPEN_AHEAD = 45
 
 
 def grid_floor(moment: float) -> int:
@@ -213,10 +215,9 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
         made_by = create_backfill(deployment, first, first + 2 * STEP)
         backfill = [r["dag_run_id"] for r in dag_runs(deployment) if r["run_type"] == "backfill"]
         assert len(backfill) == 3, dag_runs(deployment)
-        # A manual run for the interval open now (the next one if this one ends too soon to wait for it).
-        start = grid_floor(time.time())
-        if start + STEP - time.time() < STEP / 2:
-            start += STEP
+        # A manual run for an interval that is still open when its tasks first look: it ends 45 to
+        # 65 s from now (its tasks wait for worker slots behind the backfill's on a busy machine).
+        start = grid_floor(time.time() + OPEN_AHEAD)
         manual = deployment.api(
             "POST",
             f"/dags/{DAG_ID}/dagRuns",
@@ -304,6 +305,12 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
     )
     assert by_type["backfill"] == 3 and manual in {r["dag_run_id"] for r in runs}, runs
     assert not problems, "\n".join(problems) + f"\n(logs: {deployment.log_dir})"
+    # The manual run's tasks found its interval open and waited in the triggerer.
+    early = {ti: n for ti, n in deferrals.items() if ti.startswith(manual + " ")}
+    assert all(early.values()), (
+        f"the open-interval run's tasks did not defer {early}: they started after its interval ended; the"
+        f" deployment was too slow for OPEN_AHEAD (logs: {deployment.log_dir})"
+    )
     # Last: each deferred task resumed at most once (needs LiftbridgeIntervalTrigger to fire once
     # per interval, not on every new message).
     resumed_more = {ti: n for ti, n in deferrals.items() if n > 1}
