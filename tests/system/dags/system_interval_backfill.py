@@ -1,6 +1,6 @@
 """A DAG of the system tier for backfills of interval reads under the real scheduler
 (tests/system/test_interval_backfill.py): every 20 s data interval of a 2-partition stream is
-archived to JSON lines files in ``dt=/hour=/minute=`` folders (so three intervals share a minute
+archived to Parquet files in ``dt=/hour=/minute=`` folders (so three intervals share a minute
 folder) and consumed into a file per run and try, both with ``read_by="interval"``,
 ``deferrable=True`` and a small ``allowed_lateness``.
 
@@ -63,9 +63,11 @@ def system_interval_backfill() -> None:
         task_id="archive",
         path=ROOT + "/archive",
         path_layout="dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}/minute={timestamp:%M}",
-        format="jsonl",
-        max_rows_per_file=40,  # several files per run: several temporary files written beside other runs'
-        row_group_rows=10,
+        format="parquet",
+        # A row group per message: a file is a while under its temporary name, so the runs that
+        # archive at the same time (the backfill's) clean up while another's is there (issue 54).
+        max_rows_per_file=100,
+        row_group_rows=1,
         **reading,
     )
     LiftbridgeConsumeOperator(
