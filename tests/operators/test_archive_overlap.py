@@ -17,7 +17,6 @@ import datetime as dt
 import json
 import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -134,10 +133,10 @@ def run_ten_oclock(stream: str, root: Path, layout: str | None, lb_address: str,
 
 @pytest.mark.parametrize("layout", ["dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}", None], ids=["layout", "one-folder"])
 def test_a_run_of_another_hour_cleaning_up_between_a_write_and_its_rename_leaves_that_file_alone(
-    layout: str | None, stream_name: str, liftbridge_client: LiftbridgeClient, lb_address: str
+    layout: str | None, stream_name: str, liftbridge_client: LiftbridgeClient, lb_address: str, tmp_path: Path
 ) -> None:
     expected = publish(liftbridge_client, stream_name)
-    work = Path(tempfile.mkdtemp(prefix="archive-overlap-"))
+    work = tmp_path
     root = work / "archive"
     seen: dict[str, Any] = {}
 
