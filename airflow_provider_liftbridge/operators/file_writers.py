@@ -27,8 +27,8 @@ import contextlib
 import csv
 import datetime as dt
 import io
+import itertools
 import json
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
@@ -43,7 +43,15 @@ with needs_extra("files", "writing stream files (LiftbridgeStreamToFileOperator)
 
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 
-from .archive_files import WRITE_FORMATS, ArchivedFile, file_name, partition_prefix, temporary_prefix
+from .archive_files import (
+    NO_END,
+    WRITE_FORMATS,
+    ArchivedFile,
+    file_name,
+    partition_prefix,
+    temporary_name,
+    temporary_prefix,
+)
 
 __all__ = [
     "COLUMNS",
@@ -530,35 +538,36 @@ def write_range(
     batches: Iterable[list[Message]],
     options: WriteOptions,
     reject: Reject | None = None,
+    end: int | None = None,
 ) -> ArchivedFile | None:
     """Write consecutive messages of one partition, given as ``batches`` (each written as a unit,
     a Parquet row group), to one file in ``directory``, named by the first and last offset read
     (:func:`file_name`; messages handed to ``reject`` count, so the next file starts after them):
-    to a temporary name first (``.<name>.<random>.tmp``), renamed over the final name once the
-    writer closed it. ``directory`` is an ``ObjectStoragePath`` (or any path with ``/``, ``open``,
-    ``rename`` and ``unlink``).
+    to a :func:`temporary_name` first (first offset, ``end``), renamed over the final name once
+    the writer closed it. ``directory`` is an ``ObjectStoragePath`` (or any path with ``/``,
+    ``open``, ``rename`` and ``unlink``).
 
     :param reject: called for each message that cannot be written (else that is an error).
-    :return: the file, or ``None`` when no message was written (no file is left); the offsets
-        read are in :attr:`ArchivedFile.first_offset` / ``last_offset`` either way when a file is
-        returned.
+    :param end: the exclusive end of the offsets the batches may hold (the plan's; default none).
+    :return: the file (holding the offsets read, rejected ones included), or ``None`` when no
+        message was written (no file is left).
     :raises ArchiveValueError: a message cannot be written and there is no ``reject``.
     :raises LiftbridgeFileError: the file cannot be written or renamed (the message names it).
         Whatever fails (these, ``reject``, or reading ``batches``), the temporary file is removed.
     """
-    temporary = directory / f".{partition_prefix(stream, partition)}{uuid.uuid4().hex[:12]}.tmp"
-    target = None
-    rows = 0
-    first = last = -1
+    pending = iter(batches)
+    head = next((batch for batch in pending if batch), None)  # its first offset names the temporary file
+    if head is None:
+        return None
+    first, last, rows, target = head[0].offset, -1, 0, None
+    temporary = directory / temporary_name(stream, partition, first, NO_END if end is None else end)
     try:
         with temporary.open("wb") as handle:
             writer = _WRITERS[options.format](handle, options)
             try:
-                for batch in batches:
+                for batch in itertools.chain([head], pending):
                     if not batch:
                         continue
-                    if first < 0:
-                        first = batch[0].offset
                     last = batch[-1].offset
                     rows += _write_batch(writer, batch, reject)
             except BaseException:

@@ -365,6 +365,7 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
             )
             handler = self.make_handler(client, context)  # its checks fail before anything is planned or read
             plans = planner.plan(partitions)
+            self.planned(plans)
             self._log_plans(plans)
             if not all(plan.resumed for plan in plans):  # once per run: the UI view finds the pipeline
                 self._record_pipeline(client, context, plan_key, run_id, plans)

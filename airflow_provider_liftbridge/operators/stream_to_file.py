@@ -26,6 +26,7 @@ from airflow_provider_liftbridge.validation import (
     waits_for_rendering,
 )
 
+from .archive_files import NO_END, temporary_range
 from .archive_layout import ArchiveLayout, LayoutValueError
 from .file_writers import (
     VALUE_FORMATS,
@@ -85,15 +86,16 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
     dot-name, renamed into place when complete, and only then is the position committed. A retry
     resumes after the last committed file and cuts the same batches, so it writes the same names:
     a file the killed try completed but did not commit is overwritten, never doubled. Before it
-    writes to a partition, a try also removes that partition's files from past the committed
-    position (left by a try that died) and stray temporary files.
+    writes to a partition, a try also removes what a try that died left of its plan's remaining
+    range: the partition's files that start in it, and temporary files (named by the offsets they
+    may hold) that overlap it. Nothing outside the plan is touched.
 
     Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
 
     With ``read_by="interval"`` each run archives the messages of its data interval (see
-    :class:`~.reading_base.LiftbridgeReadingOperator`); the files a try removes as left by a dead try
-    are then only those inside the run's own offset range, so runs of other intervals (a backfill
-    beside the daily runs) share the directory safely. With ``path_layout`` the files go to
+    :class:`~.reading_base.LiftbridgeReadingOperator`); since a try cleans up only inside its own
+    plan, runs of other intervals (a backfill beside the regular runs, any number at once) share
+    the directory, and its folders, safely. With ``path_layout`` the files go to
     folders named by the message's time, the data interval or a JSON field
     (``dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}``; syntax in ``docs/consume.md``), still named
     by partition and offset range inside each folder; a batch whose messages belong to several
@@ -244,23 +246,22 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         """The files matching ``pattern`` in the directory, and in its folders with a layout."""
         return list(directory.rglob(pattern) if self.path_layout else directory.glob(pattern))
 
-    def _clean_partition(
-        self, directory: ObjectStoragePath, partition: int, next_offset: int, before: int | None = None
-    ) -> None:
-        """Remove the partition's files that start at or after ``next_offset`` (and before
-        ``before``, when given: an interval read's plan end) (written by a try that died before
-        committing them: this try writes those messages again) and its temporary files."""
+    def _clean_partition(self, directory: ObjectStoragePath, partition: int, next_offset: int, end: int) -> None:
+        """Remove what a try that died may have left of the partition's offsets
+        ``next_offset`` to before ``end`` (this try writes them again): files that start in that
+        range (renamed into place, not committed) and temporary files whose range overlaps it.
+        Files of other ranges are left alone, so runs of other intervals (or other plans) may
+        write beside this one, in its folders or the same one."""
         prefix = partition_prefix(self.stream, partition)
         suffix = WRITE_FORMATS[str(self.format)]
         for found in self._found(directory, prefix + "*") + self._found(directory, "." + prefix + "*"):
             name = found.name
             if name.startswith("."):
-                stale = name.endswith(".tmp")
+                span = temporary_range(self.stream, partition, name)
+                stale = span is not None and span[0] < end and span[1] > next_offset
             else:
                 match = _FILE_REST.fullmatch(name[len(prefix) :])
-                stale = bool(match) and match.group(3) == suffix and int(match.group(1)) >= next_offset
-                if stale and before is not None:
-                    stale = int(match.group(1)) < before  # type: ignore[union-attr]
+                stale = match is not None and match.group(3) == suffix and next_offset <= int(match.group(1)) < end
             if stale:
                 self.log.info("Removing %s: from a try that did not commit it; rewritten now", found)
                 found.unlink(missing_ok=True)
@@ -297,13 +298,12 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         self._files = []
         self._directory = directory
         folder_of = self._folder_of(context)
-        by_interval = self.read_by == "interval"
 
         def handle(batch: list[Message]) -> int:
             partition = batch[0].partition
+            end = self._plan_ends.get(partition, NO_END)
             if partition not in cleaned:
-                before = self._plan_ends.get(partition) if by_interval else None
-                self._clean_partition(directory, partition, batch[0].offset, before)
+                self._clean_partition(directory, partition, batch[0].offset, end)
                 cleaned.add(partition)
             rejected = 0
 
@@ -326,6 +326,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
                         _chunks(messages, options.batch_rows),
                         options,
                         reject if dead else None,
+                        end=end,
                     )
                 except ArchiveValueError as bad:
                     failed = BatchFailed(0, bad.message, bad.problem)  # nothing of the batch counts
@@ -346,7 +347,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         return handle
 
     def planned(self, plans: list[PartitionPlan]) -> None:
-        """Keep each partition's plan end: an interval read cleans only inside its own range."""
+        """Keep each partition's plan end: a try cleans up only inside its own plan's range, and
+        names its temporary files by it."""
         self._plan_ends = {plan.partition: plan.end for plan in plans}
 
     def _folder_of(self, context: Context) -> Callable[[Message], str] | None:

@@ -228,3 +228,32 @@ def test_bad_arguments_fail_when_the_dag_is_parsed(tmp_path: Path, kwargs: dict[
     kwargs = {"cursor_id": "c"} | kwargs
     with pytest.raises(LiftbridgeArgumentError, match=match):
         LiftbridgeStreamToFileOperator(task_id="t", stream="s", path=str(tmp_path), **kwargs)
+
+
+def test_a_position_read_cleans_up_only_inside_its_plan(
+    tmp_path: Path, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """What a try removes before it writes: temporary files whose range overlaps its plan (a dead
+    try's) and files that start in it; another plan's temporary and final files, another stream's
+    and temporary names of the old form (no range, whose they are is unknown) stay."""
+    from airflow_provider_liftbridge.operators.archive_files import NO_END, temporary_name
+
+    liftbridge_client.create_stream(stream_name, stream_name)
+    publish(liftbridge_client, stream_name, 10)  # the plan: offsets 0..9
+    mine = [temporary_name(stream_name, 0, 0, NO_END), temporary_name(stream_name, 0, 4, 10)]
+    mine.append(file_name(stream_name, 0, 5, 9, "parquet"))  # renamed by a dead try, not committed
+    others = [
+        temporary_name(stream_name, 0, 10, 20),  # a later plan's, being written
+        temporary_name(stream_name, 1, 0, 10),  # partition 1's
+        temporary_name(stream_name + "-0", 0, 0, 10),  # the stream "<name>-0"'s
+        f".{stream_name}-0-0123456789ab.tmp",  # the old form: unknown whose
+        file_name(stream_name, 0, 10, 19, "parquet"),  # a later plan's
+    ]
+    for name in mine + others:
+        (tmp_path / name).write_bytes(b"left over")
+    dag_run, result = run(make_dag(stream_name, str(tmp_path), value_format="json"))
+    assert str(dag_run.state) == "success"
+    written = file_name(stream_name, 0, 0, 9, "parquet")
+    assert [Path(f["path"]).name for f in result["files"]] == [written]
+    assert sorted(os.listdir(tmp_path)) == sorted([written, *others])
+    assert {(tmp_path / name).read_bytes() for name in others} == {b"left over"}

@@ -35,6 +35,7 @@ SYSTEM_DAGS = [
     "system_wait_for_message",
     "system_private_task_dirs",
     "system_interval_wait",
+    "system_interval_backfill",
 ]
 
 
