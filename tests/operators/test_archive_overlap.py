@@ -114,7 +114,7 @@ def run_ten_oclock(stream: str, root: Path, layout: str | None, lb_address: str,
     env = dict(os.environ) | {
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "reliability" / "dags"),
         "AIRFLOW_CONN_LIFTBRIDGE_DEFAULT": json.dumps({"conn_type": "liftbridge", "host": lb_address}),
-        "EO_DAG_ID": "liftbridge_reliability_archive",
+        "EO_DAG_ID": f"liftbridge_reliability_archive.{stream}",
         "EO_STREAM": stream,
         "EO_ARCHIVE": str(root),
         "EO_ROWS_PER_FILE": "1000",
