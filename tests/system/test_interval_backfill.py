@@ -227,15 +227,7 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
             if r["run_type"] == "backfill" and r["dag_run_id"] not in earlier
         ]
         assert len(backfill) == 3, dag_runs(deployment)
-        # A manual run for an interval that is still open when its tasks first look: it ends 45 to
-        # 65 s from now (its tasks wait for worker slots behind the backfill's on a busy machine).
-        start = grid_floor(time.time() + OPEN_AHEAD)
-        manual = deployment.api(
-            "POST",
-            f"/dags/{DAG_ID}/dagRuns",
-            {"logical_date": iso(start), "data_interval_start": iso(start), "data_interval_end": iso(start + STEP)},
-        )["dag_run_id"]
-        set_paused(deployment, False)  # the backfill's and the manual run start; scheduled runs come every 20 s
+        set_paused(deployment, False)  # the backfill's runs start; scheduled runs come every 20 s
 
         cleared = backfill[1]
         assert deployment.wait_for_run(DAG_ID, cleared, timeout=600) == "success", deployment.log_dir
@@ -251,6 +243,18 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
             return state in ("success", "failed") and min(deployment.task_tries(DAG_ID, cleared).values()) >= 2
 
         wait_until(f"the cleared run {cleared} to run again", cleared_again, timeout=600, interval=1)
+        for run_id in backfill:
+            deployment.wait_for_run(DAG_ID, run_id, timeout=600)
+        # A manual run for an interval that is still open when its tasks first look: it ends 45 to
+        # 65 s from now. Triggered once the backfill is done, so its tasks do not queue behind the
+        # backfill's for worker slots and the DAG's max_active_runs (busy run of this test: created
+        # beside the backfill at load 14, its tasks started 112 s later, after its interval).
+        start = grid_floor(time.time() + OPEN_AHEAD)
+        manual = deployment.api(
+            "POST",
+            f"/dags/{DAG_ID}/dagRuns",
+            {"logical_date": iso(start), "data_interval_start": iso(start), "data_interval_end": iso(start + STEP)},
+        )["dag_run_id"]
         runs = [r for r in finish_and_pause(deployment) if r["dag_run_id"] not in earlier]
     finally:
         set_paused(deployment, True)  # no runs of this DAG during the rest of the tier
