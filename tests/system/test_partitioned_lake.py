@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition
+from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition, StreamExistsError
 from scripts.deployment import Deployment, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]  # the Spark job runs in the deployment's task
@@ -43,7 +43,10 @@ def client(deployment: Deployment) -> Iterator[LiftbridgeClient]:
 def publish_hours(deployment: Deployment, client: LiftbridgeClient, first: dt.datetime) -> None:
     """Views in the hour before ``first``, in ``first`` and the two hours after it, and in the hour
     after those, stamped there by the dev server's reception clock; then one with the real clock."""
-    client.create_stream(STREAM, STREAM, partitions=2)
+    try:
+        client.create_stream(STREAM, STREAM, partitions=2)
+    except StreamExistsError:  # made by the example's own run of the current hour (create_stream)
+        pass
     try:
         for hour in range(-1, 4):
             for minute in MINUTES:
@@ -122,7 +125,8 @@ def test_three_hourly_partitions_then_the_daily_rollup_once_reading_exactly_thos
 
     # Each hour's folder holds exactly the messages stamped in that hour, nothing of the hours around.
     root = deployment.home / "liftbridge-lake" / STREAM
-    folders = archived(root)
+    # (the day's folders only: the example's own run of the current hour may have archived it)
+    folders = {k: v for k, v in archived(root).items() if k.startswith(f"dt={day:%Y-%m-%d}/")}
     expected = {}
     for h in range(3):
         start = day + dt.timedelta(hours=h)
