@@ -29,7 +29,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,18 +84,13 @@ def wait_until(
 
     :raises AssertionError: ``timeout`` seconds passed first (``what`` says what was awaited).
     """
-    where = where or caller()
-    start = time.monotonic()
-    while True:
-        result = check()
-        used = time.monotonic() - start
-        if result:
-            record(f"{what} ({where})", used, timeout)
-            return result
-        if used > timeout:
-            record(f"{what} ({where})", used, timeout, timed_out=True)
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(interval)
+    polls = _polls(check, timeout, what, where or caller())
+    try:
+        while True:
+            next(polls)
+            time.sleep(interval)
+    except StopIteration as done:
+        return done.value
 
 
 async def until(
@@ -105,7 +100,18 @@ async def until(
 
     :raises AssertionError: ``timeout`` seconds passed first.
     """
-    where = where or caller()
+    polls = _polls(check, timeout, what, where or caller())
+    try:
+        while True:
+            next(polls)
+            await asyncio.sleep(interval)
+    except StopIteration as done:
+        return done.value
+
+
+def _polls(check: Callable[[], _T], timeout: float, what: str, where: str) -> Generator[None, None, _T]:
+    """The poll loop of :func:`wait_until` and :func:`until` without its sleeps: yields where the
+    caller sleeps, returns the first true result, and records the margin either way."""
     start = time.monotonic()
     while True:
         result = check()
@@ -116,7 +122,7 @@ async def until(
         if used > timeout:
             record(f"{what} ({where})", used, timeout, timed_out=True)
             raise AssertionError(f"{what}: not within {timeout:g} s")
-        await asyncio.sleep(interval)
+        yield
 
 
 def flush() -> None:
