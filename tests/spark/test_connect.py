@@ -50,7 +50,9 @@ def test_publish_and_data_source_from_a_connect_session(
     connect: SparkSession, lb_settings: ConnectionSettings, lb_address: str, make_stream: Callable[[int], str]
 ) -> None:
     assert type(connect).__module__.startswith("pyspark.sql.connect")
-    probe = F.udf(python_of_the_workers, "string")
+    # useArrow given: a plain UDF, and no inference from type hints (which are text here, from a
+    # module Spark cannot import: pyspark warned "Cannot infer the eval type from type hints")
+    probe = F.udf(python_of_the_workers, "string", useArrow=False)
     python, airflow_importable = connect.range(1).select(probe("id")).first()[0].split("|")
     assert python.endswith("/lbenv/bin/python") and airflow_importable == "False"
     stream = make_stream(2)
