@@ -13,6 +13,7 @@ finds it before the busy machine does. ``timeout`` lines are waits that ran out,
 test meant (it asserts that nothing comes); they are not margins and are left out of the worst.
 
 The waits report through :func:`record`: the tests' wait helpers call it (:func:`wait_until`,
+:func:`bounded` around a hand-written poll loop,
 ``tests/devserver/helpers.py``'s ``subscribe``, ``scripts/deployment.py``'s ``wait_until`` through
 its ``on_wait`` hook); and while the log is set, the standard waits called from a file under
 ``tests/`` report themselves: ``concurrent.futures.Future.result``, ``asyncio.wait_for``,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
 import sys
@@ -63,8 +65,9 @@ def record(wait: str, used: float, deadline: float, *, timed_out: bool = False) 
 
 @contextmanager
 def timed(wait: str, deadline: float) -> Iterator[None]:
-    """Record how long the body took of ``deadline``; a ``TimeoutError`` leaving it counts as
-    running out."""
+    """Record how long the body took of ``deadline``; a ``TimeoutError`` leaving it, or a body
+    that took longer than ``deadline`` (a hand-written poll loop that raised its own error), counts
+    as running out."""
     start = time.monotonic()
     timed_out = False
     try:
@@ -73,7 +76,14 @@ def timed(wait: str, deadline: float) -> Iterator[None]:
         timed_out = True
         raise
     finally:
-        record(wait, time.monotonic() - start, deadline, timed_out=timed_out)
+        used = time.monotonic() - start
+        record(wait, used, deadline, timed_out=timed_out or used > deadline)
+
+
+def bounded(what: str, deadline: float) -> contextlib.AbstractContextManager[None]:
+    """:func:`timed` for a hand-written poll loop: records under ``what`` and the caller's
+    ``file:line``."""
+    return timed(f"{what} ({caller()})", deadline)
 
 
 def wait_until(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
+from tests.margins import bounded
 
 
 def run_child(
@@ -66,14 +67,15 @@ def sigstop(pid: int, within: float = 10.0) -> None:
     :raises RuntimeError: the process did not stop within ``within`` seconds.
     """
     os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + within
-    while any(
-        stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat")
-    ):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"process {pid} did not stop within {within:g} s")
-        time.sleep(0.001)
+    with bounded("the process stopped", within):
+        deadline = time.monotonic() + within
+        while any(
+            stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t")
+            for stat in Path(f"/proc/{pid}/task").glob("*/stat")
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {pid} did not stop within {within:g} s")
+            time.sleep(0.001)
 
 
 def restart_nats(node: NatsServerProcess, within: float = 10.0) -> None:
@@ -81,15 +83,16 @@ def restart_nats(node: NatsServerProcess, within: float = 10.0) -> None:
 
     :raises Exception: what ``node.start()`` raised last, once ``within`` seconds have passed.
     """
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            node.start()
-            return
-        except Exception:  # the port is not free yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    with bounded("the port free for a restart", within):
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                node.start()
+                return
+            except Exception:  # the port is not free yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def nats_cluster(n: int = 3) -> list[NatsServerProcess]:

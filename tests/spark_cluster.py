@@ -25,6 +25,7 @@ import pyspark
 # from that range (bind to port 0) can be taken meanwhile by any process's outgoing connection;
 # Spark then moves to the next port, and the cluster's workers look for the master in vain.
 from scripts.deployment import free_port
+from tests.margins import bounded
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -164,23 +165,24 @@ class StandaloneCluster:
         return [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
 
     def _wait_for_workers(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            for daemon in self._daemons:
-                daemon.check_alive()
-            try:
-                if len(self.alive_workers()) >= self._workers:
-                    return
-            except OSError:
-                pass  # the master's UI is not up yet
-            except ValueError:
-                # Up, but its /json page not yet: the UI answers any path it does not serve with
-                # its HTML page (seen once in a CI run, right after "Bound MasterWebUI").
-                pass
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {d.name}\n{d.tail(15)}" for d in self._daemons)
-                raise TimeoutError(f"{self._workers} Spark workers did not register within {timeout} s:\n{logs}")
-            time.sleep(0.5)
+        with bounded("the Spark workers registered", timeout):
+            deadline = time.monotonic() + timeout
+            while True:
+                for daemon in self._daemons:
+                    daemon.check_alive()
+                try:
+                    if len(self.alive_workers()) >= self._workers:
+                        return
+                except OSError:
+                    pass  # the master's UI is not up yet
+                except ValueError:
+                    # Up, but its /json page not yet: the UI answers any path it does not serve with
+                    # its HTML page (seen once in a CI run, right after "Bound MasterWebUI").
+                    pass
+                if time.monotonic() > deadline:
+                    logs = "\n".join(f"--- {d.name}\n{d.tail(15)}" for d in self._daemons)
+                    raise TimeoutError(f"{self._workers} Spark workers did not register within {timeout} s:\n{logs}")
+                time.sleep(0.5)
 
     def stop(self) -> None:
         """Stop the workers (and their executors), then the master, by PID."""
@@ -236,16 +238,17 @@ class ConnectServer:
         )
         deadline = time.monotonic() + timeout
         try:
-            while True:
-                self._daemon.check_alive()
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return self
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Spark Connect did not listen within {timeout} s:\n{self._daemon.tail()}")
-                time.sleep(0.5)
+            with bounded("Spark Connect listening", timeout):
+                while True:
+                    self._daemon.check_alive()
+                    try:
+                        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                            return self
+                    except OSError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"Spark Connect did not listen within {timeout} s:\n{self._daemon.tail()}")
+                    time.sleep(0.5)
         except BaseException:
             self.stop()
             raise

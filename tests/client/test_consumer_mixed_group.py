@@ -20,6 +20,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.client import GroupConsumer, LiftbridgeClient, Record
 from airflow_provider_liftbridge.client.consumer import group_cursor_id
+from tests.margins import bounded
 
 TIMEOUT = 5.0
 
@@ -71,10 +72,11 @@ def _read(consumer: GroupConsumer, n: int) -> list[tuple[int, int]]:
 
 
 def _poll_until(consumer: GroupConsumer, assignments: dict[str, list[int]]) -> None:
-    deadline = time.monotonic() + 10
-    while consumer.assignments != assignments:
-        assert time.monotonic() < deadline, f"assignments stayed {consumer.assignments}"
-        assert not list(consumer.messages(timeout=0.1)), "read a message while nothing was published"
+    with bounded("the assignments", 10):
+        deadline = time.monotonic() + 10
+        while consumer.assignments != assignments:
+            assert time.monotonic() < deadline, f"assignments stayed {consumer.assignments}"
+            assert not list(consumer.messages(timeout=0.1)), "read a message while nothing was published"
 
 
 def test_a_partition_moves_to_a_go_style_member_and_back_read_once(lb_address: str, stream_name: str) -> None:

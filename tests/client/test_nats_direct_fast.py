@@ -34,6 +34,7 @@ from airflow_provider_liftbridge.client.types import Ack
 from airflow_provider_liftbridge.codec import encode_ack, unmarshal_message
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from tests import margins
+from tests.margins import bounded
 from tests.processes import sigstop
 
 
@@ -309,9 +310,10 @@ def _until_a_ping_is_buffered(nc: NatsClient, timeout: float = 30.0) -> None:
     ``nc``'s socket. A bound for a wait that normally ends in 200 ms."""
     fd = nc._transport._io_writer.get_extra_info("socket").fileno()  # type: ignore[union-attr]
     with socket.socket(fileno=os.dup(fd)) as sock:
-        deadline = time.monotonic() + timeout
-        while b"PING" not in (sock.recv(4096, socket.MSG_PEEK) if select.select([sock], [], [], 0.01)[0] else b""):
-            assert time.monotonic() < deadline, "no PING from the server"
+        with bounded("a PING from the server", timeout):
+            deadline = time.monotonic() + timeout
+            while b"PING" not in (sock.recv(4096, socket.MSG_PEEK) if select.select([sock], [], [], 0.01)[0] else b""):
+                assert time.monotonic() < deadline, "no PING from the server"
 
 
 async def _until(cond: object, timeout: float = 30.0) -> None:

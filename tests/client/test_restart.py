@@ -23,6 +23,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from tests import margins
+from tests.margins import bounded
 from tests.processes import restart_nats
 
 
@@ -169,14 +170,15 @@ def test_publish_over_nats_uses_a_nats_server_back_after_a_restart_at_once() -> 
                 restart_nats(nats)
                 # Another client shows when the server takes NATS publishes again.
                 with LiftbridgeClient(srv.address, nats_servers=[url], timeout=5.0) as probe:
-                    deadline = time.monotonic() + 20
-                    while True:
-                        try:
-                            probe.publish_many("nats-back", [b"probe"], path="nats")
-                            break
-                        except PublishError:
-                            assert time.monotonic() < deadline, "the dev server did not take NATS publishes again"
-                            time.sleep(0.2)
+                    with bounded("the server took NATS publishes again", 20):
+                        deadline = time.monotonic() + 20
+                        while True:
+                            try:
+                                probe.publish_many("nats-back", [b"probe"], path="nats")
+                                break
+                            except PublishError:
+                                assert time.monotonic() < deadline, "the dev server did not take NATS publishes again"
+                                time.sleep(0.2)
                 acks = c.publish_many("nats-back", [b"after"], path="nats")
                 assert len(acks) == 1
     finally:

@@ -27,6 +27,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess, ServerStateError
 from tests import margins
+from tests.margins import bounded
 
 from .helpers import TIMEOUT, create, known_everywhere, publish, rpc_error, subscribe, user_streams
 
@@ -261,16 +262,17 @@ def test_a_full_restart_goes_through_the_restart_window(stream_name: str) -> Non
 
         seen: list[str] = []
         answers: set[tuple[str, str]] = set()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not seen or seen[-1] != "normal"):
-            before = phase()
-            publish_answer = refusal(lambda: publish(stubs[0], stream_name, b"probe", ackPolicy=pb.NONE))
-            part_answer = refusal(lambda: _meta_of_partition(stubs[leader], stream_name))
-            if phase() == before:  # the answers belong to that phase
-                answers |= {(before, "publish " + publish_answer), (before, "partition " + part_answer)}
-            if not seen or seen[-1] != before:
-                seen.append(before)
-            time.sleep(0.02)
+        with bounded("the phases seen", 20):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (not seen or seen[-1] != "normal"):
+                before = phase()
+                publish_answer = refusal(lambda: publish(stubs[0], stream_name, b"probe", ackPolicy=pb.NONE))
+                part_answer = refusal(lambda: _meta_of_partition(stubs[leader], stream_name))
+                if phase() == before:  # the answers belong to that phase
+                    answers |= {(before, "publish " + publish_answer), (before, "partition " + part_answer)}
+                if not seen or seen[-1] != before:
+                    seen.append(before)
+                time.sleep(0.02)
         order = ["no streams", "no leader", "hw unknown", "normal"]
         assert seen == order, seen
         assert ("no streams", f"publish NOT_FOUND no such stream: {stream_name}") in answers

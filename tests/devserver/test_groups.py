@@ -18,6 +18,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from airflow_provider_liftbridge.devserver import DevServer
 from tests import margins
+from tests.margins import bounded
 
 from .helpers import TIMEOUT, create, rpc_error
 
@@ -177,24 +178,25 @@ def test_a_stale_epoch_is_refused_before_membership_and_is_no_heartbeat(
     )
     # a goes on fetching with its old epoch, b with the current one: only b's fetches are
     # heartbeats, so a times out and b gets both partitions.
-    deadline = time.monotonic() + 15
-    while True:
-        assert time.monotonic() < deadline, "a member sending only stale-epoch fetches was not timed out"
-        err = rpc_error(fetch, stub, group, "a", 0)
-        assert (err.code(), err.details()) == (grpc.StatusCode.FAILED_PRECONDITION, stale_text)
-        try:
-            assigned, epoch = fetch(stub, group, "b", epoch)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "epoch" in (exc.details() or ""):
-                epoch = group_meta(stub, group).epoch  # a's removal moved the epoch, as a rebalance does
-                continue
-            if exc.code() == grpc.StatusCode.NOT_FOUND or "not a member" in (exc.details() or ""):
-                epoch = join(stub, group, "b", stream_name).epoch  # b starved past its own timeout
-                continue
-            raise
-        if assigned == {stream_name: [0, 1]}:
-            break
-        time.sleep(0.05)
+    with bounded("the stale member timed out", 15):
+        deadline = time.monotonic() + 15
+        while True:
+            assert time.monotonic() < deadline, "a member sending only stale-epoch fetches was not timed out"
+            err = rpc_error(fetch, stub, group, "a", 0)
+            assert (err.code(), err.details()) == (grpc.StatusCode.FAILED_PRECONDITION, stale_text)
+            try:
+                assigned, epoch = fetch(stub, group, "b", epoch)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "epoch" in (exc.details() or ""):
+                    epoch = group_meta(stub, group).epoch  # a's removal moved the epoch, as a rebalance does
+                    continue
+                if exc.code() == grpc.StatusCode.NOT_FOUND or "not a member" in (exc.details() or ""):
+                    epoch = join(stub, group, "b", stream_name).epoch  # b starved past its own timeout
+                    continue
+                raise
+            if assigned == {stream_name: [0, 1]}:
+                break
+            time.sleep(0.05)
     leave(stub, group, "b")
 
 

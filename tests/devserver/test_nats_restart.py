@@ -23,6 +23,7 @@ from airflow_provider_liftbridge.codec import new_message, unmarshal_ack
 from airflow_provider_liftbridge.devserver import DevServer, DevServerProcess
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from tests import margins
+from tests.margins import bounded
 
 from .helpers import TIMEOUT, create, subscribe
 
@@ -76,14 +77,15 @@ async def test_supervision_gives_up_after_bounded_attempts(caplog: pytest.LogCap
         proc.supervise(check_every=0.5, max_attempts=3, backoff=0.01, max_backoff=0.02)
         assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                blocker.bind((proc.host, proc.port))
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the killed child never released its port"
-                await asyncio.sleep(0.01)
+        with bounded("the killed child's port", 5):
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    blocker.bind((proc.host, proc.port))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the killed child never released its port"
+                    await asyncio.sleep(0.01)
         blocker.listen()
         await _until(lambda: "gave up restarting nats-server" in caplog.text, "the supervisor gave up")
         assert caplog.text.count("restarting nats-server failed") == 3
@@ -122,17 +124,18 @@ async def _publish_until_acked(nc: Client, subject: str, values: list[bytes]) ->
         acked.setdefault(by_cid[ack.correlationId], ack.offset)
 
     sub = await nc.subscribe(inbox, cb=on_ack)
-    deadline = time.monotonic() + 20
-    while len(acked) < len(values):
-        assert time.monotonic() < deadline, f"only {len(acked)} of {len(values)} acked"
-        for cid, value in by_cid.items():
-            if value not in acked:
-                await nc.publish(subject, new_message(value, ack_inbox=inbox, correlation_id=cid))
-        try:
-            await nc.flush(timeout=1)
-        except Exception:  # still reconnecting
-            pass
-        await asyncio.sleep(0.3)
+    with bounded("every value acked", 20):
+        deadline = time.monotonic() + 20
+        while len(acked) < len(values):
+            assert time.monotonic() < deadline, f"only {len(acked)} of {len(values)} acked"
+            for cid, value in by_cid.items():
+                if value not in acked:
+                    await nc.publish(subject, new_message(value, ack_inbox=inbox, correlation_id=cid))
+            try:
+                await nc.flush(timeout=1)
+            except Exception:  # still reconnecting
+                pass
+            await asyncio.sleep(0.3)
     await sub.unsubscribe()
     return acked
 

@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import get_current_context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
+from tests.margins import bounded
 
 #: The logical date (so the run id) of the killable DAG's one run.
 KILLABLE_DATE = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
@@ -133,9 +134,10 @@ def batch_back_after_leaving(messages: list[Message]) -> None:
     try_number = get_current_context()["ti"].try_number
     if try_number == 1 and messages[0].offset == STATE["slow_from"]:
         before = STATE["leaves"]()
-        deadline = time.monotonic() + 60
-        while STATE["leaves"]() == before:
-            if time.monotonic() > deadline:
-                raise AssertionError("the task's member did not leave the group after max_poll_interval")
-            time.sleep(0.05)
+        with bounded("the member left the group", 60):
+            deadline = time.monotonic() + 60
+            while STATE["leaves"]() == before:
+                if time.monotonic() > deadline:
+                    raise AssertionError("the task's member did not leave the group after max_poll_interval")
+                time.sleep(0.05)
     BATCHES.append([try_number, *(m.offset for m in messages)])

@@ -23,6 +23,7 @@ from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOpera
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.reading_base import parse_partitions, parse_reading_start
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
+from tests.margins import bounded
 from tests.operators import consume_support as support
 from tests.operators.helpers import read_all
 from tests.processes import run_child
@@ -403,13 +404,14 @@ def restart_while_waiting(server: DevServerProcess, stream: str, logs: list[Any]
     logs a failed look, start the broker again and publish the 3 messages still missing."""
 
     def logged(words: str, timeout: float) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = next((e for e in list(logs) if words in str(e.get("event"))), None)
-            if found is not None:
-                return found
-            time.sleep(0.05)
-        return None
+        with bounded("the task's log line", timeout):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                found = next((e for e in list(logs) if words in str(e.get("event"))), None)
+                if found is not None:
+                    return found
+                time.sleep(0.05)
+            return None
 
     if logged("message(s) there: waiting up to", 60) is None:
         return  # the task never waited: the test fails on its result

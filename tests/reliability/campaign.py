@@ -90,6 +90,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
+from tests.margins import bounded
 from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
@@ -279,22 +280,25 @@ def replica_of(
 
     :raises Unsettled: not found in time (the message says what the brokers listed last).
     """
-    deadline = time.monotonic() + within
-    while True:
-        seen = "nothing"
-        with suppress(LiftbridgeError), LiftbridgeClient(list(addresses), timeout=5.0, max_retries=2) as looker:
-            listed = looker.fetch_metadata([stream]).streams.get(stream)
-            part = listed.partitions.get(partition) if listed is not None else None
-            seen = "no such stream" if listed is None else f"partition {partition}: {part}"
-            if part is not None and part.leader:
-                followers = [r for r in part.replicas if r != part.leader]
-                if target == "leader":
-                    return part.leader
-                if followers:
-                    return followers[0]
-        if time.monotonic() > deadline:
-            raise Unsettled(f"the {target} of {stream!r} partition {partition} was not found in {within:g} s ({seen})")
-        time.sleep(0.5)
+    with bounded("the partition's replica", within):
+        deadline = time.monotonic() + within
+        while True:
+            seen = "nothing"
+            with suppress(LiftbridgeError), LiftbridgeClient(list(addresses), timeout=5.0, max_retries=2) as looker:
+                listed = looker.fetch_metadata([stream]).streams.get(stream)
+                part = listed.partitions.get(partition) if listed is not None else None
+                seen = "no such stream" if listed is None else f"partition {partition}: {part}"
+                if part is not None and part.leader:
+                    followers = [r for r in part.replicas if r != part.leader]
+                    if target == "leader":
+                        return part.leader
+                    if followers:
+                        return followers[0]
+            if time.monotonic() > deadline:
+                raise Unsettled(
+                    f"the {target} of {stream!r} partition {partition} was not found in {within:g} s ({seen})"
+                )
+            time.sleep(0.5)
 
 
 class ExternalRig:
@@ -405,29 +409,32 @@ def read_back(addresses: Sequence[str], stream: str, partitions: int, within: fl
         committing less than its leader holds, or no broker would lead it); the error names the
         last state seen of every partition.
     """
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
-                out: list[Any] = []
-                for p in range(partitions):
-                    info = reader.fetch_partition_metadata(stream, p)
-                    if info.high_watermark < info.newest_offset:
-                        raise _NotSettled(f"partition {p}: committed to {info.high_watermark} of {info.newest_offset}")
-                    if info.high_watermark < 0:
-                        continue
-                    whole = reader.subscribe(
-                        stream, partition=p, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
-                    )
-                    out += list(whole)
-                return out
-        except (LiftbridgeError, _NotSettled) as exc:
-            if time.monotonic() > deadline:
-                raise Unsettled(
-                    f"the read-back did not settle in {within:g} s ({type(exc).__name__}: {exc}); "
-                    f"partitions: {partition_states(addresses, stream, partitions)}"
-                ) from exc
-            time.sleep(0.5)
+    with bounded("the read-back settled", within):
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
+                    out: list[Any] = []
+                    for p in range(partitions):
+                        info = reader.fetch_partition_metadata(stream, p)
+                        if info.high_watermark < info.newest_offset:
+                            raise _NotSettled(
+                                f"partition {p}: committed to {info.high_watermark} of {info.newest_offset}"
+                            )
+                        if info.high_watermark < 0:
+                            continue
+                        whole = reader.subscribe(
+                            stream, partition=p, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST
+                        )
+                        out += list(whole)
+                    return out
+            except (LiftbridgeError, _NotSettled) as exc:
+                if time.monotonic() > deadline:
+                    raise Unsettled(
+                        f"the read-back did not settle in {within:g} s ({type(exc).__name__}: {exc}); "
+                        f"partitions: {partition_states(addresses, stream, partitions)}"
+                    ) from exc
+                time.sleep(0.5)
 
 
 class _NotSettled(Exception):
@@ -568,13 +575,14 @@ def _watch(progress: Callable[[], int]) -> Iterator[Callable[[int, float], bool]
     """``reached(count, within)``: wait until ``progress()`` reaches ``count``."""
 
     def reached(count: int, within: float) -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            with suppress(LiftbridgeError):
-                if progress() >= count:
-                    return True
-            time.sleep(0.02)
-        return False
+        with bounded("the progress reached", within):
+            deadline = time.monotonic() + within
+            while time.monotonic() < deadline:
+                with suppress(LiftbridgeError):
+                    if progress() >= count:
+                        return True
+                time.sleep(0.02)
+            return False
 
     yield reached
 
@@ -691,26 +699,27 @@ def _read_positions(schedule: Schedule, client: LiftbridgeClient, stream: str, o
     planned = schedule.path in ("consume", INTERVAL_PATH) and outcome.planned
     if not (planned or (schedule.path in ("consume-operator", "archive") and outcome.finished)):
         return
-    deadline = time.monotonic() + POSITIONS_WITHIN
-    while True:
-        try:
-            if schedule.path == "consume":
-                outcome.left_after = _left_after(client, stream, schedule)
-            elif schedule.path == INTERVAL_PATH:
-                outcome.left_after = ends_again(client, stream, schedule.partitions, outcome.planned)
-            else:
-                outcome.planned = _ends(client, stream, schedule.partitions)
-                cursor = POSITION_CURSORS[schedule.path]
-                outcome.left_after = sum(
-                    end - 1 - client.fetch_cursor(cursor, stream, p) for p, end in outcome.planned.items()
-                )
-            return
-        except LiftbridgeError as exc:
-            if time.monotonic() > deadline:
-                raise Unsettled(
-                    f"the positions could not be read in {POSITIONS_WITHIN:g} s ({type(exc).__name__}: {exc})"
-                ) from exc
-            time.sleep(1.0)
+    with bounded("the positions read", POSITIONS_WITHIN):
+        deadline = time.monotonic() + POSITIONS_WITHIN
+        while True:
+            try:
+                if schedule.path == "consume":
+                    outcome.left_after = _left_after(client, stream, schedule)
+                elif schedule.path == INTERVAL_PATH:
+                    outcome.left_after = ends_again(client, stream, schedule.partitions, outcome.planned)
+                else:
+                    outcome.planned = _ends(client, stream, schedule.partitions)
+                    cursor = POSITION_CURSORS[schedule.path]
+                    outcome.left_after = sum(
+                        end - 1 - client.fetch_cursor(cursor, stream, p) for p, end in outcome.planned.items()
+                    )
+                return
+            except LiftbridgeError as exc:
+                if time.monotonic() > deadline:
+                    raise Unsettled(
+                        f"the positions could not be read in {POSITIONS_WITHIN:g} s ({type(exc).__name__}: {exc})"
+                    ) from exc
+                time.sleep(1.0)
 
 
 def progress_or(progress: Callable[[], int]) -> str:

@@ -34,6 +34,7 @@ from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer, DevServerProcess
 from tests import margins
+from tests.margins import bounded
 from tests.processes import run_child
 
 REPO = Path(__file__).resolve().parents[2]
@@ -622,12 +623,13 @@ def _brief(event: dict[str, Any]) -> dict[str, Any]:
 def _publish_when_back(client: LiftbridgeClient, stream: str, value: bytes, within: float = 30.0) -> None:
     """Publish ``value`` as a task would right after the restart: the client retries "no such
     stream" for a stream it has seen; beyond its budget this loop keeps trying, for ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            client.publish(stream, value, ack_policy=AckPolicy.ALL)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
+    with bounded("a publish after the restart", within):
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                client.publish(stream, value, ack_policy=AckPolicy.ALL)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)

@@ -33,6 +33,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from tests import processes
+from tests.margins import bounded
 
 from .scenarios import count, read_stream, values
 
@@ -76,9 +77,10 @@ def _kill_mid_publish(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not reached() and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with bounded("the publish got under way", 60):
+        deadline = time.monotonic() + 60
+        while not reached() and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert thread.is_alive(), "the publish ended before the node was killed"
     nats_cluster[0].kill()
     thread.join(90)

@@ -18,6 +18,7 @@ from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from airflow_provider_liftbridge.triggers.message import LiftbridgeMessageTrigger
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
+from tests.margins import bounded
 
 from . import dag_support
 from .scenarios import count, read_stream, values
@@ -46,10 +47,11 @@ def _trigger(stream: str, target: str, start_at: Any = 0) -> LiftbridgeMessageTr
 
 async def _wait_seen(n: int, timeout: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while len(dag_support.SEEN) < n:
-        assert loop.time() < deadline, f"the trigger saw {len(dag_support.SEEN)} of {n} messages"
-        await asyncio.sleep(0.02)
+    with bounded("the trigger saw the messages", timeout):
+        deadline = loop.time() + timeout
+        while len(dag_support.SEEN) < n:
+            assert loop.time() < deadline, f"the trigger saw {len(dag_support.SEEN)} of {n} messages"
+            await asyncio.sleep(0.02)
 
 
 async def test_message_trigger_keeps_waiting_across_a_nats_server_restart(

@@ -18,6 +18,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.spark import ConnectionSettings, SparkDataLossError, to_options
 from airflow_provider_liftbridge.spark.stream_offsets import PartitionNow
 from airflow_provider_liftbridge.spark.streaming import LiftbridgeStreamReader, StreamSplit
+from tests.margins import bounded
 from tests.spark.streaming_support import publish
 
 
@@ -60,10 +61,11 @@ def test_the_earliest_offset_of_a_partition_whose_messages_all_expired_is_its_ne
         now = PartitionNow(next_offset=3, newest_offset=2)
         source = reader(lb_settings, stream_name)
         # The dev server checks ages every 0.5 s: poll until the three messages are gone.
-        deadline = time.monotonic() + 20
-        while (earliest := source._earliest(client, "0", now)) != 3 and time.monotonic() < deadline:
-            assert 0 <= earliest < 3  # the first message left
-            time.sleep(0.1)
+        with bounded("the messages aged out", 20):
+            deadline = time.monotonic() + 20
+            while (earliest := source._earliest(client, "0", now)) != 3 and time.monotonic() < deadline:
+                assert 0 <= earliest < 3  # the first message left
+                time.sleep(0.1)
         # EARLIEST is past the high watermark: the probe's subscription is refused (INVALID_ARGUMENT,
         # as on Liftbridge) and the partition's next offset is its earliest.
         assert earliest == 3
