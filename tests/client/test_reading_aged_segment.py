@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import Interval, IntervalPlanner, first_offset_at, read_plan
 from airflow_provider_liftbridge.client.reading.seek import first_offset_at_async
-from tests.aged_segments import at, rolled_partition, server_lookup
+from tests.aged_segments import at, rolled_partition
 
 COUNT = 9
 
@@ -32,7 +32,8 @@ def test_every_time_inside_the_partition_finds_its_message_although_the_server_a
     hw = COUNT - 1
     times = [at(stamps[0]) - dt.timedelta(seconds=1)] + [at(t) for t in stamps] + [at(stamps[-1] + 1000)]
     expected = [0, *range(COUNT), COUNT]
-    assert server_lookup(lb, stream_name, at(stamps[0]), hw) is None  # the flaw is there: the server says "nothing"
+    # rolled_partition saw the server answer "nothing" for one of these times (all of them when the
+    # messages share one segment, as they do unless publishing took longer than the segment age).
     assert [first_offset_at(lb, stream_name, 0, when, hw) for when in times] == expected
 
     async def async_lookups() -> list[int]:
@@ -52,9 +53,8 @@ def test_a_time_in_the_quiet_gap_before_the_newest_segment_finds_its_first_messa
     in_gap = at(newest.timestamp)  # at or just before it, after the older segment's last message
     assert stamps[-1] < newest.timestamp
     # The server looks in the older segment, finds nothing, and does not look on (its newest
-    # segment is the one it picked): "the next offset". Whole-µs times land in the gap.
-    if in_gap > at(stamps[-1]) and newest.timestamp % 1000:
-        assert server_lookup(lb, stream_name, in_gap, COUNT) is None
+    # segment is the one it picked): "the next offset" (a whole-µs time lands in the gap). Not
+    # asserted here: the new segment rolls too once it is 2 s old, and then the server is right.
     assert first_offset_at(lb, stream_name, 0, in_gap, COUNT) == COUNT
     assert first_offset_at(lb, stream_name, 0, at(stamps[3]), COUNT) == 3
 
