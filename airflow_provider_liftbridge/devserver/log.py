@@ -15,6 +15,10 @@ record's checksum and offset, and cuts the log at the first torn or corrupt
 record (what a process killed in the middle of a write leaves behind).
 Retention is logical and exact (:attr:`PartitionLog.oldest_offset` moves
 forward); whole segments are deleted once every record in them has expired.
+
+Segments also roll by age (:meth:`PartitionLog.roll_aged_segment`), which can leave the newest
+segment empty, and a time lookup (:meth:`PartitionLog.earliest_offset_after_timestamp`) answers
+as Liftbridge's does, flaws included (see ``docs/devserver.md``, "Segments rolled by age").
 """
 
 from __future__ import annotations
@@ -84,12 +88,22 @@ class PartitionLog:
     :param directory: where the segment files live (created if missing).
     :param segment_max_bytes: a new segment is started once the active one reaches this size.
     :param fsync: ``fsync`` after each flush (survives power loss, not only a process kill).
+    :param segment_max_age_ns: a non-empty active segment whose first record is this old is rolled
+        (0: never; see :meth:`roll_aged_segment`).
     :raises DataDirError: the directory cannot be created or a segment cannot be opened.
     """
 
-    def __init__(self, directory: Path, *, segment_max_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_max_bytes: int = DEFAULT_SEGMENT_BYTES,
+        fsync: bool = False,
+        segment_max_age_ns: int = 0,
+    ) -> None:
         self.directory = directory
         self.segment_max_bytes = max(segment_max_bytes, 1024)
+        self.segment_max_age_ns = max(segment_max_age_ns, 0)
         self.fsync = fsync
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
@@ -290,6 +304,10 @@ class PartitionLog:
         seg = self._segments[-1]
         size, indexed = seg.size, len(seg.positions)
         try:
+            # Liftbridge checks the roll before every append (commitLog.Append), with the clock of
+            # the leader that stamps the records: the first record's timestamp is that clock's now.
+            if self.roll_aged_segment(timestamps[0]):
+                seg = self._segments[-1]
             self._write_records(seg, pending, timestamps)
         except OSError:
             self._roll_back(seg_count, size, indexed)
@@ -395,6 +413,75 @@ class PartitionLog:
         """Timestamp (ns) of a committed, retained record."""
         seg = self._segment_for(offset)
         return seg.timestamps[offset - seg.base]
+
+    def roll_aged_segment(self, now_ns: int) -> bool:
+        """Start a new, empty active segment when the active one holds records and its first record
+        is at least ``segment_max_age_ns`` old at ``now_ns`` (the stamping clock); return whether it
+        rolled. Liftbridge's roll by age (``segment.max.age``): ``segment.CheckSplit`` and
+        ``commitLog.checkAndPerformSplit`` in ``server/commitlog``, run before every append and by
+        the cleaner loop. An empty segment never rolls (its ``firstWriteTime`` is 0), so a roll by
+        the cleaner leaves the newest segment empty until the next record.
+        """
+        seg = self._segments[-1]
+        if self.segment_max_age_ns <= 0 or not seg.timestamps or self._closed:
+            return False
+        if now_ns - seg.timestamps[0] < self.segment_max_age_ns:
+            return False
+        self._add_segment(seg.next_offset)
+        return True
+
+    def earliest_offset_after_timestamp(self, timestamp: int) -> int:
+        """The offset a ``StartPosition.TIMESTAMP`` subscription starts at, as Liftbridge v1.9.0-72
+        answers it (``commitLog.EarliestOffsetAfterTimestamp`` in ``server/commitlog/commitlog.go``,
+        ``findSegmentIndexByTimestamp`` in ``util.go``): usually the first retained offset stamped at
+        or after ``timestamp`` (:meth:`first_offset_at_or_after`), but "the next offset" when
+
+        - the binary search over the segments' first entries reads the empty newest segment (a roll
+          by age, until its next record): reading its first index entry fails with ``io.EOF``,
+          taken for "after the end of the log"; it always does when ``timestamp`` is at or after
+          the newest record's segment's first timestamp, and with one segment of records always;
+        - ``timestamp`` falls between the last record of the second-to-last segment and the first
+          record of the last one (the search picks the last segment, finds nothing in the one
+          before, and only looks on when the picked segment is not the last).
+
+        The search is Go's ``sort.Search``, step for step, so the same probes are made.
+        """
+        if self.is_empty:
+            return self._flushed_next
+        oldest = self._oldest
+        # The segments Liftbridge would list: those holding retained records, and an empty active one.
+        segs = [s for s in self._segments if s.next_offset > oldest or not s.positions]
+
+        def first_index(seg: _Segment) -> int:
+            return max(0, oldest - seg.base)
+
+        eof = False
+
+        def starts_after(i: int) -> bool:
+            nonlocal eof
+            seg = segs[i]
+            if not seg.positions:
+                eof = True  # ReadEntryAtLogOffset(0) on an empty index: io.EOF, and Search goes left
+                return True
+            return seg.timestamps[first_index(seg)] > timestamp
+
+        lo, hi = 0, len(segs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if starts_after(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if eof:
+            return self._flushed_next
+        seg = segs[max(lo - 1, 0)]
+        found = bisect_left(seg.timestamps, timestamp, first_index(seg))
+        if found < len(seg.timestamps):
+            return seg.base + found
+        if lo < len(segs) - 1:
+            seg = segs[lo]
+            return seg.base + bisect_left(seg.timestamps, timestamp, first_index(seg))
+        return self._flushed_next
 
     def first_offset_at_or_after(self, timestamp: int) -> int:
         """First retained offset whose timestamp is >= ``timestamp`` (``newest + 1`` when there is none)."""

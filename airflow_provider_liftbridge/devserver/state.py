@@ -30,6 +30,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
+from .clock import clock_shift_ns
 from .cluster import Cluster, replication_of
 from .cursors import CursorIndex
 from .errors import ApiError, DataDirError
@@ -144,12 +145,14 @@ class Store:
         """Open a stream's logs; ``partitions`` holds each partition's saved state (``Partition.to_json``)."""
         stream = Stream(name, subject, group, replication_factor, creation_timestamp, directory, config)
         seg_bytes = config.segment_max_bytes or DEFAULT_SEGMENT_BYTES
+        seg_age = config.segment_max_age_ms * 1_000_000
         base = self.data_dir / "streams" / directory
         for pid, pdata in enumerate(partitions):
             if self.cluster is None:
-                part = Partition(
-                    self, stream, pid, PartitionLog(base / str(pid), segment_max_bytes=seg_bytes, fsync=self.fsync)
+                plog = PartitionLog(
+                    base / str(pid), segment_max_bytes=seg_bytes, fsync=self.fsync, segment_max_age_ns=seg_age
                 )
+                part = Partition(self, stream, pid, plog)
                 part.load_json(pdata)
             else:
                 # One log per replica: broker 0's in the single-broker place, the others' beside it.
@@ -159,6 +162,7 @@ class Store:
                         base / (str(pid) if bid == first else f"{pid}.{bid}"),
                         segment_max_bytes=seg_bytes,
                         fsync=self.fsync,
+                        segment_max_age_ns=seg_age,
                     )
                     for bid in pdata["replicas"]
                 }
@@ -195,15 +199,24 @@ class Store:
                 log.exception("committing partition %s/%d failed", part.stream.name, part.id)
 
     def enforce_age_retention(self) -> None:
-        """Expire messages older than each stream's retention max age."""
+        """Expire messages older than each stream's retention max age, and roll the segments older
+        than its segment max age (Liftbridge's cleaner loop does both; see
+        ``PartitionLog.roll_aged_segment``)."""
         now = time.time_ns()
         for stream in self.streams.values():
             age = stream.config.retention_max_age_ms
-            if age > 0:
-                for part in stream.partitions:
-                    logs = [part.log] if part.replication is None else part.replication.replica_logs()
-                    if any([plog.enforce_retention(max_age_ns=age * 1_000_000, now_ns=now) for plog in logs]):
-                        part.notify()
+            roll = stream.config.segment_max_age_ms > 0
+            if age <= 0 and not roll:
+                continue
+            # A segment's age is judged by the clock that stamped it (a test's reception clock too).
+            stamp_now = now + clock_shift_ns(stream.name)
+            for part in stream.partitions:
+                logs = [part.log] if part.replication is None else part.replication.replica_logs()
+                if roll:
+                    for plog in logs:
+                        plog.roll_aged_segment(stamp_now)
+                if age > 0 and any([plog.enforce_retention(max_age_ns=age * 1_000_000, now_ns=now) for plog in logs]):
+                    part.notify()
 
     # -- brokers --------------------------------------------------------------
     def live_brokers(self) -> list[BrokerSlot]:

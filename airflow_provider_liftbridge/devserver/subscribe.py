@@ -58,7 +58,7 @@ class SubscribeApi:
         if pos == api_pb2.OFFSET:
             start = req.startOffset
         elif pos == api_pb2.TIMESTAMP:
-            start = log_.first_offset_at_or_after(req.startTimestamp)
+            start = log_.earliest_offset_after_timestamp(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
             start = log_.oldest_offset
         elif pos == api_pb2.LATEST:

@@ -1,7 +1,7 @@
 """Waiting for ``min_messages`` before a reading task plans its range (``read_by="position"``):
 in the worker, looking at the stream every :data:`MIN_MESSAGES_POLL` seconds, or in the triggerer,
-deferring on an offset trigger once one look found too few. Reading by interval waits in
-:mod:`.interval_reading` instead.
+deferring on a count trigger (all the task's partitions together) once one look found too few.
+Reading by interval waits in :mod:`.interval_reading` instead.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.reading import RangePlanner
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
-from airflow_provider_liftbridge.triggers.offset import LiftbridgeOffsetTrigger
+from airflow_provider_liftbridge.triggers.offset import LiftbridgeCountTrigger
 
 from .deferral import defer_unless_reached
 
@@ -69,9 +69,9 @@ def wait_for_min_messages(
             pending.update(planner.pending(partitions))
             return sum(pending.values()) >= wanted
 
-        def trigger() -> LiftbridgeOffsetTrigger:
+        def trigger() -> LiftbridgeCountTrigger:
             now = pending or planner.pending(partitions)
-            return _offset_trigger(planner, now, wanted - sum(now.values()), liftbridge_conn_id)
+            return _count_trigger(planner, now, wanted - sum(now.values()), liftbridge_conn_id)
 
         defer_unless_reached(  # returns when they are there; else raises TaskDeferred
             task,
@@ -105,16 +105,18 @@ def wait_for_min_messages(
         time.sleep(MIN_MESSAGES_POLL)
 
 
-def _offset_trigger(
+def _count_trigger(
     planner: RangePlanner, pending: dict[int, int], missing: int, liftbridge_conn_id: str
-) -> LiftbridgeOffsetTrigger:
-    """Wait on the first partition for the messages still missing: with one partition that is
-    the exact condition; with several the task checks all of them again when it fires."""
-    partition = min(pending)
-    position = planner.client.fetch_cursor(planner.position_cursor, planner.stream, partition)
-    hw = planner.high_watermark(partition)
-    start = position + 1 if position >= 0 else hw + 1 - pending[partition]
-    target = start + pending[partition] + missing - 1
-    return LiftbridgeOffsetTrigger(
-        stream=planner.stream, partition=partition, target_offset=target, liftbridge_conn_id=liftbridge_conn_id
+) -> LiftbridgeCountTrigger:
+    """Wait for the messages still missing on all the task's partitions together: each counts from
+    its position + 1 (or, without a position, from where its pending messages start)."""
+    starts = {}
+    for partition, waiting in pending.items():
+        position = planner.client.fetch_cursor(planner.position_cursor, planner.stream, partition)
+        starts[partition] = position + 1 if position >= 0 else planner.high_watermark(partition) + 1 - waiting
+    return LiftbridgeCountTrigger(
+        stream=planner.stream,
+        starts=starts,
+        count=sum(pending.values()) + missing,
+        liftbridge_conn_id=liftbridge_conn_id,
     )

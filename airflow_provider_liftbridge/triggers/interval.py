@@ -6,11 +6,14 @@ Completeness is the interval planner's rule, shared
 after the end, or the end plus the allowed lateness passed with everything written committed.
 
 How a partition is watched, cheaply on a live stream: nothing happens before the interval's end
-(the trigger sleeps). At the end it subscribes from ``StartPosition.TIMESTAMP`` = end: Liftbridge
-starts the subscription at the first message stamped at or after the end (or after the newest
-message when there is none yet), and subscribers see committed messages only, so the first
-delivered message stamped at or after the end completes the partition. Messages stamped before
-the end (the triggerer's clock ahead of the leader's) are skipped. At end + lateness, and every
+(the trigger sleeps). At the end it subscribes from the first committed message stamped at or
+after the end, or from the offset after the high watermark when there is none yet (found by
+:func:`~airflow_provider_liftbridge.client.reading.seek.first_offset_at_async`: Liftbridge's time
+lookup, checked against the newest committed timestamp and searched by offset where the lookup
+lands past such messages, as it does after a segment rolled by age). Subscribers see committed
+messages only, so the first delivered message stamped at or after the end completes the
+partition. Messages stamped before the end (the triggerer's clock ahead of the leader's) are
+skipped. At end + lateness, and every
 :data:`LOOK_SECONDS` after, the partition's metadata is read: newest offset <= high watermark
 completes it. A paused partition is not resumed (nothing is written to it; a publish resumes it):
 its metadata is read every :data:`~.base.PAUSED_POLL_SECONDS` until it runs again or the lateness
@@ -28,6 +31,7 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, Message, PartitionPausedError
 from airflow_provider_liftbridge.client.reading import partition_complete
+from airflow_provider_liftbridge.client.reading.seek import first_offset_at_async
 from airflow_provider_liftbridge.connection_fields import DEFAULT_CONN_ID
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.hooks.async_hook import LiftbridgeAsyncHook
@@ -142,7 +146,8 @@ class LiftbridgeIntervalTrigger(LiftbridgeBaseTrigger):
         """Why ``partition`` is complete, once it is."""
         end = dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=self.end_ns // 1000)
         while True:
-            subscription = client.subscribe(self.stream, partition=partition, start_at=end)
+            start = await self._start(client, partition, end)
+            subscription = client.subscribe(self.stream, partition=partition, start_at=start)
             async with closing_subscription(subscription) as messages:
                 reader = asyncio.ensure_future(self._completing_message(messages))
                 try:
@@ -153,6 +158,20 @@ class LiftbridgeIntervalTrigger(LiftbridgeBaseTrigger):
                         await reader
             if why is not None:
                 return why
+
+    async def _start(self, client: AsyncLiftbridgeClient, partition: int, end: dt.datetime) -> int | dt.datetime:
+        """Where ``partition``'s subscription starts: the first committed offset stamped at or after
+        ``end``, else the high watermark + 1 (later messages are judged as they come). The time
+        itself (the server's lookup) while the partition is paused (the subscription then raises
+        and the metadata decides) or restarting (its high watermark unknown: an offset would replay
+        the whole partition)."""
+        try:
+            info = await client.fetch_partition_metadata(self.stream, partition)
+            if info.high_watermark < 0 <= info.newest_offset:
+                return end
+            return await first_offset_at_async(client, self.stream, partition, end, info.high_watermark)
+        except PartitionPausedError:
+            return end
 
     async def _watch(
         self, client: AsyncLiftbridgeClient, partition: int, reader: asyncio.Future[str | None]

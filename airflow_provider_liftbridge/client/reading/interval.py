@@ -8,7 +8,9 @@ Followers copy the leader's timestamps. ``StartPosition.TIMESTAMP`` (the client'
 an aware ``datetime``) asks the leader's time index for the earliest offset whose timestamp is at
 or after the time (``commitLog.EarliestOffsetAfterTimestamp``: a binary search over the segments'
 index entries, so it assumes timestamps that do not go backwards; the leader's clock stepping
-back, or a new leader whose clock is behind, breaks that assumption).
+back, or a new leader whose clock is behind, breaks that assumption). Where that lookup answers
+"the next offset" although messages that late exist (a segment rolled by age), the search by
+offset of :mod:`.seek` finds the offset instead.
 
 So an interval ``[start, end)`` is read, per partition, as the offsets from the first message at
 or after ``start`` up to (not including) the first committed message at or after ``end``. Two
@@ -50,7 +52,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError, PartitionPausedError
 from ..sync_client import LiftbridgeClient
-from .plan import PartitionPlan, check_partitions, first_offset_at, high_watermark
+from .plan import PartitionPlan, check_partitions, high_watermark
+from .seek import first_offset_at
 
 __all__ = [
     "DEFAULT_LATENESS",
@@ -289,10 +292,15 @@ class IntervalPlanner:
             why = self._complete(None, hw, newest)
             return IntervalBounds(partition, 0, 0, hw, why is not None, why or "waiting")
         last = self._newest_timestamp(partition, hw)
-        first = first_offset_at(self.client, self.stream, partition, interval.start, hw, resume=True)
+        # The newest timestamp lets each lookup check a "nothing that late" answer without a read.
+        first = first_offset_at(
+            self.client, self.stream, partition, interval.start, hw, resume=True, newest_timestamp=last
+        )
         why = self._complete(last, hw, newest)
         if last >= interval.end_ns:
-            end = first_offset_at(self.client, self.stream, partition, interval.end, hw, resume=True)
+            end = first_offset_at(
+                self.client, self.stream, partition, interval.end, hw, resume=True, newest_timestamp=last
+            )
             return IntervalBounds(partition, min(first, end), end, hw, True, why or "")
         return IntervalBounds(partition, first, hw + 1, hw, why is not None, why or "waiting")
 

@@ -43,6 +43,7 @@ from ..errors import (
 )
 from ..sync_client import LiftbridgeClient
 from ..types import StartPosition
+from .seek import first_offset_at
 
 __all__ = [
     "NO_PLAN",
@@ -328,28 +329,3 @@ class RangePlanner:
         if hw < 0:
             return 0
         return first_offset_at(self.client, self.stream, partition, start, hw)
-
-
-def first_offset_at(
-    client: LiftbridgeClient, stream: str, partition: int, when: dt.datetime, hw: int, *, resume: bool = False
-) -> int:
-    """The offset of the first committed message whose timestamp is at or after ``when``, found by
-    Liftbridge's time index (a subscription from ``when``, ``StartPosition.TIMESTAMP``, bounded by
-    the high watermark ``hw``); ``hw + 1`` when no committed message is that late yet. ``resume``:
-    a paused partition is resumed by the read (as reading it would), else it raises.
-
-    :raises PartitionPausedError: the partition is paused and ``resume`` is false.
-    :raises NoSuchStreamError: / :raises NoSuchPartitionError: the partition went away.
-    """
-    if hw < 0:
-        return 0
-    # One bounded read of what is committed now. A time after the last committed message makes the
-    # server refuse the read (its start is past the stop): nothing is there yet.
-    messages = client.subscribe(stream, partition=partition, start_at=when, stop_at=hw, resume=resume)
-    try:
-        first = next(messages, None)
-    except InvalidArgumentError:
-        first = None
-    finally:
-        messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
-    return hw + 1 if first is None else first.offset
