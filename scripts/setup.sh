@@ -52,6 +52,9 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-* && touch "$stamp"
   done_step
 fi
+# Bytecode for the pyspark.zip Spark's Python workers import from (the script says why); a quick
+# look when it is there already.
+.venv/bin/python scripts/compile_pyspark_zip.py
 # The editable install keeps its metadata in .venv; the *.egg-info setuptools leaves in the checkout
 # would be a second copy of the distribution to any process with the checkout on sys.path (the
 # system tier's Airflow processes), whose entry point then registers the Liftbridge view twice.
