@@ -608,7 +608,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
 
                 def run(df: Any = df, stream: str = stream, settings: Any = settings) -> int:
                     return publish_dataframe(
-                        df, stream, settings=settings, key_col="customer", options=PublishOptions(window=BULK_WINDOW)
+                        df, stream, settings=settings, key_field="customer", options=PublishOptions(window=BULK_WINDOW)
                     ).count
 
                 runs[label] = spark_bench.measure(f"publish over {label}", cores, run)

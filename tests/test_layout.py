@@ -331,3 +331,25 @@ def test_publish_has_one_signature() -> None:
     in_order = [name for name in inspect.signature(single.publish).parameters if name != "core"]
     for client in (LiftbridgeClient, AsyncLiftbridgeClient):
         assert list(inspect.signature(client.publish).parameters) == ["self", *in_order]
+
+
+#: Most keywords a public operator takes, its own and its Liftbridge bases' (Airflow's
+#: ``BaseOperator`` keywords aside): issue 56, one way to say each thing.
+MAX_OPERATOR_KEYWORDS = 14
+
+
+def test_publishing_operator_signatures() -> None:
+    """No publishing operator takes more than :data:`MAX_OPERATOR_KEYWORDS` keywords, and they
+    share one vocabulary: ``options`` (one ``PublishOptions``), ``partitioner``, ``key_field``,
+    ``exactly_once``; none of the removed names."""
+    from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
+    from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+    from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+
+    removed = {"window", "publish_timeout", "publish_path", "compression", "ack_policy", "key_col", "partitioning"}
+    for operator in (LiftbridgePublishOperator, LiftbridgePublishFileOperator, LiftbridgeSparkPublishOperator):
+        own, _ = operator.accepted_parameters()
+        keywords = set(own)
+        assert len(keywords) <= MAX_OPERATOR_KEYWORDS, (operator.__name__, sorted(keywords))
+        assert {"options", "partitioner", "key_field", "exactly_once", "producer_id"} <= keywords, operator.__name__
+        assert not keywords & removed, (operator.__name__, keywords & removed)
