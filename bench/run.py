@@ -327,7 +327,7 @@ def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str
 def at_least_once_publish(client: LiftbridgeClient, stream: str, values: Iterable[bytes]) -> int:
     """Publish ``values`` at least once with the client's batch publisher (the operators' path)."""
     with client.batch_publisher(stream, PublishOptions(path="nats")) as publisher:
-        return publisher.publish(values).count
+        return publisher.send_all(values).count
 
 
 # ---------------------------------------------------------------------------------------------

@@ -210,7 +210,7 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
 
         try:
             with path.open("rb") as handle:
-                summary = self.publish(publisher, self._records(path, fmt, handle), on_progress=progress)
+                summary = self.send_records(publisher, self._records(path, fmt, handle), on_progress=progress)
         except (OSError, UnicodeDecodeError) as exc:
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)

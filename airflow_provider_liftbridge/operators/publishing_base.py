@@ -224,7 +224,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         """Publish :meth:`source_records` and return the summary as XCom."""
         with self.open_publisher(client) as publisher:
-            summary = self.publish(publisher, self.source_records(context))
+            summary = self.send_records(publisher, self.source_records(context))
         self.log.info(
             "Published %d record(s) to stream %r (%d acknowledged, ack policy %s)",
             summary.count,
@@ -272,7 +272,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
-        With ``exactly_once`` it never re-sends (:meth:`publish` wraps it for exactly-once).
+        With ``exactly_once`` it never re-sends (:meth:`send_records` wraps it for exactly-once).
 
         :raises LiftbridgeArgumentError: ``options=PublishOptions(path="nats")`` while the
             connection lists no NATS servers, or a bad partition.
@@ -299,7 +299,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             )
         return publisher
 
-    def publish(
+    def send_records(
         self,
         publisher: BatchPublisher,
         records: Iterable[Record],
@@ -318,11 +318,11 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             or fewer records are accounted for than were read from the source.
         """
         if self.exactly_once:
-            summary = self._publish_exactly_once(publisher, records, on_progress)
+            summary = self._send_exactly_once(publisher, records, on_progress)
         else:
             summary = PublishSummary(self.stream, publisher.options.policy)
             try:
-                publisher.publish(records, batch=self._batch_size, summary=summary, on_progress=on_progress)
+                publisher.send_all(records, batch=self._batch_size, summary=summary, on_progress=on_progress)
             except PublishError as exc:
                 raise LiftbridgePublishNotAcknowledgedError(self.stream, summary.acknowledged, str(exc)) from exc
         # ``count`` is what the publisher read from the source (exactly-once checks its own);
@@ -336,7 +336,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             )
         return summary
 
-    def _publish_exactly_once(
+    def _send_exactly_once(
         self,
         publisher: BatchPublisher,
         records: Iterable[Record],

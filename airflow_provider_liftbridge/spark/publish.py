@@ -115,7 +115,7 @@ class _ExactlyOncePublisher:
             batch=1 << 30,  # each Arrow batch is one call already
         )
 
-    def publish(self, records: list[Record]) -> Any:
+    def send(self, records: list[Record]) -> Any:
         return self._publisher.publish(records)
 
     def close(self) -> None:
@@ -160,7 +160,7 @@ def publish_partition(
             if producer_id is not None:
                 if exactly_once is None:
                     exactly_once = _ExactlyOncePublisher(settings, plan, producer_id, spark_partition)
-                result = exactly_once.publish(records)  # ExactlyOncePublishError: reported below
+                result = exactly_once.send(records)  # ExactlyOncePublishError: reported below
                 for p, span in result.partitions.items():
                     _count_range(ranges, p, span.first_offset, span.last_offset, span.count)
                 rows += result.written
