@@ -28,7 +28,7 @@ def test_a_nats_publish_reaches_the_socket_through_six_files_without_a_return_tr
     op = LiftbridgePublishOperator(
         task_id="p", stream=stream_name, records=[b"a", b"b"], options=PublishOptions(path="nats")
     )
-    with follow(*SOCKET, within=("operators/publishing_base.py", "publish")) as call:
+    with follow(*SOCKET, within=("operators/publishing_base.py", "send_records")) as call:
         summary = op.execute({})
     assert summary["acknowledged"] == 2
     assert call.path and call.path[-1] == SOCKET, call.path
