@@ -60,7 +60,7 @@ __all__ = [
     "LiftbridgePublishingOperator",
     "check_exactly_once_acks",
     "check_options_argument",
-    "refuse_placement_options",
+    "refuse_option_fields",
 ]
 
 #: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
@@ -81,7 +81,7 @@ def check_options_argument(value: Any, name: str = "options") -> PublishOptions 
 
 def check_exactly_once_acks(exactly_once: Any, options: Any) -> None:
     """Exactly-once needs acknowledgements: ``exactly_once=True`` with ``options`` whose
-    ``ack_policy`` is ``NONE`` is refused (values waiting for rendering are checked later).
+    ``ack_policy`` is ``NONE`` is refused (shared by every publishing operator, Spark's included).
 
     :raises LiftbridgeArgumentError: naming ``options`` and the fix.
     """
@@ -94,7 +94,7 @@ def check_exactly_once_acks(exactly_once: Any, options: Any) -> None:
         )
 
 
-def refuse_placement_options(options: Any, **fixes: str) -> None:
+def refuse_option_fields(options: Any, **fixes: str) -> None:
     """Refuse the fields of ``options`` (a :class:`PublishOptions`) named in ``fixes`` when set:
     the operator says those itself, once (``fixes``: field -> what to write instead).
 
@@ -213,7 +213,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         records go is said once: by ``partition`` and ``partitioner``, not by ``options``."""
         super().check_combination(rendered=rendered)
         check_exactly_once_acks(self.exactly_once, self.options)
-        refuse_placement_options(self.options, partition="partition=N", partitioner="partitioner='key'")
+        refuse_option_fields(self.options, partition="partition=N", partitioner="partitioner='key'")
 
     # -- what subclasses say ------------------------------------------------------------------
     def source_records(self, context: Context) -> Iterable[Record]:

@@ -17,7 +17,7 @@ from airflow_provider_liftbridge.operators.publishing_base import (
     REMOVED_PUBLISHING_ARGUMENTS,
     check_exactly_once_acks,
     check_options_argument,
-    refuse_placement_options,
+    refuse_option_fields,
 )
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
@@ -240,7 +240,7 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         ``partitioner`` and ``resend`` are refused rather than ignored; exactly-once needs acks."""
         super().check_combination(rendered=rendered)
         check_exactly_once_acks(self.exactly_once, self.options)
-        refuse_placement_options(
+        refuse_option_fields(
             self.options,
             partition="partitioner=<an integer column>",
             partitioner="partitioner='key' or 'round_robin'",
