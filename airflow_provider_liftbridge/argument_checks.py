@@ -36,7 +36,7 @@ SYNONYMS: dict[str, str] = {
     "liftbridge_conn": "liftbridge_conn_id",
     "ack": "ack_policy",
     "acks": "ack_policy",
-    "timeout_seconds": "publish_timeout",
+    "timeout_seconds": "options",
     "num_partitions": "partitions",
     "offset": "target_offset",
     "start_position": "start_at",
@@ -104,6 +104,9 @@ class ArgumentChecks:
     #: :func:`check_function` or :func:`check_function_path`, checks the shape): imported by
     #: :meth:`import_functions` when the task runs, never when the DAG is parsed.
     function_arguments: ClassVar[tuple[str, ...]] = ()
+    #: Keywords this class (or a base) took once and no longer takes -> what to write instead
+    #: (merged along the class hierarchy); refused by :meth:`reject_unknown_arguments` with that.
+    removed_arguments: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,6 +120,14 @@ class ArgumentChecks:
         merged: dict[str, Check] = {}
         for klass in reversed(cls.__mro__):
             merged.update(vars(klass).get("argument_checks", {}))
+        return merged
+
+    @classmethod
+    def all_removed_arguments(cls) -> dict[str, str]:
+        """The removed keywords of this class and its bases, each with what to write instead."""
+        merged: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("removed_arguments", {}))
         return merged
 
     def _run_checks(self, checks: Mapping[str, Check], *, rendered: bool) -> None:
@@ -196,6 +207,14 @@ class ArgumentChecks:
         unknown = [name for name in kwargs if name not in known]
         if not unknown:
             return
+        removed = self.all_removed_arguments()
+        gone = [name for name in unknown if name in removed]
+        if gone:
+            raise LiftbridgeUnknownArgumentError(
+                f"{type(self).__name__} (task_id {kwargs.get('task_id', '?')!r}) no longer takes "
+                + "; ".join(f"{name}={kwargs[name]!r}: write {removed[name]}" for name in gone)
+                + " (see CHANGELOG.md)"
+            )
         hints = []
         for name in unknown:
             meant = suggest_parameter(name, own, inherited)

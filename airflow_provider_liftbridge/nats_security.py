@@ -142,11 +142,6 @@ class NatsSecurity:
         """Whether connections use TLS (set explicitly, or implied by a TLS file or server name)."""
         return bool(self.tls or self.tls_ca_file or self.tls_cert_file or self.tls_server_name)
 
-    @property
-    def authenticates(self) -> bool:
-        """Whether some form of authentication is set."""
-        return bool(self.user or self.token or self.nkey_seed_file or self.credentials_file)
-
     def ssl_context(self) -> ssl.SSLContext:
         """The client TLS context (the CA file, or the system roots; the client certificate if set).
 

@@ -74,7 +74,9 @@ with LiftbridgeClient(address, nats_servers=[url], timeout=60.0) as c:
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats"))
     elif case == "batch publisher":
         publisher = c.batch_publisher(stream, PublishOptions(path="nats"), write_stats=True)
-        count = publisher.publish(value for _ in range(n)).acknowledged
+        # send_all since issue 56 (publish before it), so a base tree of either age runs.
+        send_all = getattr(publisher, "send_all", None) or publisher.publish
+        count = send_all(value for _ in range(n)).acknowledged
     elif case == "bulk, ack ALL":
         count = len(c.publish_many(stream, [value] * n, window=4096, path="nats", ack_policy=AckPolicy.ALL))
     else:

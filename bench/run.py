@@ -327,7 +327,7 @@ def exactly_once_publish(client: LiftbridgeClient, stream: str, producer_id: str
 def at_least_once_publish(client: LiftbridgeClient, stream: str, values: Iterable[bytes]) -> int:
     """Publish ``values`` at least once with the client's batch publisher (the operators' path)."""
     with client.batch_publisher(stream, PublishOptions(path="nats")) as publisher:
-        return publisher.publish(values).count
+        return publisher.send_all(values).count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,7 +608,7 @@ def spark_cases(srv: Server, args: argparse.Namespace) -> list[Row]:
 
                 def run(df: Any = df, stream: str = stream, settings: Any = settings) -> int:
                     return publish_dataframe(
-                        df, stream, settings=settings, key_col="customer", options=PublishOptions(window=BULK_WINDOW)
+                        df, stream, settings=settings, key_field="customer", options=PublishOptions(window=BULK_WINDOW)
                     ).count
 
                 runs[label] = spark_bench.measure(f"publish over {label}", cores, run)

@@ -138,7 +138,7 @@ def main() -> None:
 
             def run() -> int:
                 summary = publish_dataframe(
-                    df, stream, settings=settings, key_col="customer", options=PublishOptions(window=args.window)
+                    df, stream, settings=settings, key_field="customer", options=PublishOptions(window=args.window)
                 )
                 return summary.count
 
@@ -341,7 +341,7 @@ def cluster_cases(
 
                     def publish(df: Any = df, stream: str = stream) -> int:
                         return publish_dataframe(
-                            df, stream, settings=settings, key_col="customer", options=PublishOptions(window=window)
+                            df, stream, settings=settings, key_field="customer", options=PublishOptions(window=window)
                         ).count
 
                     results.append(measure_run("publish", executors, workers, publish))

@@ -112,7 +112,6 @@ def liftbridge_publish_files() -> None:
         key_field="customer",
         partitioner="key",
         batch_size=20,
-        progress_every=20,
     )
     tables = LiftbridgePublishFileOperator(
         task_id="publish_csv_and_parquet",

@@ -39,7 +39,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_liftbridge.client import PublishOptions
-from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+from airflow_provider_liftbridge.operators.spark import DataFrameSource, LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.operators.stream import LiftbridgeCreateStreamOperator
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
 
@@ -104,9 +104,12 @@ def liftbridge_spark_pipeline() -> None:
         task_id="transform_and_publish",
         stream=STREAM,
         # The DAGs folder is on sys.path, so this module is importable by name where the task runs.
-        dataframe_callable="liftbridge_spark_pipeline.transform_orders",
-        callable_kwargs={"input_path": "{{ params.input_path }}"},
-        key_col="customer",
+        # Its fields are templated like the operator's own.
+        source=DataFrameSource(
+            dataframe_callable="liftbridge_spark_pipeline.transform_orders",
+            callable_kwargs={"input_path": "{{ params.input_path }}"},
+        ),
+        key_field="customer",
         header_cols=["order_id"],
         # Compressed on the executors; read_back's data source decompresses.
         options=PublishOptions(compression="gzip"),

@@ -331,3 +331,80 @@ def test_publish_has_one_signature() -> None:
     in_order = [name for name in inspect.signature(single.publish).parameters if name != "core"]
     for client in (LiftbridgeClient, AsyncLiftbridgeClient):
         assert list(inspect.signature(client.publish).parameters) == ["self", *in_order]
+
+
+#: Most keywords a public operator takes, its own and its Liftbridge bases' (Airflow's
+#: ``BaseOperator`` keywords aside): issue 56, one way to say each thing.
+MAX_OPERATOR_KEYWORDS = 14
+
+
+def test_publishing_operator_signatures() -> None:
+    """No publishing operator takes more than :data:`MAX_OPERATOR_KEYWORDS` keywords, and they
+    share one vocabulary: ``options`` (one ``PublishOptions``), ``partitioner``, ``key_field``,
+    ``exactly_once``; none of the removed names."""
+    from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
+    from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
+    from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+
+    removed = {"window", "publish_timeout", "publish_path", "compression", "ack_policy", "key_col", "partitioning"}
+    for operator in (LiftbridgePublishOperator, LiftbridgePublishFileOperator, LiftbridgeSparkPublishOperator):
+        own, _ = operator.accepted_parameters()
+        keywords = set(own)
+        assert len(keywords) <= MAX_OPERATOR_KEYWORDS, (operator.__name__, sorted(keywords))
+        assert {"options", "partitioner", "key_field", "exactly_once", "producer_id"} <= keywords, operator.__name__
+        assert not keywords & removed, (operator.__name__, keywords & removed)
+
+
+# -- the publishing room --------------------------------------------------------------------------
+
+#: What ``client/publishing/`` may import of the package, besides its own modules: the codec, the
+#: stubs, the neutral NATS modules, and the client's shared core. Never a transport (the transport
+#: hands the operations their NATS connection), a client facade, or the exactly-once and reading
+#: rooms above it (docs/architecture.md).
+PUBLISHING_MAY_IMPORT = (
+    "airflow_provider_liftbridge.codec",
+    "airflow_provider_liftbridge._proto",
+    "airflow_provider_liftbridge.nats_adapter",
+    "airflow_provider_liftbridge.nats_security",
+    "airflow_provider_liftbridge.client.publishing",
+    *(
+        f"airflow_provider_liftbridge.client.{name}"
+        for name in (
+            "checks",
+            "compression",
+            "conversion",
+            "diagnostics",
+            "effects",
+            "error_mapping",
+            "errors",
+            "operations",
+            "partitioners",
+            "presence",
+            "requests",
+            "retry",
+            "routing",
+            "subscription",
+            "types",
+            "write_stats",
+        )
+    ),
+)
+#: The one exception: the standalone NATS publisher (for callers holding only a NATS URL) opens its
+#: own connection.
+PUBLISHING_EXCEPTIONS = {"nats_publisher.py": ("airflow_provider_liftbridge.client.transport.nats",)}
+#: The engines send what the batch operation planned: neither imports the batch nor the publisher.
+ENGINES = ("grpc_engine.py", "nats_engine.py")
+
+
+def test_the_publishing_room_imports_only_what_docs_architecture_lists() -> None:
+    offences = []
+    for path in sorted((PACKAGE / "client" / "publishing").glob("*.py")):
+        allowed = PUBLISHING_MAY_IMPORT + PUBLISHING_EXCEPTIONS.get(path.name, ())
+        for module, _ in _imports(path):
+            if not module.startswith("airflow_provider_liftbridge"):
+                continue
+            if not any(module == ok or module.startswith(ok + ".") for ok in allowed):
+                offences.append(f"{path.name} imports {module}")
+            if path.name in ENGINES and module.endswith(("publishing.batch", "publishing.publisher")):
+                offences.append(f"{path.name} imports {module} (an engine reaching back up)")
+    assert not offences, offences

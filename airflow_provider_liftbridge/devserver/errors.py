@@ -1,6 +1,6 @@
 """Errors of the dev server: :class:`DevServerError` and one subclass per way starting or running it
 can fail (what users of ``DevServer`` catch), and the API's refusals (:class:`ApiError`,
-:class:`IncorrectOffsetError`), which the service turns into gRPC statuses."""
+:class:`ExpectedOffsetRefused`), which the service turns into gRPC statuses."""
 
 from __future__ import annotations
 
@@ -50,5 +50,6 @@ class ApiError(Exception):
         self.async_code = async_code
 
 
-class IncorrectOffsetError(Exception):
-    """An expected offset did not match on a stream with optimistic concurrency control."""
+class ExpectedOffsetRefused(Exception):
+    """An expected offset did not match on a stream with optimistic concurrency control (the
+    server's refusal; the client's error for it is ``client.IncorrectOffsetError``)."""

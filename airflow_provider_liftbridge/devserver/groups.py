@@ -105,11 +105,6 @@ class ConsumerGroups:
         self._offset = 0.0
 
     # -- queries ----------------------------------------------------------------
-    def coordinator_of(self, group_id: str) -> tuple[str, int] | None:
-        """``(coordinator broker id, epoch)`` of a group, or ``None`` when it does not exist."""
-        group = self.groups.get(group_id)
-        return None if group is None else (group.coordinator, group.epoch)
-
     def fill_metadata(self, resp: api_pb2.FetchMetadataResponse, group_ids: Iterable[str]) -> None:
         """Add a ``ConsumerGroupMetadata`` per requested group to a FetchMetadata response."""
         for group_id in group_ids:

@@ -220,10 +220,6 @@ class PartitionLog:
         self._pending_ts.append(timestamp)
         return offset
 
-    def append_at(self, offset: int, body: bytes, timestamp: int) -> None:
-        """Buffer a record whose body was built for :attr:`next_offset` (asserted, not silently renumbered)."""
-        self.extend(offset, (body,), timestamp)
-
     def extend(self, first: int, bodies: Sequence[bytes], timestamp: int) -> None:
         """Buffer records built for offsets ``first``, ``first + 1``, ... sharing one timestamp.
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .clock import RECEPTION_SHIFTS, clock_shift_ns
-from .errors import IncorrectOffsetError
+from .errors import ExpectedOffsetRefused
 from .group_subscribers import GroupSubscribers
 from .log import LogClosedError, PartitionLog
 from .model import REFUSED, CommitCallback, NewMessage, StreamConfig, partition_subject
@@ -77,12 +77,12 @@ class Partition:
     ) -> int:
         """Buffer one message and return its offset; server headers ``subject`` and ``reply`` are added.
 
-        :raises IncorrectOffsetError: optimistic concurrency control is on and ``expected_offset``
+        :raises ExpectedOffsetRefused: optimistic concurrency control is on and ``expected_offset``
             (-1 turns the check off) is not the offset the message would get.
         """
         (offset,) = self.append_many(((key, value, headers, subject, reply, expected_offset),), timestamp)
         if offset == REFUSED:
-            raise IncorrectOffsetError(f"expected offset {expected_offset}, next offset is {self.log.next_offset}")
+            raise ExpectedOffsetRefused(f"expected offset {expected_offset}, next offset is {self.log.next_offset}")
         return offset
 
     def append_many(self, messages: Iterable[NewMessage], timestamp: int) -> list[int]:

@@ -22,7 +22,7 @@ from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.codec import encode_message
 
 from .cursors_stream import check_cursor_owner, read_cursor, write_cursor
-from .errors import ApiError, IncorrectOffsetError
+from .errors import ApiError, ExpectedOffsetRefused
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
 from .model import BrokerSlot, is_valid_subject
@@ -290,7 +290,7 @@ class ApiService:
                 )
             else:
                 offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
-        except IncorrectOffsetError:
+        except ExpectedOffsetRefused:
             if not wait:
                 return _EMPTY_PUBLISH_RESPONSE
             await context.abort(grpc.StatusCode.UNKNOWN, "incorrect expected offset")
@@ -402,7 +402,7 @@ class ApiService:
         policy = req.ackPolicy
         try:
             offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
-        except IncorrectOffsetError:
+        except ExpectedOffsetRefused:
             # Through the commit queue, so the refusal keeps its place among earlier acks.
             session.inflight += 1
             part.after_commit(session.refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))

@@ -264,9 +264,6 @@ class Store:
             self.save()
 
     # -- admin ----------------------------------------------------------------
-    def get_stream(self, name: str) -> Stream | None:
-        return self.streams.get(name)
-
     def get_partition(self, name: str, pid: int) -> Partition | None:
         stream = self.streams.get(name)
         if stream is None or not 0 <= pid < len(stream.partitions):

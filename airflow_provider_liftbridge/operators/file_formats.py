@@ -11,14 +11,16 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.extras import MissingExtraError, needs_extra
+from airflow_provider_liftbridge.validation import check_choice
 
 from .records import to_bytes
 
-__all__ = ["FORMATS", "ReadOptions", "detect_format", "read_rows"]
+__all__ = ["FORMATS", "FileFormat", "ReadOptions", "check_file_format", "detect_format", "read_rows"]
 
 Row = tuple[bytes, Mapping[str, Any] | None]
 
@@ -60,6 +62,66 @@ class ReadOptions:
         self.csv_header = csv_header
         self.batch_rows = batch_rows
         self.max_whole_file_bytes = max_whole_file_bytes
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """How ``LiftbridgePublishFileOperator`` reads its files: the format and the reading options,
+    one value (``format="csv"`` is ``FileFormat("csv")``).
+
+    :param name: ``"auto"`` (by suffix, unknown suffixes read as ``lines``), ``"lines"``,
+        ``"jsonl"``, ``"csv"``, ``"parquet"`` or ``"whole"``.
+    :param encoding: text encoding of lines/JSONL/CSV files (CSV values are re-encoded as UTF-8 JSON).
+    :param skip_empty_lines: skip blank lines in ``lines`` and ``jsonl`` files.
+    :param csv_delimiter: field delimiter of CSV files (``"\\t"`` for TSV).
+    :param csv_header: the first CSV row names the fields (rows publish as JSON objects); without
+        it rows publish as JSON arrays.
+    :param max_whole_file_bytes: largest file ``whole`` publishes as one message.
+    :raises LiftbridgeArgumentError: an unknown format name or a bad option (names it and the fix).
+    """
+
+    name: str = "auto"
+    encoding: str = "utf-8"
+    skip_empty_lines: bool = True
+    csv_delimiter: str = ","
+    csv_header: bool = True
+    max_whole_file_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.name != "auto" and self.name not in FORMATS:
+            raise LiftbridgeArgumentError(f"format {self.name!r} is unknown; use auto or one of {', '.join(FORMATS)}")
+        if not isinstance(self.csv_delimiter, str) or len(self.csv_delimiter) != 1:
+            raise LiftbridgeArgumentError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}")
+        if not isinstance(self.max_whole_file_bytes, int) or self.max_whole_file_bytes < 1:
+            raise LiftbridgeArgumentError(
+                f"max_whole_file_bytes must be a positive number of bytes, got {self.max_whole_file_bytes!r}"
+            )
+
+    def read_options(self, batch_rows: int) -> ReadOptions:
+        """The reading options of this format, reading Parquet ``batch_rows`` rows at a time."""
+        return ReadOptions(
+            encoding=self.encoding,
+            skip_empty_lines=self.skip_empty_lines,
+            csv_delimiter=self.csv_delimiter,
+            csv_header=self.csv_header,
+            batch_rows=batch_rows,
+            max_whole_file_bytes=self.max_whole_file_bytes,
+        )
+
+
+def check_file_format(value: Any, name: str = "format") -> FileFormat:
+    """``value`` as a :class:`FileFormat`: a format name, or a ``FileFormat``.
+
+    :raises LiftbridgeArgumentError: anything else, or an unknown name.
+    """
+    if isinstance(value, FileFormat):
+        return value
+    if isinstance(value, str):
+        return FileFormat(check_choice(("auto", *FORMATS))(value, name))
+    raise LiftbridgeArgumentError(
+        f"{name}={value!r} is not valid: give a format name or a FileFormat, e.g. {name}=FileFormat('csv', "
+        "csv_delimiter=';')"
+    )
 
 
 def detect_format(name: str, requested: str) -> str:

@@ -36,11 +36,11 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
     :param stream: the stream to publish to. (templated)
     :param records: the records, see above. (templated)
     :param records_callable: dotted path of a function returning records. (templated)
-    :param records_callable_args: / :param records_callable_kwargs: its arguments. (templated)
+    :param records_callable_kwargs: its keyword arguments. (templated)
     :param key_field: for mapping records, the field whose value is the key. (templated)
-    :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
-        :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
-        :param producer_id: / :param liftbridge_conn_id: the publishing options of
+    :param key: / :param headers: / :param partition: / :param partitioner: / :param batch_size: /
+        :param options: / :param exactly_once: / :param producer_id: / :param liftbridge_conn_id:
+        the publishing options of
         :class:`~airflow_provider_liftbridge.operators.publishing_base.LiftbridgePublishingOperator`;
         with ``exactly_once`` a record's sequence number is its position in ``records``.
     :return: the publish summary, ``{"stream", "count", "acknowledged", "ack_policy",
@@ -55,7 +55,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         "stream",
         "records",
         "records_callable",
-        "records_callable_args",
         "records_callable_kwargs",
         "key",
         "key_field",
@@ -67,6 +66,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
     template_fields_renderers = {"records": "json", "headers": "json"}
     argument_checks = {"key_field": check_optional_name, "records_callable": optional(check_function_path)}
     function_arguments = ("records_callable",)
+    removed_arguments = {"records_callable_args": "records_callable_kwargs={...} (keyword arguments only)"}
 
     def __init__(
         self,
@@ -74,7 +74,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         stream: str,
         records: Any = None,
         records_callable: str | None = None,
-        records_callable_args: Sequence[Any] | None = None,
         records_callable_kwargs: Mapping[str, Any] | None = None,
         key_field: str | None = None,
         **kwargs: Any,
@@ -84,7 +83,6 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
             raise LiftbridgeArgumentError("give exactly one of records and records_callable")
         self.records = records
         self.records_callable = records_callable
-        self.records_callable_args = records_callable_args
         self.records_callable_kwargs = records_callable_kwargs
         self.key_field = key_field
 
@@ -112,7 +110,7 @@ class LiftbridgePublishOperator(LiftbridgePublishingOperator):
         """
         if self.records_callable is not None:
             func = import_function(self.records_callable, "records_callable")
-            produced = func(*(self.records_callable_args or ()), **(self.records_callable_kwargs or {}))
+            produced = func(**(self.records_callable_kwargs or {}))
             if produced is None or isinstance(produced, str | bytes | Mapping):
                 raise LiftbridgeArgumentError(
                     f"records_callable {self.records_callable!r} must return an iterable of records, "

@@ -11,9 +11,9 @@ from airflow.sdk import Context, ObjectStoragePath
 from airflow_provider_liftbridge.client import BatchPublisher, LiftbridgeClient, PublishSummary, Record
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
-from airflow_provider_liftbridge.validation import bad_argument, check_choice, check_optional_name, check_positive_int
+from airflow_provider_liftbridge.validation import bad_argument, check_optional_name
 
-from .file_formats import FORMATS, ReadOptions, detect_format, read_rows
+from .file_formats import FileFormat, check_file_format, detect_format, read_rows
 from .publishing_base import LiftbridgePublishingOperator
 from .records import build_record
 
@@ -23,6 +23,10 @@ _GLOB_CHARS = frozenset("*?[")
 #: Headers every published row carries, naming where it came from.
 FILE_HEADER = "file"
 RECORD_HEADER = "record"
+#: Progress is logged every this many rows.
+PROGRESS_EVERY = 10_000
+#: Its reading options, now fields of ``format=FileFormat(...)``.
+_FORMAT_FIELDS = ("encoding", "csv_delimiter", "csv_header", "skip_empty_lines", "max_whole_file_bytes")
 
 
 def _has_glob(text: str) -> bool:
@@ -85,9 +89,12 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
 
     Files are read through Airflow's ``ObjectStoragePath``: local paths, ``file://`` URLs and any
     object store it supports (``s3://``, ``gs://``, ... with ``storage_conn_id``). Rows are read
-    lazily and published ``window`` at a time, so a multi-gigabyte file never sits in memory.
+    lazily and published ``batch_size`` at a time, so a multi-gigabyte file never sits in memory.
+    Progress is logged every 10,000 rows.
 
-    Formats (``format="auto"`` picks one by suffix, unknown suffixes read as ``lines``):
+    Formats (``format="auto"`` picks one by suffix, unknown suffixes read as ``lines``; a
+    :class:`~airflow_provider_liftbridge.operators.file_formats.FileFormat` value gives a format
+    with its reading options, e.g. ``format=FileFormat("csv", csv_delimiter=";")``):
 
     - ``lines``: each line is a message (line ends removed);
     - ``jsonl``: each line must be JSON; published as written; ``key_field`` reads the key from it;
@@ -100,19 +107,17 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
 
     :param stream: the stream to publish to. (templated)
     :param path: a file, a list of files, or glob patterns. (templated)
-    :param format: one of ``auto``, ``lines``, ``jsonl``, ``csv``, ``parquet``, ``whole``. (templated)
+    :param format: one of ``auto``, ``lines``, ``jsonl``, ``csv``, ``parquet``, ``whole`` (templated),
+        or a ``FileFormat`` (the format and its reading options: ``encoding``, ``csv_delimiter``,
+        ``csv_header``, ``skip_empty_lines``, ``max_whole_file_bytes``).
     :param storage_conn_id: Airflow connection of the object store, if it needs one. (templated)
     :param key_field: the field (JSON/CSV/Parquet) whose value is a row's key. (templated)
-    :param key: / :param headers: / :param partition: / :param partitioner: / :param ack_policy: /
-        :param batch_size: / :param publish_timeout: / :param publish_path: / :param exactly_once: /
-        :param producer_id: / :param liftbridge_conn_id: the publishing options of
+    :param key: / :param headers: / :param partition: / :param partitioner: / :param batch_size: /
+        :param options: / :param exactly_once: / :param producer_id: / :param liftbridge_conn_id:
+        the publishing options of
         :class:`~airflow_provider_liftbridge.operators.publishing_base.LiftbridgePublishingOperator`
-        (``batch_size`` also bounds the rows read ahead; ``window`` is its deprecated name); with
-        ``exactly_once`` rows are numbered across all files in path order, so the files and their
-        order must not change between tries.
-    :param progress_every: log progress every this many rows.
-    :param encoding: / :param csv_delimiter: / :param csv_header: / :param skip_empty_lines: /
-        :param max_whole_file_bytes: reading options (see ``ReadOptions``).
+        (``batch_size`` also bounds the rows read ahead); with ``exactly_once`` rows are numbered
+        across all files in path order, so the files and their order must not change between tries.
     :return: the publish summary of all files plus ``"files"``: one entry per file with
         ``path``, ``format``, ``count`` and ``partitions`` (same shape as the summary's).
     :raises LiftbridgeFileError: a file is missing or malformed (the message names file and row).
@@ -134,10 +139,13 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
 
     argument_checks = {
         "path": check_paths,
-        "format": check_choice(("auto", *FORMATS)),
+        "format": check_file_format,
         "storage_conn_id": check_optional_name,
         "key_field": check_optional_name,
-        "progress_every": check_positive_int,
+    }
+    removed_arguments = {
+        "progress_every": "nothing: progress is logged every 10,000 rows",
+        **{name: f"format=FileFormat(<format>, {name}=...)" for name in _FORMAT_FIELDS},
     }
 
     def __init__(
@@ -145,15 +153,9 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         *,
         stream: str,
         path: str | Sequence[str],
-        format: str = "auto",
+        format: str | FileFormat = "auto",
         storage_conn_id: str | None = None,
         key_field: str | None = None,
-        progress_every: int = 10_000,
-        encoding: str = "utf-8",
-        csv_delimiter: str = ",",
-        csv_header: bool = True,
-        skip_empty_lines: bool = True,
-        max_whole_file_bytes: int = 1024 * 1024,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)  # the publishing options: see the base class
@@ -161,19 +163,11 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
         self.format = format
         self.storage_conn_id = storage_conn_id
         self.key_field = key_field
-        self.progress_every = progress_every
-        self.read_options = ReadOptions(
-            encoding=encoding,
-            csv_delimiter=csv_delimiter,
-            csv_header=csv_header,
-            skip_empty_lines=skip_empty_lines,
-            batch_rows=max(1, self._batch_size),
-            max_whole_file_bytes=max_whole_file_bytes,
-        )
 
     def _records(self, path: ObjectStoragePath, fmt: str, handle: Any) -> Iterator[Record]:
         name = str(path)
-        for number, (value, fields) in enumerate(read_rows(handle, name, fmt, self.read_options)):
+        options = check_file_format(self.format).read_options(max(1, self._batch_size))
+        for number, (value, fields) in enumerate(read_rows(handle, name, fmt, options)):
             key = self.key
             if self.key_field:
                 if fields is None:
@@ -197,9 +191,9 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
     def _publish_file(
         self, publisher: BatchPublisher, path: ObjectStoragePath, done_before: int
     ) -> tuple[str, PublishSummary]:
-        fmt = detect_format(path.name, self.format)
+        fmt = detect_format(path.name, check_file_format(self.format).name)
         self.log.info("Publishing %s as %s to stream %r", path, fmt, self.stream)
-        next_log = [self.progress_every]
+        next_log = [PROGRESS_EVERY]
         started = time.monotonic()
 
         def progress(summary: PublishSummary) -> None:
@@ -212,11 +206,11 @@ class LiftbridgePublishFileOperator(LiftbridgePublishingOperator):
                     done_before + summary.count,
                     rate,
                 )
-                next_log[0] = (summary.count // self.progress_every + 1) * self.progress_every
+                next_log[0] = (summary.count // PROGRESS_EVERY + 1) * PROGRESS_EVERY
 
         try:
             with path.open("rb") as handle:
-                summary = self.publish(publisher, self._records(path, fmt, handle), on_progress=progress)
+                summary = self.send_records(publisher, self._records(path, fmt, handle), on_progress=progress)
         except (OSError, UnicodeDecodeError) as exc:
             raise LiftbridgeFileError(f"cannot read {path}: {exc}") from exc
         self.log.info("%s: %d record(s) published and acknowledged: %d", path.name, summary.count, summary.acknowledged)

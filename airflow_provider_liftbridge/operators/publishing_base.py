@@ -1,6 +1,7 @@
 """``LiftbridgePublishingOperator``: the base of the operators that publish records.
 
-It holds the options they share (key, headers, partitioning, acks, path, batch size, exactly-once),
+It holds the options they share (key, headers, partition, partitioner, batch size, the transport's
+options value, exactly-once),
 validates them, opens the client's batch publisher and publishes through it, so each operator
 only says where its records come from (:meth:`LiftbridgePublishingOperator.source_records`) and,
 when it publishes in parts (files), how it reports them.
@@ -8,32 +9,27 @@ when it publishes in parts (files), how it reports them.
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import Context, get_current_context
 
 from airflow_provider_liftbridge.client import (
     AckPolicy,
     BatchPublisher,
     ConnectionSettings,
-    InvalidArgumentError,
     LiftbridgeClient,
     PublishError,
     PublishOptions,
     PublishSummary,
     Record,
 )
-from airflow_provider_liftbridge.client.compression import check_compression
 from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublisher,
     ExactlyOncePublishError,
     ExactlyOnceResult,
 )
-from airflow_provider_liftbridge.client.publishing.options import PUBLISH_PATHS
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
@@ -42,7 +38,6 @@ from airflow_provider_liftbridge.nats_security import redact_urls
 from airflow_provider_liftbridge.validation import (
     Check,
     bad_argument,
-    check_ack_policy,
     check_bool,
     check_choice,
     check_headers,
@@ -50,9 +45,7 @@ from airflow_provider_liftbridge.validation import (
     check_optional_name,
     check_optional_partition,
     check_positive_int,
-    check_timeout,
     optional,
-    waits_for_rendering,
 )
 
 from .base import LiftbridgeBaseOperator, producer_id_of
@@ -63,28 +56,17 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "MAX_IN_FLIGHT",
     "PUBLISHING_CHECKS",
+    "REMOVED_PUBLISHING_ARGUMENTS",
     "LiftbridgePublishingOperator",
-    "check_compression_argument",
+    "check_exactly_once_acks",
     "check_options_argument",
-    "warn_deprecated_keyword",
-    "warn_deprecated_options",
+    "refuse_option_fields",
 ]
 
 #: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
 MAX_IN_FLIGHT = 1024
 #: Records per batch, unless ``batch_size`` says otherwise.
 DEFAULT_BATCH_SIZE = 1000
-
-
-def check_compression_argument(value: Any, name: str = "compression") -> str | None:
-    """``None``, ``"gzip"`` or ``"zstd"`` (the client's check, with the parameter named).
-
-    :raises LiftbridgeArgumentError: anything else, or ``"zstd"`` without the ``zstd`` extra.
-    """
-    try:
-        return check_compression(value)
-    except InvalidArgumentError as exc:
-        raise bad_argument(name, value, str(exc)) from None
 
 
 def check_options_argument(value: Any, name: str = "options") -> PublishOptions | None:
@@ -97,23 +79,42 @@ def check_options_argument(value: Any, name: str = "options") -> PublishOptions 
     raise bad_argument(name, value, "a PublishOptions value is required", f"e.g. {name}=PublishOptions(path='grpc')")
 
 
-def warn_deprecated_keyword(name: str, value: Any, instead: str, *, stacklevel: int = 3) -> None:
-    """Warn (``AirflowProviderDeprecationWarning``) that the publishing operators' keyword ``name``
-    is deprecated, naming what to write ``instead``."""
-    warnings.warn(
-        f"{name} is deprecated on the publishing operators; use {instead} (got {name}={value!r})",
-        AirflowProviderDeprecationWarning,
-        stacklevel=stacklevel,
-    )
+def check_exactly_once_acks(exactly_once: Any, options: Any) -> None:
+    """Exactly-once needs acknowledgements: ``exactly_once=True`` with ``options`` whose
+    ``ack_policy`` is ``NONE`` is refused (shared by every publishing operator, Spark's included).
+
+    :raises LiftbridgeArgumentError: naming ``options`` and the fix.
+    """
+    if exactly_once is True and isinstance(options, PublishOptions) and options.ack_policy is AckPolicy.NONE:
+        raise bad_argument(
+            "options",
+            options,
+            "exactly_once=True needs acknowledgements to know what is in the stream",
+            "use options=PublishOptions(ack_policy='all') (or 'leader'), or exactly_once=False",
+        )
 
 
-def warn_deprecated_options(**keywords: tuple[Any, str]) -> None:
-    """Warn for each deprecated transport keyword given (``name=(value, field)``, ``None``: not
-    given) that it is now ``options=PublishOptions(field=...)``."""
-    for name, (value, field) in keywords.items():
-        if value is not None:
-            warn_deprecated_keyword(name, value, f"options=PublishOptions({field}=...)", stacklevel=4)
+def refuse_option_fields(options: Any, **fixes: str) -> None:
+    """Refuse the fields of ``options`` (a :class:`PublishOptions`) named in ``fixes`` when set:
+    the operator says those itself, once (``fixes``: field -> what to write instead).
 
+    :raises LiftbridgeArgumentError: naming ``options``, the field and the fix.
+    """
+    if not isinstance(options, PublishOptions):
+        return  # not one yet: its own check names it
+    for field, fix in fixes.items():
+        if getattr(options, field) is not None:
+            raise bad_argument("options", options, f"the operator says this itself, not options.{field}", f"use {fix}")
+
+
+#: Keywords the publishing operators took before 0.1.0 was released, and what to write instead.
+REMOVED_PUBLISHING_ARGUMENTS: dict[str, str] = {
+    "window": "batch_size=N for records per batch (the records in flight are options=PublishOptions(window=N))",
+    "publish_timeout": "options=PublishOptions(timeout=...)",
+    "publish_path": "options=PublishOptions(path=...)",
+    "compression": "options=PublishOptions(compression=...)",
+    "ack_policy": "options=PublishOptions(ack_policy=...)",
+}
 
 #: The publishing options' validators (run when the DAG is parsed and after rendering).
 PUBLISHING_CHECKS: dict[str, Check] = {
@@ -121,16 +122,10 @@ PUBLISHING_CHECKS: dict[str, Check] = {
     "headers": check_headers,
     "partition": check_optional_partition,
     "partitioner": optional(check_choice(PARTITIONERS)),
-    "ack_policy": optional(check_ack_policy),
-    # The deprecated name first: when given it is the batch size, and a bad value is named as written.
-    "window": optional(check_positive_int),
     "batch_size": check_positive_int,
     "options": check_options_argument,
-    "publish_timeout": check_timeout,  # deprecated: options.timeout
-    "publish_path": optional(check_choice(PUBLISH_PATHS)),  # deprecated: options.path
     "exactly_once": check_bool,
     "producer_id": check_optional_name,
-    "compression": check_compression_argument,  # deprecated: options.compression
 }
 
 
@@ -146,36 +141,27 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     :param partition: publish every record to this partition. (templated)
     :param partitioner: ``"key"`` (CRC-32 of the key, like the Go client) or ``"round_robin"``;
         unset: partition 0 unless ``partition`` is set.
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"`` (default: the connection's). With
-        ``"none"`` nothing is acknowledged and the summary has no offsets.
     :param batch_size: records published (and acknowledged) per batch, 1 or more; bounds memory.
         At most ``min(batch_size, 1024)`` records are unacknowledged at a time (the client's
-        window, :data:`MAX_IN_FLIGHT`).
-    :param window: deprecated, the old name of ``batch_size`` (the client calls "window" the
-        records in flight, which this never was); when given it is used as ``batch_size``, with an
-        ``AirflowProviderDeprecationWarning``.
-    :param options: how records travel, a
-        :class:`~airflow_provider_liftbridge.client.PublishOptions`: its ``path`` (``"auto"``:
+        window, :data:`MAX_IN_FLIGHT`) unless ``options`` sets its ``window``.
+    :param options: how records travel, one
+        :class:`~airflow_provider_liftbridge.client.PublishOptions` value shared by every
+        publishing operator (the Spark operator's included): its ``path`` (``"auto"``:
         NATS-direct when the connection lists NATS servers, else gRPC; ``"grpc"``; ``"nats"``),
-        ``timeout`` (seconds to wait for each ack; default: the connection's), ``compression``
-        (``"gzip"`` or ``"zstd"``, see below) and ``window`` (records in flight; default
-        ``min(batch_size, 1024)``). Its ``partition``, ``partitioner`` and ``ack_policy`` apply where
-        this operator's own keywords are unset; its ``resend`` unless ``exactly_once``. The one home
-        of the transport's tuning: the keywords below that did it are deprecated.
-    :param publish_timeout: deprecated, use ``options=PublishOptions(timeout=...)`` (still works,
-        with an ``AirflowProviderDeprecationWarning``; it wins over ``options``).
-    :param publish_path: deprecated, use ``options=PublishOptions(path=...)`` (as above).
+        ``ack_policy`` (``"leader"``, ``"all"`` or ``"none"``; default: the connection's; with
+        ``"none"`` nothing is acknowledged and the summary has no offsets), ``timeout`` (seconds
+        to wait for each ack; default: the connection's), ``compression`` (``"gzip"`` or
+        ``"zstd"``: every value compressed before it is sent, marked by a ``content-encoding``
+        header that this provider's readers undo), ``window`` (records in flight; default
+        ``min(batch_size, 1024)``) and ``resend`` (unless ``exactly_once``). Where records go is
+        this operator's ``partition`` and ``partitioner``: the options' own are refused.
     :param exactly_once: publish exactly once across retries of the task (see docs/exactly-once.md;
         needs cursors enabled on the cluster, else ``CursorsDisabledError`` at once):
         every record carries the producer id and its position in the input, and a retry skips
         what an earlier try already put in the stream. The input must be the same, in the same
-        order, on every try. Needs acknowledgements: ``ack_policy="none"`` is refused with it.
+        order, on every try. Needs acknowledgements: an ack policy ``"none"`` is refused with it.
+        Combines with compression (a retry recognises records by their headers, not their values).
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
-    :param compression: deprecated, use ``options=PublishOptions(compression=...)`` (as above).
-        ``"gzip"`` or ``"zstd"`` (the ``zstd`` extra): compress every value before it is sent,
-        marked by a ``content-encoding`` header; this provider's readers (subscriptions, sensors,
-        triggers, the Spark data source) decompress it again. Combines with ``exactly_once`` (a
-        retry recognises records by their headers, not their values).
     :param liftbridge_conn_id: the connection to use. (templated)
     :raises LiftbridgeArgumentError: an invalid option: when the DAG is parsed for a literal value,
         once templates are rendered for a templated one (the message names the option, the value
@@ -188,6 +174,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     """
 
     argument_checks = PUBLISHING_CHECKS
+    removed_arguments = REMOVED_PUBLISHING_ARGUMENTS
     #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
     operator_extra_links = (LiftbridgeStreamLink(),)
 
@@ -199,38 +186,21 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         headers: Mapping[str, Any] | None = None,
         partition: int | None = None,
         partitioner: str | None = None,
-        ack_policy: str | int | AckPolicy | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        window: int | None = None,
         options: PublishOptions | None = None,
-        publish_timeout: float | None = None,
-        publish_path: str | None = None,
         exactly_once: bool = False,
         producer_id: str | None = None,
-        compression: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
-        warn_deprecated_options(
-            publish_path=(publish_path, "path"),
-            publish_timeout=(publish_timeout, "timeout"),
-            compression=(compression, "compression"),
-        )
         #: How records travel (``None``: every option at its default), see the class.
         self.options = options
-        self.compression = compression
-        self.publish_path = publish_path
         self.key = key
         self.headers = headers
         self.partition = partition
         self.partitioner = partitioner
-        self.ack_policy = ack_policy
-        if window is not None:
-            warn_deprecated_keyword("window", window, f"batch_size={window!r} (it is the number of records per batch)")
-        #: Records per batch (``window``, the deprecated name, wins when given).
-        self.batch_size = batch_size if window is None else window
-        self.window = window
-        self.publish_timeout = publish_timeout
+        #: Records per batch.
+        self.batch_size = batch_size
         self.exactly_once = exactly_once
         self.producer_id = producer_id
         # The exactly-once publisher wrapping each batch publisher, made when it first publishes.
@@ -239,19 +209,11 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         )
 
     def check_combination(self, *, rendered: bool) -> None:
-        """Exactly-once needs acknowledgements: it is refused with ``ack_policy="none"``."""
+        """Exactly-once needs acknowledgements (refused with an ack policy ``"none"``), and where
+        records go is said once: by ``partition`` and ``partitioner``, not by ``options``."""
         super().check_combination(rendered=rendered)
-        policy, exactly_once = self.ack_policy, self.exactly_once
-        if policy in (None, "") and isinstance(self.options, PublishOptions):
-            policy = self.options.ack_policy
-        if exactly_once is True and policy not in (None, "") and not waits_for_rendering(policy):
-            if check_ack_policy(policy) is AckPolicy.NONE:
-                raise bad_argument(
-                    "ack_policy",
-                    policy,
-                    "exactly_once=True needs acknowledgements to know what is in the stream",
-                    "use ack_policy='all' (or 'leader'), or exactly_once=False",
-                )
+        check_exactly_once_acks(self.exactly_once, self.options)
+        refuse_option_fields(self.options, partition="partition=N", partitioner="partitioner='key'")
 
     # -- what subclasses say ------------------------------------------------------------------
     def source_records(self, context: Context) -> Iterable[Record]:
@@ -262,7 +224,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
     def run(self, client: LiftbridgeClient, context: Context) -> dict[str, Any]:
         """Publish :meth:`source_records` and return the summary as XCom."""
         with self.open_publisher(client) as publisher:
-            summary = self.publish(publisher, self.source_records(context))
+            summary = self.send_records(publisher, self.source_records(context))
         self.log.info(
             "Published %d record(s) to stream %r (%d acknowledged, ack policy %s)",
             summary.count,
@@ -286,20 +248,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
     @property
     def _batch_size(self) -> int:
-        if self.window is not None:  # the deprecated name, given: its own check names it
-            return int(check_positive_int(self.window, "window"))
         return int(check_positive_int(self.batch_size, "batch_size"))
-
-    def resolved_ack_policy(self, default: AckPolicy) -> AckPolicy:
-        """The ack policy to publish with: the operator's, else that of its ``options``, else the
-        connection's ``default``.
-
-        :raises LiftbridgeArgumentError: the operator's value names no ack policy.
-        """
-        if self.ack_policy is not None and self.ack_policy != "":
-            return check_ack_policy(self.ack_policy)
-        given = check_options_argument(self.options)
-        return default if given is None or given.ack_policy is None else given.ack_policy
 
     def publish_options(self, settings: ConnectionSettings) -> PublishOptions:
         """This operator's options (rendered) as the one options value: ``options``, with the
@@ -310,34 +259,30 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
         """
         base = check_options_argument(self.options) or PublishOptions()
-        path = optional(check_choice(PUBLISH_PATHS))(self.publish_path, "publish_path") or base.path
-        timeout = check_timeout(self.publish_timeout, "publish_timeout") or base.timeout or settings.timeout
-        compression = check_compression_argument(self.compression) if self.compression else base.compression
         partition = check_optional_partition(self.partition, "partition")  # a rendered "" is "not set"
-        return PublishOptions(
-            path=path,  # type: ignore[arg-type]
-            partition=base.partition if partition is None else partition,
-            partitioner=make_partitioner(self.partitioner) if self.partitioner else base.partitioner,
-            ack_policy=self.resolved_ack_policy(settings.ack_policy),
+        policy = settings.ack_policy if base.ack_policy is None else base.ack_policy
+        return base.replace(
+            partition=partition,
+            partitioner=make_partitioner(self.partitioner),
+            ack_policy=policy,
             window=base.window if base.window is not None else min(self._batch_size, MAX_IN_FLIGHT),
-            timeout=timeout,
+            timeout=base.timeout or settings.timeout,
             resend=NO_RESEND if self.exactly_once else base.resend,
-            compression=compression,
         )
 
     def open_publisher(self, client: LiftbridgeClient) -> BatchPublisher:
         """The client's batch publisher for this operator's options; the path it takes is logged.
-        With ``exactly_once`` it never re-sends (:meth:`publish` wraps it for exactly-once).
+        With ``exactly_once`` it never re-sends (:meth:`send_records` wraps it for exactly-once).
 
-        :raises LiftbridgeArgumentError: ``publish_path="nats"`` while the connection lists no
-            NATS servers, or a bad ack policy or partition.
+        :raises LiftbridgeArgumentError: ``options=PublishOptions(path="nats")`` while the
+            connection lists no NATS servers, or a bad partition.
         :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
         """
         settings = self.hook.settings
         options = self.publish_options(settings)
         if options.path == "nats" and not settings.nats_servers:
             raise LiftbridgeArgumentError(
-                "publish_path 'nats' needs NATS servers: fill in the connection's 'NATS servers'"
+                "options=PublishOptions(path='nats') needs NATS servers: fill in the connection's 'NATS servers'"
             )
         publisher = client.batch_publisher(self.stream, options, write_stats=True)
         path = publisher.path
@@ -354,14 +299,14 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             )
         return publisher
 
-    def publish(
+    def send_records(
         self,
         publisher: BatchPublisher,
         records: Iterable[Record],
         *,
         on_progress: Callable[[PublishSummary], None] | None = None,
     ) -> PublishSummary:
-        """Publish ``records`` through ``publisher`` ``window`` at a time; return the summary.
+        """Publish ``records`` through ``publisher`` ``batch_size`` at a time; return the summary.
 
         With ``exactly_once`` the records go through the
         :class:`~airflow_provider_liftbridge.client.exactly_once.ExactlyOncePublisher` wrapping
@@ -373,11 +318,11 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             or fewer records are accounted for than were read from the source.
         """
         if self.exactly_once:
-            summary = self._publish_exactly_once(publisher, records, on_progress)
+            summary = self._send_exactly_once(publisher, records, on_progress)
         else:
             summary = PublishSummary(self.stream, publisher.options.policy)
             try:
-                publisher.publish(records, batch=self._batch_size, summary=summary, on_progress=on_progress)
+                publisher.send_all(records, batch=self._batch_size, summary=summary, on_progress=on_progress)
             except PublishError as exc:
                 raise LiftbridgePublishNotAcknowledgedError(self.stream, summary.acknowledged, str(exc)) from exc
         # ``count`` is what the publisher read from the source (exactly-once checks its own);
@@ -391,7 +336,7 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
             )
         return summary
 
-    def _publish_exactly_once(
+    def _send_exactly_once(
         self,
         publisher: BatchPublisher,
         records: Iterable[Record],

@@ -9,18 +9,35 @@ from airflow.sdk import BaseHook, Context
 
 from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.client.write_stats import summary_line
+from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin, file_dataset
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator, producer_id_of
-from airflow_provider_liftbridge.operators.publishing_base import PUBLISHING_CHECKS, warn_deprecated_options
+from airflow_provider_liftbridge.operators.publishing_base import (
+    PUBLISHING_CHECKS,
+    REMOVED_PUBLISHING_ARGUMENTS,
+    check_exactly_once_acks,
+    check_options_argument,
+    refuse_option_fields,
+)
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
-from airflow_provider_liftbridge.validation import bad_argument, check_function_path, optional
+from airflow_provider_liftbridge.validation import (
+    bad_argument,
+    check_function_path,
+    import_function,
+    waits_for_rendering,
+)
 
 from .links import LiftbridgeStreamLink
 
-__all__ = ["LiftbridgeSparkPublishOperator", "spark_settings_from_connection"]
+__all__ = [
+    "DataFrameSource",  # the type of ``source``, for DAG files
+    "LiftbridgeSparkPublishOperator",
+    "check_source",
+    "spark_settings_from_connection",
+]
 
 # Extras of the Spark provider's ``spark`` connection that map to Spark settings of an in-process session.
 _SPARK_EXTRA_CONF = {"queue": "spark.yarn.queue", "namespace": "spark.kubernetes.namespace"}
@@ -54,64 +71,90 @@ def spark_settings_from_connection(conn_id: str) -> tuple[str, dict[str, str]]:
     return master, config
 
 
+#: The Spark operator's keywords before 0.1.0 was released, and what to write instead.
+_REMOVED_SPARK_ARGUMENTS: dict[str, str] = {
+    "key_col": "key_field=<the key column>",
+    "partitioning": "partitioner=... ('key', 'round_robin' or an integer column)",
+    "window": "options=PublishOptions(window=...) (records in flight per executor)",
+    **{name: REMOVED_PUBLISHING_ARGUMENTS[name] for name in ("publish_timeout", "compression", "ack_policy")},
+    **{
+        name: f"source=DataFrameSource({name}=...)"
+        for name in (
+            "input_path",
+            "input_format",
+            "read_options",
+            "table",
+            "sql",
+            "dataframe_callable",
+            "callable_kwargs",
+        )
+    },
+}
+
+
+def check_source(value: Any, name: str = "source") -> DataFrameSource:
+    """A :class:`~airflow_provider_liftbridge.spark.sources.DataFrameSource` (whose callable, if it
+    names one, has the shape of a dotted path).
+
+    :raises LiftbridgeArgumentError: anything else.
+    """
+    if not isinstance(value, DataFrameSource):
+        raise bad_argument(name, value, "a DataFrameSource is required", f"e.g. {name}=DataFrameSource(table='orders')")
+    if value.dataframe_callable is not None and not waits_for_rendering(value.dataframe_callable):
+        check_function_path(value.dataframe_callable, "source.dataframe_callable")
+    return value
+
+
 class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
     """Build a DataFrame with Spark and publish every row to a stream from the executors.
 
-    The DataFrame comes from exactly one of ``input_path`` (+ ``input_format``), ``table``, ``sql``
-    or ``dataframe_callable``. Rows are published by the executors, each Spark partition with its
-    own client; the driver only gathers one small summary per Spark partition. The task fails if
-    any row is not acknowledged (the error names the stream partition and what happened); rows
-    acknowledged before the failure stay in the stream.
+    The DataFrame comes from ``source``, one
+    :class:`~airflow_provider_liftbridge.spark.sources.DataFrameSource`: a path (+ format and
+    reader options), a table, a SQL query or a callable. Rows are published by the executors,
+    each Spark partition with its own client; the driver only gathers one small summary per Spark
+    partition. The task fails if any row is not acknowledged (the error names the stream partition
+    and what happened); rows acknowledged before the failure stay in the stream.
 
     :param stream: target stream; it must exist. (templated)
-    :param input_path: file or folder to read. (templated)
-    :param input_format: Spark format of ``input_path`` (default ``parquet``). (templated)
-    :param read_options: reader options, e.g. ``{"header": "true"}``. (templated)
-    :param table: a table or view to publish. (templated)
-    :param sql: a Spark SQL query whose result is published. (templated)
-    :param dataframe_callable: dotted path of ``f(spark, **callable_kwargs) -> DataFrame``, checked for
-        its shape when the DAG is parsed and imported on the worker (the Spark driver) when the task
-        starts, before Spark does. (templated)
-    :param callable_kwargs: keyword arguments of ``dataframe_callable``. (templated)
-    :param key_col: column holding message keys. (templated)
+    :param source: where the DataFrame comes from: ``DataFrameSource(input_path=...,
+        input_format=..., read_options=...)``, ``DataFrameSource(table=...)``,
+        ``DataFrameSource(sql=...)`` or ``DataFrameSource(dataframe_callable="pkg.mod.f",
+        callable_kwargs={...})`` (``f(spark, **callable_kwargs) -> DataFrame``, checked for its
+        shape when the DAG is parsed and imported on the worker, the Spark driver, when the task
+        starts, before Spark does). Its fields are templated.
+    :param key_field: column holding message keys. (templated)
     :param value_col: column holding message values; without it each row is published as JSON. (templated)
-    :param value_format: ``"json"`` or ``"raw"`` (binary/string column); see ``docs/spark.md``.
+    :param value_format: ``"bytes"`` (a binary column, or a string column as UTF-8), ``"text"``
+        (the column's string form, UTF-8) or ``"json"``; see ``docs/spark.md``.
     :param header_cols: columns published as message headers. (templated)
-    :param partitioning: ``"key"``, ``"round_robin"`` or an integer column; defaults to ``"key"``
-        when ``key_col`` is set, else ``"round_robin"``. (templated)
-    :param ack_policy: ``"leader"``, ``"all"`` or ``"none"``; default: that of ``options``, else
-        the connection's.
-    :param options: how the executors publish, a
-        :class:`~airflow_provider_liftbridge.client.PublishOptions` (serialised to every Spark
-        task): its ``window`` (messages in flight per executor; default 256), ``timeout`` (seconds
-        to wait for each batch's acks; default: the connection's), ``compression`` (see below),
-        ``path`` (``"auto"``, ``"grpc"``, ``"nats"``) and ``ack_policy`` (where ``ack_policy`` is
-        unset). Rows are placed by ``partitioning`` and never re-sent blindly, so its
-        ``partition``, ``partitioner`` and ``resend`` are refused. The one home of the transport's
-        tuning, as on the other publishing operators: the keywords below that did it are deprecated.
-    :param window: deprecated, use ``options=PublishOptions(window=...)`` (still works, with an
-        ``AirflowProviderDeprecationWarning``; it wins over ``options``).
-    :param publish_timeout: deprecated, use ``options=PublishOptions(timeout=...)`` (as above).
+    :param partitioner: ``"key"``, ``"round_robin"`` or an integer column; defaults to ``"key"``
+        when ``key_field`` is set, else ``"round_robin"``. (templated)
+    :param options: how the executors publish, the one
+        :class:`~airflow_provider_liftbridge.client.PublishOptions` value of every publishing
+        operator (serialised to every Spark task): its ``ack_policy`` (default: the connection's),
+        ``window`` (records in flight per executor; default 256), ``timeout`` (seconds to wait for
+        each batch's acks; default: the connection's), ``compression`` (``"gzip"`` or ``"zstd"``:
+        values compressed on the executors, marked by a ``content-encoding`` header that the
+        ``liftbridge`` data source undoes) and ``path`` (``"auto"``, ``"grpc"``, ``"nats"``).
+        Rows are placed by ``partitioner`` and never re-sent blindly, so its ``partition``,
+        ``partitioner`` and ``resend`` are refused.
     :param exactly_once: publish exactly once across retries of the task; each Spark partition is a
         producer ``<producer_id>/spark-<n>``, so the DataFrame's partitioning must be deterministic
         (see docs/exactly-once.md).
     :param producer_id: the producer id for ``exactly_once`` (default ``dag_id/task_id/run_id[/map_index]``).
         (templated)
-    :param compression: deprecated, use ``options=PublishOptions(compression=...)`` (as above).
-        ``"gzip"`` or ``"zstd"``: compress values on the executors, marked by a
-        ``content-encoding`` header (the ``liftbridge`` data source reads them back decompressed).
-        The XCom summary also has ``write_stats``: ack latencies (publish -> leader, publish ->
-        commit; p50/p99/max ms) and throughput of all executors together, logged in one line.
     :param liftbridge_conn_id: the ``liftbridge`` connection. (templated)
     :param spark_conn_id: a ``spark`` or ``spark_connect`` connection; ``None`` runs on ``local[*]``. (templated)
     :param spark_config: Spark settings applied last (``{"spark.executor.memory": "2g"}``). (templated)
     :returns: (XCom) ``{"stream", "count", "acknowledged", "ack_policy", "partitions": {"0":
-        {"first_offset", "last_offset", "count"}}, "bytes", "seconds", "spark_partitions"}``.
+        {"first_offset", "last_offset", "count"}}, "bytes", "seconds", "spark_partitions"}``, with
+        ``write_stats`` (ack latencies publish -> leader and publish -> commit, p50/p99/max ms, and
+        the throughput of all executors together, also logged in one line) unless nothing was
+        acknowledged.
     :raises SparkOptionError: bad arguments (at construction) or columns (at run time).
-    :raises LiftbridgeArgumentError: a bad publishing option (when the DAG is parsed for a literal
-        value, once templates are rendered for a templated one).
-    :raises LiftbridgeArgumentError: ``dataframe_callable`` has not the shape of a dotted path (at
-        construction), or cannot be imported on the worker (when the task starts).
+    :raises LiftbridgeArgumentError: a bad publishing option or source (when the DAG is parsed for
+        a literal value, once templates are rendered for a templated one), or a
+        ``dataframe_callable`` that cannot be imported on the worker (when the task starts).
     :raises SparkStreamError: the stream does not exist.
     :raises SparkPublishError: rows were not acknowledged.
     """
@@ -119,39 +162,22 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
     template_fields: Sequence[str] = (
         "stream",
         "liftbridge_conn_id",
-        "input_path",
-        "input_format",
-        "read_options",
-        "table",
-        "sql",
-        "dataframe_callable",
-        "callable_kwargs",
-        "key_col",
+        "source",
+        "key_field",
         "value_col",
         "header_cols",
-        "partitioning",
+        "partitioner",
         "spark_conn_id",
         "spark_config",
         "producer_id",
     )
-    template_fields_renderers = {"sql": "sql", "read_options": "json", "spark_config": "json"}
+    template_fields_renderers = {"spark_config": "json"}
     #: The publishing options it shares with the publishing operators, checked by the same validators.
     argument_checks = {
-        **{
-            name: PUBLISHING_CHECKS[name]
-            for name in (
-                "ack_policy",
-                "options",
-                "window",
-                "publish_timeout",
-                "exactly_once",
-                "producer_id",
-                "compression",
-            )
-        },
-        "dataframe_callable": optional(check_function_path),
+        **{name: PUBLISHING_CHECKS[name] for name in ("options", "exactly_once", "producer_id")},
+        "source": check_source,
     }
-    function_arguments = ("dataframe_callable",)
+    removed_arguments = _REMOVED_SPARK_ARGUMENTS
     ui_color = "#fde8d7"
     #: Buttons on the task instance page that open the Liftbridge view (docs/ui.md).
     operator_extra_links = (LiftbridgeStreamLink(),)
@@ -160,128 +186,82 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         self,
         *,
         stream: str,
-        input_path: str | None = None,
-        input_format: str = "parquet",
-        read_options: Mapping[str, str] | None = None,
-        table: str | None = None,
-        sql: str | None = None,
-        dataframe_callable: str | None = None,
-        callable_kwargs: Mapping[str, Any] | None = None,
-        key_col: str | None = None,
+        source: DataFrameSource | None = None,
+        key_field: str | None = None,
         value_col: str | None = None,
         value_format: str | None = None,
         header_cols: Sequence[str] = (),
-        partitioning: str | None = None,
-        ack_policy: str | None = None,
+        partitioner: str | None = None,
         options: PublishOptions | None = None,
-        window: int | None = None,
-        publish_timeout: float | None = None,
         spark_conn_id: str | None = None,
         spark_config: Mapping[str, str] | None = None,
         exactly_once: bool = False,
         producer_id: str | None = None,
-        compression: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(stream=stream, **kwargs)
-        warn_deprecated_options(
-            window=(window, "window"),
-            publish_timeout=(publish_timeout, "timeout"),
-            compression=(compression, "compression"),
-        )
+        super().__init__(stream=stream, **kwargs)  # refuses a removed keyword first, naming the new form
+        if source is None:
+            raise LiftbridgeArgumentError(
+                "source is required: e.g. source=DataFrameSource(table='orders'), (input_path=...), (sql=...) "
+                "or (dataframe_callable=...)"
+            )
         #: How the executors publish (``None``: every option at its default), see the class.
         self.options = options
-        self.input_path = input_path
-        self.input_format = input_format
-        self.read_options = dict(read_options or {})
-        self.table = table
-        self.sql = sql
-        self.dataframe_callable = dataframe_callable
-        self.callable_kwargs = dict(callable_kwargs or {})
-        self.key_col = key_col
+        self.source: DataFrameSource = source
+        self.key_field = key_field
         self.value_col = value_col
         self.value_format = value_format
         self.header_cols = list(header_cols)
-        self.partitioning = partitioning
-        self.ack_policy = ack_policy
-        self.window = window
-        self.publish_timeout = publish_timeout
+        self.partitioner = partitioner
         self.spark_conn_id = spark_conn_id
         self.spark_config = dict(spark_config or {})
         self.exactly_once = exactly_once
         self.producer_id = producer_id
-        self.compression = compression
-        # Fail when the DAG is parsed, not when the task runs: one source, and options that make sense.
-        self._source()
+        # Fail when the DAG is parsed, not when the task runs: options that make sense together.
         if "{{" not in stream:
             # The publishing options are checked by argument_checks; the plan checks the rest.
             PublishPlan(
                 stream=stream,
                 value_format=value_format,  # type: ignore[arg-type]
                 value_col=value_col,
-                key_col=key_col,
+                key_field=key_field,
                 header_cols=tuple(header_cols),
-                partitioning=partitioning,
+                partitioner=partitioner,
             )
 
-    def _source(self) -> DataFrameSource:
-        return DataFrameSource(
-            input_path=self.input_path,
-            input_format=self.input_format,
-            read_options=self.read_options,
-            table=self.table,
-            sql=self.sql,
-            dataframe_callable=self.dataframe_callable,
-            callable_kwargs=self.callable_kwargs,
-        )
-
     def lineage_datasets(self, *, complete: bool) -> Datasets:
-        """OpenLineage: reads ``input_path`` (tables, SQL and callables are not reported), writes the stream."""
-        inputs = [file_dataset(self.input_path)] if self.input_path else []
-        return inputs, [self.lineage_stream(self.stream)]
+        """OpenLineage: reads the source's ``input_path`` (tables, SQL and callables are not
+        reported), writes the stream."""
+        path = self.source.input_path if isinstance(self.source, DataFrameSource) else None
+        return ([file_dataset(path)] if path else []), [self.lineage_stream(self.stream)]
 
     def check_combination(self, *, rendered: bool) -> None:
         """``options`` leaves placement and re-sending to the plan: its ``partition``,
-        ``partitioner`` and ``resend`` are refused rather than ignored."""
+        ``partitioner`` and ``resend`` are refused rather than ignored; exactly-once needs acks."""
         super().check_combination(rendered=rendered)
-        options = self.options
-        if not isinstance(options, PublishOptions):
-            return  # not one yet: its own check names it
-        for field, fix in (
-            ("partition", "use partitioning=<an integer column>"),
-            ("partitioner", "use partitioning='key' or 'round_robin'"),
-            ("resend", "the executors never re-send blindly (exactly_once=True for retries without duplicates)"),
-        ):
-            if getattr(options, field) is not None:
-                raise bad_argument(
-                    "options", options, f"the Spark operator places rows itself and takes no options.{field}", fix
-                )
+        check_exactly_once_acks(self.exactly_once, self.options)
+        refuse_option_fields(
+            self.options,
+            partition="partitioner=<an integer column>",
+            partitioner="partitioner='key' or 'round_robin'",
+            resend="no resend: the executors never re-send blindly (exactly_once=True for retries without duplicates)",
+        )
 
     def publish_options(self) -> PublishOptions:
-        """How the executors publish: ``options``, with the operator's own keywords (rendered,
-        checked by the publishing operators' validators) where they are set; ``None`` leaves the
+        """How the executors publish: ``options`` (rendered, checked); ``None`` leaves the
         connection's ack policy and timeout and the plan's window (256).
 
-        :raises LiftbridgeArgumentError: an option is invalid (names it and the fix).
+        :raises LiftbridgeArgumentError: ``options`` is not a ``PublishOptions``.
         """
-        checks = self.all_argument_checks()
-        base = checks["options"](self.options, "options") or PublishOptions()
-        ack_policy = None if self.ack_policy == "" else checks["ack_policy"](self.ack_policy, "ack_policy")
-        window = checks["window"](self.window, "window")
-        timeout = checks["publish_timeout"](self.publish_timeout, "publish_timeout")
-        compression = checks["compression"](self.compression, "compression") if self.compression else None
-        return base.replace(
-            ack_policy=base.ack_policy if ack_policy is None else ack_policy,
-            window=base.window if window is None else window,
-            timeout=base.timeout if timeout is None else timeout,
-            compression=base.compression if compression is None else compression,
-        )
+        return check_options_argument(self.options, "options") or PublishOptions()
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_liftbridge.spark.publish import publish_dataframe
         from airflow_provider_liftbridge.spark.session import spark_session_scope
 
-        self.import_functions()  # a missing dataframe_callable module fails before Spark starts
+        if self.source.dataframe_callable:
+            # A missing module fails before Spark starts, on this worker (the Spark driver).
+            import_function(self.source.dataframe_callable, "source.dataframe_callable")
         settings = self.hook.settings
         master, config = spark_settings_from_connection(self.spark_conn_id) if self.spark_conn_id else (None, {})
         config.update(self.spark_config)
@@ -291,14 +271,14 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
             config=config,
         ) as spark:
             summary = publish_dataframe(
-                self._source().load(spark),
+                self.source.load(spark),
                 self.stream,
                 settings=settings,
-                key_col=self.key_col,
+                key_field=self.key_field,
                 value_col=self.value_col,
                 value_format=self.value_format,  # type: ignore[arg-type]
                 header_cols=self.header_cols,
-                partitioning=self.partitioning,
+                partitioner=self.partitioner,
                 options=self.publish_options(),
                 exactly_once=self.exactly_once,
                 producer_id=producer_id_of(context, self.producer_id) if self.exactly_once else None,

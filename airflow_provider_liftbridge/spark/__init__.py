@@ -29,6 +29,7 @@ from .plan import PublishPlan
 from .publish import publish_dataframe
 from .session import build_spark_session
 from .settings import ConnectionSettings, from_options, to_options
+from .sources import DataFrameSource
 
 if TYPE_CHECKING:
     from .datasource import LiftbridgeDataSource, register
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AckPolicy",
     "ConnectionSettings",
+    "DataFrameSource",
     "from_options",
     "to_options",
     "LiftbridgeDataSource",

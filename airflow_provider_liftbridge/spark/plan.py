@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
     from airflow_provider_liftbridge.client import Record
 
-ValueFormat = Literal["json", "raw"]
+ValueFormat = Literal["bytes", "text", "json"]
 PARTITION_BY_KEY = "key"
 PARTITION_ROUND_ROBIN = "round_robin"
-VALUE_FORMATS = ("json", "raw")
+#: The value formats of every operator of this provider, the same set for reading and publishing.
+VALUE_FORMATS = ("bytes", "text", "json")
 
 
 #: In-flight messages per executor when the options set no window (each Spark partition pipelines
@@ -49,16 +50,17 @@ class PublishPlan:
     """How rows become Liftbridge messages.
 
     :param stream: the stream to publish to.
-    :param value_format: ``"json"`` (each row, or ``value_col`` if given, as a JSON object) or
-        ``"raw"`` (``value_col`` as is: a binary column, or a string column encoded as UTF-8).
-        Defaults to ``"raw"`` when ``value_col`` is given, else ``"json"``.
-    :param value_col: the column holding the message value; required for ``"raw"``.
-    :param key_col: the column holding the message key (binary, string, or any atomic type
+    :param value_format: ``"json"`` (each row, or ``value_col`` if given, as a JSON object),
+        ``"bytes"`` (``value_col`` as is: a binary column, or a string column encoded as UTF-8) or
+        ``"text"`` (``value_col``'s string form, any atomic type, UTF-8). Defaults to ``"bytes"``
+        when ``value_col`` is given, else ``"json"``.
+    :param value_col: the column holding the message value; required for ``"bytes"`` and ``"text"``.
+    :param key_field: the column holding the message key (binary, string, or any atomic type
         published as its string form); nulls publish without a key.
     :param header_cols: columns published as headers named after the column.
-    :param partitioning: ``"key"`` (CRC-32 of the key modulo the partition count, as the Go
+    :param partitioner: ``"key"`` (CRC-32 of the key modulo the partition count, as the Go
         client), ``"round_robin"``, or the name of an integer column holding the partition.
-        Defaults to ``"key"`` when ``key_col`` is given, else ``"round_robin"``.
+        Defaults to ``"key"`` when ``key_field`` is given, else ``"round_robin"``.
     :param options: how each executor publishes (:class:`PublishOptions`): its ``ack_policy``
         (unset: the connection's; ``NONE``: nothing is confirmed, the summary carries no offsets
         and lost rows go unnoticed), ``window`` (in-flight messages per executor; unset: 256),
@@ -73,9 +75,9 @@ class PublishPlan:
     stream: str
     value_format: ValueFormat | None = None
     value_col: str | None = None
-    key_col: str | None = None
+    key_field: str | None = None
     header_cols: tuple[str, ...] = field(default=())
-    partitioning: str | None = None
+    partitioner: str | None = None
     options: PublishOptions = SPARK_OPTIONS
     partitions: int = 0
     subject: str = ""
@@ -83,16 +85,18 @@ class PublishPlan:
     def __post_init__(self) -> None:
         if not self.stream:
             raise SparkOptionError("stream must be a non-empty stream name")
-        value_format = self.value_format or ("raw" if self.value_col else "json")
+        value_format = self.value_format or ("bytes" if self.value_col else "json")
+        if value_format == "raw":
+            raise SparkOptionError("value_format='raw' is now value_format='bytes' (the same set on every operator)")
         if value_format not in VALUE_FORMATS:
             raise SparkOptionError(f"value_format must be one of {VALUE_FORMATS}, got {self.value_format!r}")
-        if value_format == "raw" and not self.value_col:
-            raise SparkOptionError("value_format='raw' needs value_col: the binary or string column to publish")
+        if value_format != "json" and not self.value_col:
+            raise SparkOptionError(f"value_format={value_format!r} needs value_col: the column to publish")
         object.__setattr__(self, "value_format", value_format)
-        partitioning = self.partitioning or (PARTITION_BY_KEY if self.key_col else PARTITION_ROUND_ROBIN)
-        if partitioning == PARTITION_BY_KEY and not self.key_col:
-            raise SparkOptionError("partitioning='key' needs key_col: the column whose value is hashed")
-        object.__setattr__(self, "partitioning", partitioning)
+        partitioner = self.partitioner or (PARTITION_BY_KEY if self.key_field else PARTITION_ROUND_ROBIN)
+        if partitioner == PARTITION_BY_KEY and not self.key_field:
+            raise SparkOptionError("partitioner='key' needs key_field: the column whose value is hashed")
+        object.__setattr__(self, "partitioner", partitioner)
         object.__setattr__(self, "header_cols", tuple(self.header_cols))
         if not isinstance(self.options, PublishOptions):
             raise SparkOptionError(
@@ -120,9 +124,9 @@ class PublishPlan:
     @property
     def partition_col(self) -> str | None:
         """The explicit partition column, or ``None`` for key / round-robin partitioning."""
-        if self.partitioning in (PARTITION_BY_KEY, PARTITION_ROUND_ROBIN):
+        if self.partitioner in (PARTITION_BY_KEY, PARTITION_ROUND_ROBIN):
             return None
-        return self.partitioning
+        return self.partitioner
 
     def validate_schema(self, schema: StructType) -> None:
         """Check the columns this plan uses exist and have usable types.
@@ -138,18 +142,18 @@ class PublishPlan:
                 raise SparkOptionError(f"{role} column {column!r} is not in the DataFrame (columns: {sorted(types)})")
             return types[column]
 
-        if self.value_format == "raw":
+        if self.value_format == "bytes":
             assert self.value_col is not None
             kind = need(self.value_col, "value")
             if not isinstance(kind, BinaryType | StringType):
                 raise SparkOptionError(
-                    f"value column {self.value_col!r} is {kind.simpleString()}; value_format='raw' takes a binary or "
-                    "string column (use value_format='json' to publish other types)"
+                    f"value column {self.value_col!r} is {kind.simpleString()}; value_format='bytes' takes a binary "
+                    "or string column (use value_format='text' or 'json' to publish other types)"
                 )
         elif self.value_col:
             need(self.value_col, "value")
-        if self.key_col:
-            need(self.key_col, "key")
+        if self.key_field:
+            need(self.key_field, "key")
         for column in self.header_cols:
             need(column, "header")
         if self.partition_col:
@@ -157,19 +161,20 @@ class PublishPlan:
             if not isinstance(kind, IntegralType):
                 raise SparkOptionError(
                     f"partition column {self.partition_col!r} is {kind.simpleString()}; it must hold integers "
-                    "(or use partitioning='key' / 'round_robin')"
+                    "(or use partitioner='key' / 'round_robin')"
                 )
 
     def used_columns(self, all_columns: Sequence[str]) -> list[str]:
         """The columns executors need (all of them for whole-row JSON)."""
         if self.value_format == "json" and not self.value_col:
             return list(all_columns)
-        wanted = [self.value_col, self.key_col, *self.header_cols, self.partition_col]
+        wanted = [self.value_col, self.key_field, *self.header_cols, self.partition_col]
         return list(dict.fromkeys(c for c in wanted if c))
 
 
 def to_bytes(value: Any) -> bytes:
-    """A key, raw value or header value as bytes: bytes as is, text as UTF-8, anything else as ``str()``."""
+    """A key, a ``bytes``/``text`` value or a header value as bytes: bytes as is, text as UTF-8,
+    anything else as ``str()``."""
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
@@ -265,13 +270,14 @@ class RecordBuilder:
         plan = self.plan
         n = batch.num_rows
         names = batch.schema.names
-        if plan.value_format == "raw":
+        if plan.value_format in ("bytes", "text"):
+            # Both are the column as bytes: binary as is, text UTF-8, other atomic types their string form.
             values: list[bytes | None] = _bytes_column(batch.column(names.index(plan.value_col)))
         elif plan.value_col:
             values = list(json_column(batch.column(names.index(plan.value_col))))
         else:
             values = list(json_values(batch))
-        keys = _bytes_column(batch.column(names.index(plan.key_col))) if plan.key_col else [None] * n
+        keys = _bytes_column(batch.column(names.index(plan.key_field))) if plan.key_field else [None] * n
         headers: list[dict[str, bytes]] = [{} for _ in range(n)]
         for column in plan.header_cols:
             for i, value in enumerate(_bytes_column(batch.column(names.index(column)))):
@@ -292,9 +298,9 @@ class RecordBuilder:
 
         plan = self.plan
         count = plan.partitions
-        if plan.partitioning == PARTITION_BY_KEY:
+        if plan.partitioner == PARTITION_BY_KEY:
             return [partition_for_key(key or b"", count) for key in keys]
-        if plan.partitioning == PARTITION_ROUND_ROBIN:
+        if plan.partitioner == PARTITION_ROUND_ROBIN:
             start = self._next
             self._next = (start + len(keys)) % count
             return [(start + i) % count for i in range(len(keys))]
@@ -320,6 +326,8 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
         value = lowered.get(name.lower())
         return value if value not in (None, "") else None
 
+    if get("partitioning") is not None:
+        raise SparkOptionError("the liftbridge data source's option 'partitioning' is now 'partitioner'")
     stream = get("stream")
     if stream is None:
         raise SparkOptionError("the liftbridge data source needs option 'stream'")
@@ -328,9 +336,9 @@ def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> Publis
         stream=stream,
         value_format=get("valueFormat"),  # type: ignore[arg-type]
         value_col=get("valueColumn"),
-        key_col=get("keyColumn"),
+        key_field=get("keyColumn"),
         header_cols=tuple(h.strip() for h in headers.split(",") if h.strip()) if headers else (),
-        partitioning=get("partitioning"),
+        partitioner=get("partitioner"),
         options=_options_of(get),
         partitions=partitions,
     )

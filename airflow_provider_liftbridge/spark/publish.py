@@ -115,7 +115,7 @@ class _ExactlyOncePublisher:
             batch=1 << 30,  # each Arrow batch is one call already
         )
 
-    def publish(self, records: list[Record]) -> Any:
+    def send(self, records: list[Record]) -> Any:
         return self._publisher.publish(records)
 
     def close(self) -> None:
@@ -160,7 +160,7 @@ def publish_partition(
             if producer_id is not None:
                 if exactly_once is None:
                     exactly_once = _ExactlyOncePublisher(settings, plan, producer_id, spark_partition)
-                result = exactly_once.publish(records)  # ExactlyOncePublishError: reported below
+                result = exactly_once.send(records)  # ExactlyOncePublishError: reported below
                 for p, span in result.partitions.items():
                     _count_range(ranges, p, span.first_offset, span.last_offset, span.count)
                 rows += result.written
@@ -346,11 +346,11 @@ def publish_dataframe(
     stream: str,
     *,
     settings: ConnectionSettings,
-    key_col: str | None = None,
+    key_field: str | None = None,
     value_col: str | None = None,
     value_format: ValueFormat | None = None,
     header_cols: Sequence[str] = (),
-    partitioning: str | None = None,
+    partitioner: str | None = None,
     options: PublishOptions = SPARK_OPTIONS,
     exactly_once: bool = False,
     producer_id: str | None = None,
@@ -364,11 +364,11 @@ def publish_dataframe(
     :param df: the DataFrame to publish.
     :param stream: the target stream (must exist).
     :param settings: connection settings, shipped to the executors.
-    :param key_col: column holding message keys.
-    :param value_col: column holding message values (required for ``value_format="raw"``).
-    :param value_format: ``"json"`` or ``"raw"``.
+    :param key_field: column holding message keys.
+    :param value_col: column holding message values (required for ``value_format="bytes"`` and ``"text"``).
+    :param value_format: ``"bytes"``, ``"text"`` or ``"json"``.
     :param header_cols: columns published as headers.
-    :param partitioning: ``"key"``, ``"round_robin"`` or an integer column name.
+    :param partitioner: ``"key"``, ``"round_robin"`` or an integer column name.
     :param options: how the executors publish, one :class:`~airflow_provider_liftbridge.client.PublishOptions`
         value: ``ack_policy`` (unset: the connection's), ``window`` (in-flight messages per
         executor; unset: 256), ``timeout`` (seconds to wait for each batch's acks; unset: the
@@ -390,9 +390,9 @@ def publish_dataframe(
         stream=stream,
         value_format=value_format,
         value_col=value_col,
-        key_col=key_col,
+        key_field=key_field,
         header_cols=tuple(header_cols),
-        partitioning=partitioning,
+        partitioner=partitioner,
         options=options,
     ).resolved(settings.ack_policy, settings.timeout)
     if exactly_once and not producer_id:

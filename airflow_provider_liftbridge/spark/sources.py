@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_liftbridge.callables import SPARK_DRIVER, FunctionPathError, import_function
 
@@ -31,9 +31,10 @@ def import_callable(dotted_path: str, where: str = SPARK_DRIVER) -> Callable[...
         raise SparkOptionError(str(exc)) from exc.__cause__
 
 
-@dataclass(frozen=True)
+@dataclass
 class DataFrameSource:
-    """Exactly one way to obtain the DataFrame.
+    """Exactly one way to obtain the DataFrame: the ``source`` of ``LiftbridgeSparkPublishOperator``
+    (its fields are templated there) and of the ``spark-submit`` job.
 
     :param input_path: file or folder to read (any Spark path: local, ``s3a://``, ``hdfs://``...).
     :param input_format: Spark format of ``input_path`` (``parquet``, ``json``, ``csv``, ``orc``...).
@@ -53,6 +54,16 @@ class DataFrameSource:
     sql: str | None = None
     dataframe_callable: str | None = None
     callable_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: Rendered by Airflow when it is an operator's ``source`` (a nested templated value).
+    template_fields: ClassVar[tuple[str, ...]] = (
+        "input_path",
+        "input_format",
+        "read_options",
+        "table",
+        "sql",
+        "dataframe_callable",
+        "callable_kwargs",
+    )
 
     def __post_init__(self) -> None:
         given = [name for name in ("input_path", "table", "sql", "dataframe_callable") if getattr(self, name)]

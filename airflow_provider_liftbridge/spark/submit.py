@@ -102,11 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--sql")
     source.add_argument("--callable", help="dotted path of f(spark) -> DataFrame")
     publish = parser.add_argument_group("publishing")
-    publish.add_argument("--key-col")
+    publish.add_argument("--key-field")
     publish.add_argument("--value-col")
-    publish.add_argument("--value-format", choices=("json", "raw"))
+    publish.add_argument("--value-format", choices=("bytes", "text", "json"))
     publish.add_argument("--header-col", action="append", default=[], help="repeatable")
-    publish.add_argument("--partitioning", help="key, round_robin, or an integer column")
+    publish.add_argument("--partitioner", help="key, round_robin, or an integer column")
     publish.add_argument("--ack-policy", default="leader", choices=("leader", "all", "none"))
     publish.add_argument("--window", type=int, default=256)
     publish.add_argument("--publish-timeout", type=float)
@@ -152,11 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 source.load(spark),
                 args.stream,
                 settings=settings,
-                key_col=args.key_col,
+                key_field=args.key_field,
                 value_col=args.value_col,
                 value_format=args.value_format,
                 header_cols=args.header_col,
-                partitioning=args.partitioning,
+                partitioner=args.partitioner,
                 options=options,
             )
     except LiftbridgeSparkError as exc:

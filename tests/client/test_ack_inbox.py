@@ -7,7 +7,7 @@ and frames that are not acks at all.
 
 The second test does the same on the engine's own traffic: records of every shape (empty and
 absent keys, headers, expected offsets, own correlation ids) published through
-``publish_enveloped`` to a stand-in broker on the dev server's real nats-server, which answers
+``send_over_nats`` to a stand-in broker on the dev server's real nats-server, which answers
 with acks, refusals, copies, CRC'd frames and junk; every payload list the engine's reader got is
 read by the plain reader too.
 """
@@ -186,7 +186,7 @@ def test_a_changed_field_is_caught() -> None:
 
 
 async def test_on_the_engines_own_traffic_the_readers_agree(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Records of every shape through ``publish_enveloped`` (CRC on and off) to a stand-in broker
+    """Records of every shape through ``send_over_nats`` (CRC on and off) to a stand-in broker
     that answers each with an ack of its own ack policy, or a refusal, plus a second copy, a CRC'd
     copy and junk; the engine's reader and the plain one read the same payload lists and settle
     the same, and the engine's outcome holds what they settled."""
@@ -235,7 +235,7 @@ async def test_on_the_engines_own_traffic_the_readers_agree(nats_url: str, monke
         for crc in (True, False):
             for policy in (AckPolicy.LEADER, AckPolicy.ALL):
                 ids = correlation_ids(records)
-                out = await nats_engine.publish_enveloped(
+                out = await nats_engine.send_over_nats(
                     nc, [subject] * len(records), records, ids, PublishOptions(ack_policy=policy), crc=crc
                 )
                 assert out.acked == len(records) - 3 and set(out.errors) == {7, 8, 9}

@@ -270,7 +270,7 @@ def test_batch_publisher_streams_an_input_of_any_length_in_bounded_batches(
 
     progress: list[tuple[int, int]] = []
     publisher = bulk_client.batch_publisher(stream_name, PublishOptions(path=path))  # type: ignore[arg-type]
-    summary = publisher.publish(source(2500), batch=1000, on_progress=lambda s: progress.append((s.count, pulled[0])))
+    summary = publisher.send_all(source(2500), batch=1000, on_progress=lambda s: progress.append((s.count, pulled[0])))
     assert publisher.path == path
     # After each batch the source had been read exactly as far as that batch.
     assert progress == [(1000, 1000), (2000, 2000), (2500, 2500)]
@@ -282,6 +282,6 @@ def test_batch_publisher_streams_an_input_of_any_length_in_bounded_batches(
     # A record refused in the second batch: the error says where it is in the whole input.
     bad = [Record(b"ok") for _ in range(3)] + [Record(b"late", partition=7)]
     with pytest.raises(PublishError) as info:
-        publisher.publish(iter(bad), batch=3)
+        publisher.send_all(iter(bad), batch=3)
     assert (info.value.start, info.value.index) == (3, 0)
     assert "record #3 of the input" in str(info.value)

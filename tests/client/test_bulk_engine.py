@@ -1,4 +1,4 @@
-"""The bulk engine (``publish_enveloped``) against a stand-in broker on the dev server's real
+"""The bulk engine (``send_over_nats``) against a stand-in broker on the dev server's real
 nats-server: frames on the wire, acks matched under reordering, duplicates, junk and late acks,
 re-sends and the window — with nats-py's internals (the fast path) and without (its public API).
 
@@ -26,7 +26,7 @@ from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 from airflow_provider_liftbridge.client.publishing.correlation import CorrelationIds, correlation_ids
 from airflow_provider_liftbridge.client.publishing.nats_engine import (
     _Frames,
-    publish_enveloped,
+    send_over_nats,
 )
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
@@ -146,7 +146,7 @@ async def test_frames_on_the_wire_are_new_message_bytes(
     ids = correlation_ids(records)
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc,
             [broker.subject] * len(records),
             records,
@@ -201,9 +201,7 @@ async def test_columns_frame_as_their_records_do(
     broker = await stand_in(lambda b, batch: [b.ack(m) for m in batch])
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
-            nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), PublishOptions(window=8)
-        )
+        out = await send_over_nats(nc, [broker.subject] * 4, columns, CorrelationIds(4, {}), PublishOptions(window=8))
     finally:
         await nc.close()
     assert out.acked == 4 and not out.errors
@@ -250,7 +248,7 @@ async def test_acks_matched_under_reordering_duplicates_and_junk(
     values = [b"r%d" % i for i in range(100)]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc, [broker.subject] * 100, values, correlation_ids(values), PublishOptions(window=8)
         )
         in_msgs = nc.stats["in_msgs"]
@@ -305,7 +303,7 @@ async def test_late_ack_counts_and_resent_records_take_the_first_ack(
     records = [b"late", b"a", b"b", b"c"]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc,
             [broker.subject] * 4,
             records,
@@ -357,7 +355,7 @@ async def test_ack_errors_are_typed_in_the_outcome(
     records = [b"fine", b"occ", b"big", b"enc"]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc, [broker.subject] * 4, records, correlation_ids(records), PublishOptions(window=4)
         )
     finally:
@@ -381,7 +379,7 @@ async def test_too_large_record_inside_a_burst_is_named_and_ends_the_burst(
     records = RecordColumns(values, [0] * 4, [b""] * 4, [-1] * 4) if as_columns else values
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc, [broker.subject] * 4, records, correlation_ids(records), PublishOptions(window=8)
         )
     finally:
@@ -416,7 +414,7 @@ async def test_acks_after_the_call_returned_change_nothing(
     records = [b"a", b"b", b"c"]
     nc = await publisher(nats_url)
     try:
-        out = await publish_enveloped(
+        out = await send_over_nats(
             nc, [broker.subject] * 3, records, correlation_ids(records), PublishOptions(window=3)
         )
         before = list(out.acks)

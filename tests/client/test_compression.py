@@ -87,7 +87,7 @@ def test_batch_publisher_measures_latencies_from_acks(lb_address: str, nats_url:
             publisher = client.batch_publisher(
                 stream_name, PublishOptions(path=path, compression="gzip"), write_stats=True
             )
-            publisher.publish(ROWS, batch=7)
+            publisher.send_all(ROWS, batch=7)
             assert publisher.stats is not None
             summary = publisher.stats.summary()
             json.dumps(summary)

@@ -290,7 +290,7 @@ async def test_unknown_internals_mean_the_public_api(nats_url: str, monkeypatch:
         await responder.subscribe(subject, cb=answer)
         await nats_adapter.flush(responder)  # nc.flush() can overtake the SUB
         records = [b"a", b"b", b"c"]
-        out = await nats_engine.publish_enveloped(nc, [subject] * 3, records, correlation_ids(records))
+        out = await nats_engine.send_over_nats(nc, [subject] * 3, records, correlation_ids(records))
         await responder.close()
         assert out.acked == 3 and nc.stats["in_msgs"] == 3  # through nats-py's own receive path
     finally:
@@ -390,7 +390,7 @@ async def test_engine_acks_equal_ack_from_pb(nats_url: str, monkeypatch: pytest.
     records = [b"%d" % (i % len(shapes)) for i in range(8)]
     nc = await nats_adapter.connect(nats_url)
     try:
-        out = await nats_engine.publish_enveloped(
+        out = await nats_engine.send_over_nats(
             nc, [subject] * 8, records, correlation_ids(records), PublishOptions(window=8)
         )
     finally:

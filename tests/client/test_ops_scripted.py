@@ -28,7 +28,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.consumer import GroupMember
 from airflow_provider_liftbridge.client.effects import END, Cancel, OpenStream, Read, RpcFailure, Sleep, Unary, Write
-from airflow_provider_liftbridge.client.publishing import grpc_batch
+from airflow_provider_liftbridge.client.publishing import grpc_engine
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.resend import DEFAULT_RESEND
 from airflow_provider_liftbridge.client.routing import ClientCore
@@ -197,7 +197,7 @@ def test_publish_many_keeps_at_most_window_in_flight_and_orders_acks() -> None:
             )
         return None
 
-    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 20, PublishOptions(window=3)), answer)
+    run = drive(grpc_engine.send_over_grpc(c, "s", [b"x"] * 20, PublishOptions(window=3)), answer)
     assert peak == 3
     assert [a.offset for a in run.result] == list(range(20))
 
@@ -246,7 +246,9 @@ def test_publish_many_waits_out_an_outage_for_its_timeout_not_for_the_retry_coun
     c = reached_core()
     t0 = c.clock()
     options = PublishOptions(resend=DEFAULT_RESEND)
-    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 10, options), outage_answers(c, [(0.0, 3.0)]), clock=c.clock)
+    run = drive(
+        grpc_engine.send_over_grpc(c, "s", [b"x"] * 10, options), outage_answers(c, [(0.0, 3.0)]), clock=c.clock
+    )
     assert len(run.result) == 10 and all(a is not None for a in run.result)
     assert 3.0 <= c.clock() - t0 < 5.0 and len(slept(run)) > 3
     # The records were handed over twice, not once per failed reconnect: the default policy's
@@ -259,7 +261,7 @@ def test_publish_many_gives_up_on_an_outage_after_its_timeout_naming_every_recor
     run = Run()
     t0 = c.clock()
     with pytest.raises(PublishError) as raised:
-        drive(grpc_batch.publish_many(c, "s", [b"x"] * 10), outage_answers(c, [(0.0, 60.0)]), run=run, clock=c.clock)
+        drive(grpc_engine.send_over_grpc(c, "s", [b"x"] * 10), outage_answers(c, [(0.0, 60.0)]), run=run, clock=c.clock)
     # The timeout (5 s) from the first failure (the first read, 0.1 s in) bounds the waiting.
     assert 4.0 <= c.clock() - t0 <= 5.1
     err = raised.value
@@ -274,7 +276,7 @@ def test_publish_many_gets_a_whole_budget_for_each_outage_of_a_long_batch() -> N
     t0 = c.clock()
     answer = outage_answers(c, [(0.0, 3.0), (4.5, 8.0)])  # the gap outlasts one backoff (<= 1 s): acks come
     options = PublishOptions(window=1, resend=DEFAULT_RESEND)
-    run = drive(grpc_batch.publish_many(c, "s", [b"x"] * 40, options), answer, clock=c.clock)
+    run = drive(grpc_engine.send_over_grpc(c, "s", [b"x"] * 40, options), answer, clock=c.clock)
     assert len(run.result) == 40 and all(a is not None for a in run.result)
     assert c.clock() - t0 > 8.0  # 4 s of acks: the batch was still going when the second outage came
 

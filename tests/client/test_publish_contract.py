@@ -31,7 +31,7 @@ from airflow_provider_liftbridge.client import (
 )
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ExactlyOncePublishError
 from airflow_provider_liftbridge.client.publishing import batch as batch_module
-from airflow_provider_liftbridge.client.publishing import grpc_batch
+from airflow_provider_liftbridge.client.publishing import grpc_engine
 
 DROPPED = (3, 4, 5)
 
@@ -40,7 +40,7 @@ DROPPED = (3, 4, 5)
 def dropping_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both engines lose records silently: the NATS engine forgets the acks of records 3-5 (no
     error, no time-out), the gRPC pipeline returns its acks without the last three."""
-    nats_engine = batch_module.publish_enveloped
+    nats_engine = batch_module.send_over_nats
 
     async def forgetful(*args: Any, **kwargs: Any) -> Any:
         out = await nats_engine(*args, **kwargs)
@@ -49,14 +49,14 @@ def dropping_engines(monkeypatch: pytest.MonkeyPatch) -> None:
                 out.acks[i] = None
         return out
 
-    pipeline = grpc_batch._pipeline
+    pipeline = grpc_engine._pipeline
 
     def short(*args: Any, **kwargs: Any) -> Any:
         acks = yield from pipeline(*args, **kwargs)
         return acks[: -len(DROPPED)]
 
-    monkeypatch.setattr(batch_module, "publish_enveloped", forgetful)
-    monkeypatch.setattr(grpc_batch, "_pipeline", short)
+    monkeypatch.setattr(batch_module, "send_over_nats", forgetful)
+    monkeypatch.setattr(grpc_engine, "_pipeline", short)
 
 
 def _stored(client: LiftbridgeClient, stream: str) -> list[bytes]:
@@ -97,7 +97,7 @@ def test_the_batch_publisher_raises_and_counts_only_what_was_acknowledged(
         client.create_stream(stream_name, stream_name)
         publisher = client.batch_publisher(stream_name, PublishOptions(path="nats"))
         with pytest.raises(PublishError) as caught:
-            publisher.publish([b"r%d" % i for i in range(20)], batch=10)
+            publisher.send_all([b"r%d" % i for i in range(20)], batch=10)
     assert caught.value.start == 0 and caught.value.acked == 10 - len(DROPPED)
 
 

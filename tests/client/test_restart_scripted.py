@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_liftbridge._proto import api_pb2
 from airflow_provider_liftbridge.client import NoSuchStreamError, operations
 from airflow_provider_liftbridge.client.effects import OpenStream, Read, RpcFailure, Unary, Write
-from airflow_provider_liftbridge.client.publishing import grpc_batch
+from airflow_provider_liftbridge.client.publishing import grpc_engine
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.publishing.single import publish
 from airflow_provider_liftbridge.client.subscription import subscribe
@@ -158,6 +158,6 @@ def test_publish_many_sends_again_records_refused_with_no_such_stream_right_afte
         return None
 
     drive(operations.fetch_metadata(c, ["s"]), answer)  # the client has seen the stream
-    run = drive(grpc_batch.publish_many(c, "s", [b"x"], PublishOptions(window=1)), answer)
+    run = drive(grpc_engine.send_over_grpc(c, "s", [b"x"], PublishOptions(window=1)), answer)
     assert [a.offset for a in run.result] == [5]
     assert len(written) == 3  # refused twice (not stored), sent a third time

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.client.compression import COMPRESSION_HEADER
 from airflow_provider_liftbridge.client.exactly_once import SEQ_HEADER
-from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from tests.airflow_support import register_dag, xcom_of
@@ -54,7 +53,11 @@ def test_records_are_compressed_and_read_back_whole(
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     op = LiftbridgePublishOperator(
-        task_id="p", stream=stream_name, records=RECORDS, publish_path=path, compression=codec, window=8
+        task_id="p",
+        stream=stream_name,
+        records=RECORDS,
+        options=PublishOptions(path=path, compression=codec),
+        batch_size=8,
     )
     logged = _spy_on_info_log(op, monkeypatch)
     summary = op.execute({})
@@ -72,7 +75,9 @@ def test_file_operator_compresses_rows_and_reports_stats(
     liftbridge_client.create_stream(stream_name, stream_name)
     data = tmp_path / "orders.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    op = LiftbridgePublishFileOperator(task_id="f", stream=stream_name, path=str(data), compression="gzip")
+    op = LiftbridgePublishFileOperator(
+        task_id="f", stream=stream_name, path=str(data), options=PublishOptions(compression="gzip")
+    )
     summary = op.execute({})
     _check_stats(summary["write_stats"], len(RECORDS))
     assert summary["files"][0]["count"] == len(RECORDS)
@@ -82,8 +87,8 @@ def test_file_operator_compresses_rows_and_reports_stats(
 
 
 def test_compression_arguments_are_checked_when_the_dag_is_parsed() -> None:
-    with pytest.raises(LiftbridgeArgumentError, match="'gzip', 'zstd' or None"):
-        LiftbridgePublishOperator(task_id="p", stream="s", records=[], compression="lz4")
+    with pytest.raises(InvalidArgumentError, match="'gzip', 'zstd' or None"):
+        LiftbridgePublishOperator(task_id="p", stream="s", records=[], options=PublishOptions(compression="lz4"))
 
 
 @pytest.mark.usefixtures("airflow_db")
@@ -106,9 +111,8 @@ def test_exactly_once_with_compression_resumes_a_failed_try(
             records_callable="tests.operators.helpers.records_failing_first_try",
             records_callable_kwargs={"n": rows, "fail_at": fail_at},
             exactly_once=True,
-            compression=codec,
-            publish_path=path,
-            window=window,
+            options=PublishOptions(path=path, compression=codec),
+            batch_size=window,
             retries=1,
             retry_delay=dt.timedelta(seconds=0),
         )

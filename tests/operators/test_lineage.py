@@ -24,6 +24,7 @@ from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOp
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from airflow_provider_liftbridge.sensors.message import LiftbridgeMessageSensor
 from airflow_provider_liftbridge.sensors.offset import LiftbridgeOffsetSensor
+from airflow_provider_liftbridge.spark.sources import DataFrameSource
 from tests.processes import run_child
 
 pytestmark = pytest.mark.usefixtures("liftbridge_conn")
@@ -89,7 +90,9 @@ def test_archive_operator_reads_the_stream_and_writes_the_directory(tmp_path: Pa
 
 
 def test_spark_operator_reports_its_input_path(lb_address: str) -> None:
-    op = LiftbridgeSparkPublishOperator(task_id="s", stream="events", input_path="s3a://lake/raw/events.parquet")
+    op = LiftbridgeSparkPublishOperator(
+        task_id="s", stream="events", source=DataFrameSource(input_path="s3a://lake/raw/events.parquet")
+    )
     lineage = DefaultExtractor(op).extract()
     assert lineage is not None
     assert _names(lineage.inputs) == [("s3a://lake", "raw/events.parquet")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -70,17 +71,20 @@ def offset_sensor(**kwargs: Any) -> LiftbridgeOffsetSensor:
 
 #: (what, build, where it is caught, the words of the message: parameter=value ... fix)
 CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
-    ("ack policy", lambda: publish(ack_policy="sometimes"), "parse", ["ack_policy='sometimes'", "ack_policy='all'"]),
-    ("window 0", lambda: publish(window=0), "parse", ["window=0", "1 or more"]),
-    ("negative timeout", lambda: publish(publish_timeout=-5), "parse", ["publish_timeout=-5", "publish_timeout=30"]),
+    ("batch size 0", lambda: publish(batch_size=0), "parse", ["batch_size=0", "1 or more"]),
+    ("options a dict", lambda: publish(options={"path": "grpc"}), "parse", ["options=", "PublishOptions(path="]),
     ("partitioner", lambda: publish(partitioner="random"), "parse", ["partitioner='random'", "'round_robin'"]),
-    ("path", lambda: publish(publish_path="pigeon"), "parse", ["publish_path='pigeon'", "'grpc'"]),
-    ("compression", lambda: publish(compression="lz4"), "parse", ["compression='lz4'", "'gzip'"]),
     (
         "exactly-once without acks",
-        lambda: publish(exactly_once=True, ack_policy="none"),
+        lambda: publish(exactly_once=True, options=PublishOptions(ack_policy="none")),
         "parse",
-        ["ack_policy='none'", "exactly_once=True", "ack_policy='all'"],
+        ["exactly_once=True", "ack_policy='all'"],
+    ),
+    (
+        "placement in the options",
+        lambda: publish(options=PublishOptions(partition=2)),
+        "parse",
+        ["not options.partition", "partition=N"],
     ),
     ("float key", lambda: publish(key=1.5), "parse", ["key=1.5", "str(value)"]),
     ("None header", lambda: publish(headers={"k": None}), "parse", ["headers['k']=None", "b''"]),
@@ -151,10 +155,10 @@ CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
         ["path=[]", "path='/data/orders/*.jsonl'"],
     ),
     (
-        "spark window",
-        lambda: LiftbridgeSparkPublishOperator(task_id="s", stream="s", input_path="/in", window=0),
+        "spark source",
+        lambda: LiftbridgeSparkPublishOperator(task_id="s", stream="s", source="/in"),
         "parse",
-        ["window=0", "1 or more"],
+        ["source='/in'", "DataFrameSource(table="],
     ),
     # Templated: checked by the same validator once rendered.
     ("rendered partitions", lambda: create(partitions="{{ 'x' }}"), "render", ["partitions='x'", "partitions=3"]),
@@ -218,12 +222,9 @@ def test_keys_and_header_values_accept_str_bytes_and_int_as_documented() -> None
 @pytest.mark.parametrize(
     ("operator_keyword", "option", "bad"),
     [
-        ("window", "window", 0),
-        ("window", "window", "1.5"),
+        ("batch_size", "window", 0),
+        ("batch_size", "window", "1.5"),
         ("partition", "partition", -1),
-        ("ack_policy", "ack_policy", "sometimes"),
-        ("publish_timeout", "timeout", -5),
-        ("publish_path", "path", "nat"),
     ],
 )
 def test_the_operators_and_publish_options_share_one_check_per_option(
@@ -238,6 +239,21 @@ def test_the_operators_and_publish_options_share_one_check_per_option(
     assert str(by_operator.value) == str(by_value.value) and f"{option}={bad!r} is not valid" in str(by_value.value)
     with pytest.raises(LiftbridgeArgumentError, match=f"{operator_keyword}={bad!r} is not valid"):
         LiftbridgePublishOperator(task_id="t", stream="s", records=[], **{operator_keyword: bad})
+
+
+@pytest.mark.parametrize(
+    ("option", "bad", "words"),
+    [
+        ("ack_policy", "sometimes", "ack_policy='sometimes' is not valid"),
+        ("timeout", -5, "timeout=-5 is not valid"),
+        ("path", "nat", "path='nat' is not valid"),
+        ("compression", "lz4", "'gzip', 'zstd' or None"),
+    ],
+)
+def test_a_bad_publish_option_fails_where_the_dag_makes_it(option: str, bad: Any, words: str) -> None:
+    """The transport's options are one value: a bad one fails when the DAG builds it, named."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(words)):
+        publish(options=PublishOptions(**{option: bad}))
 
 
 def test_replication_factor_zero_is_liftbridges_default_of_one() -> None:
@@ -288,7 +304,7 @@ def test_pausing_a_missing_partition_names_the_partition(stream_name: str, liftb
 @pytest.mark.usefixtures("liftbridge_conn")
 def test_a_none_record_is_refused_not_published_as_null(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
-    op = publish(stream=stream_name, records=["a", None], publish_path="grpc")
+    op = publish(stream=stream_name, records=["a", None], options=PublishOptions(path="grpc"))
     with pytest.raises(LiftbridgeArgumentError, match=r"records\[1\] is None; give b'' .* 'null'"):
         op.execute({})
 

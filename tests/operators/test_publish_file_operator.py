@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
-from airflow_provider_liftbridge.operators.file_formats import detect_format
+from airflow_provider_liftbridge.operators.file_formats import FileFormat, detect_format
 from airflow_provider_liftbridge.operators.publish_file import LiftbridgePublishFileOperator
 from tests.operators.helpers import read_all
 
@@ -59,7 +59,12 @@ def test_jsonl_by_key_field(path_kind: str, tmp_path: Path, stream: str, liftbri
     rows = [{"customer": f"c{i % 3}", "amount": i} for i in range(30)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = publish(
-        stream, f"file://{path}", key_field="customer", partitioner="key", publish_path=path_kind, window=7
+        stream,
+        f"file://{path}",
+        key_field="customer",
+        partitioner="key",
+        options=PublishOptions(path=path_kind),
+        batch_size=7,
     )
     assert summary["count"] == 30 and summary["acknowledged"] == 30
     messages = all_messages(liftbridge_client, stream)
@@ -76,7 +81,9 @@ def test_csv_with_and_without_header(tmp_path: Path, stream: str, liftbridge_cli
     bare = tmp_path / "bare.tsv"
     bare.write_text("x\t1\ny\t2\n")
     publish(stream, str(with_header), key_field="id", partition=0)
-    publish(stream, str(bare), csv_header=False, csv_delimiter="\t", key_field="0", partition=1)
+    publish(
+        stream, str(bare), format=FileFormat("auto", csv_header=False, csv_delimiter="\t"), key_field="0", partition=1
+    )
     assert [(m.key, json.loads(m.value)) for m in read_all(liftbridge_client, stream, 0)] == [
         (b"1", {"id": "1", "name": "Ada"}),
         (b"2", {"id": "2", "name": "Bo, Jr."}),
@@ -91,7 +98,7 @@ def test_parquet_read_by_batches(tmp_path: Path, stream: str, liftbridge_client:
     path = tmp_path / "t.parquet"
     table = pa.table({"id": list(range(45)), "name": [f"n{i}" for i in range(45)], "blob": [b"\x00"] * 45})
     pq.write_table(table, path, row_group_size=10)
-    summary = publish(stream, str(path), key_field="id", window=8, partition=0)
+    summary = publish(stream, str(path), key_field="id", batch_size=8, partition=0)
     assert summary["count"] == 45
     messages = read_all(liftbridge_client, stream, 0)
     assert json.loads(messages[44].value) == {"id": 44, "name": "n44", "blob": "AA=="}
@@ -105,7 +112,7 @@ def test_whole_file_and_its_limit(tmp_path: Path, stream: str, liftbridge_client
     assert summary["count"] == 1
     assert read_all(liftbridge_client, stream, 0)[0].value == small.read_bytes()
     with pytest.raises(LiftbridgeFileError, match="larger than max_whole_file_bytes"):
-        publish(stream, str(small), format="whole", max_whole_file_bytes=100)
+        publish(stream, str(small), format=FileFormat("whole", max_whole_file_bytes=100))
 
 
 def test_glob_and_list_in_order(tmp_path: Path, stream: str, liftbridge_client: LiftbridgeClient) -> None:
@@ -189,8 +196,7 @@ def test_large_file_is_read_one_window_at_a_time(
         stream=stream,
         path=str(path),
         key_field="customer",
-        window=window,
-        progress_every=1000,
+        batch_size=window,
         partition=1,
     )
     summary = op.execute({})

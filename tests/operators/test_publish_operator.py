@@ -11,6 +11,7 @@ from airflow_provider_liftbridge.client import (
     BatchPublisher,
     LiftbridgeClient,
     NoSuchStreamError,
+    PublishOptions,
     Record,
     partition_for_key,
 )
@@ -36,7 +37,7 @@ def test_inline_records_of_every_kind(path: str, stream_name: str, liftbridge_cl
         records=[{"id": "a", "n": 1}, "text", b"\x00\xff", [1, 2], Record(b"own", key=b"k", headers={"h": b"1"})],
         key="default-key",
         headers={"source": "test"},
-        publish_path=path,
+        options=PublishOptions(path=path),
     )
     summary = op.execute({})
     stats = summary.pop("write_stats")
@@ -63,7 +64,12 @@ def test_key_partitioning_matches_the_go_client(
     liftbridge_client.create_stream(stream_name, stream_name, partitions=3)
     records = helpers.make_records(12)
     summary = LiftbridgePublishOperator(
-        task_id="p", stream=stream_name, records=records, key_field="id", partitioner="key", publish_path=path
+        task_id="p",
+        stream=stream_name,
+        records=records,
+        key_field="id",
+        partitioner="key",
+        options=PublishOptions(path=path),
     ).execute({})
     assert summary["count"] == summary["acknowledged"] == 12
     seen = 0
@@ -85,8 +91,7 @@ def test_records_from_a_callable_and_an_explicit_partition(
         task_id="p",
         stream=stream_name,
         records_callable="tests.operators.helpers.make_records",
-        records_callable_args=[3],
-        records_callable_kwargs={"prefix": "cb"},
+        records_callable_kwargs={"n": 3, "prefix": "cb"},
         partition=1,
     ).execute({})
     assert summary["partitions"] == {"1": {"first_offset": 0, "last_offset": 2, "count": 3}}
@@ -104,7 +109,7 @@ def test_records_given_as_a_json_string(stream_name: str, liftbridge_client: Lif
 def test_ack_policy_none_publishes_without_offsets(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     summary = LiftbridgePublishOperator(
-        task_id="p", stream=stream_name, records=["x", "y"], ack_policy="none", publish_path="grpc"
+        task_id="p", stream=stream_name, records=["x", "y"], options=PublishOptions(path="grpc", ack_policy="none")
     ).execute({})
     assert summary == {"stream": stream_name, "count": 2, "acknowledged": 0, "ack_policy": "NONE", "partitions": {}}
 
@@ -116,10 +121,9 @@ def test_refused_records_fail_the_task(path: str, stream_name: str, liftbridge_c
         task_id="p",
         stream=stream_name,
         records_callable="tests.operators.helpers.records_with_expected_offsets",
-        records_callable_args=[[0, 1, 7]],  # the third one is wrong: it would get offset 2
-        publish_path=path,
-        publish_timeout=3,
-        window=1,
+        records_callable_kwargs={"offsets": [0, 1, 7]},  # the third one is wrong: it would get offset 2
+        options=PublishOptions(path=path, timeout=3),
+        batch_size=1,
     )
     with pytest.raises(LiftbridgePublishNotAcknowledgedError) as info:
         op.execute({})
@@ -135,7 +139,9 @@ def test_readonly_stream_fails_the_task(path: str, stream_name: str, liftbridge_
     liftbridge_client.create_stream(stream_name, stream_name)
     liftbridge_client.set_stream_readonly(stream_name)
     with pytest.raises(LiftbridgePublishNotAcknowledgedError, match="0 acknowledged"):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path=path).execute({})
+        LiftbridgePublishOperator(
+            task_id="p", stream=stream_name, records=["x"], options=PublishOptions(path=path)
+        ).execute({})
 
 
 def test_nats_path_refuses_paused_partitions_up_front(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
@@ -143,11 +149,11 @@ def test_nats_path_refuses_paused_partitions_up_front(stream_name: str, liftbrid
     liftbridge_client.pause_stream(stream_name, partitions=[1])
     with pytest.raises(LiftbridgePublishNotAcknowledgedError, match=r"partition 1 is paused.*path='grpc'"):
         LiftbridgePublishOperator(
-            task_id="p", stream=stream_name, records=["x"], partition=1, publish_path="nats"
+            task_id="p", stream=stream_name, records=["x"], partition=1, options=PublishOptions(path="nats")
         ).execute({})
     # A partition that is not paused takes NATS as asked.
     summary = LiftbridgePublishOperator(
-        task_id="p", stream=stream_name, records=["y"], partition=0, publish_path="nats"
+        task_id="p", stream=stream_name, records=["y"], partition=0, options=PublishOptions(path="nats")
     ).execute({})
     assert summary["partitions"] == {"0": {"first_offset": 0, "last_offset": 0, "count": 1}}
     # "auto" falls back to gRPC, which resumes the paused partition.
@@ -158,7 +164,9 @@ def test_nats_path_refuses_paused_partitions_up_front(stream_name: str, liftbrid
 @pytest.mark.parametrize("path", PATHS)
 def test_missing_stream(path: str, stream_name: str) -> None:
     with pytest.raises((NoSuchStreamError, LiftbridgePublishNotAcknowledgedError)):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["x"], publish_path=path).execute({})
+        LiftbridgePublishOperator(
+            task_id="p", stream=stream_name, records=["x"], options=PublishOptions(path=path)
+        ).execute({})
 
 
 @pytest.mark.parametrize(
@@ -168,7 +176,7 @@ def test_missing_stream(path: str, stream_name: str) -> None:
         ({"records": [], "records_callable": "x.y"}, "exactly one"),
         ({"records_callable": print}, "dotted path"),
         ({"records": ["x"], "partitioner": "random"}, "partitioner='random' is not valid: use one of 'key'"),
-        ({"records": ["x"], "publish_path": "carrier-pigeon"}, "publish_path"),
+        ({"records": ["x"], "options": {"path": "grpc"}}, "a PublishOptions value is required"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, object], words: str) -> None:
@@ -182,7 +190,6 @@ def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, object], words: str)
         ({"records": "not json"}, "not a JSON list"),
         ({"records": {"a": 1}}, "must be a list"),
         ({"records_callable": "tests.operators.helpers.nope"}, "records_callable"),
-        ({"records": ["x"], "ack_policy": "maybe"}, "not an ack policy"),
         (
             {"records": [{"a": 1}], "key_field": "id"},
             r"key_field='id' is not a field of this record; its fields are \['a'\]",
@@ -191,13 +198,15 @@ def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, object], words: str)
 )
 def test_bad_records_fail_the_task(stream_name: str, kwargs: dict[str, object], words: str) -> None:
     with pytest.raises(LiftbridgeArgumentError, match=words):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, publish_path="grpc", **kwargs).execute({})  # type: ignore[arg-type]
+        LiftbridgePublishOperator(
+            task_id="p", stream=stream_name, options=PublishOptions(path="grpc"), **kwargs
+        ).execute({})  # type: ignore[arg-type]
 
 
 def test_windows_bound_what_is_read_ahead(
     stream_name: str, liftbridge_client: LiftbridgeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The operator publishes through the client's batch publisher, ``window`` records at a time,
+    """The operator publishes through the client's batch publisher, ``batch_size`` records at a time,
     reading its source no further ahead than the batch being sent."""
     liftbridge_client.create_stream(stream_name, stream_name)
     helpers.PULLED["count"] = 0
@@ -213,9 +222,9 @@ def test_windows_bound_what_is_read_ahead(
         task_id="w",
         stream=stream_name,
         records_callable="tests.operators.helpers.counted_records",
-        records_callable_args=[2500],
-        window=1000,
-        publish_path="grpc",
+        records_callable_kwargs={"n": 2500},
+        batch_size=1000,
+        options=PublishOptions(path="grpc"),
     )
     summary = op.execute({})
     assert summary["count"] == summary["acknowledged"] == 2500
@@ -243,10 +252,13 @@ def test_to_bytes_and_build_record() -> None:
 def test_grpc_path_stays_on_grpc_when_the_connection_knows_nats(
     stream_name: str, liftbridge_client: LiftbridgeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The connection lists NATS servers; publish_path='grpc' must still publish over gRPC, as its log says."""
+    """The connection lists NATS servers; options=PublishOptions(path='grpc') must still publish over
+    gRPC, as its log says."""
     liftbridge_client.create_stream(stream_name, stream_name)
     with caplog.at_level("INFO", logger="airflow_provider_liftbridge.client"):
-        LiftbridgePublishOperator(task_id="p", stream=stream_name, records=["a", "b"], publish_path="grpc").execute({})
+        LiftbridgePublishOperator(
+            task_id="p", stream=stream_name, records=["a", "b"], options=PublishOptions(path="grpc")
+        ).execute({})
     paths = [r.getMessage() for r in caplog.records if r.name.startswith("airflow_provider_liftbridge.client")]
     assert any("over gRPC PublishAsync" in m for m in paths), paths
     assert not any("NATS-direct" in m for m in paths), paths

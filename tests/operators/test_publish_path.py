@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from tests.call_path import follow
 
@@ -25,8 +25,10 @@ def test_a_nats_publish_reaches_the_socket_through_six_files_without_a_return_tr
     stream_name: str, liftbridge_client: LiftbridgeClient
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
-    op = LiftbridgePublishOperator(task_id="p", stream=stream_name, records=[b"a", b"b"], publish_path="nats")
-    with follow(*SOCKET, within=("operators/publishing_base.py", "publish")) as call:
+    op = LiftbridgePublishOperator(
+        task_id="p", stream=stream_name, records=[b"a", b"b"], options=PublishOptions(path="nats")
+    )
+    with follow(*SOCKET, within=("operators/publishing_base.py", "send_records")) as call:
         summary = op.execute({})
     assert summary["acknowledged"] == 2
     assert call.path and call.path[-1] == SOCKET, call.path

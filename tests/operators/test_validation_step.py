@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.base import LiftbridgeBaseOperator
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
@@ -58,8 +59,8 @@ def test_a_subclass_of_a_provider_operator_is_checked_after_its_own_init() -> No
     class Mine(LiftbridgePublishOperator):
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
-            self.exactly_once = True  # set after the base's __init__, checked with ack_policy
+            self.exactly_once = True  # set after the base's __init__, checked with the options' ack policy
 
     with pytest.raises(LiftbridgeArgumentError, match="exactly_once=True needs acknowledgements"):
-        Mine(task_id="t", stream="s", records=[], ack_policy="none")
-    assert Mine(task_id="t", stream="s", records=[], ack_policy="all").exactly_once is True
+        Mine(task_id="t", stream="s", records=[], options=PublishOptions(ack_policy="none"))
+    assert Mine(task_id="t", stream="s", records=[], options=PublishOptions(ack_policy="all")).exactly_once is True

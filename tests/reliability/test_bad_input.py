@@ -48,7 +48,11 @@ def test_oversized_nats_record_fails_the_operator_and_stores_nothing(
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name)
     op = LiftbridgePublishOperator(
-        task_id="big", stream=stream_name, records=[b"ok", b"y" * BIG_NATS], publish_path="nats", window=10
+        task_id="big",
+        stream=stream_name,
+        records=[b"ok", b"y" * BIG_NATS],
+        options=PublishOptions(path="nats"),
+        batch_size=10,
     )
     with pytest.raises(LiftbridgePublishNotAcknowledgedError, match="too large"):
         op.execute({})
@@ -105,7 +109,12 @@ async def test_message_trigger_on_a_readonly_partition_without_a_match_ends(
 
 def test_exactly_once_to_a_missing_stream_through_the_operator(liftbridge_conn: str, stream_name: str) -> None:
     op = LiftbridgePublishOperator(
-        task_id="eo", stream=stream_name, records=["a"], exactly_once=True, producer_id="p", publish_path="grpc"
+        task_id="eo",
+        stream=stream_name,
+        records=["a"],
+        exactly_once=True,
+        producer_id="p",
+        options=PublishOptions(path="grpc"),
     )
     with pytest.raises(LiftbridgePublishNotAcknowledgedError, match="does not exist"):
         op.execute({})

@@ -116,7 +116,7 @@ def test_the_nats_node_of_the_client_and_the_brokers_killed_mid_publish(
             stats = publisher.stats
             assert stats is not None
             _, failure = _kill_mid_publish(
-                nats_cluster, lambda: publisher.publish(records, batch=n // 10), lambda: stats.acks >= kill_at
+                nats_cluster, lambda: publisher.send_all(records, batch=n // 10), lambda: stats.acks >= kill_at
             )
             if failure is not None:
                 raise failure

@@ -25,7 +25,7 @@ def test_spark_partition_resumes_after_a_dead_try(
     liftbridge_client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str, path: str
 ) -> None:
     liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
-    plan = PublishPlan(stream=stream_name, value_col="value", partitioning="round_robin", partitions=2)
+    plan = PublishPlan(stream=stream_name, value_col="value", partitioner="round_robin", partitions=2)
     settings = ConnectionSettings(brokers=(lb_address,), nats_servers=(nats_url,) if path == "nats" else ())
     rows = values(900)
     batches = _batches(rows, 200)

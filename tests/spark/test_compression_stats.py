@@ -63,9 +63,9 @@ def test_exactly_once_with_compression_and_its_retry(
         "producer_id": "dag/t/run",
         "options": PublishOptions(compression="gzip"),
     }
-    first = publish_dataframe(df, stream, partitioning="round_robin", **options)  # type: ignore[arg-type]
+    first = publish_dataframe(df, stream, partitioner="round_robin", **options)  # type: ignore[arg-type]
     assert (first.count, first.written, first.skipped) == (rows, rows, 0)
-    retry = publish_dataframe(df, stream, partitioning="round_robin", **options)  # type: ignore[arg-type]
+    retry = publish_dataframe(df, stream, partitioner="round_robin", **options)  # type: ignore[arg-type]
     assert (retry.count, retry.written, retry.skipped) == (rows, 0, rows)
     stored = [m for p in (0, 1) for m in stored_messages(lb_address, stream, p)]
     assert len(stored) == rows

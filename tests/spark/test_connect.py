@@ -58,7 +58,7 @@ def test_publish_and_data_source_from_a_connect_session(
     stream = make_stream(2)
     df = connect.range(1000, numPartitions=2).select(F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("k"))
 
-    summary = publish_dataframe(df, stream, settings=lb_settings, key_col="k")
+    summary = publish_dataframe(df, stream, settings=lb_settings, key_field="k")
 
     assert (summary.count, summary.acknowledged) == (1000, 1000)
     (
@@ -95,9 +95,11 @@ def test_operator_over_a_spark_connect_connection_needs_no_jvm(
 import json
 import pyspark
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
+from airflow_provider_liftbridge.spark.sources import DataFrameSource
 op = LiftbridgeSparkPublishOperator(
     task_id="publish", stream={stream!r}, spark_conn_id="spark_connect_test",
-    dataframe_callable="tests.spark.helpers.orders", callable_kwargs={{"rows": 300}}, key_col="customer",
+    source=DataFrameSource(dataframe_callable="tests.spark.helpers.orders", callable_kwargs={{"rows": 300}}),
+    key_field="customer",
 )
 summary = op.execute({{}})
 assert pyspark.SparkContext._gateway is None, "a JVM was started"

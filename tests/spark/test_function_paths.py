@@ -29,16 +29,15 @@ def test_a_dataframe_callable_absent_at_parse_time_is_imported_where_the_task_ru
     op = LiftbridgeSparkPublishOperator(
         task_id="p",
         stream=stream,
-        dataframe_callable=module.path("numbers"),
-        callable_kwargs={"rows": 5},
+        source=DataFrameSource(dataframe_callable=module.path("numbers"), callable_kwargs={"rows": 5}),
         value_col="value",
-        value_format="raw",
+        value_format="bytes",
     )
     with pytest.raises(LiftbridgeArgumentError) as raised:
         op.execute({})  # a worker without it: fails before Spark builds anything
     assert (
-        f"dataframe_callable='{module.path('numbers')}' cannot be imported on the Airflow worker (where the task runs)"
-        in str(raised.value)
+        f"source.dataframe_callable='{module.path('numbers')}' cannot be imported on the Airflow worker "
+        "(where the task runs)" in str(raised.value)
     )
     with LiftbridgeClient(lb_address) as client:
         assert client.fetch_partition_metadata(stream, 0).high_watermark == -1  # nothing published

@@ -15,6 +15,7 @@ from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOp
 from airflow_provider_liftbridge.sensors.offset import summary_offsets
 from airflow_provider_liftbridge.spark import SparkOptionError
 from airflow_provider_liftbridge.spark.session import spark_session_scope
+from airflow_provider_liftbridge.spark.sources import DataFrameSource
 from airflow_provider_liftbridge.spark.submit import main as submit_main
 from tests.spark import helpers
 
@@ -28,9 +29,8 @@ def test_operator_publishes_from_a_callable_and_returns_a_sensor_ready_summary(
     op = LiftbridgeSparkPublishOperator(
         task_id="publish",
         stream=stream,
-        dataframe_callable="tests.spark.helpers.orders",
-        callable_kwargs={"rows": 200},
-        key_col="customer",
+        source=DataFrameSource(dataframe_callable="tests.spark.helpers.orders", callable_kwargs={"rows": 200}),
+        key_field="customer",
     )
 
     summary = op.execute({})
@@ -58,14 +58,16 @@ def test_operator_publishes_from_a_callable_and_returns_a_sensor_ready_summary(
 
 def test_operator_refuses_bad_arguments_when_the_dag_is_parsed() -> None:
     with pytest.raises(SparkOptionError, match="exactly one DataFrame source"):
-        LiftbridgeSparkPublishOperator(task_id="p", stream="s", table="t", sql="select 1")
+        LiftbridgeSparkPublishOperator(task_id="p", stream="s", source=DataFrameSource(table="t", sql="select 1"))
     with pytest.raises(SparkOptionError, match="value_col"):
-        LiftbridgeSparkPublishOperator(task_id="p", stream="s", table="t", value_format="raw")
+        LiftbridgeSparkPublishOperator(task_id="p", stream="s", source=DataFrameSource(table="t"), value_format="bytes")
 
 
 def test_operator_rejects_a_callable_that_returns_no_dataframe(spark: SparkSession, stream_name: str) -> None:
     op = LiftbridgeSparkPublishOperator(
-        task_id="p", stream=stream_name, dataframe_callable="tests.spark.helpers.not_a_dataframe"
+        task_id="p",
+        stream=stream_name,
+        source=DataFrameSource(dataframe_callable="tests.spark.helpers.not_a_dataframe"),
     )
     with pytest.raises(SparkOptionError, match="returned list, not a DataFrame"):
         op.execute({})
@@ -85,7 +87,7 @@ def test_submit_job_publishes_a_parquet_folder(
     code = submit_main(
         [
             "--stream", stream, "--brokers", lb_address, "--nats-servers", nats_url,
-            "--input", str(tmp_path / "orders"), "--format", "parquet", "--key-col", "customer",
+            "--input", str(tmp_path / "orders"), "--format", "parquet", "--key-field", "customer",
         ]
     )  # fmt: skip
 
@@ -112,9 +114,8 @@ def test_operator_exactly_once_skips_what_an_earlier_try_published(
         op = LiftbridgeSparkPublishOperator(
             task_id="publish",
             stream=stream,
-            dataframe_callable="tests.spark.helpers.orders",
-            callable_kwargs={"rows": 120},
-            key_col="customer",
+            source=DataFrameSource(dataframe_callable="tests.spark.helpers.orders", callable_kwargs={"rows": 120}),
+            key_field="customer",
             exactly_once=True,
             producer_id="dag/publish/run-1",
         )

@@ -1,16 +1,16 @@
 """The Spark publishing operator's transport tuning is one ``options=PublishOptions(...)`` value,
 as on the other publishing operators, and it reaches the executors (separate worker processes of
-the standalone test cluster, which get it serialised with each Spark task). The old keywords
-(``window``, ``publish_timeout``, ``compression``) still work and warn, naming the replacement."""
+the standalone test cluster, which get it serialised with each Spark task). The removed keywords
+are refused naming the replacement (tests/operators/test_publishing_names.py)."""
 
 from __future__ import annotations
 
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from pyspark.sql import SparkSession
 
 from airflow_provider_liftbridge.client import AckPolicy, KeyPartitioner, PublishOptions
@@ -19,15 +19,16 @@ from airflow_provider_liftbridge.devserver.natsproc import NatsServerProcess
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.spark import LiftbridgeSparkPublishOperator
 from airflow_provider_liftbridge.spark import SparkPublishError
+from airflow_provider_liftbridge.spark.sources import DataFrameSource
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 from tests.raw_read import stored_messages
 
 pytestmark = pytest.mark.spark
 
 
-def _operator(**kwargs: object) -> LiftbridgeSparkPublishOperator:
-    kwargs.setdefault("dataframe_callable", "tests.spark.helpers.orders")
-    return LiftbridgeSparkPublishOperator(task_id="publish", **kwargs)  # type: ignore[arg-type]
+def _operator(rows: int = 10, **kwargs: Any) -> LiftbridgeSparkPublishOperator:
+    source = DataFrameSource(dataframe_callable="tests.spark.helpers.orders", callable_kwargs={"rows": rows})
+    return LiftbridgeSparkPublishOperator(task_id="publish", source=source, **kwargs)
 
 
 # -- the value the executors get (no Spark) ---------------------------------------------------
@@ -41,37 +42,20 @@ def test_options_is_the_one_home_of_the_transport_tuning() -> None:
     assert op.publish_options() == given
     # Unset: the connection's ack policy and timeout (filled in by the plan), the plan's window.
     assert _operator(stream="s").publish_options() == PublishOptions()
-    # The operator's ack_policy wins where it is set, as on the other publishing operators.
-    assert _operator(stream="s", options=given, ack_policy="leader").publish_options().ack_policy is AckPolicy.LEADER
-
-
-@pytest.mark.parametrize(
-    ("keyword", "value", "field"),
-    [("window", 8, "window"), ("publish_timeout", 2.5, "timeout"), ("compression", "gzip", "compression")],
-)
-def test_the_old_keywords_still_work_and_warn_naming_the_replacement(keyword: str, value: object, field: str) -> None:
-    with pytest.warns(AirflowProviderDeprecationWarning, match=f"use options=PublishOptions\\({field}=\\.\\.\\.\\)"):
-        op = _operator(stream="s", options=PublishOptions(window=64, timeout=9.0), **{keyword: value})
-    assert getattr(op.publish_options(), field) == value  # the keyword wins over options
 
 
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        (PublishOptions(partition=1), "takes no options.partition"),
-        (PublishOptions(partitioner=KeyPartitioner()), "takes no options.partitioner"),
-        (PublishOptions(resend=NO_RESEND), "takes no options.resend"),
+        (PublishOptions(partition=1), "not options.partition"),
+        (PublishOptions(partitioner=KeyPartitioner()), "not options.partitioner"),
+        (PublishOptions(resend=NO_RESEND), "not options.resend"),
         ({"window": 8}, "a PublishOptions value is required"),
     ],
 )
 def test_options_the_operator_cannot_honour_are_refused_when_the_dag_is_parsed(options: object, words: str) -> None:
     with pytest.raises(LiftbridgeArgumentError, match=words):
         _operator(stream="s", options=options)
-
-
-def test_a_bad_old_keyword_is_still_named_as_written() -> None:
-    with pytest.raises(LiftbridgeArgumentError, match="publish_timeout=-1"):
-        _operator(stream="s", publish_timeout=-1)
 
 
 # -- on the executors -------------------------------------------------------------------------
@@ -81,9 +65,7 @@ def test_compression_from_options_is_applied_on_the_executors(
     spark: SparkSession, lb_address: str, make_stream: Callable[[int], str], liftbridge_conn: str
 ) -> None:
     stream = make_stream(1)
-    summary = _operator(
-        stream=stream, callable_kwargs={"rows": 40}, options=PublishOptions(compression="gzip", window=4)
-    ).execute({})
+    summary = _operator(40, stream=stream, options=PublishOptions(compression="gzip", window=4)).execute({})
     assert summary["count"] == 40
     stored = stored_messages(lb_address, stream)
     assert len(stored) == 40
@@ -101,14 +83,12 @@ def brokerless_nats() -> Iterator[str]:
         proc.stop()
 
 
-@pytest.mark.parametrize("how", ["options", "deprecated keyword"])
 def test_the_ack_timeout_reaches_the_executors(
     spark: SparkSession,
     lb_address: str,
     brokerless_nats: str,
     make_stream: Callable[[int], str],
     monkeypatch: pytest.MonkeyPatch,
-    how: str,
 ) -> None:
     """The stream is looked up over gRPC, the rows go to a NATS server no broker reads, so each
     executor waits its ack timeout: 1 s from the operator, not the connection's 60 s."""
@@ -116,13 +96,7 @@ def test_the_ack_timeout_reaches_the_executors(
         conn_env_name("liftbridge_default"), liftbridge_conn_json(lb_address, nats_url=brokerless_nats, timeout=60)
     )
     stream = make_stream(1)
-    if how == "options":
-        op = _operator(stream=stream, callable_kwargs={"rows": 20}, options=PublishOptions(path="nats", timeout=1.0))
-    else:
-        with pytest.warns(AirflowProviderDeprecationWarning, match="publish_timeout is deprecated"):
-            op = _operator(
-                stream=stream, callable_kwargs={"rows": 20}, options=PublishOptions(path="nats"), publish_timeout=1.0
-            )
+    op = _operator(20, stream=stream, options=PublishOptions(path="nats", timeout=1.0))
     started = time.monotonic()
     with pytest.raises(SparkPublishError) as caught:
         op.execute({})

@@ -34,17 +34,19 @@ SCHEMA = StructType(
 
 
 def test_defaults_follow_the_columns_given() -> None:
-    assert PublishPlan("s").value_format == "json" and PublishPlan("s").partitioning == "round_robin"
-    keyed = PublishPlan("s", key_col="id", value_col="payload")
-    assert (keyed.value_format, keyed.partitioning) == ("raw", "key")
+    assert PublishPlan("s").value_format == "json" and PublishPlan("s").partitioner == "round_robin"
+    keyed = PublishPlan("s", key_field="id", value_col="payload")
+    assert (keyed.value_format, keyed.partitioner) == ("bytes", "key")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
         ({"value_format": "avro"}, "value_format"),
-        ({"value_format": "raw"}, "value_col"),
-        ({"partitioning": "key"}, "key_col"),
+        ({"value_format": "bytes"}, "value_col"),
+        ({"value_format": "text"}, "value_col"),
+        ({"value_format": "raw"}, "value_format='raw' is now value_format='bytes'"),
+        ({"partitioner": "key"}, "key_field"),
         ({"options": {"window": 8}}, "options must be a PublishOptions"),
     ],
 )
@@ -56,9 +58,9 @@ def test_bad_plans_name_the_option(kwargs: dict[str, object], words: str) -> Non
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"key_col": "missing"}, "key column 'missing' is not in the DataFrame"),
-        ({"value_col": "p", "value_format": "raw"}, "value column 'p' is int"),
-        ({"partitioning": "region"}, "partition column 'region' is string"),
+        ({"key_field": "missing"}, "key column 'missing' is not in the DataFrame"),
+        ({"value_col": "p", "value_format": "bytes"}, "value column 'p' is int"),
+        ({"partitioner": "region"}, "partition column 'region' is string"),
     ],
 )
 def test_schema_checks_name_the_column(kwargs: dict[str, object], words: str) -> None:
@@ -81,7 +83,7 @@ def _batch() -> pa.RecordBatch:
 
 
 def test_key_partitioning_matches_the_go_formula() -> None:
-    records, size = RecordBuilder(PublishPlan("s", key_col="id", value_col="payload", partitions=3)).build(_batch())
+    records, size = RecordBuilder(PublishPlan("s", key_field="id", value_col="payload", partitions=3)).build(_batch())
     assert [r.partition for r in records] == [zlib.crc32(b"a") % 3, zlib.crc32(b"b") % 3, 0]
     assert [r.key for r in records] == [b"a", b"b", None]
     assert [r.value for r in records] == [b"\x00\x01", b"", b""]
@@ -96,15 +98,22 @@ def test_round_robin_starts_at_the_seed_and_continues_across_batches() -> None:
 
 
 def test_explicit_partition_column_and_headers() -> None:
-    plan = PublishPlan("s", value_col="region", partitioning="p", header_cols=("id", "region"), partitions=3)
+    plan = PublishPlan("s", value_col="region", partitioner="p", header_cols=("id", "region"), partitions=3)
     records, _ = RecordBuilder(plan).build(_batch())
     assert [r.partition for r in records] == [2, 0, 1]
     assert [dict(r.headers or {}) for r in records] == [{"id": b"a", "region": b"eu"}, {"id": b"b"}, {"region": b"us"}]
 
 
+def test_text_values_are_the_columns_string_form() -> None:
+    plan = PublishPlan("s", value_col="p", value_format="text", partitions=3)
+    plan.validate_schema(SCHEMA)  # any atomic column, where "bytes" takes binary or string only
+    records, _ = RecordBuilder(plan).build(_batch())
+    assert [r.value for r in records] == [b"2", b"0", b"1"]
+
+
 def test_explicit_partition_out_of_range_is_refused() -> None:
     with pytest.raises(SparkOptionError, match=r"holds 2, but stream 's' has partitions 0\.\.1"):
-        RecordBuilder(PublishPlan("s", partitioning="p", partitions=2)).build(_batch())
+        RecordBuilder(PublishPlan("s", partitioner="p", partitions=2)).build(_batch())
 
 
 def test_json_rows_encode_spark_types() -> None:
@@ -126,7 +135,7 @@ def test_data_source_write_options() -> None:
     plan = plan_from_options(
         {"STREAM": "s", "keycolumn": "id", "headerColumns": "a, b", "ackPolicy": "ALL", "window": "8"}
     )
-    assert (plan.stream, plan.key_col, plan.header_cols, plan.ack_policy, plan.options.window) == (
+    assert (plan.stream, plan.key_field, plan.header_cols, plan.ack_policy, plan.options.window) == (
         "s",
         "id",
         ("a", "b"),
@@ -142,6 +151,8 @@ def test_data_source_write_options() -> None:
     with pytest.raises(SparkOptionError, match="publishTimeout='soon' is not valid"):
         plan_from_options({"stream": "s", "publishTimeout": "soon"})
     assert plan_from_options({"stream": "s"}).options.window == 256
+    with pytest.raises(SparkOptionError, match="'partitioning' is now 'partitioner'"):
+        plan_from_options({"stream": "s", "partitioning": "key"})
 
 
 def test_settings_round_trip_through_options_and_pickle() -> None:

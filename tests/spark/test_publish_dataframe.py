@@ -41,7 +41,7 @@ def test_every_keyed_row_arrives_once_on_its_key_partition(
     )
 
     summary = publish_dataframe(
-        df, stream, settings=lb_settings, key_col="order_id", options=PublishOptions(window=128)
+        df, stream, settings=lb_settings, key_field="order_id", options=PublishOptions(window=128)
     )
 
     assert (summary.count, summary.acknowledged, summary.extra["spark_partitions"]) == (rows, rows, 4)
@@ -89,7 +89,7 @@ def test_missing_column_is_refused_before_publishing(
     spark: SparkSession, lb_settings: ConnectionSettings, stream_name: str
 ) -> None:
     with pytest.raises(SparkOptionError, match="key column 'customer' is not in the DataFrame"):
-        publish_dataframe(spark.range(3), stream_name, settings=lb_settings, key_col="customer")
+        publish_dataframe(spark.range(3), stream_name, settings=lb_settings, key_field="customer")
 
 
 def test_readonly_partition_fails_naming_the_partition(

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.client.publishing.nats_publisher import NatsPublisher
 from airflow_provider_liftbridge.devserver import DevServer, NatsServerSecurity
 from airflow_provider_liftbridge.nats_security import NatsSecurity
@@ -58,7 +58,11 @@ def test_publish_operator_publishes_over_nats_with_the_token(
     with LiftbridgeClient(token_nats.address) as client:
         client.create_stream(stream_name, stream_name)
     op = LiftbridgePublishOperator(
-        task_id="p", stream=stream_name, records=["a", "b"], publish_path="nats", liftbridge_conn_id=conn
+        task_id="p",
+        stream=stream_name,
+        records=["a", "b"],
+        options=PublishOptions(path="nats"),
+        liftbridge_conn_id=conn,
     )
     summary = op.execute({})
     assert summary["count"] == 2

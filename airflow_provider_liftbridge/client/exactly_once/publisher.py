@@ -247,7 +247,7 @@ class ExactlyOncePublisher:
                 read += len(chunk)
                 batch = self._batch_of(chunk, result)
                 if batch:
-                    self._publish_batch(batch, result)
+                    self._send_and_record(batch, result)
             self.resumption.run(result, lambda: self._verify(self.reader.arrivals > arrivals), "checking the writes")
             if result.count != read:
                 # The contract at this level: every input record written now or found written.
@@ -428,7 +428,9 @@ class ExactlyOncePublisher:
         sender = self._get_sender()
         return sender.path if isinstance(sender, BatchPublisher) else "grpc"
 
-    def _publish_batch(self, batch: Batch, result: ExactlyOnceResult) -> None:
+    def _send_and_record(self, batch: Batch, result: ExactlyOnceResult) -> None:
+        """Send ``batch`` through the sender and record in ``result`` and the producer's state
+        what it wrote, resuming after a failure as the resumption allows."""
         pending = batch
         recover = False
         suspects: dict[int, set[str]] = {}

@@ -3,10 +3,10 @@
 When the client knows NATS servers, ``publish_many`` publishes enveloped messages (the codec,
 CRC-32C on) straight to each partition's NATS subject (``subject``, ``subject.N``, from the
 stream's metadata) and matches the acks arriving on one ack inbox by correlation id (engine:
-:func:`.nats_engine.publish_enveloped`). Without NATS servers — or, with ``path="auto"``, when a
+:func:`.nats_engine.send_over_nats`). Without NATS servers — or, with ``path="auto"``, when a
 target partition is paused or read-only (NATS publishes to those are dropped without an ack, where
 gRPC resumes a paused partition and names a read-only one) or NATS cannot be reached — it uses
-gRPC PublishAsync (:func:`.grpc_batch.publish_many`). Callers see the same results and errors either way.
+gRPC PublishAsync (:func:`.grpc_engine.send_over_grpc`). Callers see the same results and errors either way.
 
 The operation is written once, like the others in :mod:`..operations`: the NATS I/O is one
 :class:`~..effects.NatsCall` effect that each client runs on its own event loop (the async client
@@ -15,7 +15,6 @@ on the caller's, the blocking client on a private loop thread, see :class:`..tra
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 import weakref
@@ -44,15 +43,15 @@ from ..operations import choose_partition, fetch_partition_metadata, missing_con
 from ..partitioners import PartitionerFunc
 from ..routing import ClientCore
 from ..types import Ack, AckPolicy, Record, StreamInfo
-from . import grpc_batch
-from .columns import RecordColumns
+from . import grpc_engine
+from .columns import RecordColumns, as_record
 from .contract import accounted, accounted_failure, name_unacknowledged
 from .correlation import CorrelationIds, correlation_ids
 from .nats_engine import (
     BulkOutcome,
     outcome_acks,
     partition_subject,
-    publish_enveloped,
+    send_over_nats,
 )
 from .options import PUBLISH_PATHS, PublishOptions
 from .resend import NO_RESEND
@@ -120,19 +119,22 @@ def resolve_options(core: ClientCore, stream: str, options: PublishOptions) -> P
 
 @dataclass(slots=True)
 class Route:
-    """Where a batch publisher sends: decided by :func:`open_route`, changed only by a fallback
-    to gRPC (which is then kept for the publisher's later batches).
+    """Where a batch publisher sends: decided when its first batch goes out (:func:`open_route`),
+    changed only by a fallback to gRPC (which is then kept for the publisher's later batches).
 
     :ivar path: ``"nats"`` or ``"grpc"``.
-    :ivar info: the stream's metadata when it was opened (NATS path).
+    :ivar info: the stream's metadata (NATS path; before it is opened: what the caller has just
+        read, if anything).
+    :ivar opened: whether the path is decided.
     :ivar fit: partitions already found fit for NATS publishes (neither paused nor read-only).
     :ivar why: why gRPC is used although the client knows NATS servers ("" if it is not).
     :ivar newest: per partition, the newest offset after this route's last batch as its acks show
         it (NATS path): the next batch's baseline for the "certainly not stored" check.
     """
 
-    path: Literal["nats", "grpc"]
+    path: Literal["nats", "grpc"] = "grpc"
     info: StreamInfo | None = None
+    opened: bool = False
     fit: set[int] = field(default_factory=set)
     why: str = ""
     newest: dict[int, int] = field(default_factory=dict)
@@ -142,15 +144,19 @@ class Route:
         self.path, self.why = "grpc", why
 
 
-def open_route(core: ClientCore, stream: str, options: PublishOptions, info: StreamInfo | None = None) -> Op[Route]:
-    """Choose the path (NATS when asked, or for ``"auto"`` when the client knows NATS servers)
-    and, for NATS, read the stream's metadata once (unless the caller has just read it: ``info``).
+def open_route(core: ClientCore, stream: str, options: PublishOptions, route: Route) -> Op[Route]:
+    """Decide ``route``'s path, once (NATS when asked, or for ``"auto"`` when the client knows NATS
+    servers) and, for NATS, read the stream's metadata (unless the route holds it already).
 
     :raises NoSuchStreamError: the NATS path was chosen and the stream does not exist.
     """
-    if resolve_path(core, options.path) == "grpc":
-        return Route("grpc")
-    return Route("nats", info if info is not None else (yield from _stream_info(core, stream)))
+    if route.opened:
+        return route
+    if resolve_path(core, options.path) == "nats":
+        route.info = route.info if route.info is not None else (yield from _stream_info(core, stream))
+        route.path = "nats"
+    route.opened = True
+    return route
 
 
 def send_batch(
@@ -161,8 +167,9 @@ def send_batch(
     records: Iterable[Record | bytes],
     stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
-    """Publish one batch on ``route``; return the acks in input order. The batch is held in
-    memory (callers with unbounded input send it batch by batch, see ``BatchPublisher.publish``).
+    """Publish one batch on ``route`` (opened first if it is not); return the acks in input
+    order. The batch is held in memory (callers with unbounded input send it batch by batch, see
+    ``BatchPublisher.send_all``).
     With ``options.compression`` each value is compressed first (so the envelope's CRC and the
     max-payload check see what is sent); ``stats`` gets each acknowledged record's latencies.
 
@@ -171,6 +178,7 @@ def send_batch(
     items = held(records)
     if not items:
         return []
+    yield from open_route(core, stream, options, route)
     if options.compression is not None:
         items = _compressed(items, options.compression)
     sent_ns = None if stats is None else [0] * len(items)
@@ -197,7 +205,7 @@ def held(records: Iterable[Record | bytes]) -> Sequence[Record | bytes]:
 def _compressed(items: Sequence[Record | bytes], codec: str) -> list[Record | bytes]:
     squeeze = compressor(codec)  # type: ignore[arg-type]  # validated by PublishOptions
     assert squeeze is not None
-    return [compress_record(grpc_batch.as_record(i, item), squeeze, codec) for i, item in enumerate(items)]
+    return [compress_record(as_record(i, item), squeeze, codec) for i, item in enumerate(items)]
 
 
 def _count_acks(
@@ -246,11 +254,13 @@ class NatsBatch:
             subjects = [self.subjects[i] for i in indices]
             items = [self.items[i] for i in indices]
             ids, sent_ns = [self.ids[i] for i in indices], None
-        run = functools.partial(
-            publish_enveloped, subjects=subjects, records=items, ids=ids, options=self.options, sent_ns=sent_ns
-        )
+        options = self.options
         try:
-            done: BulkOutcome = yield NatsCall(run, fresh=self.options.path == "nats")
+            # The transport hands over its NATS connection and awaits the engine on its loop.
+            done: BulkOutcome = yield NatsCall(
+                lambda nc: send_over_nats(nc, subjects, items, ids, options, sent_ns=sent_ns),
+                fresh=options.path == "nats",
+            )
         except UnavailableError as exc:
             return BulkOutcome([None] * len(items), failure=exc)
         return done
@@ -322,10 +332,7 @@ def _uniform(items: Sequence[Record | bytes]) -> Sequence[Record | bytes]:
     are (the bulk cases, checked at C speed), anything else converted item by item."""
     if items.__class__ is RecordColumns or set(map(type, items)) <= {bytes, Record}:
         return items
-    return [
-        item if type(item) is bytes or type(item) is Record else grpc_batch.as_record(i, item)
-        for i, item in enumerate(items)
-    ]
+    return [item if type(item) is bytes or type(item) is Record else as_record(i, item) for i, item in enumerate(items)]
 
 
 def _over_grpc(
@@ -338,7 +345,7 @@ def _over_grpc(
     stats: WriteStats | None = None,
 ) -> Op[list[Ack]]:
     _log_path(core, stream, "grpc", why)
-    return (yield from grpc_batch.publish_many(core, stream, items, options, sent_ns=sent_ns, stats=stats))
+    return (yield from grpc_engine.send_over_grpc(core, stream, items, options, sent_ns=sent_ns, stats=stats))
 
 
 def _plan_nats(
@@ -396,8 +403,7 @@ def publish_many(
     items = records if isinstance(records, list) else list(records)
     if not items:
         return []
-    route = yield from open_route(core, stream, options)
-    return (yield from send_batch(core, stream, options, route, items))
+    return (yield from send_batch(core, stream, options, Route(), items))
 
 
 def _partitions(

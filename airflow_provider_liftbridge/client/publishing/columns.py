@@ -1,4 +1,5 @@
-"""``RecordColumns``: one batch of records held as columns, for publishers that make many
+"""A batch's records: :func:`as_record` (bytes or a ``Record``, as a ``Record``) and
+``RecordColumns``, one batch of records held as columns, for publishers that make many
 records of one shape themselves (exactly-once publishing: a value, the same producer header
 and a counter header, an expected offset per record).
 
@@ -15,9 +16,10 @@ from typing import overload
 
 from airflow_provider_liftbridge.codec import EncodedHeaders, decode_header_fields
 
+from ..errors import InvalidArgumentError
 from ..types import Record
 
-__all__ = ["RecordColumns"]
+__all__ = ["RecordColumns", "as_record"]
 
 
 class RecordColumns(Sequence[Record]):
@@ -96,3 +98,15 @@ class RecordColumns(Sequence[Record]):
             None if offsets is None else [offsets[i] for i in indices],
             None if keys is None else [keys[i] for i in indices],
         )
+
+
+def as_record(index: int, item: Record | bytes) -> Record:
+    """``item`` of a batch, at ``index``, as a :class:`Record` (bytes become its value); shared by
+    both engines, the batch's planning and the time-out recovery.
+
+    :raises InvalidArgumentError: ``item`` is neither.
+    """
+    rec = Record(item) if isinstance(item, bytes | bytearray | memoryview) else item
+    if not isinstance(rec, Record):
+        raise InvalidArgumentError(f"record {index} is a {type(item).__name__}; pass Record objects or bytes")
+    return rec

@@ -54,7 +54,7 @@ __all__ = [
     "BulkOutcome",
     "outcome_acks",
     "partition_subject",
-    "publish_enveloped",
+    "send_over_nats",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def partition_subject(subject: str, partition: int) -> str:
 
 @dataclass(slots=True)
 class BulkOutcome:
-    """What :func:`publish_enveloped` achieved; it raises nothing for per-record failures.
+    """What :func:`send_over_nats` achieved; it raises nothing for per-record failures.
 
     :ivar acks: per input record, its ack or ``None``.
     :ivar errors: typed errors of refused records (ack errors, too large), by index.
@@ -121,7 +121,7 @@ _ACK_PENDING_MSGS = 1 << 20
 _ACK_PENDING_BYTES = 256 << 20
 
 
-async def publish_enveloped(
+async def send_over_nats(
     nc: NatsClient,
     subjects: Sequence[str],
     records: Sequence[Record | bytes],

@@ -17,7 +17,7 @@ from ..errors import InvalidArgumentError
 from ..transport.nats import connect_nats
 from ..types import Ack, AckPolicy, Record
 from .correlation import correlation_ids
-from .nats_engine import outcome_acks, partition_subject, publish_enveloped
+from .nats_engine import outcome_acks, partition_subject, send_over_nats
 from .options import PublishOptions
 from .resend import NO_RESEND
 
@@ -148,7 +148,7 @@ class NatsPublisher:
                 if p not in subject_of:
                     subject_of[p] = partition_subject(subject, p)
                 subjects.append(subject_of[p])
-        out = await publish_enveloped(self._nc, subjects, items, correlation_ids(items), options)
+        out = await send_over_nats(self._nc, subjects, items, correlation_ids(items), options)
         return outcome_acks(out, f"subject {subject!r} (ack timeout {options.wait:g} s)")
 
 

@@ -2,9 +2,9 @@
 
 Everything that publishes batches goes through it — ``LiftbridgeClient.publish_many`` (one
 batch), the publishing operators, Spark executors and exactly-once publishing: it chooses the
-path once (:func:`.batch.open_route`), assigns partitions, uses the client's NATS connection and
-event loop, windows, re-sends or not (``resend``), and reports the acks. Callers pass options;
-none of them holds a sender of its own.
+path once (:func:`.batch.open_route`, with its first batch), assigns partitions, uses the
+client's NATS connection and event loop, windows, re-sends or not (``resend``), and reports the
+acks. Callers pass options; none of them holds a sender of its own.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from ..errors import InvalidArgumentError, PublishError
 from ..routing import ClientCore
 from ..types import Ack, Record, StreamInfo
 from ..write_stats import WriteStats
-from .batch import Route, discard_nats, held, open_route, send_batch
+from .batch import Route, discard_nats, open_route, send_batch
 from .options import PublishOptions
 from .summary import PublishSummary
 
 __all__ = ["DEFAULT_BATCH", "BatchPublisher"]
 
-#: Records per batch of :meth:`BatchPublisher.publish` when the caller does not say: held in
+#: Records per batch of :meth:`BatchPublisher.send_all` when the caller does not say: held in
 #: memory at once, and the pipeline drains at each batch's end.
 DEFAULT_BATCH = 16_384
 
@@ -60,14 +60,14 @@ class BatchPublisher:
         self.stream = stream
         #: The options every batch is sent with (the client's defaults filled in).
         self.options = options
-        self._info = info
-        self._route: Route | None = None
+        # Where batches go: opened by the first batch (or by asking for ``path``).
+        self._route = Route(info=info)
         #: Latency and throughput of what this publisher sent (``None`` unless ``write_stats``).
         self.stats: WriteStats | None = WriteStats() if write_stats else None
 
     def _open(self) -> Route:
-        if self._route is None:
-            self._route = self._run(open_route(self._core, self.stream, self.options, self._info))
+        if not self._route.opened:
+            self._run(open_route(self._core, self.stream, self.options, self._route))
         return self._route
 
     @property
@@ -90,13 +90,10 @@ class BatchPublisher:
         :raises PublishError: / :raises InvalidArgumentError: / :raises NoSuchStreamError: as
             ``LiftbridgeClient.publish_many``.
         """
-        items = held(records)
-        if not items:
-            return []
-        acks: list[Ack] = self._run(send_batch(self._core, self.stream, self.options, self._open(), items, self.stats))
+        acks: list[Ack] = self._run(send_batch(self._core, self.stream, self.options, self._route, records, self.stats))
         return acks
 
-    def publish(
+    def send_all(
         self,
         records: Iterable[Record | bytes],
         *,
@@ -142,7 +139,7 @@ class BatchPublisher:
         """After a failed batch: drop the client's NATS connection so nothing it still buffers
         reaches the server later (exactly-once publishing re-reads the partitions next). The
         gRPC path holds nothing between batches."""
-        if self._route is not None and self._route.path == "nats":
+        if self._route.opened and self._route.path == "nats":
             self._run(discard_nats())
 
     def close(self) -> None:

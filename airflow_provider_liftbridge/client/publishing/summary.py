@@ -110,11 +110,6 @@ class PublishSummary:
         for partition, span in other.partitions.items():
             self.add_range(partition, span)
 
-    @property
-    def last_offsets(self) -> dict[int, int]:
-        """Last acknowledged offset per partition that received records (for offset sensors)."""
-        return {p: r.last_offset for p, r in sorted(self.partitions.items())}
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON-safe summary (shape in the module docstring; exactly-once publishing adds
         ``producer_id``, ``written`` and ``skipped``; a measured publish ``bytes`` and ``seconds``;

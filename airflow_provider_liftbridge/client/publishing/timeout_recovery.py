@@ -17,7 +17,7 @@ from ..operations import fetch_partition_metadata, missing_confirmed_op
 from ..routing import ClientCore, OutageBudget
 from ..subscription import read_committed
 from ..types import Ack, AckPolicy, Record
-from .grpc_batch import as_record
+from .columns import as_record
 from .nats_engine import BulkOutcome
 from .options import PublishOptions
 

@@ -22,7 +22,7 @@ settled (an ack, or a typed error). The steps:
 - **account**: at the end ``acks``, ``errors``, ``timed_out`` and ``written_once`` say where every
   record stands, for :func:`~.contract.name_unacknowledged` and the publish contract.
 
-No I/O: the gRPC engine (:mod:`.grpc_batch`) drives it with the effects it yields, the NATS engine
+No I/O: the gRPC engine (:mod:`.grpc_engine`) drives it with the effects it yields, the NATS engine
 (:mod:`.nats_engine`) with bursts on its connection. The states are one byte per record, changed
 a burst at a time by slice assignment: the NATS engine moves tens of thousands of records a second
 through them.

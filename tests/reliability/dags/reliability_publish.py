@@ -9,6 +9,7 @@ import os
 
 from airflow.sdk import DAG, task
 
+from airflow_provider_liftbridge.client import PublishOptions
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 
 with DAG(
@@ -23,8 +24,8 @@ with DAG(
         records_callable="tests.reliability.dag_support.records",
         records_callable_kwargs={"n": int(os.environ.get("EO_RECORDS", "100"))},
         exactly_once=True,
-        window=200,
-        publish_path="grpc",
+        batch_size=200,
+        options=PublishOptions(path="grpc"),
         retries=1,
         retry_delay=dt.timedelta(seconds=0),
     )

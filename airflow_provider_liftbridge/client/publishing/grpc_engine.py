@@ -30,6 +30,7 @@ from ..requests import build_publish
 from ..retry import is_transient
 from ..routing import ClientCore, OutageBudget
 from ..types import Ack, AckPolicy, Record
+from .columns import as_record
 from .contract import name_unacknowledged
 from .options import DEFAULT_OPTIONS, PublishOptions
 from .resend import ResendPolicy
@@ -40,10 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_provider_liftbridge.client")
 
-__all__ = ["as_record", "publish_many"]
+__all__ = ["send_over_grpc"]
 
 
-def publish_many(
+def send_over_grpc(
     core: ClientCore,
     stream: str,
     records: Iterable[Record | bytes],
@@ -108,17 +109,6 @@ def publish_many(
         return []
     window = options.window_for("grpc")
     return (yield from _pipeline(core, stream, requests, ids, window, wait, options.resend, sent_ns, stats))
-
-
-def as_record(index: int, item: Record | bytes) -> Record:
-    """``item`` as a :class:`Record` (bytes become its value).
-
-    :raises InvalidArgumentError: ``item`` is neither.
-    """
-    rec = Record(item) if isinstance(item, bytes | bytearray | memoryview) else item
-    if not isinstance(rec, Record):
-        raise InvalidArgumentError(f"record {index} is a {type(item).__name__}; pass Record objects or bytes")
-    return rec
 
 
 def _send_unacknowledged(core: ClientCore, requests: list[api_pb2.PublishRequest], wait: float) -> Op[None]:
