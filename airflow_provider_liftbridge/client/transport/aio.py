@@ -21,15 +21,14 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from .. import effects
 from ..base import SubscriptionReader
 from ..errors import ClientClosedError, UnavailableError
-from ..types import TlsConfig
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns, StubCache
 from .nats import NatsLink
 
 __all__ = ["AsyncTransport"]
 
 _R = TypeVar("_R")
-_Key = tuple[int, str, "TlsConfig | None", int]
-_SyncKey = tuple[str, "TlsConfig | None", int]
+_Key = tuple[int, str, ChannelFactory, int]
+_SyncKey = tuple[str, ChannelFactory, int]
 _EOF = grpc.aio.EOF
 
 #: Responses a threaded subscription holds before its reader thread waits for the consumer; the
