@@ -374,6 +374,8 @@ class AsyncTransport:
         held = self._held.get((address, slot))
         if held is None:
             held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
+        if long_lived:
+            self._factory.watch(held[0], asyncio.get_running_loop())
         return self._stubs.get((address, slot), held[0])
 
     def _sync_channel(self, address: str) -> grpc.Channel:

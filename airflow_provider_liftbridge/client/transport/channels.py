@@ -29,6 +29,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from ..errors import ClientClosedError, InvalidArgumentError
 from ..settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT
 from ..types import TlsConfig
+from .heartbeat import HEARTBEAT
 
 __all__ = [
     "ASYNC_REGISTRY",
@@ -119,6 +120,11 @@ class ChannelFactory:
             return grpc.insecure_channel(address, options=options)
         return grpc.secure_channel(address, self.credentials(), options=options)
 
+    def watch(self, channel: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Keep ``channel``'s keepalive PINGs welcome while long-lived calls on it receive nothing
+        (:mod:`.heartbeat`); ``loop``: the event loop of an asyncio channel."""
+        HEARTBEAT.watch(channel, self.keepalive_time, self.keepalive_timeout, loop)
+
     def async_channel(self, address: str, slot: int = 0) -> grpc.aio.Channel:
         if self.tls is None:
             return grpc.aio.insecure_channel(address, options=self.options(slot))
@@ -163,13 +169,16 @@ class SyncChannelPool:
             channel = self._channels.get((address, slot))
             if channel is None:
                 channel = self._channels[(address, slot)] = self._factory.sync_channel(address, slot)
-            return channel
+        if long_lived:
+            self._factory.watch(channel)
+        return channel
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
+            HEARTBEAT.forget(channel)
             channel.close()
 
 
@@ -212,6 +221,7 @@ class AsyncChannelRegistry:
             if entry.refs > 0:
                 return
             del self._entries[key]
+        HEARTBEAT.forget(entry.channel)
         if not entry.loop.is_closed():
             await entry.channel.close()
 
@@ -242,6 +252,7 @@ class SyncChannelRegistry:
             channel, refs = self._entries.get(key) or (None, 0)
             if channel is None:
                 channel = factory.sync_channel(address, slot)
+                factory.watch(channel)  # every channel here is a threaded subscription's
             self._entries[key] = (channel, refs + 1)
             return channel, key
 
@@ -256,6 +267,7 @@ class SyncChannelRegistry:
                 self._entries[key] = (channel, refs - 1)
                 return
             del self._entries[key]
+        HEARTBEAT.forget(channel)
         channel.close()
 
     def open_channels(self) -> int:
