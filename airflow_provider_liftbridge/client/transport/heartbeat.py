@@ -103,10 +103,27 @@ class Heartbeat:
             if watched.loop is None:
                 call = watched.channel.unary_unary(_METHOD, request_serializer=_raw, response_deserializer=_raw)
                 call.future(_EMPTY_REQUEST, timeout=watched.timeout).add_done_callback(_ignore)
-            elif watched.loop.is_running():
-                asyncio.run_coroutine_threadsafe(_beat_async(watched), watched.loop).add_done_callback(_ignore)
+            else:
+                # The coroutine is made on the loop: one made here would never be awaited if the
+                # loop closed meanwhile.
+                watched.loop.call_soon_threadsafe(_start_beat, watched)
         except Exception:  # a channel closed meanwhile, a loop shut down: nothing to keep alive
             self.forget(watched.channel)
+
+
+#: Beats in flight on event loops (a loop keeps only weak references to its tasks).
+_IN_FLIGHT: set[asyncio.Task[None]] = set()
+
+
+def _start_beat(watched: _Watched) -> None:
+    task = asyncio.ensure_future(_beat_async(watched))
+    _IN_FLIGHT.add(task)
+    task.add_done_callback(_beat_done)
+
+
+def _beat_done(task: asyncio.Task[None]) -> None:
+    _IN_FLIGHT.discard(task)
+    _ignore(task)
 
 
 async def _beat_async(watched: _Watched) -> None:
