@@ -117,6 +117,10 @@ MOMENTS = ("before", "during", "recovery", "after")
 TIMINGS = ClusterTimings.fast(replica_max_leader_timeout=2.0, replica_max_lag_time=3.0, replica_max_idle_wait=1.0)
 #: How long each record waits for its ack before the recovery logic takes over.
 ACK_WAIT = 3.0
+#: The same against an external cluster: Liftbridge's first ack-ALL commit on a new partition took
+#: 9-10 s there (docs/reliability.md), so with ``ACK_WAIT`` most publishing runs raised an ack
+#: time-out before their fault mattered, and the recovery paths were barely exercised.
+EXTERNAL_ACK_WAIT = 15.0
 #: Tries of an exactly-once publish or a consume run (Airflow's retries of the task).
 TRIES = 4
 
@@ -604,7 +608,7 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     call = _operator_call(schedule, rig, stream, outcome) if schedule.path in OPERATOR_PATHS else None
     if schedule.path == INTERVAL_PATH:
         call, outcome.progress_cursor = interval_call(client, stream, schedule.partitions, outcome, TRIES)
-    call = call or _call(schedule, client, stream, outcome)
+    call = call or _call(schedule, client, stream, outcome, EXTERNAL_ACK_WAIT if rig.external else ACK_WAIT)
 
     def progress() -> int:
         if outcome.progress_of is not None:  # in records, as the moment's fraction counts them
@@ -736,19 +740,22 @@ def _start(call: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def _call(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome) -> Callable[[], None]:
-    """The path's calls, on a thread: results and failures go into ``outcome``."""
+def _call(
+    schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome, ack_wait: float
+) -> Callable[[], None]:
+    """The path's calls, on a thread: results and failures go into ``outcome``; each record waits
+    ``ack_wait`` seconds for its ack."""
     records = outcome.records
 
     def publish() -> None:
         path = "nats" if schedule.path == "bulk-nats" else "grpc"
         try:
-            outcome.acks = client.publish_many(stream, records, path=path, ack_policy=AckPolicy.ALL, timeout=ACK_WAIT)
+            outcome.acks = client.publish_many(stream, records, path=path, ack_policy=AckPolicy.ALL, timeout=ack_wait)
         except LiftbridgeError as exc:
             outcome.errors.append(exc)
 
     def exactly_once() -> None:
-        options = PublishOptions(ack_policy=AckPolicy.ALL, path="nats", timeout=ACK_WAIT)
+        options = PublishOptions(ack_policy=AckPolicy.ALL, path="nats", timeout=ack_wait)
         for _ in range(TRIES):
             try:
                 with ExactlyOncePublisher(client, stream, f"campaign/{stream}", options=options) as eo:
