@@ -22,6 +22,7 @@ costs nothing.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -138,3 +139,14 @@ def _ignore(future: Any) -> None:
 
 #: The one heartbeat of this process.
 HEARTBEAT = Heartbeat()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's threads, and its channels are the parent's: it
+    # starts with nothing watched and starts its own thread when it watches a channel of its own.
+    HEARTBEAT._watched = {}
+    HEARTBEAT._wake = threading.Condition()
+    HEARTBEAT._thread = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
