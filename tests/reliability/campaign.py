@@ -90,6 +90,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
+from tests.netfaults import Link, link_unavailable
 from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
@@ -110,6 +111,11 @@ POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operato
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
 NATS_TARGETS = ("client-nats", "leader-nats")
 ACTIONS = ("kill", "stop")
+#: Link faults, drawn only when asked for (``targets=`` with them, on ``DevRig(link_faults=True)``;
+#: so a campaign without them draws every seed as before): ``client-link`` cuts every packet
+#: between the client and the cluster (brokers and NATS) both ways, silently, for the run's
+#: ``down`` seconds. Their action is always ``cut``.
+LINK_TARGETS = ("client-link",)
 MOMENTS = ("before", "during", "recovery", "after")
 
 #: The dev cluster's timings: leadership moves after 2 s, a lagging follower leaves the ISR after
@@ -162,6 +168,8 @@ def draw(
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
     action = rng.choice(list(actions))
+    if target in LINK_TARGETS:
+        action = "cut"  # the action was drawn all the same, so the draws after it come as for any target
     moment = rng.choice(MOMENTS)
     records = {"bulk-nats": 50000, "grpc": 1500}.get(path, 3000 if path in READING_PATHS else 30000)
     return Schedule(
@@ -185,23 +193,52 @@ class DevRig:
     """Three ``nats-server`` processes in one NATS cluster and a three-broker dev cluster on
     node 0, in a process of its own; the client is given node 1 only and discovers the others
     from the cluster. With ``show_log`` the cluster's log goes to stdout at the end (pytest shows
-    it beside a failed test: leader changes, ISR shrinks)."""
+    it beside a failed test: leader changes, ISR shrinks).
+
+    With ``link_faults`` the cluster (nats-servers and brokers) runs in a network namespace of its
+    own, reached only through a veth pair (``tests/netfaults.py``), so the ``client-link`` target
+    can cut the client off silently.
+
+    :raises RuntimeError: (on enter) ``link_faults`` where namespaces cannot be made (the message
+        says why; see ``tests.netfaults.link_unavailable``).
+    """
 
     external = False
 
-    def __init__(self, show_log: bool = False) -> None:
+    def __init__(self, show_log: bool = False, link_faults: bool = False) -> None:
         self.show_log = show_log
-        self.nats = nats_cluster(3)
+        self.link: Link | None = None
+        if link_faults:
+            why = link_unavailable()
+            if why is not None:
+                raise RuntimeError(f"link faults cannot be made here: {why}")
+            self.link = Link()
+        host, wrapper = (self.link.inside, self.link.wrapper()) if self.link else ("127.0.0.1", [])
+        self._host, self._wrapper = host, wrapper
+        self.nats = nats_cluster(3, host, wrapper)
         self.server: DevServerProcess | None = None
         self._data = Path(tempfile.mkdtemp(prefix="campaign-cluster-"))
 
     def __enter__(self) -> DevRig:
-        for node in self.nats:
-            node.start()
-        self.server = DevServerProcess(self._data, brokers=3, nats_url=self.nats[0].url, timings=TIMINGS).start()
+        try:
+            for node in self.nats:
+                node.start()
+            self.server = DevServerProcess(
+                self._data,
+                brokers=3,
+                host=self._host,
+                nats_url=self.nats[0].url,
+                timings=TIMINGS,
+                wrapper=self._wrapper,
+            ).start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.link is not None:
+            self.link.heal()  # before anything waits for the cluster through it
         for node in self.nats:
             with suppress(OSError, TypeError):
                 os.kill(node.pid, signal.SIGCONT)  # type: ignore[arg-type]
@@ -216,6 +253,8 @@ class DevRig:
             self.server.close()
         for node in self.nats:
             node.stop()
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self._data, ignore_errors=True)
 
     @property
@@ -231,6 +270,12 @@ class DevRig:
         """Strike ``target`` now; return what heals it."""
         server = self.server
         assert server is not None
+        if target in LINK_TARGETS:
+            link = self.link
+            if link is None:
+                raise RuntimeError(f"target {target!r} needs DevRig(link_faults=True)")
+            link.cut()
+            return link.heal
         if target in NATS_TARGETS:
             node = self.nats[1 if target == "client-nats" else 0]
             if action == "kill":
