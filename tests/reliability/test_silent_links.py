@@ -32,6 +32,9 @@ BOUND = KEEPALIVE_TIME + KEEPALIVE_TIMEOUT
 #: What a busy machine may add to it (timers fire late, the process waits for a core). The old
 #: defaults took about 40 s, past BOUND + SLACK.
 SLACK = 8.0
+#: How long a test waits for the notice before it gives up: well past the bound, so that the wait
+#: itself never decides (the bound is asserted on the time measured).
+GIVE_UP = 3 * BOUND
 
 Served = tuple[Link, DevServerProcess]
 
@@ -87,11 +90,11 @@ def test_an_asyncio_subscription_notices_a_silent_leader(linked_devserver: Serve
             link.cut()
             cut_at = time.monotonic()
             with pytest.raises(UnavailableError):
-                await asyncio.wait_for(anext(messages), BOUND + SLACK)
+                await asyncio.wait_for(anext(messages), GIVE_UP)
             return time.monotonic() - cut_at
 
     took = asyncio.run(scenario())
-    assert took < BOUND + SLACK
+    assert took < BOUND + SLACK, f"noticed {took:.1f} s after the cut; bound {BOUND:g} s"
 
 
 def test_a_nats_connection_notices_a_silent_server(linked_devserver: Served) -> None:
@@ -104,14 +107,14 @@ def test_a_nats_connection_notices_a_silent_server(linked_devserver: Served) -> 
             await nc.flush(timeout=5)
             link.cut()
             cut_at = time.monotonic()
-            await until(lambda: not nc.is_connected, BOUND + SLACK, "the NATS connection to count as lost")
+            await until(lambda: not nc.is_connected, GIVE_UP, "the NATS connection to count as lost")
             return time.monotonic() - cut_at
         finally:
             link.heal()
             await nc.close()
 
     took = asyncio.run(scenario())
-    assert took < BOUND + SLACK
+    assert took < BOUND + SLACK, f"noticed {took:.1f} s after the cut; bound {BOUND:g} s"
 
 
 def test_the_link_heals(linked_devserver: Served) -> None:
