@@ -114,8 +114,11 @@ ACTIONS = ("kill", "stop")
 #: Link faults, drawn only when asked for (``targets=`` with them, on ``DevRig(link_faults=True)``;
 #: so a campaign without them draws every seed as before): ``client-link`` cuts every packet
 #: between the client and the cluster (brokers and NATS) both ways, silently, for the run's
-#: ``down`` seconds. Their action is always ``cut``.
+#: ``down`` seconds (:data:`LINK_DOWN`). Their action is always ``cut``.
 LINK_TARGETS = ("client-link",)
+#: How long a link fault lasts, in seconds: up to past the client's keepalive bound (20 s), so
+#: that some cuts are noticed as lost connections and not only ridden out by TCP's retransmits.
+LINK_DOWN = (0.3, 30.0)
 MOMENTS = ("before", "during", "recovery", "after")
 
 #: The dev cluster's timings: leadership moves after 2 s, a lagging follower leaves the ISR after
@@ -179,7 +182,7 @@ def draw(
         action=action,
         moment=moment,
         fraction=rng.uniform(0.02, 0.9),
-        down=rng.uniform(0.3, 3.0),
+        down=rng.uniform(*(LINK_DOWN if target in LINK_TARGETS else (0.3, 3.0))),
         second_after=rng.uniform(0.0, 1.5),
         records=records,
         partitions=rng.choice((1, 3)),

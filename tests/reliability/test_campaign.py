@@ -62,8 +62,9 @@ def test_randomized_fault_run_breaks_no_invariant(schedule: Schedule) -> None:
     )
 
 
-#: A link-fault run: the client cut off from the cluster while a bulk NATS publish is at 70 %,
-#: again 1 s after the heal (seed 59015 with the link targets drawn too).
+#: A link-fault run: the client cut off from the cluster for 25.6 s, past the keepalive bound,
+#: while a bulk NATS publish is at 70 %, and again 1 s after the heal (seed 59015 with the link
+#: targets drawn too).
 LINK_SCHEDULE = draw(59015, targets=(*TARGETS, *LINK_TARGETS))
 
 
