@@ -125,6 +125,18 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "schema": {"type": ["number", "null"], "default": 30},
         "description": "How long a subscription keeps trying to resubscribe after a transient failure, e.g. 30.",
     },
+    "keepalive_time": {
+        "label": "Keepalive ping interval (seconds)",
+        "schema": {"type": ["number", "null"], "default": 10},
+        "description": "Seconds between pings of a broker connection with calls open, e.g. 10. With the ping"
+        " timeout, how long a call on a silent link (packets dropped, nothing reset) takes to notice.",
+    },
+    "keepalive_timeout": {
+        "label": "Keepalive ping timeout (seconds)",
+        "schema": {"type": ["number", "null"], "default": 10},
+        "description": "Seconds a ping may go unanswered before the connection counts as dead and its calls"
+        " are retried elsewhere, e.g. 10.",
+    },
 }
 
 #: The form's name of each standard field (Liftbridge has no schema; login/password are NATS's).

@@ -7,6 +7,7 @@ Exit status 1 when any run broke an invariant.
 
     python scripts/fault_campaign.py --runs 300 --base-seed 1000 --out campaign.jsonl
     python scripts/fault_campaign.py --seed 36004              # one run again, from its seed
+    python scripts/fault_campaign.py --link-faults --runs 50   # also cut the client's link (root)
     python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
         --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
         --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
@@ -29,7 +30,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
-from tests.reliability.campaign import EXTRA_PATHS, PATHS, TARGETS, DevRig, ExternalRig, Verdict, draw, run  # noqa: E402
+from tests.netfaults import link_unavailable  # noqa: E402
+from tests.reliability.campaign import (  # noqa: E402
+    EXTRA_PATHS,
+    LINK_TARGETS,
+    PATHS,
+    TARGETS,
+    DevRig,
+    ExternalRig,
+    Verdict,
+    draw,
+    run,
+)
 from tests.reliability.freezing import ExternalFreezable, find_broker, match_brokers  # noqa: E402
 
 
@@ -45,6 +57,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"paths to draw from (default {','.join(PATHS)}; also {','.join(EXTRA_PATHS)})",
     )
     p.add_argument("--targets", default="", help=f"targets to draw from (default: all the cluster allows; {TARGETS})")
+    p.add_argument(
+        "--link-faults",
+        action="store_true",
+        help=f"dev cluster only: run it in a network namespace and draw link faults too ({','.join(LINK_TARGETS)});"
+        " needs root, ip and tc, else the campaign runs without them and says why",
+    )
     p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
     p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")
     p.add_argument("--nats", default=env("LIFTBRIDGE_TEST_NATS", ""), help="its NATS servers (comma-separated)")
@@ -64,7 +82,14 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
     """A factory of rigs, and the targets and actions they allow."""
     if not args.brokers:
+        why = link_unavailable() if args.link_faults else None
+        if why is not None:
+            print(f"fault_campaign: no link faults in this campaign: {why}", file=sys.stderr, flush=True)
+        if args.link_faults and why is None:
+            return (lambda: DevRig(link_faults=True)), (*TARGETS, *LINK_TARGETS), ("kill", "stop")
         return DevRig, TARGETS, ("kill", "stop")
+    if args.link_faults:
+        sys.exit("--link-faults needs the dev cluster (an external cluster's links are not this script's to cut)")
     if not (args.freeze_cmd and args.thaw_cmd):
         sys.exit("an external cluster needs --freeze-cmd and --thaw-cmd (and --kill-cmd, --start-cmd for kills)")
     addresses = [a.strip() for a in args.brokers.split(",")]

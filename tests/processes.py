@@ -95,14 +95,18 @@ def restart_nats(node: NatsServerProcess, within: float = 10.0) -> None:
                 time.sleep(0.1)
 
 
-def nats_cluster(n: int = 3) -> list[NatsServerProcess]:
-    """``n`` ``nats-server`` nodes routed to each other (one NATS cluster), not started yet."""
+def nats_cluster(n: int = 3, host: str = "127.0.0.1", wrapper: Sequence[str] = ()) -> list[NatsServerProcess]:
+    """``n`` ``nats-server`` nodes routed to each other (one NATS cluster), not started yet;
+    clients reach them on ``host``, and they run under ``wrapper`` (see ``NatsServerProcess``;
+    the routes stay on the loopback of the namespace they run in)."""
     ports = free_ports(2 * n)
     routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports[n:])
     return [
         NatsServerProcess(
+            host,
             port=ports[i],
             extra_args=["--cluster_name", "t", "--cluster", f"nats://127.0.0.1:{ports[n + i]}", "--routes", routes],
+            wrapper=wrapper,
         )
         for i in range(n)
     ]

@@ -75,7 +75,7 @@ class AsyncLiftbridgeClient(ClientBase):
         self._transport = AsyncTransport(
             factory,
             subscription_channels,
-            NatsLink(self.nats_servers, self._core.timeout, self.nats_security),
+            NatsLink(self.nats_servers, self._core.timeout, self.nats_security, self.settings.keepalive),
             self.subscription_reader,
         )
 

@@ -9,7 +9,7 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity, redact_urls
 
 from .errors import InvalidArgumentError
 from .routing import ClientCore
-from .settings import ConnectionSettings
+from .settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT, ConnectionSettings
 from .transport.channels import ChannelFactory
 from .types import AckPolicy, TlsConfig
 
@@ -47,8 +47,12 @@ class ClientBase:
         always reads on the caller's thread and only checks the value.
     :param backoff_base: first retry wait in seconds (doubled per retry).
     :param backoff_max: longest retry wait in seconds.
+    :param keepalive_time: seconds between keepalive pings of a connection with calls on it.
+    :param keepalive_timeout: how long a ping may go unanswered before the connection counts as
+        dead and its calls fail with UNAVAILABLE: a call on a silent link notices within
+        ``keepalive_time + keepalive_timeout`` seconds (docs/reliability.md, "Silent links").
     :raises InvalidArgumentError: a malformed broker address, unreadable TLS files, a certificate
-        without its key, a non-positive timeout, an unknown ``subscription_reader``.
+        without its key, a non-positive timeout or keepalive, an unknown ``subscription_reader``.
 
     The connection keywords make a :class:`~.settings.ConnectionSettings`, which checks them;
     :meth:`from_settings` takes one made elsewhere (the hook, Spark executors).
@@ -69,6 +73,8 @@ class ClientBase:
         subscription_reader: SubscriptionReader = "thread",
         backoff_base: float = 0.05,
         backoff_max: float = 2.0,
+        keepalive_time: float = KEEPALIVE_TIME,
+        keepalive_timeout: float = KEEPALIVE_TIMEOUT,
     ) -> None:
         settings = ConnectionSettings(
             brokers=brokers,  # type: ignore[arg-type]  # normalised to a tuple by the settings
@@ -81,6 +87,8 @@ class ClientBase:
             resubscribe_wait=resubscribe_wait,
             backoff_base=backoff_base,
             backoff_max=backoff_max,
+            keepalive_time=keepalive_time,
+            keepalive_timeout=keepalive_timeout,
         )
         self._start(settings, subscription_channels, subscription_reader)
 
@@ -108,7 +116,9 @@ class ClientBase:
             raise InvalidArgumentError(f"subscription_reader must be 'thread' or 'aio', got {subscription_reader!r}")
         self.subscription_reader: SubscriptionReader = subscription_reader
         self._core = ClientCore(settings)
-        self._open(ChannelFactory(settings.tls), subscription_channels)
+        self._open(
+            ChannelFactory(settings.tls, settings.keepalive_time, settings.keepalive_timeout), subscription_channels
+        )
 
     @property
     def settings(self) -> ConnectionSettings:

@@ -18,7 +18,14 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity, check_nats_u
 from .errors import InvalidArgumentError
 from .types import AckPolicy, TlsConfig
 
-__all__ = ["ConnectionSettings", "parse_brokers"]
+__all__ = ["KEEPALIVE_TIME", "KEEPALIVE_TIMEOUT", "ConnectionSettings", "parse_brokers"]
+
+#: Default seconds between keepalive pings of a gRPC connection with calls on it, and how long a
+#: ping may go unanswered before the connection counts as dead: together, how long a call on a
+#: silent link (packets dropped, nothing reset) takes to notice (docs/reliability.md, "Silent
+#: links"; there too what pinging costs against a server that limits pings, as Liftbridge does).
+KEEPALIVE_TIME = 10.0
+KEEPALIVE_TIMEOUT = 10.0
 
 
 def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
@@ -77,8 +84,12 @@ class ConnectionSettings:
     :param conn_id: where the settings came from (an Airflow connection id), for messages.
     :param backoff_base: first retry wait in seconds (doubled per retry; not shipped to Spark).
     :param backoff_max: longest retry wait in seconds (not shipped to Spark).
+    :param keepalive_time: seconds between keepalive pings of a gRPC connection with calls on it.
+    :param keepalive_timeout: seconds a ping may go unanswered before the connection counts as dead
+        and its calls fail (UNAVAILABLE, retried as any lost connection): a silent link is noticed
+        within ``keepalive_time + keepalive_timeout``.
     :raises InvalidArgumentError: no broker, a broker that is not ``host:port``, a NATS server
-        that is not a NATS URL, a non-positive timeout, a negative ``max_retries``,
+        that is not a NATS URL, a non-positive timeout or keepalive, a negative ``max_retries``,
         ``resubscribe_wait`` or backoff.
     """
 
@@ -93,6 +104,8 @@ class ConnectionSettings:
     conn_id: str | None = None
     backoff_base: float = 0.05
     backoff_max: float = 2.0
+    keepalive_time: float = KEEPALIVE_TIME
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
 
     def __post_init__(self) -> None:
         # Accept "h:p,h:p" strings and lists for convenience; store tuples (hashable, picklable).
@@ -106,11 +119,21 @@ class ConnectionSettings:
             raise InvalidArgumentError(f"max_retries must be a whole number >= 0, got {self.max_retries!r}")
         if not self.resubscribe_wait >= 0:
             raise InvalidArgumentError(f"resubscribe_wait must be 0 or more seconds, got {self.resubscribe_wait!r}")
+        for name in ("keepalive_time", "keepalive_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+            object.__setattr__(self, name, float(value))
         if not 0 <= self.backoff_base <= self.backoff_max:
             raise InvalidArgumentError(
                 f"backoff_base and backoff_max must be 0 <= base <= max seconds, got {self.backoff_base!r}, "
                 f"{self.backoff_max!r}"
             )
+
+    @property
+    def keepalive(self) -> tuple[float, float]:
+        """``(keepalive_time, keepalive_timeout)``."""
+        return (self.keepalive_time, self.keepalive_timeout)
 
     def __repr__(self) -> str:
         # NATS URLs may carry user:password@; NatsSecurity's own repr hides its secrets.
@@ -118,5 +141,6 @@ class ConnectionSettings:
             f"ConnectionSettings(brokers={self.brokers!r}, tls={self.tls!r},"
             f" nats_servers=[{redact_urls(self.nats_servers)}], nats_security={self.nats_security!r},"
             f" ack_policy={self.ack_policy.name}, timeout={self.timeout:g}, max_retries={self.max_retries},"
-            f" resubscribe_wait={self.resubscribe_wait:g}, conn_id={self.conn_id!r})"
+            f" resubscribe_wait={self.resubscribe_wait:g},"
+            f" keepalive={self.keepalive_time:g}+{self.keepalive_timeout:g}, conn_id={self.conn_id!r})"
         )

@@ -64,7 +64,9 @@ class LiftbridgeClient(ClientBase):
 
     def _open(self, factory: ChannelFactory, subscription_channels: int) -> None:
         self._pool = SyncChannelPool(factory, subscription_channels)
-        self._transport = SyncTransport(self._pool, NatsLink(self.nats_servers, self._core.timeout, self.nats_security))
+        self._transport = SyncTransport(
+            self._pool, NatsLink(self.nats_servers, self._core.timeout, self.nats_security, self.settings.keepalive)
+        )
 
     def create_stream(self, /, subject: str, name: str, options: StreamOptions | None = None, **keywords: Any) -> None:
         """Create a stream named ``name`` attached to the NATS subject ``subject``, with ``options``

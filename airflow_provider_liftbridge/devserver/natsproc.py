@@ -187,6 +187,9 @@ class NatsServerProcess:
     :param security: TLS and authentication the child demands (``None``: plain, anonymous).
     :param extra_args: more command-line options (e.g. ``--cluster``, ``--routes`` and
         ``--cluster_name`` for a node of a NATS cluster); not with ``security``.
+    :param wrapper: a command the child runs under, e.g. ``["ip", "netns", "exec", "ns1"]`` to
+        serve from a network namespace (it must exec nats-server, so :attr:`pid` stays its pid;
+        the port is then not checked from here, where ``host`` may not exist).
     """
 
     def __init__(
@@ -197,7 +200,9 @@ class NatsServerProcess:
         binary: str | None = None,
         security: NatsServerSecurity | None = None,
         extra_args: Sequence[str] = (),
+        wrapper: Sequence[str] = (),
     ) -> None:
+        self.wrapper = tuple(wrapper)
         self.host = host
         self.port = port
         self.binary = binary
@@ -250,17 +255,27 @@ class NatsServerProcess:
     def _spawn(self, timeout: float) -> float:
         """Launch the child (its output goes to a temporary log file); return the readiness deadline."""
         binary = self.binary or find_nats_server()
-        check_port_free(self.host, self.port, "NATS")
+        if not self.wrapper:
+            check_port_free(self.host, self.port, "NATS")
         fd, name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".log")
         self._log_path = Path(name)
         if self.security is None:
-            args = [*_parent_death_wrapper(), binary, "-a", self.host, "-p", str(self.port or -1), *self.extra_args]
+            args = [
+                *self.wrapper,
+                *_parent_death_wrapper(),
+                binary,
+                "-a",
+                self.host,
+                "-p",
+                str(self.port or -1),
+                *self.extra_args,
+            ]
         else:
             conf_fd, conf_name = tempfile.mkstemp(prefix="liftbridge-devserver-nats-", suffix=".conf")
             with os.fdopen(conf_fd, "w") as conf:
                 conf.write(self.security.config_text(self.host, self.port))
             self._conf_path = Path(conf_name)
-            args = [*_parent_death_wrapper(), binary, "-c", conf_name]
+            args = [*self.wrapper, *_parent_death_wrapper(), binary, "-c", conf_name]
         with os.fdopen(fd, "wb") as log_file:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -57,6 +58,8 @@ class DevServerProcess:
     :param tls_client_ca_file: ``--tls-client-ca``.
     :param timings: cluster mode's time-outs, minimum ISR and restart window (the ``--replica-*``,
         ``--min-insync-replicas`` and ``--restart-window`` options); default: Liftbridge's.
+    :param wrapper: a command the child runs under, e.g. ``["ip", "netns", "exec", "ns1"]`` to serve
+        from a network namespace (the wrapper must exec the server, so :attr:`pid` stays its pid).
 
     The child reads fault commands on its stdin (``--control stdin``), so the cluster fault hooks of
     :class:`DevServer` work on it too: :meth:`stall_broker`, :meth:`resume_broker`,
@@ -78,7 +81,9 @@ class DevServerProcess:
         tls_key_file: str | os.PathLike[str] | None = None,
         tls_client_ca_file: str | os.PathLike[str] | None = None,
         timings: ClusterTimings | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
+        self._wrapper = list(wrapper)
         if grpc_transport is not None and grpc_transport not in GRPC_TRANSPORTS:
             raise ValueError(f"unknown gRPC transport {grpc_transport!r}; choose one of {', '.join(GRPC_TRANSPORTS)}")
         self.grpc_transport = grpc_transport
@@ -157,6 +162,7 @@ class DevServerProcess:
         if self._proc is not None and self._proc.poll() is None:
             raise ServerStateError("the dev server process is already running")
         args = [
+            *self._wrapper,
             sys.executable,
             "-m",
             "airflow_provider_liftbridge.devserver",

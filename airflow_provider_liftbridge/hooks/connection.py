@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, TlsConfig
+from airflow_provider_liftbridge.client.settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT
 from airflow_provider_liftbridge.exceptions import LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.extras import MissingExtraError, needs_extra
 from airflow_provider_liftbridge.nats_security import NatsSecurity
@@ -78,6 +79,8 @@ def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
     timeout = _parse_number(extras, "timeout", 10.0, fail, minimum=0.0, strict=True)
     max_retries = int(_parse_number(extras, "max_retries", 5, fail, minimum=0, integer=True))
     resubscribe_wait = _parse_number(extras, "resubscribe_wait", 30.0, fail, minimum=0.0)
+    keepalive_time = _parse_number(extras, "keepalive_time", KEEPALIVE_TIME, fail, minimum=0.0, strict=True)
+    keepalive_timeout = _parse_number(extras, "keepalive_timeout", KEEPALIVE_TIMEOUT, fail, minimum=0.0, strict=True)
     return ConnectionSettings(
         conn_id=conn_id,
         brokers=brokers,
@@ -88,6 +91,8 @@ def settings_from_connection(conn: ConnectionLike) -> ConnectionSettings:
         timeout=timeout,
         max_retries=max_retries,
         resubscribe_wait=resubscribe_wait,
+        keepalive_time=keepalive_time,
+        keepalive_timeout=keepalive_timeout,
     )
 
 

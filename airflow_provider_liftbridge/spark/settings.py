@@ -13,6 +13,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from airflow_provider_liftbridge.client import AckPolicy, ConnectionSettings, InvalidArgumentError, TlsConfig
+from airflow_provider_liftbridge.client.settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 from .errors import SparkOptionError
@@ -32,6 +33,8 @@ OPT_TIMEOUT = "timeout"
 OPT_MAX_RETRIES = "maxRetries"
 OPT_ACK_POLICY = "ackPolicy"
 OPT_RESUBSCRIBE_WAIT = "resubscribeWait"
+OPT_KEEPALIVE_TIME = "keepaliveTime"
+OPT_KEEPALIVE_TIMEOUT = "keepaliveTimeout"
 #: NATS TLS and authentication: ``nats`` + the NatsSecurity field in camel case (``natsTlsCaFile``,
 #: ``natsUser``, ``natsPassword``, ...). Spark redacts options named like password/token in plans.
 NATS_SECURITY_OPTIONS = {
@@ -49,6 +52,8 @@ CONNECTION_OPTIONS = (
     OPT_MAX_RETRIES,
     OPT_ACK_POLICY,
     OPT_RESUBSCRIBE_WAIT,
+    OPT_KEEPALIVE_TIME,
+    OPT_KEEPALIVE_TIMEOUT,
     *NATS_SECURITY_OPTIONS,
 )
 
@@ -67,6 +72,8 @@ def to_options(settings: ConnectionSettings) -> dict[str, str]:
         OPT_TIMEOUT: repr(settings.timeout),
         OPT_MAX_RETRIES: str(settings.max_retries),
         OPT_RESUBSCRIBE_WAIT: repr(settings.resubscribe_wait),
+        OPT_KEEPALIVE_TIME: repr(settings.keepalive_time),
+        OPT_KEEPALIVE_TIMEOUT: repr(settings.keepalive_timeout),
     }
     if settings.nats_security is not None:
         for option, name in NATS_SECURITY_OPTIONS.items():
@@ -103,6 +110,10 @@ def from_options(options: Mapping[str, str]) -> ConnectionSettings:
             timeout=_parse_number(OPT_TIMEOUT, get(OPT_TIMEOUT), float, 10.0),
             max_retries=_parse_number(OPT_MAX_RETRIES, get(OPT_MAX_RETRIES), int, 5),
             resubscribe_wait=_parse_number(OPT_RESUBSCRIBE_WAIT, get(OPT_RESUBSCRIBE_WAIT), float, 30.0),
+            keepalive_time=_parse_number(OPT_KEEPALIVE_TIME, get(OPT_KEEPALIVE_TIME), float, KEEPALIVE_TIME),
+            keepalive_timeout=_parse_number(
+                OPT_KEEPALIVE_TIMEOUT, get(OPT_KEEPALIVE_TIMEOUT), float, KEEPALIVE_TIMEOUT
+            ),
             nats_security=_nats_security(get),
         )
     except (InvalidArgumentError, NatsSecurityError) as exc:

@@ -49,6 +49,7 @@ def test_defaults_without_extras() -> None:
     assert settings.nats_servers == ()
     assert settings.ack_policy is AckPolicy.LEADER
     assert (settings.timeout, settings.max_retries, settings.resubscribe_wait) == (10.0, 5, 30.0)
+    assert settings.keepalive == (10.0, 10.0)
 
 
 def test_all_extras_are_read(pem: dict[str, str]) -> None:
@@ -63,12 +64,15 @@ def test_all_extras_are_read(pem: dict[str, str]) -> None:
             timeout="2.5",
             max_retries=0,
             resubscribe_wait=1,
+            keepalive_time="4",
+            keepalive_timeout=6,
         )
     )
     assert settings.tls == TlsConfig(pem["ca"], pem["cert"], pem["key"], "lb.internal")
     assert settings.nats_servers == ("nats://127.0.0.1:4222", "nats://n2:4223")
     assert settings.ack_policy is AckPolicy.ALL
     assert (settings.timeout, settings.max_retries, settings.resubscribe_wait) == (2.5, 0, 1.0)
+    assert settings.keepalive == (4.0, 6.0)
     with LiftbridgeClient.from_settings(settings) as client:  # built from the settings, nothing re-read
         assert client.settings is settings
         assert (client.tls, client.nats_servers) == (settings.tls, settings.nats_servers)
@@ -108,6 +112,8 @@ def test_tls_enabled_without_files_uses_system_roots() -> None:
         ({"ack_policy": 7}, "extra.ack_policy", "not an ack policy"),
         ({"timeout": 0}, "extra.timeout", "greater than 0"),
         ({"timeout": "soon"}, "extra.timeout", "not a number"),
+        ({"keepalive_time": 0}, "extra.keepalive_time", "greater than 0"),
+        ({"keepalive_timeout": "never"}, "extra.keepalive_timeout", "not a number"),
         ({"max_retries": -1}, "extra.max_retries", "at least 0"),
         ({"max_retries": 1.5}, "extra.max_retries", "whole number"),
         ({"tls_ca_file": "/nonexistent/ca.pem"}, "extra.tls_ca_file", "cannot read"),

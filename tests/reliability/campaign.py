@@ -91,6 +91,7 @@ from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
 from tests.margins import bounded
+from tests.netfaults import Link, link_unavailable
 from tests.processes import nats_cluster, restart_nats, sigstop
 
 from .freezing import ExternalFreezable, run_command
@@ -111,6 +112,14 @@ POSITION_CURSORS = {"consume": "campaign", "consume-operator": "campaign-operato
 TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader", "cluster")
 NATS_TARGETS = ("client-nats", "leader-nats")
 ACTIONS = ("kill", "stop")
+#: Link faults, drawn only when asked for (``targets=`` with them, on ``DevRig(link_faults=True)``;
+#: so a campaign without them draws every seed as before): ``client-link`` cuts every packet
+#: between the client and the cluster (brokers and NATS) both ways, silently, for the run's
+#: ``down`` seconds (:data:`LINK_DOWN`). Their action is always ``cut``.
+LINK_TARGETS = ("client-link",)
+#: How long a link fault lasts, in seconds: up to past the client's keepalive bound (20 s), so
+#: that some cuts are noticed as lost connections and not only ridden out by TCP's retransmits.
+LINK_DOWN = (0.3, 30.0)
 MOMENTS = ("before", "during", "recovery", "after")
 
 #: The dev cluster's timings: leadership moves after 2 s, a lagging follower leaves the ISR after
@@ -118,6 +127,10 @@ MOMENTS = ("before", "during", "recovery", "after")
 TIMINGS = ClusterTimings.fast(replica_max_leader_timeout=2.0, replica_max_lag_time=3.0, replica_max_idle_wait=1.0)
 #: How long each record waits for its ack before the recovery logic takes over.
 ACK_WAIT = 3.0
+#: The same against an external cluster: Liftbridge's first ack-ALL commit on a new partition took
+#: 9-10 s there (docs/reliability.md), so with ``ACK_WAIT`` most publishing runs raised an ack
+#: time-out before their fault mattered, and the recovery paths were barely exercised.
+EXTERNAL_ACK_WAIT = 15.0
 #: Tries of an exactly-once publish or a consume run (Airflow's retries of the task).
 TRIES = 4
 
@@ -159,6 +172,8 @@ def draw(
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
     action = rng.choice(list(actions))
+    if target in LINK_TARGETS:
+        action = "cut"  # the action was drawn all the same, so the draws after it come as for any target
     moment = rng.choice(MOMENTS)
     records = {"bulk-nats": 50000, "grpc": 1500}.get(path, 3000 if path in READING_PATHS else 30000)
     return Schedule(
@@ -168,7 +183,7 @@ def draw(
         action=action,
         moment=moment,
         fraction=rng.uniform(0.02, 0.9),
-        down=rng.uniform(0.3, 3.0),
+        down=rng.uniform(*(LINK_DOWN if target in LINK_TARGETS else (0.3, 3.0))),
         second_after=rng.uniform(0.0, 1.5),
         records=records,
         partitions=rng.choice((1, 3)),
@@ -182,23 +197,52 @@ class DevRig:
     """Three ``nats-server`` processes in one NATS cluster and a three-broker dev cluster on
     node 0, in a process of its own; the client is given node 1 only and discovers the others
     from the cluster. With ``show_log`` the cluster's log goes to stdout at the end (pytest shows
-    it beside a failed test: leader changes, ISR shrinks)."""
+    it beside a failed test: leader changes, ISR shrinks).
+
+    With ``link_faults`` the cluster (nats-servers and brokers) runs in a network namespace of its
+    own, reached only through a veth pair (``tests/netfaults.py``), so the ``client-link`` target
+    can cut the client off silently.
+
+    :raises RuntimeError: (on enter) ``link_faults`` where namespaces cannot be made (the message
+        says why; see ``tests.netfaults.link_unavailable``).
+    """
 
     external = False
 
-    def __init__(self, show_log: bool = False) -> None:
+    def __init__(self, show_log: bool = False, link_faults: bool = False) -> None:
         self.show_log = show_log
-        self.nats = nats_cluster(3)
+        self.link: Link | None = None
+        if link_faults:
+            why = link_unavailable()
+            if why is not None:
+                raise RuntimeError(f"link faults cannot be made here: {why}")
+            self.link = Link()
+        host, wrapper = (self.link.inside, self.link.wrapper()) if self.link else ("127.0.0.1", [])
+        self._host, self._wrapper = host, wrapper
+        self.nats = nats_cluster(3, host, wrapper)
         self.server: DevServerProcess | None = None
         self._data = Path(tempfile.mkdtemp(prefix="campaign-cluster-"))
 
     def __enter__(self) -> DevRig:
-        for node in self.nats:
-            node.start()
-        self.server = DevServerProcess(self._data, brokers=3, nats_url=self.nats[0].url, timings=TIMINGS).start()
+        try:
+            for node in self.nats:
+                node.start()
+            self.server = DevServerProcess(
+                self._data,
+                brokers=3,
+                host=self._host,
+                nats_url=self.nats[0].url,
+                timings=TIMINGS,
+                wrapper=self._wrapper,
+            ).start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.link is not None:
+            self.link.heal()  # before anything waits for the cluster through it
         for node in self.nats:
             with suppress(OSError, TypeError):
                 os.kill(node.pid, signal.SIGCONT)  # type: ignore[arg-type]
@@ -213,6 +257,8 @@ class DevRig:
             self.server.close()
         for node in self.nats:
             node.stop()
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self._data, ignore_errors=True)
 
     @property
@@ -228,6 +274,12 @@ class DevRig:
         """Strike ``target`` now; return what heals it."""
         server = self.server
         assert server is not None
+        if target in LINK_TARGETS:
+            link = self.link
+            if link is None:
+                raise RuntimeError(f"target {target!r} needs DevRig(link_faults=True)")
+            link.cut()
+            return link.heal
         if target in NATS_TARGETS:
             node = self.nats[1 if target == "client-nats" else 0]
             if action == "kill":
@@ -612,7 +664,7 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     call = _operator_call(schedule, rig, stream, outcome) if schedule.path in OPERATOR_PATHS else None
     if schedule.path == INTERVAL_PATH:
         call, outcome.progress_cursor = interval_call(client, stream, schedule.partitions, outcome, TRIES)
-    call = call or _call(schedule, client, stream, outcome)
+    call = call or _call(schedule, client, stream, outcome, EXTERNAL_ACK_WAIT if rig.external else ACK_WAIT)
 
     def progress() -> int:
         if outcome.progress_of is not None:  # in records, as the moment's fraction counts them
@@ -745,19 +797,22 @@ def _start(call: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def _call(schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome) -> Callable[[], None]:
-    """The path's calls, on a thread: results and failures go into ``outcome``."""
+def _call(
+    schedule: Schedule, client: LiftbridgeClient, stream: str, outcome: Outcome, ack_wait: float
+) -> Callable[[], None]:
+    """The path's calls, on a thread: results and failures go into ``outcome``; each record waits
+    ``ack_wait`` seconds for its ack."""
     records = outcome.records
 
     def publish() -> None:
         path = "nats" if schedule.path == "bulk-nats" else "grpc"
         try:
-            outcome.acks = client.publish_many(stream, records, path=path, ack_policy=AckPolicy.ALL, timeout=ACK_WAIT)
+            outcome.acks = client.publish_many(stream, records, path=path, ack_policy=AckPolicy.ALL, timeout=ack_wait)
         except LiftbridgeError as exc:
             outcome.errors.append(exc)
 
     def exactly_once() -> None:
-        options = PublishOptions(ack_policy=AckPolicy.ALL, path="nats", timeout=ACK_WAIT)
+        options = PublishOptions(ack_policy=AckPolicy.ALL, path="nats", timeout=ack_wait)
         for _ in range(TRIES):
             try:
                 with ExactlyOncePublisher(client, stream, f"campaign/{stream}", options=options) as eo:

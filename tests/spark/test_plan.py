@@ -163,6 +163,8 @@ def test_settings_round_trip_through_options_and_pickle() -> None:
         ack_policy=AckPolicy.ALL,
         timeout=2.5,
         resubscribe_wait=4.0,
+        keepalive_time=3.0,
+        keepalive_timeout=7.5,
     )
     assert settings.brokers == ("h1:1", "h2:2")
     assert from_options(to_options(settings)) == settings

@@ -21,15 +21,14 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from .. import effects
 from ..base import SubscriptionReader
 from ..errors import ClientClosedError, UnavailableError
-from ..types import TlsConfig
 from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns, StubCache
 from .nats import NatsLink
 
 __all__ = ["AsyncTransport"]
 
 _R = TypeVar("_R")
-_Key = tuple[int, str, "TlsConfig | None", int]
-_SyncKey = tuple[str, "TlsConfig | None", int]
+_Key = tuple[int, str, ChannelFactory, int]
+_SyncKey = tuple[str, ChannelFactory, int]
 _EOF = grpc.aio.EOF
 
 #: Responses a threaded subscription holds before its reader thread waits for the consumer; the
@@ -375,6 +374,8 @@ class AsyncTransport:
         held = self._held.get((address, slot))
         if held is None:
             held = self._held[(address, slot)] = ASYNC_REGISTRY.acquire(self._factory, address, slot)
+        if long_lived:
+            self._factory.watch(held[0], asyncio.get_running_loop())
         return self._stubs.get((address, slot), held[0])
 
     def _sync_channel(self, address: str) -> grpc.Channel:

@@ -27,7 +27,9 @@ import grpc.experimental
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 
 from ..errors import ClientClosedError, InvalidArgumentError
+from ..settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT
 from ..types import TlsConfig
+from .heartbeat import HEARTBEAT
 
 __all__ = [
     "ASYNC_REGISTRY",
@@ -45,8 +47,6 @@ _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.enable_retries", 0),  # the client retries itself, across brokers
@@ -64,13 +64,20 @@ def _read(what: str, path: str | None) -> bytes | None:
 
 @dataclass(frozen=True, slots=True)
 class ChannelFactory:
-    """Builds channels to a broker with the client's TLS settings (plaintext when ``tls`` is None).
+    """Builds channels to a broker with the client's TLS settings (plaintext when ``tls`` is None)
+    and keepalive: while a call is open on a connection, a PING goes out every ``keepalive_time``
+    seconds, and a PING unanswered for ``keepalive_timeout`` seconds ends the connection and its
+    calls with UNAVAILABLE. So a call on a silent link (packets dropped, nothing reset) notices
+    within ``keepalive_time + keepalive_timeout`` seconds, even a subscription that receives
+    nothing for hours (docs/reliability.md, "Silent links").
 
     :raises InvalidArgumentError: (on construction) a certificate without its key or the
         reverse, or an unreadable file.
     """
 
     tls: TlsConfig | None = None
+    keepalive_time: float = KEEPALIVE_TIME
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
 
     def __post_init__(self) -> None:
         if self.tls is not None and (self.tls.cert_file is None) != (self.tls.key_file is None):
@@ -87,7 +94,15 @@ class ChannelFactory:
         )
 
     def options(self, slot: int) -> list[tuple[str, Any]]:
-        opts = list(_BASE_OPTIONS)
+        opts = [
+            *_BASE_OPTIONS,
+            ("grpc.keepalive_time_ms", round(self.keepalive_time * 1000)),
+            ("grpc.keepalive_timeout_ms", round(self.keepalive_timeout * 1000)),
+            # After two PINGs without a DATA or HEADERS frame sent (the default limit), gRPC pings at
+            # most once a minute: a subscription sends nothing after its request, so once idle for
+            # two PINGs it noticed a silent link a minute late or more. 0 lifts the limit.
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
         if slot:
             # A channel of its own subchannel pool opens its own connection.
             opts += [("grpc.use_local_subchannel_pool", 1), ("liftbridge.pool_slot", slot)]
@@ -104,6 +119,11 @@ class ChannelFactory:
         if self.tls is None:
             return grpc.insecure_channel(address, options=options)
         return grpc.secure_channel(address, self.credentials(), options=options)
+
+    def watch(self, channel: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Keep ``channel``'s keepalive PINGs welcome while long-lived calls on it receive nothing
+        (:mod:`.heartbeat`); ``loop``: the event loop of an asyncio channel."""
+        HEARTBEAT.watch(channel, self.keepalive_time, self.keepalive_timeout, loop)
 
     def async_channel(self, address: str, slot: int = 0) -> grpc.aio.Channel:
         if self.tls is None:
@@ -149,13 +169,16 @@ class SyncChannelPool:
             channel = self._channels.get((address, slot))
             if channel is None:
                 channel = self._channels[(address, slot)] = self._factory.sync_channel(address, slot)
-            return channel
+        if long_lived:
+            self._factory.watch(channel)
+        return channel
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
+            HEARTBEAT.forget(channel)
             channel.close()
 
 
@@ -167,21 +190,21 @@ class _Entry:
 
 
 class AsyncChannelRegistry:
-    """Process-wide asyncio channels keyed by (event loop, address, TLS settings, slot).
+    """Process-wide asyncio channels keyed by (event loop, address, channel settings, slot).
 
     A grpc.aio channel belongs to the loop it was made on, hence the loop in the key.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, str, TlsConfig | None, int], _Entry] = {}
+        self._entries: dict[tuple[int, str, ChannelFactory, int], _Entry] = {}
         self._lock = threading.Lock()
 
     def acquire(
         self, factory: ChannelFactory, address: str, slot: int
-    ) -> tuple[grpc.aio.Channel, tuple[int, str, TlsConfig | None, int]]:
+    ) -> tuple[grpc.aio.Channel, tuple[int, str, ChannelFactory, int]]:
         """A shared channel and the key to :meth:`release` it with (once per acquire)."""
         loop = asyncio.get_running_loop()
-        key = (id(loop), address, factory.tls, slot)
+        key = (id(loop), address, factory, slot)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.loop is not loop or entry.loop.is_closed():
@@ -189,7 +212,7 @@ class AsyncChannelRegistry:
             entry.refs += 1
             return entry.channel, key
 
-    async def release(self, key: tuple[int, str, TlsConfig | None, int]) -> None:
+    async def release(self, key: tuple[int, str, ChannelFactory, int]) -> None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -198,6 +221,7 @@ class AsyncChannelRegistry:
             if entry.refs > 0:
                 return
             del self._entries[key]
+        HEARTBEAT.forget(entry.channel)
         if not entry.loop.is_closed():
             await entry.channel.close()
 
@@ -212,26 +236,27 @@ ASYNC_REGISTRY = AsyncChannelRegistry()
 
 
 class SyncChannelRegistry:
-    """Process-wide blocking channels keyed by (address, TLS settings, slot), reference-counted:
+    """Process-wide blocking channels keyed by (address, channel settings, slot), reference-counted:
     the channels the asyncio client's reader threads subscribe on."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, TlsConfig | None, int], tuple[grpc.Channel, int]] = {}
+        self._entries: dict[tuple[str, ChannelFactory, int], tuple[grpc.Channel, int]] = {}
         self._lock = threading.Lock()
 
     def acquire(
         self, factory: ChannelFactory, address: str, slot: int
-    ) -> tuple[grpc.Channel, tuple[str, TlsConfig | None, int]]:
+    ) -> tuple[grpc.Channel, tuple[str, ChannelFactory, int]]:
         """A shared channel and the key to :meth:`release` it with (once per acquire)."""
-        key = (address, factory.tls, slot)
+        key = (address, factory, slot)
         with self._lock:
             channel, refs = self._entries.get(key) or (None, 0)
             if channel is None:
                 channel = factory.sync_channel(address, slot)
+                factory.watch(channel)  # every channel here is a threaded subscription's
             self._entries[key] = (channel, refs + 1)
             return channel, key
 
-    def release(self, key: tuple[str, TlsConfig | None, int]) -> None:
+    def release(self, key: tuple[str, ChannelFactory, int]) -> None:
         """Drop one reference; the last one closes the channel (cancelling calls still on it)."""
         with self._lock:
             entry = self._entries.get(key)
@@ -242,6 +267,7 @@ class SyncChannelRegistry:
                 self._entries[key] = (channel, refs - 1)
                 return
             del self._entries[key]
+        HEARTBEAT.forget(channel)
         channel.close()
 
     def open_channels(self) -> int:

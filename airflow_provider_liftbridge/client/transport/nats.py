@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurity
 
 from ..diagnostics import NatsErrors
 from ..errors import InvalidArgumentError, UnavailableError
+from ..settings import KEEPALIVE_TIME, KEEPALIVE_TIMEOUT
 
 __all__ = ["NatsLink", "connect_nats"]
 
@@ -28,6 +30,8 @@ async def connect_nats(
     connect_timeout: float = 5.0,
     security: NatsSecurity | None = None,
     reconnect: bool = True,
+    keepalive_time: float = KEEPALIVE_TIME,
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT,
 ) -> NatsClient:
     """Connect to NATS with settings fit for bulk publishing (a large outbound buffer, subjects
     not re-validated on every publish: they come from stream metadata). Every NATS connection of
@@ -36,6 +40,11 @@ async def connect_nats(
     :param security: TLS and authentication (``None``: plain, anonymous unless the URLs carry a user).
     :param reconnect: whether the connection reconnects by itself once lost (exactly-once turns it
         off: a reconnecting client would deliver what it buffered after the publisher moved on).
+    :param keepalive_time: seconds between the client's PINGs.
+    :param keepalive_timeout: how long PINGs may go unanswered before the connection counts as
+        stale (rounded up to whole ``keepalive_time`` intervals: nats-py counts unanswered PINGs):
+        a silent link is noticed within about ``keepalive_time + keepalive_timeout`` instead of
+        nats-py's 2-6 minutes (docs/reliability.md, "Silent links").
     :raises InvalidArgumentError: no server given, or unusable TLS / NKEY files.
     :raises UnavailableError: no NATS server could be reached, or it refused the credentials.
     """
@@ -64,6 +73,8 @@ async def connect_nats(
                 pending_size=64 * 1024 * 1024,
                 skip_subject_validation=True,
                 error_cb=errors.record,
+                ping_interval=keepalive_time,
+                max_outstanding_pings=max(1, math.ceil(keepalive_timeout / keepalive_time - 1e-9)),
                 **retry,
                 **options,
             ),
@@ -83,14 +94,23 @@ class NatsLink:
     :param servers: NATS URLs.
     :param connect_timeout: seconds to wait for a connection.
     :param security: TLS and authentication of the connection.
+    :param keepalive: seconds between PINGs and how long they may go unanswered (see
+        :func:`connect_nats`).
     """
 
     #: After a failed connect, fail at once for this many seconds (``auto`` then falls back to
     #: gRPC without waiting for NATS on every call).
     retry_after = 30.0
 
-    def __init__(self, servers: Sequence[str], connect_timeout: float, security: NatsSecurity | None = None) -> None:
+    def __init__(
+        self,
+        servers: Sequence[str],
+        connect_timeout: float,
+        security: NatsSecurity | None = None,
+        keepalive: tuple[float, float] = (KEEPALIVE_TIME, KEEPALIVE_TIMEOUT),
+    ) -> None:
         self.servers = tuple(servers)
+        self.keepalive = keepalive
         self.security = security
         self.connect_timeout = connect_timeout
         self._nc: NatsClient | None = None
@@ -116,7 +136,11 @@ class NatsLink:
                     raise self._failed[1]
                 try:
                     self._nc = await connect_nats(
-                        self.servers, connect_timeout=self.connect_timeout, security=self.security
+                        self.servers,
+                        connect_timeout=self.connect_timeout,
+                        security=self.security,
+                        keepalive_time=self.keepalive[0],
+                        keepalive_timeout=self.keepalive[1],
                     )
                 except UnavailableError as exc:
                     self._failed = (time.monotonic(), exc)
