@@ -336,7 +336,7 @@ class IntervalPlanner:
             raise NoTimestampsError(
                 f"stream {self.stream!r} partition {partition}: the message at offset {hw} has no usable timestamp "
                 f"({stamp}), so its messages cannot be read by interval; read this stream by position "
-                "(read_by='position')"
+                "(read=SinceLastRun(...))"
             )
         return stamp
 
