@@ -30,6 +30,7 @@ from airflow_provider_liftbridge.validation import (
     optional,
 )
 
+from .dead_letters import open_dead_letters
 from .reading_base import LiftbridgeReadingOperator
 
 __all__ = [
@@ -166,7 +167,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
 
         :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
         """
-        dead_letters = self.open_dead_letters(client)
+        dead_letters = open_dead_letters(client, self.dead_letters)
         args = check_args(self.apply_function_args, "apply_function_args")
         kwargs = check_kwargs(self.apply_function_kwargs, "apply_function_kwargs")
         decode = _DECODERS[str(self.value_format)]

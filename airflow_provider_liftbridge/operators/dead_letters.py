@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client.reading import DeadLetters
 from airflow_provider_liftbridge.validation import bad_argument, check_bool, check_stream
 
-__all__ = ["DeadLetterStream", "check_dead_letters"]
+__all__ = ["DeadLetterStream", "check_dead_letters", "open_dead_letters"]
 
 
 class DeadLetterStream(NamedTuple):
@@ -45,3 +47,18 @@ def check_dead_letters(value: Any, name: str = "dead_letters") -> DeadLetterStre
             name, value, "a DeadLetterStream value or None", f"e.g. {name}=DeadLetterStream('orders-dlq', create=True)"
         )
     return DeadLetterStream(check_stream(value.stream, f"{name}.stream"), check_bool(value.create, f"{name}.create"))
+
+
+def open_dead_letters(client: LiftbridgeClient, value: Any) -> DeadLetters | None:
+    """The client's dead-letter publisher for a ``dead_letters`` value (``None``: none), its stream
+    checked (and created, if asked) before anything is read.
+
+    :raises LiftbridgeArgumentError: not a valid value.
+    :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
+    """
+    given = check_dead_letters(value)
+    if given is None:
+        return None
+    dead = DeadLetters(client, given.stream)
+    dead.check(create=given.create)
+    return dead

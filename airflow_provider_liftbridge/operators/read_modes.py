@@ -423,7 +423,11 @@ def _mode_form(old: Mapping[str, Any]) -> str | None:
     if "group_id" in fields:
         kept = ("group_id", *ConsumerGroup.fields[1:])
         return "read=" + _call("ConsumerGroup", {k: fields[k] for k in kept if k in fields})
-    return "read=" + _call("SinceLastRun", {k: fields[k] for k in SinceLastRun.fields if k in fields})
+    given = {k: fields[k] for k in SinceLastRun.fields if k in fields}
+    call = _call("SinceLastRun", given)
+    return "read=" + (
+        call if "cursor_id" in given else call.replace("(", "(cursor_id=..., " if given else "(cursor_id=...", 1)
+    )
 
 
 def _dead_letter_form(old: Mapping[str, Any]) -> str | None:

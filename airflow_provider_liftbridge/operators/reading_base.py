@@ -23,7 +23,6 @@ from airflow_provider_liftbridge.client.consumer import MaxPollIntervalExceededE
 from airflow_provider_liftbridge.client.reading import (
     BatchFailed,
     BatchHandler,
-    DeadLetters,
     PartitionPlan,
     PartitionReport,
     ReadingStrategy,
@@ -229,19 +228,6 @@ class LiftbridgeReadingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperator):
         """The stream this task sends what it cannot process to (``None``: none), from
         ``dead_letters``; recorded in the pipeline registry for the UI view and in the lineage."""
         return str(self.dead_letters.stream) if self.dead_letters is not None else None
-
-    def open_dead_letters(self, client: LiftbridgeClient) -> DeadLetters | None:
-        """The client's dead-letter publisher for ``dead_letters`` (``None``: none), its stream
-        checked (and created, if asked) before anything is read.
-
-        :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
-        """
-        given = check_dead_letters(self.dead_letters)
-        if given is None:
-            return None
-        dead = DeadLetters(client, given.stream)
-        dead.check(create=given.create)
-        return dead
 
     def describe_failure(self, failed: BatchFailed) -> str:
         """The task's error message for a batch that failed (default: the handler's words)."""

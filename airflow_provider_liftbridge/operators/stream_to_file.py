@@ -26,6 +26,7 @@ from airflow_provider_liftbridge.validation import check_function, import_functi
 from .archive_files import NO_END, temporary_range
 from .archive_formats import PARQUET, ArchiveFormat, check_format, write_options
 from .archive_layout import ArchiveLayout, LayoutValueError
+from .dead_letters import open_dead_letters
 from .file_writers import (
     WRITE_FORMATS,
     ArchivedFile,
@@ -261,7 +262,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         """
         directory = self._writable_directory()
         options = self._write_options()
-        dead = self.open_dead_letters(client)
+        dead = open_dead_letters(client, self.dead_letters)
         on_file = import_function(self.on_file, "on_file") if self.on_file is not None else None
         on_file_kwargs = dict(self.on_file_kwargs or {})
         cleaned: set[int] = set()

@@ -138,3 +138,71 @@ def test_dead_letters_is_templated_and_rendered_as_a_whole() -> None:
     bad = _consume(dead_letters=DeadLetterStream("{{ params.dlq }}"))
     with pytest.raises(LiftbridgeArgumentError, match="dead_letters.stream='' is not valid"):
         bad.render_template_fields({"params": {"dlq": ""}}, _jinja())
+
+
+# -- a plan's trip: no file entered twice, never back up a layer -------------------------------------
+
+
+def _trips(op: Any) -> list[list[str]]:
+    """Run ``op``'s ``run`` (a task context of its own, as ``bench/reading_bench.py`` does) and
+    return the call stack, from the operator's ``run`` down, of every call into ``operators/`` or
+    ``client/reading/`` before the batched read (``read_plan`` calls the task's handler back by
+    design, so the trip ends there): the files of those two rooms on it, a file once per stretch of
+    consecutive frames."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    package = Path(__file__).resolve().parents[2] / "airflow_provider_liftbridge"
+    rooms = (str(package / "operators") + "/", str(package / "client" / "reading") + "/")
+    trips: list[list[str]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or not frame.f_code.co_filename.startswith(rooms):
+            return
+        if frame.f_code.co_filename.endswith("client/reading/runner.py"):
+            sys.setprofile(None)  # the plan is made: the batched read begins
+            return
+        files: list[str] = []
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(rooms) and (not files or files[-1] != name):
+                files.append(name)
+            if frame.f_code.co_name == "run" and name.endswith("reading_base.py"):
+                trips.append([str(Path(f).relative_to(package)) for f in reversed(files)])
+                return
+            frame = frame.f_back
+
+    context = {"ti": SimpleNamespace(dag_id="trip", task_id=op.task_id, map_index=-1), "run_id": uuid.uuid4().hex}
+    sys.setprofile(profile)
+    try:
+        op.run(op.hook.client, context)
+    finally:
+        sys.setprofile(None)
+        op.hook.close()
+    return trips
+
+
+@pytest.mark.parametrize(
+    "read", [SinceLastRun("trip", min_messages=3), DataInterval(lateness=0)], ids=["since-last-run", "data-interval"]
+)
+def test_a_plans_trip_enters_no_file_twice_and_never_climbs_back_up(
+    read: Any, stream_name: str, liftbridge_client: LiftbridgeClient
+) -> None:
+    """From the operator's ``run`` to the plan, the wait before it and the bookkeeping, every call
+    stack enters each file of the reading path once and goes from ``operators/`` down to
+    ``client/reading/``, never back (issue 56: it entered 12 files 18 times and climbed back twice)."""
+    liftbridge_client.create_stream(stream_name, stream_name)
+    liftbridge_client.publish_many(stream_name, [b"%d" % i for i in range(3)])
+    if isinstance(read, DataInterval):
+        read.start_time, read.end_time = "2020-01-01T00:00:00Z", dt.datetime.now(dt.UTC).isoformat()
+        liftbridge_client.publish(stream_name, b"after the end")  # the interval is complete
+    op = LiftbridgeConsumeOperator(task_id="trip", stream=stream_name, read=read, apply_function=print)
+    trips = _trips(op)
+    assert trips and all(trip[0] == "operators/reading_base.py" for trip in trips)
+    for trip in trips:
+        assert len(trip) == len(set(trip)), trip  # no file entered twice on the way down
+        rooms = [path.split("/")[0] for path in trip]
+        assert rooms == sorted(rooms, key=lambda room: room != "operators"), trip  # operators, then the core
+    planner = "client/reading/plan.py" if isinstance(read, SinceLastRun) else "client/reading/interval.py"
+    assert [t for t in trips if t[-2:] == ["client/reading/strategies.py", planner]]  # the strategy plans

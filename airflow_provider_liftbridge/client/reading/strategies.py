@@ -32,7 +32,7 @@ from ..consumer import group_cursor_id
 from ..errors import InvalidArgumentError
 from ..sync_client import LiftbridgeClient
 from .history import PartitionRun, RunEntry, record_run
-from .interval import Interval, IntervalPlanner
+from .interval import Interval, IntervalPlanner, clock_not_behind
 from .plan import PartitionPlan, RangePlanner, StartSpec
 from .registry import PipelineEntry, record_pipeline
 from .runner import PartitionReport
@@ -384,9 +384,8 @@ class DataIntervalReading(ReadingStrategy):
             plan_key=run.plan_key,
             interval=self.interval,
             lateness=lateness,
-            # The triggerer found the lateness passed: the resumed try must too, even on a host
-            # whose clock is a little behind the triggerer's (it would otherwise defer again).
-            now_ns=lambda: max(time.time_ns(), floor),
+            # The triggerer found the lateness passed: the resumed try must too (else it defers again).
+            now_ns=clock_not_behind(floor),
         )
 
     def open(self, partitions: Sequence[int] | None) -> list[int]:
