@@ -170,8 +170,9 @@ def test_an_interval_pipeline_mid_reading_shows_its_progress_open(
 
 def test_entries_of_the_version_before_load_as_reading_by_position(stream_name: str, lb_address: str) -> None:
     """A registry entry without ``mode`` or ``read_by`` (written before reading by interval was
-    registered) is a position pipeline; a history entry without an interval has none; entries with
-    them round-trip."""
+    registered) is a position pipeline, one of before the modes had names loads as the mode its
+    ``read_by`` and group said; a history entry without an interval has none; entries with them
+    round-trip."""
     old = (
         b'{"cursor_id": "c", "dag_id": "d", "dead_letter_stream": null, "group_id": null, "map_index": -1,'
         b' "operator": "LiftbridgeConsumeOperator", "partitions": [0, 1], "plan_key": "d/t",'
@@ -202,6 +203,14 @@ def test_entries_of_the_version_before_load_as_reading_by_position(stream_name: 
         interval_offsets=((0, 3, 5), (1, 0, 0)),
     )
     assert PipelineEntry.from_json(by_interval.to_json()) == by_interval
+    # Entries written before the modes had names: read_by said "interval"; a group's had a group_id.
+    old_interval = old.replace(b'"cursor_id": "c",', b'"cursor_id": "c", "read_by": "interval",')
+    old_group = old.replace(b'"group_id": null', b'"group_id": "g"')
+    assert [PipelineEntry.from_json(v).mode for v in (old, old_interval, old_group)] == [
+        "SinceLastRun",
+        "DataInterval",
+        "ConsumerGroup",
+    ]
     old_run = (
         b'{"dag_id": "d", "task_id": "t", "run_id": "r", "stream": "s", "recorded_at": 5,'
         b' "partitions": {"0": [1, 0, 2, 3]}}'
