@@ -48,6 +48,7 @@ from run import ExternalServer, Meter, Report, Run, Server, rate_row  # noqa: E4
 
 from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
 from airflow_provider_liftbridge.devserver import DevServerProcess  # noqa: E402
+from airflow_provider_liftbridge.operators import SinceLastRun
 
 #: (variant, what it is, baseline variant, target of the ratio), for the second table.
 COMPARISONS = (
@@ -81,7 +82,7 @@ def consume(stream: str) -> int:
     from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 
     op = LiftbridgeConsumeOperator(
-        task_id="consume", stream=stream, cursor_id=f"bench-{uuid.uuid4().hex}", apply_function_batch=noop
+        task_id="consume", stream=stream, read=SinceLastRun(f"bench-{uuid.uuid4().hex}"), apply_function_batch=noop
     )
     return operator_run(op)
 
@@ -93,7 +94,7 @@ def archive(stream: str, directory: Path, value_format: str) -> int:
     op = LiftbridgeStreamToFileOperator(
         task_id="archive",
         stream=stream,
-        cursor_id=f"bench-{uuid.uuid4().hex}",
+        read=SinceLastRun(f"bench-{uuid.uuid4().hex}"),
         path=str(target),
         format="parquet",
         value_format=value_format,

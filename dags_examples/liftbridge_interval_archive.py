@@ -2,12 +2,12 @@
 folders a data lake prunes by, the Airflow way: each run reads its data interval.
 
 1. ``create_stream``: the ``sensor-readings`` stream (2 partitions), if missing;
-2. ``archive_hour``: ``LiftbridgeStreamToFileOperator`` with ``read_by="interval"`` takes every
+2. ``archive_hour``: ``LiftbridgeStreamToFileOperator`` with ``read=DataInterval(...)`` takes every
    message whose Liftbridge timestamp (its reception time on the partition's leader) falls in the
    run's data interval, found by Liftbridge's time index, and writes it under
    ``params.archive_url``/``dt=YYYY-MM-DD/hour=HH/``, files named by partition and offset range.
    It waits (``deferrable=True``: in the triggerer) until every partition is complete for the hour:
-   a committed message at or after the hour's end, or the end plus ``allowed_lateness`` (2
+   a committed message at or after the hour's end, or the end plus the ``lateness`` (2
    minutes here) passed with everything committed. A retry, a clear and a backfill of the hour all
    write the same files;
 3. ``hour_report``: counts the rows of the hour's files per folder (pyarrow).
@@ -37,6 +37,7 @@ import pendulum
 from airflow.sdk import dag, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
+from airflow_provider_liftbridge.operators import DataInterval
 from airflow_provider_liftbridge.operators.stream import LiftbridgeCreateStreamOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
@@ -60,14 +61,13 @@ def liftbridge_interval_archive() -> None:
     archive = LiftbridgeStreamToFileOperator(
         task_id="archive_hour",
         stream="{{ params.stream }}",
-        read_by="interval",  # the run's data interval, not "since the last run"
-        allowed_lateness=timedelta(minutes=2),
+        read=DataInterval(lateness=timedelta(minutes=2)),  # the run's data interval, not "since the last run"
         deferrable=True,
         path="{{ params.archive_url }}",
         path_layout="dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}",
         format="parquet",
         value_format="json",
-        max_rows_per_file=100_000,
+        batch_size=100_000,  # messages per file
         retries=2,
         retry_delay=timedelta(seconds=10),
     )

@@ -6,7 +6,7 @@ roll the day up with Spark, reading exactly that day's folders.
 partition ``2026-03-10T09:00:00``, a point in time without a data interval):
 
 1. ``create_stream``: the ``page-views`` stream (2 partitions), if missing;
-2. ``archive_hour``: ``LiftbridgeStreamToFileOperator`` with ``read_by="interval"`` reads the
+2. ``archive_hour``: ``LiftbridgeStreamToFileOperator`` with ``read=DataInterval(...)`` reads the
    partition's hour (from the key's time to the schedule's next time: 09:00 to 10:00) and writes
    it under ``dt=2026-03-10/hour=09/`` (``path_layout`` names ``{partition_date:...}``). Its outlet,
    the asset ``liftbridge_page_views_hourly``, gets an asset event for the partition
@@ -40,6 +40,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, CronPartitionTimetable, PartitionedAssetTimetable, StartOfDayMapper, dag, task
 
+from airflow_provider_liftbridge.operators import DataInterval
 from airflow_provider_liftbridge.operators.stream import LiftbridgeCreateStreamOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
@@ -88,8 +89,7 @@ def liftbridge_hourly_partitions() -> None:
     archive = LiftbridgeStreamToFileOperator(
         task_id="archive_hour",
         stream=STREAM,
-        read_by="interval",  # the partition's hour: no data interval on a partitioned run
-        allowed_lateness=timedelta(minutes=2),
+        read=DataInterval(lateness=timedelta(minutes=2)),  # the partition's hour: no data interval on a partitioned run
         deferrable=True,
         path=HOURLY_URL,
         path_layout=LAYOUT,

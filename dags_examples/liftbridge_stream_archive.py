@@ -61,6 +61,7 @@ from airflow.sdk import Asset, ObjectStoragePath, dag, task
 
 from airflow_provider_liftbridge.client import KeyPartitioner, Message, Record
 from airflow_provider_liftbridge.hooks.base import LiftbridgeHook
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
@@ -169,10 +170,10 @@ def liftbridge_stream_archive() -> None:
     clean = LiftbridgeConsumeOperator(
         task_id="clean_orders",
         stream=ORDERS,
-        cursor_id="shop-orders-clean",
+        read=SinceLastRun("shop-orders-clean"),
         value_format="json",
         apply_function_batch=clean_batch,
-        max_batch_size=200,
+        batch_size=200,
         # What is not JSON goes aside, with why; the rest goes on.
         dead_letters=DeadLetterStream(DEAD_LETTERS, create=True),
     )
@@ -180,11 +181,11 @@ def liftbridge_stream_archive() -> None:
     archive = LiftbridgeStreamToFileOperator(
         task_id="archive_orders",
         stream=CLEAN,
-        cursor_id="shop-orders-archive",
+        read=SinceLastRun("shop-orders-archive"),
         path="{{ params.archive_url }}",
         format="parquet",
         value_format="json",
-        max_rows_per_file=250,
+        batch_size=250,  # messages per file
         on_file=simulate_crash,
         on_file_kwargs={"enabled": "{{ params.simulate_crash }}", "run_id": "{{ run_id }}"},
         outlets=[ARCHIVE],

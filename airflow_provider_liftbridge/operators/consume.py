@@ -1,5 +1,6 @@
-"""``LiftbridgeConsumeOperator``: read what arrived on a stream since the last run and hand it to
-a function, per message or per batch, with retry-safe planned ranges (see ``docs/consume.md``)."""
+"""``LiftbridgeConsumeOperator``: read a stream (what arrived since the last run, a consumer
+group's share, or a data interval: ``read``) and hand it to a function, per message or per batch,
+with retry-safe planned ranges (see ``docs/consume.md``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
-from airflow_provider_liftbridge.client.reading import BatchFailed, BatchHandler, DeadLetters, json_value
+from airflow_provider_liftbridge.client.reading import (
+    COMMIT_CADENCES,
+    VALUE_FORMATS,
+    BatchFailed,
+    BatchHandler,
+    DeadLetters,
+    json_value,
+    text_value,
+)
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 from airflow_provider_liftbridge.lineage import Datasets
 from airflow_provider_liftbridge.validation import (
@@ -21,18 +30,15 @@ from airflow_provider_liftbridge.validation import (
     optional,
 )
 
-from .dead_letters import ON_ERROR
+from .dead_letters import open_dead_letters
 from .reading_base import LiftbridgeReadingOperator
 
 __all__ = [
-    "ON_ERROR",
     "VALUE_FORMATS",
     "LiftbridgeConsumeOperator",
     "check_args",
     "check_kwargs",
 ]
-
-VALUE_FORMATS = ("bytes", "json")
 
 
 def check_args(value: Any, name: str) -> list[Any]:
@@ -64,35 +70,46 @@ def _decoded(message: Message) -> Message:
     return dataclasses.replace(message, value=json_value(message))
 
 
+def _as_text(message: Message) -> Message:
+    """The message with its value decoded as UTF-8 (``NotTextError`` names the offset)."""
+    return dataclasses.replace(message, value=text_value(message))
+
+
+#: How each value format hands a message over (``None``: as stored).
+_DECODERS: dict[str, Callable[[Message], Message] | None] = {"bytes": None, "text": _as_text, "json": _decoded}
+
+
 class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
-    """Read what arrived on a stream since the last run and call a function on it.
+    """Read a stream as ``read`` says and call a function on what was read.
 
     Exactly one of ``apply_function`` (called with each message) and ``apply_function_batch``
-    (called with a list of up to ``max_batch_size`` messages) is given; either is a callable or a
+    (called with a list of up to ``batch_size`` messages) is given; either is a callable or a
     dotted path, and gets ``apply_function_args`` / ``apply_function_kwargs`` after the message(s).
     A dotted path is checked for its shape when the DAG is parsed and imported on the worker when
     the task runs (before anything is read), so its module need not exist where DAGs are parsed.
     A message is the client's :class:`~airflow_provider_liftbridge.client.Message` (``stream``,
     ``partition``, ``offset``, ``key``, ``value``, ``headers``, ``timestamp``).
 
-    Where to read, the planned ranges, commits and waiting: see
-    :class:`~.reading_base.LiftbridgeReadingOperator` and ``docs/consume.md``.
+    What to read (``read``, ``partitions``), the planned ranges, batches, waiting and dead
+    letters: see :class:`~.reading_base.LiftbridgeReadingOperator` and ``docs/consume.md``.
 
     :param apply_function: the per-message function (a callable or a dotted path).
     :param apply_function_batch: the per-batch function (a callable or a dotted path).
     :param apply_function_args: positional arguments after the message(s). (templated)
     :param apply_function_kwargs: keyword arguments. (templated)
-    :param value_format: ``"bytes"`` (default): values as stored; ``"json"``: values decoded
-        from JSON (a value that is not JSON fails like a raising function, naming its offset).
+    :param value_format: ``"bytes"`` (default): values as stored; ``"text"``: decoded as UTF-8;
+        ``"json"``: decoded from JSON (a value that is not text or JSON fails like a raising
+        function, naming its offset).
+    :param commit_cadence: when positions move: ``"end_of_batch"`` (default), ``"end_of_operator"``
+        (once every partition's plan is done) or ``"never"``.
     :param dead_letters: ``None`` (default): a raising function fails the task, the position
         stays before the message; a :class:`~.dead_letters.DeadLetterStream`: the message goes
         to its stream with the error in its headers, and processing goes on (a raising batch
-        function sends its whole batch). (templated: its ``stream``) The deprecated
-        ``on_error``, ``dead_letter_stream`` and ``create_dead_letter_stream`` still work (see
-        :class:`~.reading_base.LiftbridgeReadingOperator`).
+        function sends its whole batch). (templated: its ``stream``)
     :return: ``{"stream", "cursor_id" | "group_id", "partitions": {"<p>": {"first_offset",
         "last_offset", "processed", "dead_lettered", "committed", "plan_end", "resumed", "lag"}},
-        "processed", "dead_lettered"}``.
+        "processed", "dead_lettered"}``; with ``DataInterval`` also ``"interval"``, each
+        partition's ``"interval_first_offset"`` and ``"empty"`` when the interval holds nothing.
     :raises LiftbridgeArgumentError: a bad argument (at parse time when not templated), or a
         function that cannot be imported on the worker (when the task starts, before any read).
     """
@@ -108,6 +125,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         "apply_function_args": check_args,
         "apply_function_kwargs": check_kwargs,
         "value_format": check_choice(VALUE_FORMATS),
+        "commit_cadence": check_choice(COMMIT_CADENCES),
     }
     function_arguments = ("apply_function", "apply_function_batch")
 
@@ -119,6 +137,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         apply_function_args: Sequence[Any] | None = None,
         apply_function_kwargs: Mapping[str, Any] | None = None,
         value_format: str = "bytes",
+        commit_cadence: str = "end_of_batch",
         **kwargs: Any,
     ) -> None:
         self.apply_function = apply_function
@@ -126,6 +145,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         self.apply_function_args = apply_function_args
         self.apply_function_kwargs = apply_function_kwargs
         self.value_format = value_format
+        self.commit_cadence = commit_cadence
         super().__init__(**kwargs)
 
     def check_arguments(self, *, rendered: bool) -> None:
@@ -139,7 +159,7 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
         if len(given) != 1:
             raise LiftbridgeArgumentError(
                 "give exactly one of apply_function (called per message) and apply_function_batch (called per batch"
-                f" of up to max_batch_size messages); got {'both' if given else 'neither'}"
+                f" of up to batch_size messages); got {'both' if given else 'neither'}"
             )
 
     def make_handler(self, client: LiftbridgeClient, context: Context) -> BatchHandler:
@@ -147,10 +167,10 @@ class LiftbridgeConsumeOperator(LiftbridgeReadingOperator):
 
         :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
         """
-        dead_letters = self.open_dead_letters(client)
+        dead_letters = open_dead_letters(client, self.dead_letters)
         args = check_args(self.apply_function_args, "apply_function_args")
         kwargs = check_kwargs(self.apply_function_kwargs, "apply_function_kwargs")
-        decode = _decoded if self.value_format == "json" else None
+        decode = _DECODERS[str(self.value_format)]
         if self.apply_function is not None:
             func = import_function(self.apply_function, "apply_function")
             return _per_message(func, args, kwargs, decode, dead_letters)

@@ -4,9 +4,7 @@
 :class:`~airflow_provider_liftbridge.operators.consume.LiftbridgeConsumeOperator` and
 :class:`~airflow_provider_liftbridge.operators.stream_to_file.LiftbridgeStreamToFileOperator`
 says it all: a message that cannot be processed goes to that stream (with why, in its headers)
-and the read goes on; without it, such a message fails the task. It replaces three keywords for
-the one idea (``on_error="dead_letter"``, ``dead_letter_stream``, ``create_dead_letter_stream``),
-which still work and warn (:func:`dead_letters_from_keywords`).
+and the read goes on; without it, such a message fails the task.
 
 A ``NamedTuple``, so it is immutable and Airflow renders it when it is a templated field: its
 ``stream`` may be a Jinja template (each element is rendered, the value rebuilt).
@@ -14,18 +12,13 @@ A ``NamedTuple``, so it is immutable and Airflow renders it when it is a templat
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client.reading import DeadLetters
+from airflow_provider_liftbridge.validation import bad_argument, check_bool, check_stream
 
-from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
-from airflow_provider_liftbridge.validation import bad_argument, check_bool, check_choice, check_stream
-
-__all__ = ["ON_ERROR", "DeadLetterStream", "check_dead_letters", "dead_letters_from_keywords"]
-
-#: Values of the deprecated ``on_error`` keyword.
-ON_ERROR = ("fail", "dead_letter")
+__all__ = ["DeadLetterStream", "check_dead_letters", "open_dead_letters"]
 
 
 class DeadLetterStream(NamedTuple):
@@ -56,49 +49,16 @@ def check_dead_letters(value: Any, name: str = "dead_letters") -> DeadLetterStre
     return DeadLetterStream(check_stream(value.stream, f"{name}.stream"), check_bool(value.create, f"{name}.create"))
 
 
-def dead_letters_from_keywords(
-    dead_letters: Any, on_error: Any, dead_letter_stream: Any, create_dead_letter_stream: Any
-) -> Any:
-    """The ``dead_letters`` value, from itself or from the three deprecated keywords it replaces
-    (each given one warns, naming the replacement). The value itself is checked later, with the
-    other arguments (by :func:`check_dead_letters`).
+def open_dead_letters(client: LiftbridgeClient, value: Any) -> DeadLetters | None:
+    """The client's dead-letter publisher for a ``dead_letters`` value (``None``: none), its stream
+    checked (and created, if asked) before anything is read.
 
-    :raises LiftbridgeArgumentError: both ways are given, ``on_error`` is unknown, or
-        ``on_error="dead_letter"`` has no stream.
+    :raises LiftbridgeArgumentError: not a valid value.
+    :raises NoSuchStreamError: the dead-letter stream does not exist (and is not to be created).
     """
-    old = {
-        name: value
-        for name, value in (
-            ("on_error", on_error),
-            ("dead_letter_stream", dead_letter_stream),
-            ("create_dead_letter_stream", create_dead_letter_stream),
-        )
-        if value is not None
-    }
-    if not old:
-        return dead_letters
-    if dead_letters is not None:
-        raise LiftbridgeArgumentError(
-            f"give dead_letters only: {', '.join(old)} {'is' if len(old) == 1 else 'are'} its deprecated form"
-        )
-    old_create = "create_dead_letter_stream"
-    mode = check_choice(ON_ERROR)(on_error if on_error is not None else "fail", "on_error")
-    create = False if create_dead_letter_stream is None else check_bool(create_dead_letter_stream, old_create)
-    instead = (
-        f"dead_letters=DeadLetterStream({dead_letter_stream!r}{', create=True' if create else ''})"
-        if mode == "dead_letter"
-        else "no dead_letters (a failure fails the task)"
-    )
-    warnings.warn(
-        f"{', '.join(old)} {'is' if len(old) == 1 else 'are'} deprecated on the reading operators; use {instead}",
-        AirflowProviderDeprecationWarning,
-        stacklevel=4,
-    )
-    if mode == "fail":
-        return None  # a stream given with on_error="fail" was never used
-    if not dead_letter_stream:
-        raise LiftbridgeArgumentError(
-            "on_error='dead_letter' needs dead_letter_stream: the stream to send to "
-            "(better: dead_letters=DeadLetterStream('orders-dlq'))"
-        )
-    return DeadLetterStream(dead_letter_stream, create)
+    given = check_dead_letters(value)
+    if given is None:
+        return None
+    dead = DeadLetters(client, given.stream)
+    dead.check(create=given.create)
+    return dead

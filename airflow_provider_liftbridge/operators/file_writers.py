@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.client.reading import VALUE_FORMATS  # how values are written: the reading set
 from airflow_provider_liftbridge.extras import needs_extra
 
 with needs_extra("files", "writing stream files (LiftbridgeStreamToFileOperator)"):
@@ -67,8 +68,6 @@ __all__ = [
     "write_range",
 ]
 
-#: How message values are written (see the module docstring).
-VALUE_FORMATS = ("text", "bytes", "json")
 COLUMNS = ("stream", "partition", "offset", "timestamp", "key", "value", "headers")
 _META = frozenset(COLUMNS) - {"value"}
 

@@ -3,7 +3,7 @@ time it names and the time window it covers.
 
 A ``CronPartitionTimetable`` run is a point in time with a partition key (``2026-03-10T09:00:00``
 by default: the cron tick in the timetable's time zone, formatted with its ``key_format``). Its
-window is from that time to the schedule's next time, which is what ``read_by="interval"`` reads
+window is from that time to the schedule's next time, which is what ``read=DataInterval()`` reads
 on such a run and what ``{partition_date:...}`` of a ``path_layout`` names. See
 ``docs/consume.md``, "Partitioned runs".
 """
@@ -98,9 +98,9 @@ def partition_window(context: Context, partition: RunPartition) -> tuple[dt.date
         own = getattr(timetable, "key_format", None)
         expected = repr(own) if isinstance(own, str) else " or ".join(repr(f) for f in KEY_FORMATS)
         raise LiftbridgeArgumentError(
-            f"read_by='interval' on a partitioned run: the partition key {partition.key!r} names no time (expected "
-            f"{expected}), so it has no window to read; give start_time and end_time (ISO 8601 with a time zone, "
-            "or templates of the run), or read_by='position'"
+            f"read=DataInterval() on a partitioned run: the partition key {partition.key!r} names no time (expected "
+            f"{expected}), so it has no window to read; give DataInterval(start_time=..., end_time=...) (ISO 8601 "
+            "with a time zone, or templates of the run), or read=SinceLastRun(...)"
         )
     start = partition.time
     end: dt.datetime | None = None
@@ -112,9 +112,9 @@ def partition_window(context: Context, partition: RunPartition) -> tuple[dt.date
         end = start + delta
     if end is None or end <= start:
         raise LiftbridgeArgumentError(
-            f"read_by='interval' on a partitioned run: the timetable {type(timetable).__name__} of this DAG has no "
+            f"read=DataInterval() on a partitioned run: the timetable {type(timetable).__name__} of this DAG has no "
             f"next time after the partition {partition.key!r} ({start.isoformat()}), so the partition's window has "
-            "no end; give end_time (ISO 8601 with a time zone, or a template of the run), or schedule the DAG with "
-            "CronPartitionTimetable"
+            "no end; give DataInterval(end_time=...) (ISO 8601 with a time zone, or a template of the run), or "
+            "schedule the DAG with CronPartitionTimetable"
         )
     return start, end

@@ -1,5 +1,6 @@
-"""``LiftbridgeStreamToFileOperator``: archive what arrived on a stream since the last run to JSON
-lines, CSV or Parquet files, each message exactly once across retries (see ``docs/consume.md``)."""
+"""``LiftbridgeStreamToFileOperator``: archive a stream (what arrived since the last run, a
+consumer group's share, or a data interval: ``read``) to JSON lines, CSV or Parquet files, each
+message exactly once across retries (see ``docs/consume.md``)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,19 @@ from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import (
     BatchFailed,
     BatchHandler,
+    DataIntervalReading,
     PartitionPlan,
     PartitionReport,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeFileError
 from airflow_provider_liftbridge.lineage import Datasets, file_dataset
-from airflow_provider_liftbridge.validation import (
-    check_function,
-    check_positive_int,
-    import_function,
-    waits_for_rendering,
-)
+from airflow_provider_liftbridge.validation import check_function, import_function
 
 from .archive_files import NO_END, temporary_range
+from .archive_formats import PARQUET, ArchiveFormat, check_format, write_options
 from .archive_layout import ArchiveLayout, LayoutValueError
+from .dead_letters import open_dead_letters
 from .file_writers import (
-    VALUE_FORMATS,
     WRITE_FORMATS,
     ArchivedFile,
     ArchiveValueError,
@@ -37,7 +35,6 @@ from .file_writers import (
     partition_prefix,
     write_range,
 )
-from .interval_reading import interval_of
 from .partitions import partition_key_of, partition_of
 from .reading_base import LiftbridgeReadingOperator
 
@@ -75,13 +72,12 @@ def _chunks(batch: list[Message], size: int) -> Iterator[list[Message]]:
 
 
 class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
-    """Write what arrived on a stream since the last run to files: each message in exactly one
+    """Write what ``read`` says to read from a stream to files: each message in exactly one
     file, however often the task is retried or killed.
 
-    The range read is planned once per DAG run, as for ``LiftbridgeConsumeOperator`` (``cursor_id``
-    or ``group_id``, ``start_at``, ``max_messages``, ``partitions``, ``min_messages``: see
-    :class:`~.reading_base.LiftbridgeReadingOperator`). Each batch of up to ``max_rows_per_file``
-    messages of one partition becomes one file, named by stream, partition, first and last offset
+    The range read is planned once per DAG run, as for ``LiftbridgeConsumeOperator`` (``read``,
+    ``partitions``: see :class:`~.reading_base.LiftbridgeReadingOperator`). Each batch of up to
+    ``batch_size`` messages of one partition becomes one file, named by stream, partition, first and last offset
     (``orders-0-00000000000000001000-00000000000000001999.parquet``): written to a temporary
     dot-name, renamed into place when complete, and only then is the position committed. A retry
     resumes after the last committed file and cuts the same batches, so it writes the same names:
@@ -92,8 +88,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
 
     Exactly once holds per directory: archive a stream with one cursor (or group) per ``path``.
 
-    With ``read_by="interval"`` each run archives the messages of its data interval (see
-    :class:`~.reading_base.LiftbridgeReadingOperator`); since a try cleans up only inside its own
+    With ``read=DataInterval(...)`` each run archives the messages of its data interval (see
+    :class:`~.read_modes.DataInterval`); since a try cleans up only inside its own
     plan, runs of other intervals (a backfill beside the regular runs, any number at once) share
     the directory, and its folders, safely. With ``path_layout`` the files go to
     folders named by the message's time, the data interval or a JSON field
@@ -107,21 +103,19 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         (templated)
     :param path_layout: the folder template under ``path`` (default: no folders). (templated)
     :param storage_conn_id: the Airflow connection of the object store, if it needs one. (templated)
-    :param format: ``parquet`` (default), ``jsonl`` or ``csv``. (templated)
+    :param format: the file format: :class:`~.archive_formats.Parquet` (default; its
+        ``compression``, ``json_schema``, ``row_group_rows``), :class:`~.archive_formats.Csv` or
+        :class:`~.archive_formats.JsonLines`, or one's name (``"parquet"``, ``"csv"``,
+        ``"jsonl"``: its defaults; templated).
     :param value_format: ``text`` (default), ``bytes`` or ``json`` (an object's fields become
         columns); see :mod:`~.file_writers` for the columns of each format.
-    :param json_schema: with ``value_format="json"``: the field types (pyarrow names) of the files'
-        value columns (default: those of each file's first rows).
-    :param max_rows_per_file: messages per file; a batch, held in memory while its file is written
+    :param batch_size: messages per file; a batch, held in memory while its file is written
         (default 100,000).
-    :param row_group_rows: rows converted and written at a time (a Parquet row group).
-    :param parquet_compression: ``snappy`` (default), ``zstd``, ``gzip`` or ``none``.
     :param dead_letters: ``None`` (default): a message that cannot be written (not JSON with
         ``value_format="json"``, not UTF-8 text) fails the task, naming its offset, before the
         position passes it; a :class:`~.dead_letters.DeadLetterStream`: it goes to that stream
         with the reason in its headers, and the file goes on without it. (templated: its
-        ``stream``) The deprecated ``on_error``, ``dead_letter_stream`` and
-        ``create_dead_letter_stream`` still work (see :class:`~.reading_base.LiftbridgeReadingOperator`).
+        ``stream``)
     :param on_file: called (callable or dotted path) with each completed file's entry (the dict
         of the XCom's ``files``) and ``on_file_kwargs``, before the position moves past it; an
         exception fails the task there (the file is rewritten by the retry). A dotted path is
@@ -153,34 +147,24 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         *,
         path: str | ObjectStoragePath,
         path_layout: str | None = None,
-        format: str = "parquet",
+        format: str | ArchiveFormat = PARQUET,
         value_format: str = "text",
-        json_schema: Mapping[str, str] | None = None,
         storage_conn_id: str | None = None,
-        max_rows_per_file: int = 100_000,
-        row_group_rows: int = 10_000,
-        parquet_compression: str = "snappy",
+        batch_size: int = 100_000,
         on_file: Callable[..., Any] | str | None = None,
         on_file_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if "max_batch_size" in kwargs:
-            raise LiftbridgeArgumentError("give max_rows_per_file: a batch of the archiver is one file")
-        if not waits_for_rendering(max_rows_per_file):  # named as the archiver's parameter, not max_batch_size
-            check_positive_int(max_rows_per_file, "max_rows_per_file")
         self.path = path
         self.path_layout = path_layout
         self.format = format
         self.value_format = value_format
-        self.json_schema = dict(json_schema) if json_schema else None
         self.storage_conn_id = storage_conn_id
-        self.row_group_rows = row_group_rows
-        self.parquet_compression = parquet_compression
         self.on_file = on_file
         self.on_file_kwargs = on_file_kwargs
         self._files: list[ArchivedFile] = []
         self._plan_ends: dict[int, int] = {}
-        super().__init__(max_batch_size=max_rows_per_file, **kwargs)
+        super().__init__(batch_size=batch_size, **kwargs)
 
     # -- arguments ----------------------------------------------------------------------------
     def check_arguments(self, *, rendered: bool) -> None:
@@ -188,10 +172,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
 
         :raises LiftbridgeArgumentError: the argument at fault is named, with the fix.
         """
-        try:
-            super().check_arguments(rendered=rendered)
-        except LiftbridgeArgumentError as exc:
-            raise LiftbridgeArgumentError(str(exc).replace("max_batch_size", "max_rows_per_file")) from None
+        super().check_arguments(rendered=rendered)
         if rendered or not _later(self.format):
             self._write_options()
         if not self.path:
@@ -204,17 +185,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
             raise LiftbridgeArgumentError(f"on_file_kwargs must be a dict, got {type(self.on_file_kwargs).__name__}")
 
     def _write_options(self) -> WriteOptions:
-        if self.value_format not in VALUE_FORMATS:
-            raise LiftbridgeArgumentError(
-                f"value_format must be one of {', '.join(VALUE_FORMATS)}; got {self.value_format!r}"
-            )
-        return WriteOptions(
-            format=str(self.format),
-            value_format=self.value_format,
-            json_schema=self.json_schema,
-            batch_rows=self.row_group_rows,
-            parquet_compression=self.parquet_compression,
-        )
+        return write_options(self.format, self.value_format)
 
     # -- the directory ------------------------------------------------------------------------
     def directory(self) -> ObjectStoragePath:
@@ -253,7 +224,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         Files of other ranges are left alone, so runs of other intervals (or other plans) may
         write beside this one, in its folders or the same one."""
         prefix = partition_prefix(self.stream, partition)
-        suffix = WRITE_FORMATS[str(self.format)]
+        suffix = WRITE_FORMATS[check_format(self.format).name]
         for found in self._found(directory, prefix + "*") + self._found(directory, "." + prefix + "*"):
             name = found.name
             if name.startswith("."):
@@ -272,7 +243,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         """The partition's files holding offsets from ``first`` to before ``before`` (what earlier
         tries of this run wrote and committed), read from their names."""
         prefix = partition_prefix(self.stream, partition)
-        suffix = WRITE_FORMATS[str(self.format)]
+        suffix = WRITE_FORMATS[check_format(self.format).name]
         found = []
         for path in self._found(directory, prefix + "*"):
             match = _FILE_REST.fullmatch(path.name[len(prefix) :])
@@ -291,7 +262,7 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         """
         directory = self._writable_directory()
         options = self._write_options()
-        dead = self.open_dead_letters(client)
+        dead = open_dead_letters(client, self.dead_letters)
         on_file = import_function(self.on_file, "on_file") if self.on_file is not None else None
         on_file_kwargs = dict(self.on_file_kwargs or {})
         cleaned: set[int] = set()
@@ -362,9 +333,8 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         layout = ArchiveLayout(str(self.path_layout))
         interval = None
         if layout.uses_interval:
-            if self.read_by == "interval":
-                found = interval_of(self, context)
-                interval = (found.start, found.end)
+            if isinstance(self.reading, DataIntervalReading):
+                interval = (self.reading.interval.start, self.reading.interval.end)
             elif context.get("data_interval_start") is not None and context.get("data_interval_end") is not None:
                 interval = (context["data_interval_start"], context["data_interval_end"])
         return layout.folder_of(interval, partition_of(context) if layout.uses_partition else None)
@@ -381,10 +351,10 @@ class LiftbridgeStreamToFileOperator(LiftbridgeReadingOperator):
         )
 
     # -- the result ---------------------------------------------------------------------------
-    def result(self, reports: dict[int, PartitionReport]) -> dict[str, Any]:
+    def result(self, reports: dict[int, PartitionReport], mode: dict[str, Any]) -> dict[str, Any]:
         """The reading summary plus ``files``: this try's files, and the ones earlier tries of the
         run committed (found by name between the plan's start and this try's first offset)."""
-        summary = super().result(reports)
+        summary = super().result(reports, mode)
         files = list(self._files)
         for partition, report in reports.items():
             plan_start = report.plan_start

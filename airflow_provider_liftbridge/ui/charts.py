@@ -62,7 +62,7 @@ def _pipeline_runs(entries: list[RunEntry], runs: int) -> list[dict[str, Any]]:
                 "task_id": task_id,
                 "map_index": map_index,
                 "stream": stream,
-                "read_by": "interval" if by_interval else "position",
+                "by_interval": by_interval,
                 "partitions": partitions,
                 "runs": chosen,
             }

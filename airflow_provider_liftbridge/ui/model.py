@@ -247,7 +247,7 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
     partitions = sorted(hws) if entry.group_id else sorted(p for p in entry.partitions if p in hws)
     interval: dict[str, Any] | None = None
     error = None
-    if entry.read_by == "interval":
+    if entry.mode == "DataInterval":
         try:
             span = Interval.from_ms(entry.interval_start or 0, entry.interval_end or 0)
         except InvalidArgumentError as exc:
@@ -274,7 +274,7 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         "map_index": entry.map_index,
         "operator": entry.operator,
         "stream": entry.stream,
-        "read_by": entry.read_by,
+        "mode": entry.mode,
         "interval": interval,
         "cursor_id": entry.cursor_id,
         "group_id": entry.group_id,
@@ -297,8 +297,8 @@ def dead_letter_streams(client: LiftbridgeClient) -> list[str]:
 def pipelines(client: LiftbridgeClient) -> dict[str, Any]:
     """Every reading task recorded in the pipeline registry (``client.reading.registry``) with
     its consumer group if any, and per partition: position, high watermark, lag, the time of the
-    last committed message, the current plan. A task reading by interval has ``read_by`` =
-    ``"interval"`` and its latest interval (``start``, ``end``, whether it is read); its position
+    last committed message, the current plan. A task reading by interval has ``mode`` =
+    ``"DataInterval"`` and its latest interval (``start``, ``end``, whether it is read); its position
     is its progress in that interval, its plan that interval's offsets. A pipeline whose stream is
     gone is listed with an ``error``.
 

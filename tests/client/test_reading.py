@@ -117,7 +117,7 @@ def commits_of(lb: LiftbridgeClient, stream: str, cadence: str, fail_at: int | N
 
     plans = planner(lb, stream, run=cadence + str(fail_at)).plan([0])
     try:
-        read_plan(lb, plans, handler, position_cursor="pos", max_batch_size=4, commit_cadence=cadence)  # type: ignore[arg-type]
+        read_plan(lb, plans, handler, position_cursor="pos", batch_size=4, commit_cadence=cadence)  # type: ignore[arg-type]
     except BatchFailed as failed:
         assert failed.message.offset == fail_at and failed.reports[0].processed == len(seen)
     position = lb.fetch_cursor("pos", stream, 0)
@@ -145,7 +145,7 @@ def test_an_exception_other_than_batch_failed_fails_at_the_batch_start(lb: Liftb
         return 0
 
     with pytest.raises(BatchFailed, match="OSError: disk full") as info:
-        read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=2)
+        read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", batch_size=2)
     assert (info.value.done, info.value.message.offset) == (0, 4)
     assert isinstance(info.value.__cause__, OSError)
     assert lb.fetch_cursor("pos", stream_name, 0) == 3
@@ -160,8 +160,8 @@ def test_unknown_stream_or_partition_and_bad_arguments(lb: LiftbridgeClient, str
         planner(lb, stream_name).check_partitions([0, 2, 5])
     with pytest.raises(InvalidArgumentError, match="max_messages must be at least 1"):
         planner(lb, stream_name, max_messages=0)
-    with pytest.raises(InvalidArgumentError, match="max_batch_size must be a whole number of at least 1"):
-        read_plan(lb, [], lambda b: 0, position_cursor="pos", max_batch_size=0)
+    with pytest.raises(InvalidArgumentError, match="batch_size must be a whole number of at least 1"):
+        read_plan(lb, [], lambda b: 0, position_cursor="pos", batch_size=0)
     with pytest.raises(InvalidArgumentError, match="commit_cadence must be one of"):
         read_plan(lb, [], lambda b: 0, position_cursor="pos", commit_cadence="sometimes")  # type: ignore[arg-type]
 
@@ -199,7 +199,7 @@ def test_reading_stops_where_keep_reading_says_the_partition_moved(lb: Liftbridg
         return not (plan.partition == 1 and asked.count(1) > 1)  # type: ignore[attr-defined]
 
     plans = planner(lb, stream_name).plan([0, 1])
-    reports = read_plan(lb, plans, handler, position_cursor="pos", max_batch_size=4, keep_reading=keep_reading)
+    reports = read_plan(lb, plans, handler, position_cursor="pos", batch_size=4, keep_reading=keep_reading)
     assert seen == [(0, o) for o in range(6)] + [(1, o) for o in range(4)]
     assert reports[1].to_dict()["moved_away"] is True and reports[1].committed == 3
     assert "moved_away" not in reports[0].to_dict() and reports[0].committed == 5
@@ -349,7 +349,7 @@ def test_a_batch_reaches_the_handler_after_the_commit_of_the_batch_before(
         positions.append(lb.fetch_cursor("pos", stream_name, 0))
         return 0
 
-    reports = read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=3)
+    reports = read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", batch_size=3)
     assert positions == [-1, 2, 5, 8]
     assert reports[0].committed == 9 and lb.fetch_cursor("pos", stream_name, 0) == 9
 
@@ -369,11 +369,11 @@ def test_the_gc_threshold_is_raised_while_reading_and_put_back(lb: LiftbridgeCli
     try:
         gc.set_threshold(700, *before[1:])
         with pytest.raises(BatchFailed):
-            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=1000)
+            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", batch_size=1000)
         assert seen == [4000] and gc.get_threshold() == (700, *before[1:])
         gc.set_threshold(0)
         with pytest.raises(BatchFailed):
-            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", max_batch_size=1000)
+            read_plan(lb, planner(lb, stream_name).plan([0]), handler, position_cursor="pos", batch_size=1000)
         assert seen == [4000, 0] and gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*before)

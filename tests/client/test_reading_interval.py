@@ -58,7 +58,7 @@ def read_all(lb: LiftbridgeClient, p: IntervalPlanner, partitions: list[int]) ->
         got.extend(batch)
         return 0
 
-    read_plan(lb, p.plan(partitions), handle, position_cursor=p.progress_cursor, max_batch_size=2)
+    read_plan(lb, p.plan(partitions), handle, position_cursor=p.progress_cursor, batch_size=2)
     p.finish(partitions)
     return got
 
@@ -101,7 +101,7 @@ def test_a_retry_resumes_after_the_last_finished_batch(lb: LiftbridgeClient, hou
         return 0
 
     with pytest.raises(BatchFailed):
-        read_plan(lb, p.plan([0, 1]), fail_at_5, position_cursor=p.progress_cursor, max_batch_size=2)
+        read_plan(lb, p.plan([0, 1]), fail_at_5, position_cursor=p.progress_cursor, batch_size=2)
     assert seen == [3, 4]
     retry = planner(lb, hours, 1).plan([0, 1])
     assert [(x.partition, x.next_offset, x.end, x.resumed) for x in retry] == [(0, 5, 6, True), (1, 3, 6, False)]
@@ -153,7 +153,7 @@ def test_messages_without_timestamps_are_refused(lb: LiftbridgeClient, stream_na
         lb.publish(stream_name, b"no time")
     finally:
         set_reception_clock(stream_name, None)
-    with pytest.raises(NoTimestampsError, match="no usable timestamp.*read_by='position'"):
+    with pytest.raises(NoTimestampsError, match=r"no usable timestamp.*read=SinceLastRun\(\.\.\.\)"):
         planner(lb, stream_name, 0).incomplete([0])
 
 

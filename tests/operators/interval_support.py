@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import set_reception_clock
+from airflow_provider_liftbridge.operators import DataInterval
 from tests.airflow_support import register_dag
 
 UTC = dt.UTC
@@ -50,6 +51,7 @@ def hourly_dag(operator: type, task_id: str, stream: str, **op_kwargs: Any) -> A
     from airflow.sdk import DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
+    op_kwargs.setdefault("read", DataInterval())
     op_kwargs.setdefault("retries", 1)
     op_kwargs.setdefault("retry_delay", dt.timedelta(seconds=0))
     with DAG(
@@ -58,7 +60,7 @@ def hourly_dag(operator: type, task_id: str, stream: str, **op_kwargs: Any) -> A
         start_date=T0,
         catchup=False,
     ) as dag:
-        operator(task_id=task_id, stream=stream, read_by="interval", **op_kwargs)
+        operator(task_id=task_id, stream=stream, **op_kwargs)
     register_dag(dag)
     return dag
 

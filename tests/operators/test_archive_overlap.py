@@ -26,6 +26,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import DeadLetters
 from airflow_provider_liftbridge.devserver import set_reception_clock
+from airflow_provider_liftbridge.operators import JsonLines
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from tests.airflow_support import xcom_of
@@ -153,9 +154,8 @@ def test_a_run_of_another_hour_cleaning_up_between_a_write_and_its_rename_leaves
             stream_name,
             path=str(root),
             path_layout=layout,
-            format="jsonl",
+            format=JsonLines(row_group_rows=2),
             value_format="json",
-            row_group_rows=2,
             dead_letters=DeadLetterStream(f"{stream_name}-dead", create=True),
             retries=0,  # a try the other run broke fails the run
         )

@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServer
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import ConsumerGroup
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from tests.airflow_support import conn_env_name, liftbridge_conn_json
 from tests.operators import consume_support as support
@@ -51,10 +52,9 @@ def test_a_batch_function_slower_than_the_member_timeout_keeps_the_tasks_partiti
         support.reset(sleep=SLOW_BATCH)
         dag_run, result = run_dag(
             stream_name,
-            cursor_id=None,
-            group_id=group,
+            read=ConsumerGroup(group),
             apply_function_batch="tests.operators.consume_support.slow_batch",
-            max_batch_size=2,
+            batch_size=2,
             retries=0,
         )
         said = [m for r in caplog.records if r.name == GROUPS_LOG and f"group {group} " in (m := r.getMessage() + " ")]
@@ -72,18 +72,16 @@ def test_max_poll_interval_is_checked_when_the_dag_is_parsed() -> None:
         LiftbridgeConsumeOperator(
             task_id="c",
             stream="s",
-            group_id="g",
+            read=ConsumerGroup("g", max_poll_interval=0),
             apply_function="tests.operators.consume_support.record",
-            max_poll_interval=0,
         )
     op = LiftbridgeConsumeOperator(
         task_id="c",
         stream="s",
-        group_id="g",
+        read=ConsumerGroup("g", max_poll_interval=None),
         apply_function="tests.operators.consume_support.record",
-        max_poll_interval=None,
     )
-    assert op.max_poll_interval is None  # never leaves for a slow batch
+    assert op.read.max_poll_interval is None  # never leaves for a slow batch
 
 
 def test_a_batch_back_after_max_poll_interval_commits_nothing_and_the_retry_reads_on(
@@ -115,11 +113,9 @@ def test_a_batch_back_after_max_poll_interval_commits_nothing_and_the_retry_read
         support.reset(slow_from=2, leaves=leaves)
         dag_run, result = run_dag(
             stream_name,
-            cursor_id=None,
-            group_id=group,
+            read=ConsumerGroup(group, max_poll_interval=4.0),
             apply_function_batch="tests.operators.consume_support.batch_back_after_leaving",
-            max_batch_size=2,
-            max_poll_interval=4.0,
+            batch_size=2,
         )
         assert str(dag_run.state) == "success"  # the retry
         # try 1: [0, 1] committed, [2, 3] back too late (not committed); try 2 from offset 2.

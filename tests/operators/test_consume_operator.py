@@ -19,9 +19,11 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids, run_tag
 from airflow_provider_liftbridge.devserver import DevServerProcess
+from airflow_provider_liftbridge.operators import ConsumerGroup, SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
-from airflow_provider_liftbridge.operators.reading_base import parse_partitions, parse_reading_start
+from airflow_provider_liftbridge.operators.read_modes import parse_reading_start
+from airflow_provider_liftbridge.operators.reading_base import parse_partitions
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
 from tests.margins import bounded
 from tests.operators import consume_support as support
@@ -36,7 +38,7 @@ def make_dag(stream: str, **op_kwargs: Any) -> Any:
     """One registered DAG with one consume task (retried once, at once, unless told otherwise)."""
     from airflow.sdk import DAG
 
-    op_kwargs.setdefault("cursor_id", "c")
+    op_kwargs.setdefault("read", SinceLastRun("c"))
     op_kwargs.setdefault("retries", 1)
     op_kwargs.setdefault("retry_delay", dt.timedelta(seconds=0))
     with DAG(f"consume_{stream}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=START) as dag:
@@ -68,7 +70,7 @@ def test_consume_end_to_end_with_args_and_a_second_run(stream_name: str, liftbri
         apply_function="tests.operators.consume_support.record",
         apply_function_args=["t"],
         apply_function_kwargs={"suffix": "!"},
-        max_batch_size=2,
+        batch_size=2,
     )
     dag_run, result = run_dag(stream_name, **kwargs)
     assert str(dag_run.state) == "success"
@@ -101,7 +103,7 @@ def test_retry_resumes_at_the_failed_message_and_reads_only_the_plan(
     liftbridge_client.create_stream(stream_name, stream_name)
     publish(liftbridge_client, stream_name, 5)
     support.reset(fail_at=3, publish_more=(lb_address, stream_name, 4))
-    dag = make_dag(stream_name, apply_function="tests.operators.consume_support.fail_at_offset", max_batch_size=2)
+    dag = make_dag(stream_name, apply_function="tests.operators.consume_support.fail_at_offset", batch_size=2)
     dag_run, result = run(dag)
     assert str(dag_run.state) == "success"
     assert [(t, o) for t, o, _ in support.SEEN] == [(1, 0), (1, 1), (1, 2), (1, 3), (2, 3), (2, 4)]
@@ -178,11 +180,11 @@ def test_dead_letters_carry_the_error_and_the_source(stream_name: str, liftbridg
     liftbridge_client.publish_many(stream_name, values)
     liftbridge_client.publish(stream_name, b'{"n": 9}', key=b"k", headers={"trace": b"t-1"})
     support.reset()
-    common = dict(stream=stream_name, value_format="json", max_batch_size=2)
+    common = dict(stream=stream_name, value_format="json", batch_size=2)
     with DAG(f"dead_letters_{stream_name}", schedule=None, start_date=START) as dag:
         LiftbridgeConsumeOperator(
             task_id="per_message",
-            cursor_id="m",
+            read=SinceLastRun("m"),
             apply_function="tests.operators.consume_support.fail_on_odd",
             dead_letters=DeadLetterStream(f"{stream_name}-dlq", create=True),
             **common,
@@ -190,9 +192,9 @@ def test_dead_letters_carry_the_error_and_the_source(stream_name: str, liftbridg
         liftbridge_client.create_stream(f"{stream_name}-dlq2", f"{stream_name}-dlq2")
         LiftbridgeConsumeOperator(
             task_id="per_batch",
-            cursor_id="b",
+            read=SinceLastRun("b"),
             apply_function_batch="tests.operators.consume_support.reject_odd_batches",
-            dead_letters=DeadLetterStream("{{ params.dead_letters }}"),  # rendered like any templated field
+            dead_letters=DeadLetterStream("{{ params.dead_letters }}"),
             params={"dead_letters": f"{stream_name}-dlq2"},
             **common,
         )
@@ -244,23 +246,31 @@ def test_bad_input_at_run_time_fails_before_reading_and_names_the_fix(
     record = "tests.operators.consume_support.fail_on_odd"
     with DAG(f"bad_input_{stream_name}", schedule=None, start_date=START) as dag:
         LiftbridgeConsumeOperator(
-            task_id="not_json", stream=stream_name, cursor_id="j", apply_function=record, value_format="json"
+            task_id="not_json", stream=stream_name, read=SinceLastRun("j"), apply_function=record, value_format="json"
         )
         LiftbridgeConsumeOperator(
             task_id="no_dead_letter_stream",
             stream=stream_name,
-            cursor_id="d",
+            read=SinceLastRun("d"),
             apply_function=record,
             dead_letters=DeadLetterStream(f"{stream_name}-missing"),
         )
         LiftbridgeConsumeOperator(
-            task_id="no_partition", stream=stream_name, cursor_id="p", apply_function=record, partitions="{{ 3 }}"
+            task_id="no_partition",
+            stream=stream_name,
+            read=SinceLastRun("p"),
+            apply_function=record,
+            partitions="{{ 3 }}",
         )
         LiftbridgeConsumeOperator(
-            task_id="no_stream", stream=f"{stream_name}-missing", cursor_id="s", apply_function=record
+            task_id="no_stream", stream=f"{stream_name}-missing", read=SinceLastRun("s"), apply_function=record
         )
-        LiftbridgeConsumeOperator(  # checked by the same validator once rendered
-            task_id="bad_rendered", stream=stream_name, cursor_id="r", apply_function=record, partitions="{{ 'x,y' }}"
+        LiftbridgeConsumeOperator(
+            task_id="bad_rendered",
+            stream=stream_name,
+            read=SinceLastRun("r"),
+            apply_function=record,
+            partitions="{{ 'x,y' }}",
         )
     register_dag(dag)
     dag_run = dag.test()
@@ -295,8 +305,7 @@ def test_group_mode_reads_the_partitions_the_group_assigns(
         # The other member stays in the group while dag.test() runs: its keeper heartbeats for it.
         dag_run, result = run_dag(
             stream_name,
-            cursor_id=None,
-            group_id=group,
+            read=ConsumerGroup(group),
             apply_function="tests.operators.consume_support.record_plain",
         )
     assert str(dag_run.state) == "success"
@@ -320,9 +329,8 @@ def test_min_messages_defers_only_when_they_are_not_there(
     dag = make_dag(
         stream_name,
         apply_function="tests.operators.consume_support.record_plain",
-        min_messages=5,
+        read=SinceLastRun("c", min_messages=5, poll_timeout=120),
         deferrable=True,
-        poll_timeout=120,
     )
     stop, deferred = threading.Event(), threading.Event()
     feeder = threading.Thread(
@@ -380,8 +388,7 @@ def test_min_messages_in_the_worker_outlasts_a_broker_restart(
             stream_name,
             liftbridge_conn_id="lb_restarting",
             apply_function="tests.operators.consume_support.record_plain",
-            min_messages=5,
-            poll_timeout=90,
+            read=SinceLastRun("c", min_messages=5, poll_timeout=90),
             retries=0,
         )
         failed_looks: list[str] = []
@@ -437,7 +444,7 @@ def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbri
         LiftbridgeConsumeOperator.partial(
             task_id="consume",
             stream=stream_name,
-            cursor_id="c",
+            read=SinceLastRun("c"),
             apply_function="tests.operators.consume_support.record_plain",
         ).expand(partitions=[[0], [1]])
     register_dag(dag)
@@ -456,34 +463,35 @@ def test_mapped_over_partitions_one_task_per_partition(stream_name: str, liftbri
         ({"apply_function": print, "apply_function_batch": print}, "got both"),
         ({"apply_function": "no_such_pkg..handle"}, "apply_function='no_such_pkg..handle' is not valid"),
         ({"apply_function_batch": "json"}, "a callable or the dotted path of a function is required"),
-        ({"max_batch_size": 0}, "max_batch_size=0 is not valid: a whole number, 1 or more"),
-        ({"max_batch_size": -5}, "max_batch_size=-5 is not valid: a whole number, 1 or more"),
-        ({"max_messages": 0}, "max_messages=0 is not valid: a whole number, 1 or more"),
+        ({"batch_size": 0}, "batch_size=0 is not valid: a whole number, 1 or more"),
+        ({"batch_size": -5}, "batch_size=-5 is not valid: a whole number, 1 or more"),
+        ({"read": SinceLastRun("c", max_messages=0)}, "max_messages=0 is not valid: a whole number, 1 or more"),
         (
             {"commit_cadence": "sometimes"},
             "commit_cadence='sometimes' is not valid: use one of 'end_of_batch', 'end_of_operator', 'never'",
         ),
-        ({"cursor_id": None}, "give cursor_id (the cursor that keeps this task's position) or group_id"),
-        ({"group_id": "g"}, "give cursor_id or group_id, not both"),
-        ({"cursor_id": None, "group_id": "g", "partitions": [0]}, "with group_id the consumer group assigns"),
-        ({"on_error": "dead_letter"}, "on_error='dead_letter' needs dead_letter_stream"),
-        ({"on_error": "skip"}, "on_error='skip' is not valid: use one of 'fail', 'dead_letter'"),
+        ({"read": None}, "needs read=: what to read, e.g. read=SinceLastRun('orders-reader')"),
+        ({"read": "c"}, "read='c' is not valid: a SinceLastRun, ConsumerGroup or DataInterval value"),
+        ({"read": SinceLastRun("")}, "cursor_id='' is not valid"),
+        ({"read": ConsumerGroup("g"), "partitions": [0]}, "with read=ConsumerGroup(...) the consumer group assigns"),
         ({"dead_letters": "dlq"}, "dead_letters='dlq' is not valid: a DeadLetterStream value or None"),
         ({"dead_letters": DeadLetterStream("")}, "dead_letters.stream='' is not valid"),
-        ({"dead_letters": DeadLetterStream("dlq"), "dead_letter_stream": "x"}, "give dead_letters only"),
         ({"apply_function_args": "orders"}, "apply_function_args='orders' is not valid: a list of positional"),
         ({"apply_function_kwargs": ["a"]}, "apply_function_kwargs=['a'] is not valid: a dict of keyword arguments"),
         ({"partitions": "[0,"}, "partitions='[0,' is not valid: a list of partition numbers"),
-        ({"value_format": "avro"}, "value_format='avro' is not valid: use one of 'bytes', 'json'"),
-        ({"start_at": "yesterday-ish"}, "start_at='yesterday-ish' is not valid: a start position is an offset"),
+        ({"value_format": "avro"}, "value_format='avro' is not valid: use one of 'bytes', 'text', 'json'"),
+        (
+            {"read": SinceLastRun("c", start_at="yesterday-ish")},
+            "start_at='yesterday-ish' is not valid: a start position is an offset",
+        ),
         ({"partitions": [0, -1]}, "partitions=[0, -1] is not valid: partition numbers are whole numbers, 0 or more"),
-        ({"poll_timeout": 0}, "poll_timeout=0 is not valid: a positive number of seconds"),
+        ({"read": SinceLastRun("c", poll_timeout=0)}, "poll_timeout=0 is not valid: a positive number of seconds"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], words: str) -> None:
     from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
 
-    args: dict[str, Any] = {"task_id": "c", "stream": "s", "cursor_id": "c"}
+    args: dict[str, Any] = {"task_id": "c", "stream": "s", "read": SinceLastRun("c")}
     if not {"apply_function", "apply_function_batch"} & set(kwargs) and kwargs:
         args["apply_function"] = print
     with pytest.raises(LiftbridgeArgumentError) as info:
@@ -495,9 +503,8 @@ def test_templated_values_wait_for_rendering_and_times_parse() -> None:
     op = LiftbridgeConsumeOperator(
         task_id="c",
         stream="{{ params.stream }}",
-        cursor_id="c",
+        read=SinceLastRun("c", start_at="{{ params.start }}"),
         partitions="{{ params.partitions }}",
-        start_at="{{ params.start }}",
         apply_function=print,
     )
     assert op.partitions == "{{ params.partitions }}"
@@ -517,9 +524,8 @@ def test_a_retry_reads_the_rest_of_its_plan_without_waiting_for_min_messages(
     dag_run, result = run_dag(
         stream_name,
         apply_function="tests.operators.consume_support.fail_at_offset",
-        max_batch_size=2,
-        min_messages=5,
-        poll_timeout=30,
+        batch_size=2,
+        read=SinceLastRun("c", min_messages=5, poll_timeout=30),
     )
     assert str(dag_run.state) == "success"
     assert [(t, o) for t, o, _ in support.SEEN] == [(1, 0), (1, 1), (1, 2), (1, 3), (2, 3), (2, 4)]

@@ -19,6 +19,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.reading import plan_cursor_ids
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
@@ -34,11 +35,12 @@ import datetime as dt
 
 from airflow.sdk import DAG
 
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 
 with DAG({dag_id!r}, schedule=None, start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)):
     LiftbridgeConsumeOperator(
-        task_id="consume", stream={stream!r}, cursor_id="c", apply_function={path!r}, apply_function_args=["x"]
+        task_id="consume", stream={stream!r}, read=SinceLastRun("c"), apply_function={path!r}, apply_function_args=["x"]
     )
 """
 
@@ -108,9 +110,9 @@ def test_a_batch_function_is_imported_where_the_task_runs(
     dag = one_task_dag(
         LiftbridgeConsumeOperator,
         stream=stream_name,
-        cursor_id="c",
+        read=SinceLastRun("c"),
         apply_function_batch=module.path("handle_batch"),
-        max_batch_size=3,
+        batch_size=3,
     )
     with module.on_path():
         dag_run = dag.test()
@@ -130,7 +132,7 @@ def test_a_module_missing_on_the_worker_fails_the_try_before_anything_is_read(
     module = WorkerModule(tmp_path)
     publish(liftbridge_client, stream_name, 3)
     path = module.path("handle")
-    dag = one_task_dag(LiftbridgeConsumeOperator, stream=stream_name, cursor_id="c", **{parameter: path})
+    dag = one_task_dag(LiftbridgeConsumeOperator, stream=stream_name, read=SinceLastRun("c"), **{parameter: path})
     dag_run = dag.test()  # the module is not on this worker's path
     assert task_state(dag_run) == "failed"
     logs = capfd.readouterr().out
@@ -149,7 +151,9 @@ def test_on_file_is_imported_where_the_archive_task_runs(
     module = WorkerModule(tmp_path)
     publish(liftbridge_client, stream_name, 3)
     archive = tmp_path / "archive"
-    kwargs = dict(stream=stream_name, path=str(archive), format="jsonl", cursor_id="a", on_file=module.path("on_file"))
+    kwargs = dict(
+        stream=stream_name, path=str(archive), format="jsonl", read=SinceLastRun("a"), on_file=module.path("on_file")
+    )
     dag = one_task_dag(LiftbridgeStreamToFileOperator, **kwargs)  # parsed without the module
 
     dag_run = dag.test()  # run without it: fails before the archive is touched
@@ -201,9 +205,9 @@ def test_records_callable_templated_is_checked_after_rendering_and_imported_wher
 @pytest.mark.parametrize(
     ("operator", "kwargs"),
     [
-        (LiftbridgeConsumeOperator, {"cursor_id": "c", "apply_function": "my_pkg.handlers.handle"}),
-        (LiftbridgeConsumeOperator, {"cursor_id": "c", "apply_function_batch": "my_pkg.handlers:handle"}),
-        (LiftbridgeStreamToFileOperator, {"cursor_id": "c", "path": "/tmp/x", "on_file": "my_pkg.files.done"}),
+        (LiftbridgeConsumeOperator, {"read": SinceLastRun("c"), "apply_function": "my_pkg.handlers.handle"}),
+        (LiftbridgeConsumeOperator, {"read": SinceLastRun("c"), "apply_function_batch": "my_pkg.handlers:handle"}),
+        (LiftbridgeStreamToFileOperator, {"read": SinceLastRun("c"), "path": "/tmp/x", "on_file": "my_pkg.files.done"}),
         (LiftbridgePublishOperator, {"records_callable": "my_pkg.records.make"}),
     ],
 )
@@ -230,6 +234,6 @@ def test_a_path_of_the_wrong_shape_fails_when_the_dag_is_parsed(
     operator: type, kwargs: dict[str, Any], words: str
 ) -> None:
     if operator is not LiftbridgePublishOperator:
-        kwargs = {"cursor_id": "c"} | kwargs
+        kwargs = {"read": SinceLastRun("c")} | kwargs
     with pytest.raises(LiftbridgeArgumentError, match=re.escape(words)):
         operator(task_id="t", stream="s", **kwargs)

@@ -1,4 +1,4 @@
-"""LiftbridgeStreamToFileOperator with read_by="interval" and a time layout, through real DAG runs
+"""LiftbridgeStreamToFileOperator with read=DataInterval() and a time layout, through real DAG runs
 (``dag.test()`` with explicit logical dates) against the dev server: each hourly run archives its
 hour into its own ``dt=/hour=`` folder, once; a clear rewrites the same files; a backfill of an
 older hour leaves the newer hours' files alone; bad layouts fail at parse time."""
@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import DataInterval
 from airflow_provider_liftbridge.operators.archive_layout import ArchiveLayout
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from tests.airflow_support import xcom_of
@@ -51,7 +52,7 @@ def archive_dag(stream: str, root: Path, **kwargs: Any) -> Any:
         path=str(root),
         format="jsonl",
         value_format="json",
-        max_rows_per_file=2,
+        batch_size=2,
         **kwargs,
     )
 
@@ -92,7 +93,7 @@ def test_a_field_layout_splits_a_batch_into_one_file_per_folder(
 def test_bad_layouts_fail_when_the_dag_is_parsed(stream_name: str, tmp_path: Path) -> None:
     def op(layout: str) -> Any:
         return LiftbridgeStreamToFileOperator(
-            task_id="a", stream=stream_name, path=str(tmp_path), read_by="interval", path_layout=layout
+            task_id="a", stream=stream_name, path=str(tmp_path), read=DataInterval(), path_layout=layout
         )
 
     with pytest.raises(LiftbridgeArgumentError, match=r"unknown field \{when\}"):

@@ -1,4 +1,4 @@
-"""read_by="interval" through real DAG runs (``dag.test()`` with explicit logical dates) against
+"""read=DataInterval() through real DAG runs (``dag.test()`` with explicit logical dates) against
 the dev server, whose reception clock the test sets (devserver/clock.py): three hours of messages
 on two partitions, an hourly DAG, and each run reading exactly its hour, in every try, clear and
 backfill; bad input before anything is read."""
@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import set_reception_clock
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import DataInterval, SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from tests.airflow_support import register_dag, xcom_of
 from tests.operators import consume_support as support
@@ -58,13 +59,14 @@ def make_dag(stream: str, **op_kwargs: Any) -> Any:
     op_kwargs.setdefault("retries", 1)
     op_kwargs.setdefault("retry_delay", dt.timedelta(seconds=0))
     op_kwargs.setdefault("apply_function", RECORD)
+    op_kwargs.setdefault("read", DataInterval())
     with DAG(
         f"interval_{stream}_{uuid.uuid4().hex[:6]}",
         schedule=CronDataIntervalTimetable("0 * * * *", "UTC"),
         start_date=T0,
         catchup=False,
     ) as dag:
-        LiftbridgeConsumeOperator(task_id="consume", stream=stream, read_by="interval", max_batch_size=2, **op_kwargs)
+        LiftbridgeConsumeOperator(task_id="consume", stream=stream, batch_size=2, **op_kwargs)
     register_dag(dag)
     return dag
 
@@ -85,12 +87,12 @@ def test_each_hourly_run_reads_exactly_its_hour_and_a_clear_reads_it_again(
     stream_name: str, three_hours: dict[int, set[tuple[int, int]]]
 ) -> None:
     support.reset()
-    dag = make_dag(stream_name, cursor_id="c")
+    dag = make_dag(stream_name, read=DataInterval(cursor_id="c"))
     for hour in range(3):
         dag_run, result = run_hour(dag, hour)
         assert str(dag_run.state) == "success"
         assert seen() == three_hours[hour] and len(support.SEEN) == len(three_hours[hour])
-        assert result["read_by"] == "interval" and result["processed"] == len(three_hours[hour])
+        assert result["cursor_id"] == "c" and result["processed"] == len(three_hours[hour])
         assert result["interval"] == {
             "start": (T0 + hour * HOUR).isoformat(),
             "end": (T0 + (hour + 1) * HOUR).isoformat(),
@@ -110,11 +112,11 @@ def test_a_backfill_reads_past_hours_not_todays_position(
     from airflow.sdk import DAG
 
     with DAG(f"position_{stream_name}", schedule=None, start_date=T0) as by_position:
-        LiftbridgeConsumeOperator(task_id="consume", stream=stream_name, cursor_id="c", apply_function=RECORD)
+        LiftbridgeConsumeOperator(task_id="consume", stream=stream_name, read=SinceLastRun("c"), apply_function=RECORD)
     register_dag(by_position)
     assert str(by_position.test().state) == "success"
     assert liftbridge_client.fetch_cursor("c", stream_name, 0) == 12  # 12 messages of the hours + today's
-    dag = make_dag(stream_name, cursor_id="c")
+    dag = make_dag(stream_name, read=DataInterval(cursor_id="c"))
     for hour in (2, 0, 1):
         dag_run, _ = run_hour(dag, hour)
         assert str(dag_run.state) == "success" and seen() == three_hours[hour]
@@ -128,7 +130,7 @@ def test_a_retry_resumes_after_the_last_finished_batch(
     (4..6 were handed over and committed: a per-message function commits up to the message before
     the one that failed); the retry starts at 7, repeating none of them."""
     support.reset(fail_at=(0, 7), fails=1)
-    dag_run, result = run_hour(make_dag(stream_name, cursor_id="c"), 1)
+    dag_run, result = run_hour(make_dag(stream_name, read=DataInterval(cursor_id="c")), 1)
     assert str(dag_run.state) == "success"
     by_try = {t: sorted(w for tt, w, _ in support.SEEN if tt == t) for t in (1, 2)}
     assert [w for w in by_try[1] if w[0] == 0] == [(0, 4), (0, 5), (0, 6)]
@@ -142,7 +144,7 @@ def test_two_runs_of_different_hours_in_progress_together_never_share_a_message(
 ) -> None:
     """The 10:00 run fails part-way (no retries left); the 11:00 run runs meanwhile; the cleared
     10:00 run then finishes its hour: no message is in both, none of 10:00 is handed over twice."""
-    dag = make_dag(stream_name, cursor_id="c", retries=0)
+    dag = make_dag(stream_name, read=DataInterval(cursor_id="c"), retries=0)
     support.reset(fail_at=(0, 2), fails=1)
     dag_run, _ = run_hour(dag, 0)
     assert str(dag_run.state) == "failed"
@@ -171,20 +173,58 @@ def test_bad_interval_arguments_fail_at_parse_time(stream_name: str) -> None:
         return LiftbridgeConsumeOperator(task_id="t", stream=stream_name, apply_function=RECORD, **kwargs)
 
     with pytest.raises(LiftbridgeArgumentError, match="end_time=.*not after its start"):
-        op(read_by="interval", start_time="2026-03-02T11:00:00Z", end_time="2026-03-02T10:00:00Z")
-    with pytest.raises(LiftbridgeArgumentError, match="cannot be combined with group_id"):
-        op(read_by="interval", group_id="g")
-    with pytest.raises(LiftbridgeArgumentError, match="start_time applies only to read_by='interval'"):
-        op(cursor_id="c", start_time="2026-03-02T10:00:00Z")
-    with pytest.raises(LiftbridgeArgumentError, match="read_by"):
-        op(cursor_id="c", read_by="time")
+        op(read=DataInterval(start_time="2026-03-02T11:00:00Z", end_time="2026-03-02T10:00:00Z"))
     with pytest.raises(LiftbridgeArgumentError, match="start_time.*time zone"):
-        op(read_by="interval", start_time="2026-03-02T10:00:00")
-    with pytest.raises(LiftbridgeArgumentError, match="min_messages=5, start_at='latest': not used with read_by"):
-        op(read_by="interval", min_messages=5, start_at="latest")
-    with pytest.raises(LiftbridgeArgumentError, match="allowed_lateness"):
-        op(read_by="interval", allowed_lateness=-1)
-    op(read_by="interval", start_time="{{ data_interval_start }}", end_time="{{ data_interval_start }}")  # later
+        op(read=DataInterval(start_time="2026-03-02T10:00:00"))
+    with pytest.raises(LiftbridgeArgumentError, match="lateness=-1 is not valid"):
+        op(read=DataInterval(-1))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'min_messages'"):  # not a field of the mode
+        DataInterval(min_messages=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'group_id'"):
+        DataInterval(group_id="g")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'start_time'"):
+        SinceLastRun("c", start_time="2026-03-02T10:00:00Z")  # type: ignore[call-arg]
+    op(read=DataInterval(start_time="{{ data_interval_start }}", end_time="{{ data_interval_start }}"))  # later
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            {"read_by": "interval", "allowed_lateness": 60},
+            "use read=DataInterval(lateness=60) instead of read_by='interval', allowed_lateness=60",
+        ),
+        (
+            {"read_by": "interval", "cursor_id": "c", "start_time": "{{ ds }}"},
+            "use read=DataInterval(start_time='{{ ds }}', cursor_id='c') instead of read_by='interval', cursor_id='c',"
+            " start_time='{{ ds }}'",
+        ),
+        (
+            {"cursor_id": "c", "min_messages": 5, "max_batch_size": 10},
+            "use read=SinceLastRun(cursor_id='c', min_messages=5) instead of cursor_id='c', min_messages=5; use"
+            " batch_size=10 instead of max_batch_size=10",
+        ),
+        (
+            {"group_id": "g", "max_poll_interval": 30},
+            "use read=ConsumerGroup(group_id='g', max_poll_interval=30) instead of group_id='g', max_poll_interval=30",
+        ),
+        (
+            {
+                "cursor_id": "c",
+                "on_error": "dead_letter",
+                "dead_letter_stream": "dlq",
+                "create_dead_letter_stream": True,
+            },
+            "use dead_letters=DeadLetterStream('dlq', create=True) instead of on_error='dead_letter',"
+            " dead_letter_stream='dlq', create_dead_letter_stream=True",
+        ),
+    ],
+)
+def test_every_old_keyword_names_its_new_form(stream_name: str, old: dict[str, Any], new: str) -> None:
+    """The keywords the modes replaced fail when the DAG is parsed, saying what to write instead."""
+    with pytest.raises(TypeError) as info:
+        LiftbridgeConsumeOperator(task_id="t", stream=stream_name, apply_function=RECORD, **old)
+    assert new in str(info.value) and isinstance(info.value, ValueError)
 
 
 def test_a_rendered_interval_whose_end_is_not_after_its_start_fails_before_reading(
@@ -193,10 +233,8 @@ def test_a_rendered_interval_whose_end_is_not_after_its_start_fails_before_readi
     support.reset()
     dag = make_dag(
         stream_name,
-        cursor_id="c",
+        read=DataInterval(cursor_id="c", start_time="{{ data_interval_end }}", end_time="{{ data_interval_start }}"),
         retries=0,
-        start_time="{{ data_interval_end }}",
-        end_time="{{ data_interval_start }}",
     )
     dag_run, _ = run_hour(dag, 0)
     assert str(dag_run.state) == "failed" and support.SEEN == []
@@ -222,9 +260,7 @@ def test_a_deferrable_run_started_before_its_interval_is_complete_waits_in_the_t
     dag = make_dag(
         stream_name,
         deferrable=True,
-        allowed_lateness=0,
-        start_time=interval.start.isoformat(),
-        end_time=interval.end.isoformat(),
+        read=DataInterval(0, start_time=interval.start.isoformat(), end_time=interval.end.isoformat()),
     )
     dag_run, result = run_hour(dag, 0)
     assert str(dag_run.state) == "success"

@@ -11,11 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.openlineage.extractors.base import DefaultExtractor
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.lineage import file_dataset, stream_namespace
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
@@ -58,31 +58,21 @@ def test_file_operator_reads_each_file_and_writes_the_stream(tmp_path: Path, lb_
 
 
 def test_consume_operator_reads_the_stream_and_writes_its_dead_letters(lb_address: str) -> None:
-    plain = LiftbridgeConsumeOperator(task_id="c", stream="orders", cursor_id="c", apply_function=print)
+    plain = LiftbridgeConsumeOperator(task_id="c", stream="orders", read=SinceLastRun("c"), apply_function=print)
     lineage = DefaultExtractor(plain).extract()
     assert lineage is not None and lineage.outputs == []
     assert _names(lineage.inputs) == [(f"liftbridge://{lb_address}", "orders")]
     dead = LiftbridgeConsumeOperator(
-        task_id="d",
-        stream="orders",
-        cursor_id="c",
-        apply_function=print,
-        dead_letters=DeadLetterStream("dlq"),
+        task_id="d", stream="orders", read=SinceLastRun("c"), apply_function=print, dead_letters=DeadLetterStream("dlq")
     )
     lineage = DefaultExtractor(dead).extract()
     assert lineage is not None and _names(lineage.outputs) == [(f"liftbridge://{lb_address}", "dlq")]
 
 
 def test_archive_operator_reads_the_stream_and_writes_the_directory(tmp_path: Path, lb_address: str) -> None:
-    with pytest.warns(AirflowProviderDeprecationWarning, match="dead_letters=DeadLetterStream"):
-        op = LiftbridgeStreamToFileOperator(  # the deprecated keywords: the same dead-letter stream
-            task_id="a",
-            stream="orders",
-            cursor_id="a",
-            path=str(tmp_path),
-            on_error="dead_letter",
-            dead_letter_stream="dlq",
-        )
+    op = LiftbridgeStreamToFileOperator(
+        task_id="a", stream="orders", read=SinceLastRun("a"), path=str(tmp_path), dead_letters=DeadLetterStream("dlq")
+    )
     lineage = DefaultExtractor(op).extract()
     assert lineage is not None
     assert _names(lineage.inputs) == [(f"liftbridge://{lb_address}", "orders")]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.operators import SinceLastRun
 from tests.operators import consume_support as support
 from tests.operators.test_consume_operator import make_dag, run
 
@@ -40,9 +41,8 @@ def test_the_deferred_wait_counts_messages_on_every_partition(
     dag = make_dag(
         stream_name,
         apply_function="tests.operators.consume_support.record_plain",
-        min_messages=3,
+        read=SinceLastRun("c", min_messages=3, poll_timeout=120),
         deferrable=True,
-        poll_timeout=120,
     )
 
     def publish_elsewhere() -> None:  # the first partition gets none

@@ -1,5 +1,5 @@
 """Partitioned runs (Airflow 3.3, ``CronPartitionTimetable``) of the reading operators, against
-the dev server: ``read_by="interval"`` reads the partition's hour (the key read in the
+the dev server: ``read=DataInterval()`` reads the partition's hour (the key read in the
 timetable's time zone when the run has no partition date, as on Airflow 3.2), the archive's
 ``path_layout`` names the partition, and the outlet's asset event carries the partition key.
 Bad input fails at the first try with nothing read or written. Runs are made as the scheduler
@@ -18,6 +18,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import DataInterval, SinceLastRun
 from airflow_provider_liftbridge.operators.archive_layout import ArchiveLayout
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
@@ -70,7 +71,7 @@ def test_the_archive_of_a_partition_reads_its_hour_into_its_folder_and_its_event
     dag = partitioned_dag(
         LiftbridgeStreamToFileOperator,
         stream_name,
-        read_by="interval",
+        read=DataInterval(),
         path=str(tmp_path),
         path_layout=LAYOUT + "/key={partition_key}",
         format="jsonl",
@@ -105,7 +106,7 @@ def test_a_key_without_a_partition_date_is_read_in_the_timetables_time_zone(
         LiftbridgeStreamToFileOperator,
         stream_name,
         zone="Europe/Berlin",
-        read_by="interval",
+        read=DataInterval(),
         path=str(tmp_path),
         path_layout=LAYOUT,
         format="jsonl",
@@ -128,7 +129,7 @@ def test_a_daily_schedule_reads_the_whole_day_and_explicit_times_win(
     per_hour = publish_three_hours(liftbridge_client, stream_name)
     everything = set().union(*per_hour.values())
     daily = partitioned_dag(
-        LiftbridgeConsumeOperator, stream_name, cron="0 0 * * *", read_by="interval", apply_function_batch=count
+        LiftbridgeConsumeOperator, stream_name, cron="0 0 * * *", read=DataInterval(), apply_function_batch=count
     )
     dag_run = run_partitioned(daily, "2026-03-02T00:00:00", T0.replace(hour=0))
     assert str(dag_run.state) == "success"
@@ -139,10 +140,7 @@ def test_a_daily_schedule_reads_the_whole_day_and_explicit_times_win(
     explicit = partitioned_dag(
         LiftbridgeConsumeOperator,
         stream_name,
-        read_by="interval",
-        start_time="2026-03-02T12:00:00Z",
-        end_time="2026-03-02T13:00:00Z",
-        cursor_id="explicit",
+        read=DataInterval(start_time="2026-03-02T12:00:00Z", end_time="2026-03-02T13:00:00Z", cursor_id="explicit"),
         apply_function_batch=count,
     )
     dag_run = run_partitioned(explicit, "eu-west")
@@ -168,7 +166,7 @@ def test_a_key_naming_no_time_or_a_schedule_without_a_next_time_fails_before_any
 ) -> None:
     publish_three_hours(liftbridge_client, stream_name)
     dag = partitioned_dag(
-        LiftbridgeStreamToFileOperator, stream_name, cron=cron, read_by="interval", path=str(tmp_path)
+        LiftbridgeStreamToFileOperator, stream_name, cron=cron, read=DataInterval(), path=str(tmp_path)
     )
     dag_run = run_partitioned(dag, key)
     assert str(dag_run.state) == "failed"
@@ -176,7 +174,7 @@ def test_a_key_naming_no_time_or_a_schedule_without_a_next_time_fails_before_any
     assert list(tmp_path.rglob("*")) == []
     logged = "".join(capfd.readouterr())  # the task runner logs the error the task failed with
     assert re.search(message, logged), logged[-3000:]
-    assert re.search(r"give (start_time and )?end_time \(ISO 8601 with a time zone", logged)
+    assert re.search(r"give DataInterval\((start_time=\.\.\., )?end_time=\.\.\.\) \(ISO 8601 with a time zone", logged)
 
 
 def test_a_layout_naming_the_partition_on_a_run_without_one_is_refused_with_nothing_written(
@@ -192,7 +190,7 @@ def test_a_layout_naming_the_partition_on_a_run_without_one_is_refused_with_noth
             stream=stream_name,
             path=str(tmp_path),
             path_layout="{{ 'key={partition_key}' }}",  # known once rendered
-            cursor_id="arch",
+            read=SinceLastRun("arch"),
             format="jsonl",
             retries=0,
         )

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.operators import DeadLetterStream, SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.metrics import DEAD_LETTERED, LAG, PARTITION_LAG, PROCESSED
 from tests.airflow_support import register_dag
@@ -60,20 +60,14 @@ def test_consume_sends_processed_dead_lettered_and_lag(
     liftbridge_client.publish_many(stream_name, [b'{"n": 1}', b"not json", b'{"n": 2}'], partition=0)
     liftbridge_client.publish_many(stream_name, [b'{"n": 3}'] * 4, partition=1)
     dag_id = f"metrics_{uuid.uuid4().hex[:8]}"
-    with (
-        DAG(dag_id, schedule=None, start_date=START) as dag,
-        pytest.warns(AirflowProviderDeprecationWarning, match="create=True"),
-    ):
-        LiftbridgeConsumeOperator(  # a real run with the deprecated dead-letter keywords
+    with DAG(dag_id, schedule=None, start_date=START) as dag:
+        LiftbridgeConsumeOperator(
             task_id="consume",
             stream=stream_name,
-            cursor_id="metrics",
+            read=SinceLastRun("metrics", max_messages=2),  # partition 1 keeps 2 messages of lag
             value_format="json",
             apply_function="tests.ui.ui_support.accept",
-            on_error="dead_letter",
-            dead_letter_stream=f"{stream_name}-dlq",
-            create_dead_letter_stream=True,
-            max_messages=2,  # partition 1 keeps 2 messages of lag
+            dead_letters=DeadLetterStream(f"{stream_name}-dlq", create=True),
         )
     register_dag(dag)
     assert str(dag.test().state) == "success"

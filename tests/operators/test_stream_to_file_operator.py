@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition
 from airflow_provider_liftbridge.client.reading import DEAD_LETTER_HEADERS
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError
+from airflow_provider_liftbridge.operators import Parquet, SinceLastRun
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.file_writers import file_name
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
@@ -34,7 +35,7 @@ def make_dag(stream: str, path: Any, **op_kwargs: Any) -> Any:
     """One registered DAG with one archive task (retried once, at once)."""
     from airflow.sdk import DAG
 
-    op_kwargs.setdefault("cursor_id", "archive")
+    op_kwargs.setdefault("read", SinceLastRun("archive"))
     with DAG(f"archive_{stream}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=START) as dag:
         LiftbridgeStreamToFileOperator(
             task_id="archive", stream=stream, path=path, retries=1, retry_delay=dt.timedelta(seconds=0), **op_kwargs
@@ -68,7 +69,7 @@ def test_parquet_archive_of_two_partitions_then_the_next_run(
     liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
     publish(liftbridge_client, stream_name, 25, partition=0)
     publish(liftbridge_client, stream_name, 7, partition=1)
-    dag = make_dag(stream_name, str(tmp_path), value_format="json", max_rows_per_file=10, row_group_rows=4)
+    dag = make_dag(stream_name, str(tmp_path), value_format="json", batch_size=10, format=Parquet(row_group_rows=4))
     dag_run, result = run(dag)
     assert str(dag_run.state) == "success"
     expected = [(0, 0, 9), (0, 10, 19), (0, 20, 24), (1, 0, 6)]
@@ -105,7 +106,7 @@ def test_a_failed_try_after_a_complete_file_is_overwritten_by_the_retry(
         stream_name,
         f"file://{tmp_path}/archive",
         format="jsonl",
-        max_rows_per_file=10,
+        batch_size=10,
         on_file="tests.operators.archive_support.fail_first_try_at_file",
         on_file_kwargs={"fail_at": 2},
     )
@@ -175,7 +176,7 @@ def test_a_value_that_is_not_json_fails_naming_its_offset_and_commits_nothing_pa
     publish(liftbridge_client, stream_name, 5)
     liftbridge_client.publish(stream_name, b"not json")  # offset 5
     publish(liftbridge_client, stream_name, 2, start=6)
-    dag_run, _ = run(make_dag(stream_name, str(tmp_path), value_format="json", max_rows_per_file=4))
+    dag_run, _ = run(make_dag(stream_name, str(tmp_path), value_format="json", batch_size=4))
     assert str(dag_run.state) == "failed"
     logged = capfd.readouterr()
     assert (
@@ -215,17 +216,19 @@ def test_a_value_that_is_not_json_goes_to_the_dead_letter_stream(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"format": "avro"}, "format 'avro' is unknown"),
-        ({"value_format": "xml"}, "value_format must be one of"),
-        ({"max_rows_per_file": 0}, "max_rows_per_file=0 is not valid"),
-        ({"on_error": "dead_letter"}, "needs dead_letter_stream"),
+        ({"format": "avro"}, "format='avro' is not valid: Parquet"),
+        ({"format": Parquet(row_group_rows=0)}, "format.row_group_rows=0 is not valid"),
+        ({"value_format": "xml"}, "value_format 'xml' is unknown; use one of bytes, text, json"),
+        ({"batch_size": 0}, "batch_size=0 is not valid"),
         ({"dead_letters": DeadLetterStream("dlq", create="yes")}, "dead_letters.create='yes' is not valid"),  # type: ignore[arg-type]
-        ({"cursor_id": None}, "give cursor_id"),
+        ({"read": None}, "needs read="),
+        ({"max_rows_per_file": 10}, "use batch_size=10 instead of max_rows_per_file=10"),
+        ({"parquet_compression": "zstd"}, r"use format=Parquet\(compression='zstd'\)"),
         ({"on_file": "no such.module.func"}, "on_file='no such.module.func' is not valid"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
-    kwargs = {"cursor_id": "c"} | kwargs
+    kwargs = {"read": SinceLastRun("c")} | kwargs
     with pytest.raises(LiftbridgeArgumentError, match=match):
         LiftbridgeStreamToFileOperator(task_id="t", stream="s", path=str(tmp_path), **kwargs)
 

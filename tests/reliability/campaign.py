@@ -14,7 +14,7 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   retried by Airflow: ``dags/reliability_campaign.py``); ``consume-interval`` (``IntervalPlanner``
   and ``read_plan``: interval_path.py) is drawn only when asked for (``--paths``), so the seeds of
   the default paths keep their schedules; so are ``consume-operator-interval`` and
-  ``archive-interval`` (the two operators with ``read_by="interval"`` in a real DAG run, as the
+  ``archive-interval`` (the two operators with ``read=DataInterval(...)`` in a real DAG run, as the
   operator paths; the archive into a time layout, ``sec={timestamp:%H%M%S}``). Their stream is
   filled in three rounds, before, inside and after the interval (real reception timestamps, the
   interval's bounds taken between the rounds);
@@ -836,7 +836,7 @@ def _call(
                     outcome.consumed.extend((m.partition, m.offset, m.value) for m in batch)
                     return 0
 
-                read_plan(client, plans, handle, position_cursor="campaign", max_batch_size=200)
+                read_plan(client, plans, handle, position_cursor="campaign", batch_size=200)
                 return
             except LiftbridgeError as exc:
                 outcome.errors.append(exc)

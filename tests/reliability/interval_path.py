@@ -45,7 +45,7 @@ def interval_call(
                     outcome.consumed.extend((m.partition, m.offset, m.value) for m in batch)
                     return 0
 
-                read_plan(client, plans, handle, position_cursor=reader.progress_cursor, max_batch_size=200)
+                read_plan(client, plans, handle, position_cursor=reader.progress_cursor, batch_size=200)
                 reader.finish(chosen)
                 return
             except LiftbridgeError as exc:

@@ -1,4 +1,4 @@
-"""The interval archiver (read_by="interval", a dt=/hour= layout) SIGKILLed mid-run, then retried
+"""The interval archiver (read=DataInterval(...), a dt=/hour= layout) SIGKILLed mid-run, then retried
 through Airflow for the same DAG run: every message of the interval is in the archive exactly
 once, in its hour's folder; nothing of the hours around it is; the file the killed try completed
 but did not commit is rewritten under the same name. The pattern of test_archive_killed.py, with

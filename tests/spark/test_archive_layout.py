@@ -32,7 +32,7 @@ def test_spark_discovers_dt_and_hour_from_the_archive_layout(
         path=str(root),
         format="parquet",
         value_format="json",
-        max_rows_per_file=3,
+        batch_size=3,
         path_layout="dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}",
     )
     for hour in range(3):

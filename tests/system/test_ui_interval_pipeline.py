@@ -1,6 +1,6 @@
 """A pipeline reading by interval in the Liftbridge view (docs/ui.md), under the system tier's
 deployment, in headless Chromium: two runs of the interval example (``liftbridge_interval_archive``,
-``read_by="interval"``), each given an explicit data interval in the REST API's trigger (the
+``read=DataInterval()``), each given an explicit data interval in the REST API's trigger (the
 example is hourly with two minutes of allowed lateness: a run of a whole past hour would need an
 hour of real timestamps) of a few seconds of real messages on a fresh two-partition stream. Then,
 in the browser: the pipelines tab lists ``archive_hour`` with its latest interval, read, and its
@@ -126,7 +126,7 @@ def test_the_interval_pipeline_is_listed_with_its_interval(
     try:
         page.goto(f"{deployment.url}/liftbridge/?tab=pipelines&filter={runs.stream}")
         heading = page.locator(f'h2[data-pipeline="{NAME}"][data-stream="{runs.stream}"]')
-        expect(heading).to_have_attribute("data-read-by", "interval")
+        expect(heading).to_have_attribute("data-mode", "DataInterval")
         span = heading.locator("[data-interval]")
         expect(span).to_have_attribute("data-interval-start", start)
         expect(span).to_have_attribute("data-interval-end", end)
@@ -153,7 +153,7 @@ def test_the_interval_pipelines_charts_have_a_point_per_run_with_its_interval(
         page.goto(f"{deployment.url}/liftbridge/?tab=charts&filter={runs.stream}")
         heading = page.locator(f'h2[data-chart-pipeline="{NAME}"][data-stream="{runs.stream}"]')
         expect(heading).to_have_attribute("data-runs", "2")
-        expect(heading).to_have_attribute("data-read-by", "interval")
+        expect(heading).to_have_attribute("data-by-interval", "true")
         section = heading.locator("xpath=following-sibling::div[1]")
         expect(section.locator('[data-chart="lag"] canvas')).to_have_count(1)
         expect(section.locator('[data-chart="processed"] canvas')).to_have_count(1)

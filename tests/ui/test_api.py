@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from tests.airflow_support import REPO, conn_env_name, liftbridge_conn_json, register_dag, xcom_of
@@ -104,7 +105,7 @@ def run_consume(stream: str, **kwargs: Any) -> Any:
         LiftbridgeConsumeOperator(
             task_id="consume",
             stream=stream,
-            cursor_id=f"{stream}-cursor",
+            read=SinceLastRun(f"{stream}-cursor"),
             value_format="json",
             apply_function="tests.ui.ui_support.accept",
             dead_letters=DeadLetterStream(f"{stream}-dlq", create=True),
@@ -389,6 +390,7 @@ def test_a_consumer_groups_pipeline_and_the_newest_registry_entry(
             run_id="run-1",
             partitions=(0,),
             group_id=group,
+            mode="ConsumerGroup",
             operator="LiftbridgeConsumeOperator",
         )
         record_pipeline(client, entry)

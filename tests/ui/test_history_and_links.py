@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.reading import HISTORY_STREAM, PartitionRun, RunEntry, read_history, record_run
 from airflow_provider_liftbridge.client.reading.history import HISTORY_MAX_MESSAGES
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.links import PIPELINE_LINK, STREAM_LINK, view_installed
 from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
@@ -95,7 +96,7 @@ def test_extra_links_open_the_view_at_the_stream_and_the_pipeline(monkeypatch: p
     consume = LiftbridgeConsumeOperator(
         task_id="read",
         stream="orders",
-        cursor_id="c",
+        read=SinceLastRun("c"),
         apply_function="tests.ui.ui_support.accept",
         liftbridge_conn_id="lb_prod",
     )

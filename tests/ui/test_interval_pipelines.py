@@ -1,4 +1,4 @@
-"""Pipelines reading by interval (``read_by="interval"``) in the view: registered and charted like
+"""Pipelines reading by interval (``read=DataInterval()``) in the view: registered and charted like
 those reading by position, from real hourly DAG runs (``dag.test()`` with explicit logical dates)
 on the session dev server, whose reception clock the test sets (devserver/clock.py), read through
 the view's endpoints behind Airflow's auth; and registry and history entries of the version
@@ -14,6 +14,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.client.reading import PipelineEntry, RunEntry, read_pipelines
 from airflow_provider_liftbridge.devserver import set_reception_clock
+from airflow_provider_liftbridge.operators import DataInterval
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from tests.airflow_support import register_dag, xcom_of
 from tests.operators import consume_support as support
@@ -55,8 +56,7 @@ def hourly_dag(stream: str) -> Any:
         LiftbridgeConsumeOperator(
             task_id="consume",
             stream=stream,
-            read_by="interval",
-            cursor_id=f"{stream}-progress",
+            read=DataInterval(cursor_id=f"{stream}-progress"),
             apply_function="tests.ui.ui_support.accept",
         )
     register_dag(dag)
@@ -95,10 +95,10 @@ def test_an_interval_pipeline_is_listed_with_its_interval_and_charted_per_interv
     api = Api(airflow_app, token("op"))
 
     pipeline = pipeline_of(api.get("/api/connections/liftbridge_default/pipelines"), stream_name)
-    assert (pipeline["dag_id"], pipeline["task_id"], pipeline["read_by"]) == (
+    assert (pipeline["dag_id"], pipeline["task_id"], pipeline["mode"]) == (
         f"ui_interval_{stream_name}",
         "consume",
-        "interval",
+        "DataInterval",
     )
     assert pipeline["interval"] == {"start": iso(0), "end": iso(1), "finished": True}
     assert (pipeline["cursor_id"], pipeline["position_cursor"]) == (f"{stream_name}-progress",) * 2
@@ -116,7 +116,7 @@ def test_an_interval_pipeline_is_listed_with_its_interval_and_charted_per_interv
         p for p in api.get("/api/connections/liftbridge_default/history")["pipelines"] if p["stream"] == stream_name
     ]
     [charted] = history
-    assert charted["read_by"] == "interval" and charted["partitions"] == [0, 1]
+    assert charted["by_interval"] is True and charted["partitions"] == [0, 1]
     runs = charted["runs"]
     assert [(r["interval"]["start"], r["interval"]["end"]) for r in runs] == [(iso(0), iso(1))] * 2 + [(iso(1), iso(2))]
     assert [r["interval"]["start_time"] for r in runs] == [(T0 + h * HOUR).timestamp() for h in (0, 0, 1)]
@@ -149,9 +149,9 @@ def test_an_interval_pipeline_mid_reading_shows_its_progress_open(
         LiftbridgeConsumeOperator(
             task_id="consume",
             stream=stream_name,
-            read_by="interval",
+            read=DataInterval(),
             partitions=[0],
-            max_batch_size=1,
+            batch_size=1,
             apply_function="tests.operators.consume_support.fail_at_offset",
             retries=0,
         )
@@ -169,8 +169,10 @@ def test_an_interval_pipeline_mid_reading_shows_its_progress_open(
 
 
 def test_entries_of_the_version_before_load_as_reading_by_position(stream_name: str, lb_address: str) -> None:
-    """A registry entry without ``read_by`` (written before reading by interval was registered) is
-    a position pipeline; a history entry without an interval has none; entries with them round-trip."""
+    """A registry entry without ``mode`` or ``read_by`` (written before reading by interval was
+    registered) is a position pipeline, one of before the modes had names loads as the mode its
+    ``read_by`` and group said; a history entry without an interval has none; entries with them
+    round-trip."""
     old = (
         b'{"cursor_id": "c", "dag_id": "d", "dead_letter_stream": null, "group_id": null, "map_index": -1,'
         b' "operator": "LiftbridgeConsumeOperator", "partitions": [0, 1], "plan_key": "d/t",'
@@ -181,8 +183,8 @@ def test_entries_of_the_version_before_load_as_reading_by_position(stream_name: 
         client.create_stream(registry, registry, compact_enabled=True)
         client.publish(registry, old, key=b"old")
         [entry] = read_pipelines(client, stream=registry)
-    assert (entry.read_by, entry.interval_start, entry.interval_offsets, entry.partitions) == (
-        "position",
+    assert (entry.mode, entry.interval_start, entry.interval_offsets, entry.partitions) == (
+        "SinceLastRun",
         None,
         (),
         (0, 1),
@@ -195,12 +197,20 @@ def test_entries_of_the_version_before_load_as_reading_by_position(stream_name: 
         task_id="t",
         run_id="r",
         partitions=(0, 1),
-        read_by="interval",
+        mode="DataInterval",
         interval_start=1,
         interval_end=2,
         interval_offsets=((0, 3, 5), (1, 0, 0)),
     )
     assert PipelineEntry.from_json(by_interval.to_json()) == by_interval
+    # Entries written before the modes had names: read_by said "interval"; a group's had a group_id.
+    old_interval = old.replace(b'"cursor_id": "c",', b'"cursor_id": "c", "read_by": "interval",')
+    old_group = old.replace(b'"group_id": null', b'"group_id": "g"')
+    assert [PipelineEntry.from_json(v).mode for v in (old, old_interval, old_group)] == [
+        "SinceLastRun",
+        "DataInterval",
+        "ConsumerGroup",
+    ]
     old_run = (
         b'{"dag_id": "d", "task_id": "t", "run_id": "r", "stream": "s", "recorded_at": 5,'
         b' "partitions": {"0": [1, 0, 2, 3]}}'

@@ -6,6 +6,11 @@
 - :mod:`.interval`: :class:`IntervalPlanner` finds a time interval's offsets per partition
   (Liftbridge's time index), says when each partition is complete for it, and plans the read with
   per-interval progress cursors, so every try, clear and backfill reads the same messages.
+- :mod:`.strategies`: one class per reading mode (:class:`SinceLastRunReading`,
+  :class:`ConsumerGroupReading`, :class:`DataIntervalReading`): the partitions, the wait before
+  planning, the plan, where positions go, completing, the registry and history entries.
+- :mod:`.waits`: :class:`Wait`, what a strategy waits for before planning (looked at once,
+  polled in the process, or handed to a trigger).
 - :mod:`.runner`: :func:`read_plan` reads the plans in batches, hands them to a handler and moves
   the position cursor after each finished batch (or as the commit cadence says).
 - :mod:`.dead_letter`: :class:`DeadLetters` publishes what could not be processed, with why;
@@ -20,7 +25,16 @@ See ``docs/consume.md``. Imports neither Airflow nor PySpark.
 
 from __future__ import annotations
 
-from .dead_letter import DEAD_LETTER_HEADERS, DeadLetters, NotJsonError, dead_letter_headers, json_value
+from .dead_letter import (
+    DEAD_LETTER_HEADERS,
+    VALUE_FORMATS,
+    DeadLetters,
+    NotJsonError,
+    NotTextError,
+    dead_letter_headers,
+    json_value,
+    text_value,
+)
 from .history import HISTORY_STREAM, PartitionRun, RunEntry, read_history, record_run
 from .interval import (
     DEFAULT_LATENESS,
@@ -57,6 +71,14 @@ from .runner import (
     check_cadence,
     read_plan,
 )
+from .strategies import (
+    ConsumerGroupReading,
+    DataIntervalReading,
+    ReadingStrategy,
+    SinceLastRunReading,
+    TaskRun,
+)
+from .waits import Wait, WaitTimedOutError
 
 __all__ = [
     "COMMIT_CADENCES",
@@ -65,22 +87,31 @@ __all__ = [
     "DEFAULT_LATENESS",
     "NO_PLAN",
     "REGISTRY_STREAM",
+    "VALUE_FORMATS",
     "BatchFailed",
     "BatchHandler",
     "CommitCadence",
+    "ConsumerGroupReading",
+    "DataIntervalReading",
     "DeadLetters",
     "Interval",
     "IntervalBounds",
     "IntervalPlanner",
     "NoTimestampsError",
     "NotJsonError",
+    "NotTextError",
     "PartitionPlan",
     "PartitionReport",
     "PartitionRun",
     "PipelineEntry",
     "RangePlanner",
+    "ReadingStrategy",
     "RunEntry",
+    "SinceLastRunReading",
     "StartSpec",
+    "TaskRun",
+    "Wait",
+    "WaitTimedOutError",
     "batches",
     "check_partitions",
     "check_batch_size",
@@ -101,4 +132,5 @@ __all__ = [
     "record_pipeline",
     "record_run",
     "run_tag",
+    "text_value",
 ]

@@ -5,7 +5,7 @@ and where the message came from (:data:`DEAD_LETTER_HEADERS`), so it can be insp
 published back. A dead letter is published and acknowledged before the reader's position moves
 past the message: a try that dies in between sends it again on the retry (at-least-once).
 
-Also here: the small JSON decoding helper of the reading operators.
+Also here: the value formats of the reading operators and their decoding helpers.
 
 Imports neither Airflow nor PySpark.
 """
@@ -26,11 +26,18 @@ __all__ = [
     "SOURCE_OFFSET_HEADER",
     "SOURCE_PARTITION_HEADER",
     "SOURCE_STREAM_HEADER",
+    "VALUE_FORMATS",
     "DeadLetters",
     "NotJsonError",
+    "NotTextError",
     "dead_letter_headers",
     "json_value",
+    "text_value",
 ]
+
+#: How the reading operators hand message values over, one set for all of them: ``bytes`` (as
+#: stored), ``text`` (decoded as UTF-8), ``json`` (decoded from JSON).
+VALUE_FORMATS: tuple[str, ...] = ("bytes", "text", "json")
 
 ERROR_TYPE_HEADER = "dead-letter-error-type"
 ERROR_MESSAGE_HEADER = "dead-letter-error"
@@ -51,6 +58,25 @@ MAX_ERROR_BYTES = 4096
 
 class NotJsonError(ValueError):
     """A message value is not JSON (the message names the stream, partition and offset)."""
+
+
+class NotTextError(ValueError):
+    """A message value is not UTF-8 text (the message names the stream, partition and offset)."""
+
+
+def text_value(message: Message) -> str:
+    """The message's value decoded as UTF-8.
+
+    :raises NotTextError: it is not UTF-8 (the error names stream, partition, offset).
+    """
+    try:
+        return message.value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotTextError(
+            f"the value at stream {message.stream!r} partition {message.partition} offset {message.offset} is not"
+            f" UTF-8 text ({exc}); read it with value_format='bytes', or send such messages to a dead-letter stream"
+            " (dead_letters=DeadLetterStream(...))"
+        ) from None
 
 
 def json_value(message: Message) -> Any:

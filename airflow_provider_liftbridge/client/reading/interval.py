@@ -61,6 +61,7 @@ __all__ = [
     "IntervalBounds",
     "IntervalPlanner",
     "NoTimestampsError",
+    "clock_not_behind",
     "interval_cursor_ids",
     "latest_reading",
     "lateness_ns",
@@ -142,6 +143,14 @@ def _plain_utc(moment: dt.datetime) -> dt.datetime:
 def _ns(moment: dt.datetime) -> int:
     delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def clock_not_behind(floor_ns: int) -> Callable[[], int]:
+    """This process's clock (nanoseconds since the epoch), never behind ``floor_ns``: another
+    process's clock when it decided something this one must not undo (a triggerer that found an
+    interval's lateness passed: the resumed task must find it passed too, even on a host whose
+    clock is a little behind)."""
+    return lambda: max(time.time_ns(), floor_ns)
 
 
 def lateness_ns(lateness: dt.timedelta) -> int:
@@ -344,7 +353,7 @@ class IntervalPlanner:
             raise NoTimestampsError(
                 f"stream {self.stream!r} partition {partition}: the message at offset {hw} has no usable timestamp "
                 f"({stamp}), so its messages cannot be read by interval; read this stream by position "
-                "(read_by='position')"
+                "(read=SinceLastRun(...))"
             )
         return stamp
 

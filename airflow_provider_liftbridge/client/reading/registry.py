@@ -8,8 +8,9 @@ the request). The position and plan cursors alone therefore cannot be found: eac
 records, once per run when it plans, one small JSON message in the registry stream
 (:data:`REGISTRY_STREAM`, one partition, compacted) keyed by (position cursor, stream, plan key).
 From an entry a reader knows every cursor id (:mod:`.plan`) and can fetch positions and plans.
-A task reading by interval (``read_by="interval"``) has no position cursor: its entry names the
-prefix of its per-interval progress cursors (:mod:`.interval`) and the interval its run planned.
+Each entry names the task's reading mode (:data:`MODES`, as the DAG writes it: ``read=SinceLastRun(...)``,
+...). A task reading a data interval has no position cursor: its entry names the prefix of its
+per-interval progress cursors (:mod:`.interval`) and the interval its run planned.
 
 Imports neither Airflow nor PySpark.
 """
@@ -28,12 +29,14 @@ from ..types import AckPolicy
 
 _Entry = TypeVar("_Entry")
 
-__all__ = ["REGISTRY_STREAM", "PipelineEntry", "read_pipelines", "record_pipeline"]
+__all__ = ["MODES", "REGISTRY_STREAM", "PipelineEntry", "read_pipelines", "record_pipeline"]
 
 #: The registry stream (and its subject).
 REGISTRY_STREAM = "airflow-liftbridge-pipelines"
 #: At most this many registry messages are read (the newest); compaction keeps one per key.
 MAX_REGISTRY_MESSAGES = 10_000
+#: The reading modes an entry names: the names of the values a DAG gives as ``read=``.
+MODES = ("SinceLastRun", "ConsumerGroup", "DataInterval")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +55,12 @@ class PipelineEntry:
     :param operator: the operator class name.
     :param dead_letter_stream: where it sends what it cannot process, if anywhere.
     :param recorded_at: when it was recorded (milliseconds since the epoch).
-    :param read_by: ``"position"`` (an entry of a version before reading by interval has none and
-        loads so) or ``"interval"``.
-    :param interval_start: / :param interval_end: reading by interval: the interval the run
+    :param mode: the reading mode, one of :data:`MODES` (an entry of an earlier version, without
+        one, loads as ``"DataInterval"`` if its ``read_by`` said ``"interval"``, else as
+        ``"ConsumerGroup"`` with a group, else ``"SinceLastRun"``).
+    :param interval_start: / :param interval_end: ``DataInterval``: the interval the run
         planned, ``[start, end)`` in milliseconds since the epoch.
-    :param interval_offsets: reading by interval: per partition ``(partition, first offset,
+    :param interval_offsets: ``DataInterval``: per partition ``(partition, first offset,
         exclusive end)`` of that interval.
     """
 
@@ -73,7 +77,7 @@ class PipelineEntry:
     operator: str = ""
     dead_letter_stream: str | None = None
     recorded_at: int = field(default_factory=lambda: int(time.time() * 1000))
-    read_by: str = "position"
+    mode: str = "SinceLastRun"
     interval_start: int | None = None
     interval_end: int | None = None
     interval_offsets: tuple[tuple[int, int, int], ...] = ()
@@ -96,6 +100,9 @@ class PipelineEntry:
         try:
             data: dict[str, Any] = json.loads(value)
             known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+            if "mode" not in known:  # written before the modes had names
+                by_interval = data.get("read_by") == "interval"
+                known["mode"] = MODES[2] if by_interval else MODES[1] if data.get("group_id") else MODES[0]
             known["partitions"] = tuple(int(p) for p in known.get("partitions", ()))
             known["interval_offsets"] = tuple(
                 (int(p), int(first), int(end)) for p, first, end in known.get("interval_offsets", ())

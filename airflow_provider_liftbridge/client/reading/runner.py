@@ -1,7 +1,7 @@
 """Reading planned ranges in batches and committing positions after each batch is done.
 
 :func:`read_plan` walks every partition's plan (:class:`~.plan.PartitionPlan`) over one
-subscription per partition, hands each batch of up to ``max_batch_size`` messages to a handler,
+subscription per partition, hands each batch of up to ``batch_size`` messages to a handler,
 and moves the position cursor as the commit cadence says, never past a message the handler did
 not finish. The subscription is closed however the walk ends.
 
@@ -65,7 +65,7 @@ def check_cadence(value: Any) -> CommitCadence:
 def check_batch_size(value: Any) -> int:
     """:raises InvalidArgumentError: not a whole number of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"max_batch_size must be a whole number of at least 1, got {value!r}")
+        raise InvalidArgumentError(f"batch_size must be a whole number of at least 1, got {value!r}")
     return value
 
 
@@ -143,8 +143,8 @@ class PartitionReport:
 BatchHandler = Callable[[list[Message]], int]
 
 
-def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) -> Generator[list[Message], None, None]:
-    """The messages of ``plan``'s remaining range, in lists of up to ``max_batch_size``, over one
+def batches(client: LiftbridgeClient, plan: PartitionPlan, batch_size: int) -> Generator[list[Message], None, None]:
+    """The messages of ``plan``'s remaining range, in lists of up to ``batch_size``, over one
     subscription (closed when this generator is closed or exhausted).
 
     :raises NoSuchStreamError: / :raises NoSuchPartitionError: the partition went away.
@@ -159,7 +159,7 @@ def batches(client: LiftbridgeClient, plan: PartitionPlan, max_batch_size: int) 
     last = plan.last_offset
     try:
         while True:
-            batch = list(islice(messages, max_batch_size))  # at C speed: this loop is the hot path
+            batch = list(islice(messages, batch_size))  # at C speed: this loop is the hot path
             if not batch:
                 return
             if batch[-1].offset >= last:
@@ -187,9 +187,9 @@ GC_THRESHOLD_CAP = 1_000_000
 
 
 @contextmanager
-def _batch_sized_gc(max_batch_size: int) -> Iterator[None]:
+def _batch_sized_gc(batch_size: int) -> Iterator[None]:
     """Run the block with the cyclic GC's young-generation threshold at least
-    :data:`GC_OBJECTS_PER_MESSAGE` × ``max_batch_size`` (capped at :data:`GC_THRESHOLD_CAP`), and
+    :data:`GC_OBJECTS_PER_MESSAGE` × ``batch_size`` (capped at :data:`GC_THRESHOLD_CAP`), and
     set it back afterwards unless someone changed it meanwhile.
 
     A batch's messages then come and go without a collection: they count as young objects while
@@ -200,7 +200,7 @@ def _batch_sized_gc(max_batch_size: int) -> Iterator[None]:
     new objects. A disabled collector (threshold 0) stays disabled; a higher threshold stays.
     """
     old = gc.get_threshold()
-    wanted = min(max(GC_OBJECTS_PER_MESSAGE * max_batch_size, old[0]), GC_THRESHOLD_CAP)
+    wanted = min(max(GC_OBJECTS_PER_MESSAGE * batch_size, old[0]), GC_THRESHOLD_CAP)
     if old[0] == 0 or wanted <= old[0]:
         yield
         return
@@ -276,7 +276,7 @@ def read_plan(
     handler: BatchHandler,
     *,
     position_cursor: str,
-    max_batch_size: int = 1000,
+    batch_size: int = 1000,
     commit_cadence: CommitCadence = "end_of_batch",
     keep_reading: Callable[[PartitionPlan], bool] | None = None,
     confirm_owner: Callable[[], None] | None = None,
@@ -300,7 +300,7 @@ def read_plan(
     :raises LiftbridgeError: reading or committing failed.
     """
     check_cadence(commit_cadence)
-    check_batch_size(max_batch_size)
+    check_batch_size(batch_size)
     reports = {
         p.partition: PartitionReport(
             p.stream, p.partition, p.end, p.resumed, committed=p.next_offset - 1, plan_start=p.start
@@ -317,7 +317,7 @@ def read_plan(
     committer = _Committer(client, position_cursor)
     failing = True
     try:
-        with _batch_sized_gc(max_batch_size):
+        with _batch_sized_gc(batch_size):
             for plan in plans:
                 report = reports[plan.partition]
                 if plan.resumed:
@@ -330,7 +330,7 @@ def read_plan(
                         plan.remaining,
                     )
                 checks = (keep_reading, confirm_owner)
-                _read_partition(client, plan, report, handler, max_batch_size, commit_cadence, checks, committer)
+                _read_partition(client, plan, report, handler, batch_size, commit_cadence, checks, committer)
                 committer.wait()
             if commit_cadence == "end_of_operator":
                 for report in reports.values():
@@ -355,7 +355,7 @@ def _read_partition(
     plan: PartitionPlan,
     report: PartitionReport,
     handler: BatchHandler,
-    max_batch_size: int,
+    batch_size: int,
     commit_cadence: CommitCadence,
     checks: tuple[Callable[[PartitionPlan], bool] | None, Callable[[], None] | None],
     committer: _Committer,
@@ -364,7 +364,7 @@ def _read_partition(
     :func:`read_plan`; ``checks``: its ``keep_reading`` and ``confirm_owner``); the commit of the
     last batch may still be in flight on return."""
     keep_reading, confirm_owner = checks
-    reader = batches(client, plan, max_batch_size)
+    reader = batches(client, plan, batch_size)
     try:
         for batch in reader:
             committer.wait()  # the commit of the batch before (read meanwhile) succeeded, or raises

@@ -148,7 +148,7 @@ const views = {
     for (const p of d.pipelines) {
       const name = `${p.dag_id}.${p.task_id}`;
       if (!matches(name, p.stream, p.cursor_id, p.group_id) && name !== state.focus) continue;
-      const byInterval = p.read_by === "interval";
+      const byInterval = p.mode === "DataInterval";
       // Reading by interval the position is the progress in the latest interval, and messages after
       // the interval's end are the next intervals' (not a backlog): the lag is not flagged.
       const bad = (lag) => lag && !byInterval;
@@ -157,7 +157,7 @@ const views = {
         ? [", by interval ", el("span", {"data-interval": "", "data-interval-start": p.interval.start, "data-interval-end": p.interval.end},
             intervalText(p.interval)), ` (${p.interval.finished ? "read" : "reading"})`]
         : [];
-      nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-read-by": p.read_by, class: name === state.focus ? "focused" : null},
+      nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-mode": p.mode, class: name === state.focus ? "focused" : null},
         airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
         ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag)));
       if (p.error) nodes.push(el("p", {class: "error"}, p.error));
@@ -186,12 +186,12 @@ const views = {
     for (const p of d.pipelines) {
       const name = `${p.dag_id}.${p.task_id}`;
       if (!matches(name, p.stream) && name !== state.focus) continue;
-      const byInterval = p.read_by === "interval";
+      const byInterval = p.by_interval;
       // By interval a point is the interval a run read (at its start), not the time the run ended.
       const xs = p.runs.map(r => byInterval && r.interval ? r.interval.start_time : r.time);
       const per = (field) => p.partitions.map(part => ({label: `partition ${part}`,
         values: p.runs.map(r => (r.partitions[String(part)] || {})[field] ?? null)}));
-      nodes.push(el("h2", {"data-chart-pipeline": name, "data-stream": p.stream, "data-read-by": p.read_by, "data-runs": p.runs.length,
+      nodes.push(el("h2", {"data-chart-pipeline": name, "data-stream": p.stream, "data-by-interval": String(byInterval), "data-runs": p.runs.length,
         class: name === state.focus ? "focused" : null},
         `${name} — ${p.stream}, last ${p.runs.length} run(s)${byInterval ? ", by interval start" : ""}`));
       nodes.push(el("div", {class: "charts"},

@@ -8,6 +8,7 @@ import os
 
 from airflow.sdk import DAG
 
+from airflow_provider_liftbridge.operators import SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 
 with DAG(
@@ -16,9 +17,9 @@ with DAG(
     LiftbridgeConsumeOperator(
         task_id="consume",
         stream=os.environ.get("CONSUME_STREAM", "killable"),
-        cursor_id="killable",
+        read=SinceLastRun("killable"),
         apply_function="tests.operators.consume_support.record_to_file",
-        max_batch_size=4,
+        batch_size=4,
         retries=1,
         retry_delay=dt.timedelta(seconds=0),
     )

@@ -16,6 +16,7 @@ import os
 
 from airflow.sdk import DAG
 
+from airflow_provider_liftbridge.operators import DataInterval, Parquet, SinceLastRun
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
 STREAM = os.environ.get("EO_STREAM", "reliability")
@@ -29,18 +30,22 @@ with DAG(
     LiftbridgeStreamToFileOperator(
         task_id="archive",
         stream=STREAM,
-        cursor_id="archive",
+        read=(
+            DataInterval(
+                start_time=os.environ.get("EO_START") or None,
+                end_time=os.environ.get("EO_END") or None,
+                cursor_id="archive",
+            )
+            if os.environ.get("EO_READ_BY", "position") == "interval"
+            else SinceLastRun("archive")
+        ),
         path=os.environ.get("EO_ARCHIVE", "/tmp/reliability-archive"),
-        format="parquet",
+        format=Parquet(row_group_rows=250),
         value_format="json",
-        max_rows_per_file=int(os.environ.get("EO_ROWS_PER_FILE", "1000")),
-        row_group_rows=250,
+        batch_size=int(os.environ.get("EO_ROWS_PER_FILE", "1000")),
         on_file="tests.reliability.dag_support.kill_first_try_after_file",
         on_file_kwargs={"after": int(os.environ.get("EO_KILL_AFTER_FILE", "2"))},
         retries=1,
         retry_delay=dt.timedelta(seconds=0),
-        read_by=os.environ.get("EO_READ_BY", "position"),
-        start_time=os.environ.get("EO_START") or None,
-        end_time=os.environ.get("EO_END") or None,
         path_layout=os.environ.get("EO_LAYOUT") or None,
     )

@@ -1,6 +1,6 @@
 """The DAGs of the fault campaign's operator paths (tests/reliability/campaign.py): the consume
 operator with a batch function that notes every message it is handed, and the archiver writing
-Parquet files; and both again reading by interval (``read_by="interval"``, the interval
+Parquet files; and both again reading by interval (``read=DataInterval(...)``, the interval
 ``[EO_INTERVAL_START, EO_INTERVAL_END)``, no allowed lateness; the archive into the folders of
 ``EO_INTERVAL_LAYOUT``). Each task is retried by Airflow within the one ``dag.test()`` run
 (``EO_*`` environment variables)."""
@@ -12,6 +12,7 @@ import os
 
 from airflow.sdk import DAG
 
+from airflow_provider_liftbridge.operators import DataInterval, SinceLastRun
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
@@ -21,9 +22,9 @@ with DAG("liftbridge_campaign_consume", schedule=None, start_date=_START, catchu
     LiftbridgeConsumeOperator(
         task_id="consume",
         stream=os.environ.get("EO_STREAM", "campaign"),
-        cursor_id="campaign-operator",
+        read=SinceLastRun("campaign-operator"),
         apply_function_batch="tests.reliability.dag_support.note_batch",
-        max_batch_size=200,
+        batch_size=200,
         retries=3,
         retry_delay=dt.timedelta(seconds=1),
     )
@@ -32,11 +33,11 @@ with DAG("liftbridge_campaign_archive", schedule=None, start_date=_START, catchu
     LiftbridgeStreamToFileOperator(
         task_id="archive",
         stream=os.environ.get("EO_STREAM", "campaign"),
-        cursor_id="campaign-archive",
+        read=SinceLastRun("campaign-archive"),
         path=os.environ.get("EO_ARCHIVE", "/tmp/campaign-archive"),
         format="parquet",
         value_format="bytes",
-        max_rows_per_file=500,
+        batch_size=500,
         retries=3,
         retry_delay=dt.timedelta(seconds=1),
     )
@@ -45,13 +46,14 @@ with DAG("liftbridge_campaign_consume_interval", schedule=None, start_date=_STAR
     LiftbridgeConsumeOperator(
         task_id="consume",
         stream=os.environ.get("EO_STREAM", "campaign"),
-        cursor_id="campaign-operator-interval",
+        read=DataInterval(
+            lateness=0,
+            start_time=os.environ.get("EO_INTERVAL_START") or None,
+            end_time=os.environ.get("EO_INTERVAL_END") or None,
+            cursor_id="campaign-operator-interval",
+        ),
         apply_function_batch="tests.reliability.dag_support.note_batch",
-        max_batch_size=200,
-        read_by="interval",
-        start_time=os.environ.get("EO_INTERVAL_START") or None,
-        end_time=os.environ.get("EO_INTERVAL_END") or None,
-        allowed_lateness=0,
+        batch_size=200,
         retries=3,
         retry_delay=dt.timedelta(seconds=1),
     )
@@ -60,15 +62,16 @@ with DAG("liftbridge_campaign_archive_interval", schedule=None, start_date=_STAR
     LiftbridgeStreamToFileOperator(
         task_id="archive",
         stream=os.environ.get("EO_STREAM", "campaign"),
-        cursor_id="campaign-archive-interval",
+        read=DataInterval(
+            lateness=0,
+            start_time=os.environ.get("EO_INTERVAL_START") or None,
+            end_time=os.environ.get("EO_INTERVAL_END") or None,
+            cursor_id="campaign-archive-interval",
+        ),
         path=os.environ.get("EO_ARCHIVE", "/tmp/campaign-archive"),
         format="parquet",
         value_format="bytes",
-        max_rows_per_file=200,
-        read_by="interval",
-        start_time=os.environ.get("EO_INTERVAL_START") or None,
-        end_time=os.environ.get("EO_INTERVAL_END") or None,
-        allowed_lateness=0,
+        batch_size=200,
         path_layout=os.environ.get("EO_INTERVAL_LAYOUT") or None,
         retries=3,
         retry_delay=dt.timedelta(seconds=1),

@@ -1,8 +1,8 @@
 """A DAG of the system tier for backfills of interval reads under the real scheduler
 (tests/system/test_interval_backfill.py): every 20 s data interval of a 2-partition stream is
 archived to Parquet files in ``dt=/hour=/minute=`` folders (so three intervals share a minute
-folder) and consumed into a file per run and try, both with ``read_by="interval"``,
-``deferrable=True`` and a small ``allowed_lateness``.
+folder) and consumed into a file per run and try, both with ``read=DataInterval(lateness=...)``
+(a small lateness) and ``deferrable=True``.
 
 The stream and the folder come from the Airflow Variables ``system_interval_backfill_stream`` and
 ``system_interval_backfill_root`` (scheduled, backfill and manual runs all read them; the test
@@ -19,6 +19,7 @@ from airflow.sdk import dag, get_current_context
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.operators import DataInterval, Parquet
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
@@ -58,23 +59,22 @@ def record_batch(messages: list[Message], root: str) -> None:
     default_args={"retries": 2, "retry_delay": timedelta(seconds=2)},
 )
 def system_interval_backfill() -> None:
-    reading = {"stream": STREAM, "read_by": "interval", "deferrable": True, "allowed_lateness": ALLOWED_LATENESS}
+    reading = {"stream": STREAM, "read": DataInterval(lateness=ALLOWED_LATENESS), "deferrable": True}
     LiftbridgeStreamToFileOperator(
         task_id="archive",
         path=ROOT + "/archive",
         path_layout="dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}/minute={timestamp:%M}",
-        format="parquet",
         # A row group per message: a file is a while under its temporary name, so the runs that
         # archive at the same time (the backfill's) clean up while another's is there (issue 54).
-        max_rows_per_file=100,
-        row_group_rows=1,
+        format=Parquet(row_group_rows=1),
+        batch_size=100,
         **reading,
     )
     LiftbridgeConsumeOperator(
         task_id="consume",
         apply_function_batch=record_batch,
         apply_function_kwargs={"root": ROOT},
-        max_batch_size=50,
+        batch_size=50,
         **reading,
     )
 

@@ -1,9 +1,9 @@
 """A DAG of the system tier for the deferrable wait of an interval read: one
-``LiftbridgeConsumeOperator`` with ``read_by="interval"`` and ``deferrable=True``, reading the
+``LiftbridgeConsumeOperator`` with ``read=DataInterval(...)`` and ``deferrable=True``, reading the
 interval ``[params.start_time, params.end_time)`` of the stream ``params.stream`` (all three given
 by the test in the run's conf, with real timestamps a few seconds ahead). A run started before its
 interval is complete defers once: ``LiftbridgeIntervalTrigger`` sleeps in the triggerer until a
-committed message at or after the end, or the end plus ``allowed_lateness``, says the interval is
+committed message at or after the end, or the end plus the lateness, says the interval is
 final, then fires (tests/system/test_interval_wait.py)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag
 
 from airflow_provider_liftbridge.client import Message
+from airflow_provider_liftbridge.operators import DataInterval
 from airflow_provider_liftbridge.operators.consume import LiftbridgeConsumeOperator
 
 #: The DAG's allowed lateness, seconds: generous beside the test's live stream (whose first message
@@ -36,10 +37,9 @@ def system_interval_wait() -> None:
     LiftbridgeConsumeOperator(
         task_id="read_interval",
         stream="{{ params.stream }}",
-        read_by="interval",
-        start_time="{{ params.start_time }}",
-        end_time="{{ params.end_time }}",
-        allowed_lateness=ALLOWED_LATENESS,
+        read=DataInterval(
+            lateness=ALLOWED_LATENESS, start_time="{{ params.start_time }}", end_time="{{ params.end_time }}"
+        ),
         deferrable=True,
         apply_function=log_message,
         retries=1,  # as the examples: a retry after apache/airflow#72716 re-checks and reads the interval
