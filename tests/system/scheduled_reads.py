@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -208,11 +209,14 @@ def xcom(deployment: Deployment, dag_id: str, run_id: str, task_id: str) -> Any:
 
 
 def archived_rows(paths: list[str]) -> Counter[tuple[int, int]]:
-    """(partition, offset) of every row of these Parquet files."""
+    """(partition, offset) of every row of these Parquet files; a file that is gone has none (the
+    caller's comparison then names its rows as missing)."""
     import pyarrow.parquet as pq
 
     rows: Counter[tuple[int, int]] = Counter()
     for path in paths:
+        if not os.path.exists(path):
+            continue
         table = pq.read_table(path, columns=["partition", "offset"], partitioning=None).to_pydict()
         rows.update(zip(table["partition"], table["offset"], strict=True))
     return rows

@@ -216,6 +216,8 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         elif kind == "backfill":
             check_tries(deployment, MINUTES_DAG, run_id, "announce", runs_of_it, problems)
         files = sorted(f["path"] for f in xcom(deployment, MINUTES_DAG, run_id, "archive")["files"])
+        if gone := [f for f in files if not Path(f).exists()]:
+            problems.append(f"{run_id} archive: {len(gone)} of the files it wrote are gone, e.g. {gone[0]}")
         if problem := mismatch(f"{run_id} archive", archived_rows(files), expected):
             problems.append(problem)
         if run_id == cleared and (files, archived_rows(files)) != (files_before, before_clear):
