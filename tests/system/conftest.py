@@ -36,6 +36,8 @@ SYSTEM_DAGS = [
     "system_private_task_dirs",
     "system_interval_wait",
     "system_interval_backfill",
+    "system_partition_minutes",
+    "system_partition_rollup",
 ]
 
 
