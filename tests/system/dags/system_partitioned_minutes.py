@@ -5,8 +5,8 @@ minutes and an hour, so that an open partition ends within the test.
 
 ``system_partition_minutes`` (``CronPartitionTimetable("* * * * *")``: each run is the partition
 ``2026-03-10T09:41:00``, its window one minute): ``archive`` reads the partition's minute of a
-2-partition stream with ``read_by="interval"``, ``deferrable=True`` and a small
-``allowed_lateness``, and writes it to Parquet files in ``dt=/hour=/minute=`` folders; then
+2-partition stream with ``read=DataInterval(lateness=...)`` (a small one) and
+``deferrable=True``, and writes it to Parquet files in ``dt=/hour=/minute=`` folders; then
 ``announce`` (backfill runs only) gives the asset ``system_partition_minutes`` an event for the
 run's partition. The runs the scheduler makes while the DAG is unpaused (one a minute, for the
 minute just begun) skip both tasks: each would wait out its minute, so while the DAG is unpaused
@@ -44,6 +44,7 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_provider_liftbridge.operators import DataInterval, Parquet
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 
 MINUTES_DAG = "system_partition_minutes"
@@ -86,16 +87,14 @@ def system_partition_minutes() -> None:
     archive = LiftbridgeStreamToFileOperator(
         task_id="archive",
         stream=STREAM,
-        read_by="interval",  # the partition's minute
+        read=DataInterval(lateness=ALLOWED_LATENESS),  # the partition's minute
         deferrable=True,
-        allowed_lateness=ALLOWED_LATENESS,
         path=ROOT + "/archive",
         path_layout=LAYOUT,
-        format="parquet",
         # A row group per message: a file is a while under its temporary name, so the runs that
         # archive at the same time clean up while another's is there (issue 54).
-        max_rows_per_file=100,
-        row_group_rows=1,
+        format=Parquet(row_group_rows=1),
+        batch_size=100,
         pre_execute=skip_scheduled,
     )
 
