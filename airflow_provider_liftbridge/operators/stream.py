@@ -8,9 +8,7 @@ them fatal). Each operator returns a small JSON-safe dict describing what it did
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from airflow.sdk import Context
@@ -22,12 +20,11 @@ from airflow_provider_liftbridge.client import (
     StreamExistsError,
     StreamOptions,
 )
-from airflow_provider_liftbridge.client.checks import check_duration
 from airflow_provider_liftbridge.client.stream_options import STREAM_OPTION_NAMES
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
 from airflow_provider_liftbridge.validation import (
-    Check,
     airflow_check,
+    bad_argument,
     check_bool,
     check_partition_list,
     check_subject,
@@ -42,34 +39,33 @@ __all__ = [
     "LiftbridgeSetStreamReadonlyOperator",
 ]
 
-_CREATE_CHECKS: dict[str, Check] = {
-    "subject": check_subject,
-    "fail_if_exists": check_bool,
-    # One per stream option, the option's own (client/stream_options.py), as Airflow's error.
-    **{name: airflow_check(check) for name, check in StreamOptions.keyword_checks().items()},
-}
+#: How ``partitions`` is read: a literal or a rendered template (digit strings), the option's own check.
+_check_partitions = airflow_check(StreamOptions.keyword_checks()["partitions"])
 
 
-def _stream_option_keywords(init: Callable[..., None]) -> Callable[..., None]:
-    """``init``, which takes the stream options through ``**kwargs``, with a signature that names
-    each of them (from ``StreamOptions``, where they are declared once): Airflow reads it for
-    ``default_args`` and for ``partial()`` / ``expand()``, the unknown-keyword check and
-    ``help()`` for the parameters."""
-    signature = inspect.signature(init)
-    *named, rest = signature.parameters.values()
-    seconds = StreamOptions.keyword_checks()
-    options = [
-        inspect.Parameter(
-            each.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=each.default,
-            # A duration is given as a timedelta or seconds (its keyword check reads both).
-            annotation="timedelta | float | None" if seconds[each.name] is check_duration else each.type,
+def check_stream_options_argument(value: Any, name: str = "options") -> StreamOptions | None:
+    """``value`` if it is a :class:`StreamOptions` (or ``None``) that leaves ``partitions`` at its
+    default: the operator takes the partition count as its own (templated) keyword.
+
+    :raises LiftbridgeArgumentError: another type, or ``partitions`` set in the options.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, StreamOptions):
+        raise bad_argument(
+            name, value, "a StreamOptions value is required", f"e.g. {name}=StreamOptions(replication_factor=3)"
         )
-        for each in dataclasses.fields(StreamOptions)
-    ]
-    init.__signature__ = signature.replace(parameters=[*named, *options, rest])  # type: ignore[attr-defined]
-    return init
+    if value.partitions != StreamOptions().partitions:
+        raise bad_argument(
+            name, value, "the operator says this itself, not options.partitions", "give partitions=N to the operator"
+        )
+    return value
+
+
+#: Each stream option but ``partitions`` was once a keyword of its own: now only in ``options``.
+_REMOVED_OPTION_KEYWORDS = {
+    name: f"options=StreamOptions({name}=...)" for name in STREAM_OPTION_NAMES if name != "partitions"
+}
 
 
 @contextlib.contextmanager
@@ -100,49 +96,56 @@ class LiftbridgeCreateStreamOperator(LiftbridgeBaseOperator):
 
     :param stream: the stream's name. (templated)
     :param subject: the NATS subject it is attached to (default: the stream's name). (templated)
-    :param options: a :class:`~airflow_provider_liftbridge.client.StreamOptions`: how the stream is
-        made (default: the server's defaults, 1 partition, 1 copy).
-    :param partitions: / :param replication_factor: / ... every field of ``StreamOptions`` is also a
-        keyword of this operator (it replaces that field of ``options``), with the same meaning;
-        durations as ``timedelta`` or seconds. ``partitions`` is templated. ``replication_factor=0``
-        is taken as ``1``, as Liftbridge does (0 is "not set" on its API); more than the cluster's
-        brokers is refused by the server when the task runs.
+    :param partitions: the number of partitions (partition N listens on ``subject.N``; 0 means 1).
+        (templated)
+    :param options: a :class:`~airflow_provider_liftbridge.client.StreamOptions`: every other way
+        the stream is made (default: the server's defaults, 1 copy). Its ``partitions`` is refused:
+        give ``partitions`` to the operator. ``replication_factor=0`` is taken as ``1``, as
+        Liftbridge does (0 is "not set" on its API); more than the cluster's brokers is refused by
+        the server when the task runs.
     :param fail_if_exists: raise when the stream already exists (default: log and go on).
     :param liftbridge_conn_id: the connection to use. (templated)
     :return: ``{"stream", "subject", "partitions", "created"}``; ``created`` is false when it existed.
     :raises StreamExistsError: the stream exists and ``fail_if_exists`` is set.
     :raises LiftbridgeAirflowError: the stream exists with another subject.
     :raises LiftbridgeArgumentError: an invalid argument (when the DAG is parsed for literal values).
+    :raises LiftbridgeUnknownArgumentError: a stream option given as a keyword of its own (naming
+        the ``options=StreamOptions(...)`` form to write).
     """
 
     template_fields: Sequence[str] = ("stream", "subject", "partitions", "liftbridge_conn_id")
-    argument_checks = _CREATE_CHECKS
+    argument_checks = {
+        "subject": check_subject,
+        "partitions": _check_partitions,
+        "options": check_stream_options_argument,
+        "fail_if_exists": check_bool,
+    }
+    removed_arguments = _REMOVED_OPTION_KEYWORDS
 
-    @_stream_option_keywords
     def __init__(
         self,
         *,
         stream: str,
         subject: str | None = None,
+        partitions: int | str = 1,
         options: StreamOptions | None = None,
         fail_if_exists: bool = False,
         **kwargs: Any,
     ) -> None:
-        given = options if options is not None else StreamOptions()
-        chosen = {name: kwargs.pop(name, getattr(given, name)) for name in STREAM_OPTION_NAMES}
         super().__init__(stream=stream, **kwargs)
         self.subject = subject
-        for name, value in chosen.items():  # one attribute per option: ``partitions`` is templated
-            setattr(self, name, value)
+        self.partitions = partitions
+        self.options = options
         self.fail_if_exists = fail_if_exists
 
     def create_options(self) -> StreamOptions:
-        """The stream options of this task, from its (rendered) attributes.
+        """The stream options of this task: ``options`` with the (rendered) ``partitions``.
 
-        :raises InvalidArgumentError: a bad value (the checks already ran when it was rendered).
+        :raises LiftbridgeArgumentError: a bad value (the checks already ran when it was rendered).
         """
-        options = StreamOptions.from_keywords({name: getattr(self, name) for name in STREAM_OPTION_NAMES})
-        return options.replace(replication_factor=options.replication_factor or 1)  # 0: Liftbridge's 1
+        options = check_stream_options_argument(self.options) or StreamOptions()
+        partitions = _check_partitions(self.partitions, "partitions")
+        return options.replace(partitions=partitions, replication_factor=options.replication_factor or 1)  # 0: 1
 
     def stream_options(self) -> dict[str, Any]:
         """The options this operator sets, by name (those left at their defaults left out)."""

@@ -24,6 +24,7 @@ from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
     NoSuchPartitionError,
     PublishOptions,
+    StreamOptions,
 )
 from airflow_provider_liftbridge.exceptions import (
     LiftbridgeArgumentError,
@@ -93,10 +94,19 @@ CASES: list[tuple[str, Callable[[], Any], str, list[str]]] = [
     ("no stream", lambda: create(stream=None), "parse", ["stream=None", "stream='orders'"]),
     ("empty stream", lambda: publish(stream=""), "parse", ["stream=''", "stream='orders'"]),
     ("negative partitions", lambda: create(partitions=-2), "parse", ["partitions=-2", "partitions=3"]),
-    ("replication factor", lambda: create(replication_factor=-2), "parse", ["replication_factor=-2", "-1"]),
+    (
+        "stream option as a keyword",
+        lambda: create(replication_factor=3),
+        "parse",
+        ["replication_factor=3", "options=StreamOptions(replication_factor="],
+    ),
+    (
+        "partitions in options",
+        lambda: create(options=StreamOptions(partitions=3)),
+        "parse",
+        ["options=StreamOptions(partitions=3", "give partitions=N to the operator"],
+    ),
     ("bad subject", lambda: create(subject="a b"), "parse", ["subject='a b'", "subject='orders.eu'"]),
-    ("duration", lambda: create(retention_max_age="a week"), "parse", ["retention_max_age='a week'", "3600"]),
-    ("negative count", lambda: create(retention_max_messages=-1), "parse", ["retention_max_messages=-1", "0 or more"]),
     (
         "pause partitions",
         lambda: LiftbridgePauseStreamOperator(task_id="p", stream="s", partitions=[0, -1]),
@@ -258,7 +268,7 @@ def test_a_bad_publish_option_fails_where_the_dag_makes_it(option: str, bad: Any
 
 def test_replication_factor_zero_is_liftbridges_default_of_one() -> None:
     # Liftbridge reads replicationFactor 0 as "not set" and uses 1 (server/api.go CreateStream).
-    assert create(replication_factor=0).replication_factor == 0
+    assert create(options=StreamOptions(replication_factor=0)).create_options().replication_factor == 1
 
 
 @pytest.mark.parametrize("url", ["nats//x", "http://h:4222", "nats://h:99999"])

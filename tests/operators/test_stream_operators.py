@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_liftbridge.client import (
+    InvalidArgumentError,
     LiftbridgeClient,
     NoSuchStreamError,
     ReadonlyPartitionError,
     StreamExistsError,
+    StreamOptions,
 )
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError, LiftbridgeArgumentError
 from airflow_provider_liftbridge.operators.stream import (
@@ -57,10 +59,12 @@ def test_stream_options_reach_the_server(stream_name: str, liftbridge_client: Li
     op = LiftbridgeCreateStreamOperator(
         task_id="c",
         stream=stream_name,
-        optimistic_concurrency_control=True,
-        retention_max_age=3600,
-        segment_max_age=timedelta(hours=2),
-        retention_max_messages=1000,
+        options=StreamOptions(
+            optimistic_concurrency_control=True,
+            retention_max_age=timedelta(hours=1),
+            segment_max_age=timedelta(hours=2),
+            retention_max_messages=1000,
+        ),
     )
     assert op.stream_options() == {
         "optimistic_concurrency_control": True,
@@ -76,8 +80,8 @@ def test_stream_options_reach_the_server(stream_name: str, liftbridge_client: Li
 
 
 def test_bad_duration_is_named() -> None:
-    with pytest.raises(LiftbridgeArgumentError, match="auto_pause_time='soon' is not valid"):
-        LiftbridgeCreateStreamOperator(task_id="c", stream="s", auto_pause_time="soon")
+    with pytest.raises(InvalidArgumentError, match="auto_pause_time must be a datetime.timedelta, got 'soon'"):
+        LiftbridgeCreateStreamOperator(task_id="c", stream="s", options=StreamOptions(auto_pause_time="soon"))
 
 
 def test_delete_is_forgiving_unless_asked(stream_name: str, liftbridge_client: LiftbridgeClient) -> None:
