@@ -66,7 +66,11 @@ def check_the_address_lasts(page: Any, base: str, shots: Any) -> None:
     expect_the_view(page.frame_locator("iframe"))
     shots(page, "reloaded")
 
-    shared = page.context.new_page()
+    # Another browser context (no state of the first page) with the login's cookies: a colleague's tab.
+    shared = page.context.browser.new_page(
+        storage_state=page.context.storage_state(), viewport={"width": 1400, "height": 900}
+    )
+    shared.set_default_timeout(60_000)
     try:
         shared.goto(link)
         expect_the_view(shared.frame_locator("iframe"))
@@ -75,7 +79,7 @@ def check_the_address_lasts(page: Any, base: str, shots: Any) -> None:
         shared.wait_for_url(kept)  # and the address still says so
         shots(shared, "shared")
     finally:
-        shared.close()
+        shared.context.close()
 
 
 def test_a_reload_and_a_shared_link_open_the_same_view(deployment: Deployment, archive_runs: list[str]) -> None:
