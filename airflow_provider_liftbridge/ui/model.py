@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
@@ -170,16 +171,34 @@ def cluster(client: LiftbridgeClient) -> dict[str, Any]:
 
 
 # -- pipelines ---------------------------------------------------------------------------------
-def _message_at(client: LiftbridgeClient, stream: str, partition: int, offset: int) -> Message | None:
-    """The message at ``offset`` (``None``: gone, e.g. compacted, or the partition is paused)."""
-    messages = client.subscribe(stream, partition=partition, start_at=offset, stop_at=offset)
+def _first_message(client: LiftbridgeClient, stream: str, partition: int, start: int, stop: int) -> Message | None:
+    """The first message from ``start`` to ``stop`` (inclusive): one bounded read that ends after
+    one message (``None``: none there any more, e.g. compacted, or the partition is paused)."""
+    messages = client.subscribe(stream, partition=partition, start_at=start, stop_at=stop)
     try:
-        first = next(messages, None)
+        return next(messages, None)
     except LiftbridgeError:  # paused (the view does not resume it), or gone meanwhile
         return None
     finally:
         messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+
+
+def _message_at(client: LiftbridgeClient, stream: str, partition: int, offset: int) -> Message | None:
+    """The message at ``offset`` (``None``: gone, e.g. compacted, or the partition is paused)."""
+    first = _first_message(client, stream, partition, offset, offset)
     return first if first is not None and first.offset == offset else None
+
+
+def _lag_age(client: LiftbridgeClient, stream: str, partition: int, read_to: int, hw: int, now_ns: int) -> float | None:
+    """Seconds since the oldest unread message (after ``read_to``, up to ``hw``) was stamped: 0.0
+    when nothing is unread, ``None`` when it cannot be read (paused, or gone from the log)."""
+    if hw <= read_to:
+        return 0.0
+    oldest = _first_message(client, stream, partition, max(read_to + 1, 0), hw)
+    if oldest is None or oldest.timestamp <= 0:
+        return None
+    # A clock behind the broker's would give a negative age: the message is new, not from the future.
+    return max(0.0, (now_ns - oldest.timestamp) / 1e9)
 
 
 def _position_rows(client: LiftbridgeClient, entry: PipelineEntry, partitions: list[int]) -> list[dict[str, Any]]:
@@ -257,6 +276,7 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
             interval = span.to_dict() | {"finished": finished}
     else:
         rows = _position_rows(client, entry, partitions)
+    now_ns = time.time_ns()
     for row in rows:
         p, read_to = row["partition"], row.pop("read_to")
         committed = _message_at(client, entry.stream, p, row["position"]) if row["position"] >= 0 else None
@@ -265,6 +285,8 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         # interval, once the interval is read: the messages after its end.
         row["lag"] = max(0, hw - read_to) if read_to >= 0 else hw + 1
         row["last_commit_time"] = _iso(committed.timestamp) if committed is not None else None
+        row["lag_age_s"] = _lag_age(client, entry.stream, p, read_to, hw, now_ns)
+    ages = [row["lag_age_s"] for row in rows]
     # Relative to Airflow's base URL (``[api] base_url``): the page puts its own prefix before them.
     dag_link = f"dags/{quote(entry.dag_id, safe='')}"
     task_link = f"{dag_link}/tasks/{quote(entry.task_id, safe='')}"
@@ -284,6 +306,8 @@ def _pipeline(client: LiftbridgeClient, entry: PipelineEntry, hws: Mapping[int, 
         "recorded_at": _iso(entry.recorded_at * 1_000_000),
         "links": {"dag": dag_link, "task": task_link},
         "lag": sum(row["lag"] for row in rows),
+        # The oldest unread message of all partitions (None: one of them could not be read).
+        "lag_age_s": None if None in ages else max(ages, default=0.0),
         "partitions": rows,
         "error": error,
     }
@@ -296,9 +320,11 @@ def dead_letter_streams(client: LiftbridgeClient) -> list[str]:
 
 def pipelines(client: LiftbridgeClient) -> dict[str, Any]:
     """Every reading task recorded in the pipeline registry (``client.reading.registry``) with
-    its consumer group if any, and per partition: position, high watermark, lag, the time of the
-    last committed message, the current plan. A task reading by interval has ``mode`` =
-    ``"DataInterval"`` and its latest interval (``start``, ``end``, whether it is read); its position
+    its consumer group if any, and per partition: position, high watermark, lag, the age of the
+    oldest unread message (``lag_age_s``, seconds; one bounded read of one message per partition
+    with a lag), the time of the last committed message, the current plan. A task reading by
+    interval has ``mode`` = ``"DataInterval"`` and its latest interval (``start``, ``end``, whether
+    it is read); its position
     is its progress in that interval, its plan that interval's offsets. A pipeline whose stream is
     gone is listed with an ``error``.
 

@@ -12,6 +12,7 @@ Airflow's frame, its links to Airflow staying under the prefix; no plugin import
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from tests.processes import run_child
 from tests.system.conftest import ARCHIVE_DAG
 from tests.system.prefix_proxy import prefix_proxy
 from tests.system.test_ui import logged_in_page
+from tests.system.test_ui_address import check_the_address_lasts
 from tests.system.test_ui_liftbridge_view import PIPELINE, open_from_browse_menu
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
@@ -81,6 +83,21 @@ def test_browse_menu_opens_the_view_under_the_prefix(
             expect(page.get_by_text("clean_orders").first).to_be_visible()
         finally:
             page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-prefixed.png"), full_page=True)
+
+
+def test_a_reload_and_a_shared_link_open_the_same_view_under_the_prefix(
+    deployment: Deployment, prefixed: str, archive_runs: list[str]
+) -> None:
+    """The address keeps the view's state under the prefix too (see ``test_ui_address.py``)."""
+    with logged_in_page(prefixed) as page:
+
+        def shots(p: Any, name: str) -> None:
+            p.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-prefixed-address-{name}.png"), full_page=True)
+
+        try:
+            check_the_address_lasts(page, prefixed, shots)
+        finally:
+            shots(page, "last")
 
 
 def test_the_view_is_registered_once_with_eager_provider_discovery(deployment: Deployment, prefixed: str) -> None:

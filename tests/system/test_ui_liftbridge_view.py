@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -85,6 +86,13 @@ def test_pipeline_shows_lag_zero_then_n_after_n_more(deployment: Deployment, vie
         expect(heading.locator("[data-lag]")).to_have_text(str(MORE))
         table = view.locator(f'table[data-pipeline-table="{DAG_ID}.clean_orders"]')
         expect(table.locator('tr[data-partition="0"] td[data-lag]')).to_have_text(str(MORE))
+        # Lag as time: the oldest unread message's age beside the count; the last commit as
+        # "… ago" with its ISO time in the tooltip.
+        expect(heading).to_contain_text("oldest unread")
+        expect(heading.locator("[data-lag-age]")).to_have_attribute("data-lag-age", re.compile(r"^\d+(\.\d+)?$"))
+        committed = table.locator('tr[data-partition="0"] td[data-last-commit]')
+        expect(committed.locator("span")).to_have_text(re.compile(r"( ago|just now)$"))
+        expect(committed.locator("span")).to_have_attribute("title", committed.get_attribute("data-last-commit") or "?")
     finally:
         view.screenshot(path=str(deployment.log_dir / "ui-liftbridge-lag.png"), full_page=True)
 

@@ -5,7 +5,38 @@
 
 const $ = (id) => document.getElementById(id);
 const out = $("out");
-const params = new URLSearchParams(window.location.search);
+// -- the address: what is shown (tab, connection, stream, filter, position) is in the query ------
+// Airflow 3.3 shows the page in a frame at <base>/plugin/liftbridge and, each time the frame
+// loads, mirrors the frame's own address after that path: <base>/plugin/liftbridge/<frame path>?<query>
+// (the frame path starts with the base path, hence the prefix twice behind one). Reloaded, Airflow
+// loads the frame at that path with that query. It mirrors on load only, not when the page changes
+// its address (history.replaceState), so the page writes the query to both addresses itself.
+function airflowWindow() {
+  try {
+    if (window.parent !== window && window.parent.location.pathname.includes("/plugin/")) return window.parent;
+  } catch (e) { /* another origin: no access */ }
+  return null;
+}
+function startParams() {
+  const own = new URLSearchParams(window.location.search);
+  const top = airflowWindow();
+  // A link <base>/plugin/liftbridge?tab=… (no frame path): Airflow loads the frame without the query.
+  if (own.toString() || !top || !top.location.search) return own;
+  const theirs = new URLSearchParams(top.location.search);
+  history.replaceState(null, "", `?${theirs}`);  // before the frame's load, which Airflow mirrors
+  return theirs;
+}
+function writeAddress(query) {
+  const search = `?${query}`;
+  if (window.location.search !== search) history.replaceState(null, "", search);
+  const top = airflowWindow();
+  if (!top) return;
+  const path = top.location.pathname.endsWith(window.location.pathname)
+    ? top.location.pathname : top.location.pathname.replace(/\/+$/, "") + window.location.pathname;
+  // Airflow's router keeps its own entry in history.state: kept as it is.
+  if (top.location.pathname !== path || top.location.search !== search) top.history.replaceState(top.history.state, "", path + search);
+}
+const params = startParams();
 const state = {
   tab: "pipelines",
   timer: null,        // the automatic refresh (null while paused)
@@ -88,6 +119,30 @@ function planText(plan) {
   if (plan.start != null && plan.end <= plan.start) return `none${run}`;
   return `${plan.start ?? "?"}..${plan.end - 1}${run}`;
 }
+// A duration in seconds as "3 h 5 min", "42 s" (null: not known).
+function duration(seconds) {
+  if (seconds == null) return "unknown";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  const units = [["d", 86400], ["h", 3600], ["min", 60]];
+  const parts = [];
+  let rest = s;
+  for (const [name, size] of units) {
+    if (rest >= size && parts.length < 2) { parts.push(`${Math.floor(rest / size)} ${name}`); rest %= size; }
+    else if (parts.length) break;
+  }
+  return parts.join(" ");
+}
+// An ISO time as "5 min ago", the ISO time in its tooltip.
+function ago(iso) {
+  if (!iso) return "—";
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  return el("span", {title: iso, "data-time": iso}, seconds < 5 ? "just now" : `${duration(seconds)} ago`);
+}
+function lagAge(seconds, attrs) {
+  return el("span", Object.assign({"data-lag-age": seconds == null ? "" : String(seconds),
+    title: "age of the oldest unread message"}, attrs || {}), duration(seconds));
+}
 function connection() { return $("conn").value; }
 async function get(path) {
   const conn = connection();
@@ -159,15 +214,17 @@ const views = {
         : [];
       nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-mode": p.mode, class: name === state.focus ? "focused" : null},
         airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
-        ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag)));
+        ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag),
+        p.lag ? [" (oldest unread ", lagAge(p.lag_age_s), " old)"] : ""));
       if (p.error) nodes.push(el("p", {class: "error"}, p.error));
       const headers = byInterval
-        ? ["Partition", "Progress", "High watermark", "Lag after it", "Last commit", "Interval offsets", "Finished"]
-        : ["Partition", "Position", "High watermark", "Lag", "Last commit", "Plan", "Finished"];
+        ? ["Partition", "Progress", "High watermark", "Lag after it", "Oldest unread", "Last commit", "Interval offsets", "Finished"]
+        : ["Partition", "Position", "High watermark", "Lag", "Oldest unread", "Last commit", "Plan", "Finished"];
       nodes.push(table(headers,
         p.partitions.map(r => el("tr", {"data-partition": r.partition},
           num(r.partition), num(r.position), num(r.high_watermark),
-          num(r.lag, {class: bad(r.lag) ? "num lag-bad" : "num", "data-lag": r.lag}), el("td", {}, r.last_commit_time || "—"),
+          num(r.lag, {class: bad(r.lag) ? "num lag-bad" : "num", "data-lag": r.lag}),
+          num(r.lag ? lagAge(r.lag_age_s) : "—"), el("td", {"data-last-commit": r.last_commit_time || ""}, ago(r.last_commit_time)),
           el("td", {}, r.plan ? planText(r.plan) : "—"),
           el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"))),
         {"data-pipeline-table": name, "data-stream": p.stream}));
@@ -270,14 +327,18 @@ async function show(quiet) {
   $("updated").dataset.count = String((Number($("updated").dataset.count) || 0) + 1);
   keepUrl();
 }
+// The message browser's fields kept in the address (query name: field).
+const BROWSE_FIELDS = {stream: "b-stream", partition: "b-partition", last: "b-last", offset: "b-offset", time: "b-time"};
 function keepUrl() {  // the address says what is shown, so it can be shared or reloaded
   const q = new URLSearchParams();
   if (connection()) q.set("conn", connection());
   q.set("tab", state.tab);
-  if (state.tab === "browse" && $("b-stream").value.trim()) q.set("stream", $("b-stream").value.trim());
+  if (state.tab === "browse") {
+    for (const [name, id] of Object.entries(BROWSE_FIELDS)) if ($(id).value.trim()) q.set(name, $(id).value.trim());
+  }
   if (state.focus) q.set("pipeline", state.focus);
   if ($("filter").value.trim()) q.set("filter", $("filter").value.trim());
-  history.replaceState(null, "", `?${q}`);
+  writeAddress(q);
 }
 function schedule() {
   if (state.timer) clearInterval(state.timer);
@@ -308,7 +369,7 @@ $("interval").addEventListener("change", schedule);
 $("pause").addEventListener("click", () => { state.paused = !state.paused; schedule(); });
 
 if (params.get("tab") in views) state.tab = params.get("tab");
-if (params.get("stream")) $("b-stream").value = params.get("stream");
+for (const [name, id] of Object.entries(BROWSE_FIELDS)) if (params.get(name)) $(id).value = params.get(name);
 if (params.get("filter")) $("filter").value = params.get("filter");
 watchTheme();
 loadConnections().then(() => { show(); schedule(); });

@@ -1,0 +1,94 @@
+"""Links that last (docs/ui.md, The address): in headless Chromium, inside Airflow's frame, the
+address bar keeps the view's tab, connection, stream, filter and position; a reload opens the same
+view, and so does the link opened in another tab. Behind a path prefix: ``test_ui_base_url.py``
+runs :func:`check_the_address_lasts` there."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from scripts.deployment import Deployment
+from tests.system.test_ui import logged_in_page
+from tests.system.test_ui_liftbridge_view import open_from_browse_menu
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
+STREAM = "shop-orders-clean"
+#: What the test sets in the view, as the address keeps it.
+WANTED = {
+    "conn": "liftbridge_default",
+    "tab": "browse",
+    "stream": STREAM,
+    "partition": "0",
+    "last": "2",
+    "filter": "shop",
+}
+
+
+def expect_the_view(frame: Any) -> None:
+    """The frame shows the Browse tab with the stream's last 2 messages and the filter."""
+    from playwright.sync_api import expect
+
+    expect(frame.locator('nav button[data-tab="browse"]')).to_have_class(re.compile(r"\bactive\b"))
+    expect(frame.locator("#b-stream")).to_have_value(STREAM)
+    expect(frame.locator("#b-last")).to_have_value("2")
+    expect(frame.locator("#filter")).to_have_value("shop")
+    expect(frame.locator("#conn")).to_have_value("liftbridge_default")
+    expect(frame.locator("#messages tr.message")).to_have_count(2)
+    expect(frame.locator("#out")).to_contain_text(f"{STREAM} partition 0")
+
+
+def check_the_address_lasts(page: Any, base: str, shots: Any) -> None:
+    """Browse → Liftbridge at ``base``, browse the last 2 messages of :data:`STREAM` with a filter:
+    the address of Airflow's page says so (``<base>/plugin/liftbridge/<frame path>?…``), a reload
+    and the link opened in a new tab show it again, and so does the short form
+    ``<base>/plugin/liftbridge?…``."""
+    frame = open_from_browse_menu(page, base)
+    frame.locator('nav button[data-tab="browse"]').click()
+    frame.locator("#b-stream").fill(STREAM)
+    frame.locator("#b-last").fill("2")
+    frame.locator("#filter").fill("shop")
+    frame.locator("#b-go").click()
+    expect_the_view(frame)
+
+    def kept(url: str) -> bool:
+        query = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+        return all(query.get(k) == v for k, v in WANTED.items())
+
+    page.wait_for_url(kept)
+    link = page.url
+    root = urlsplit(base).path
+    assert urlsplit(link).path == f"{root}/plugin/liftbridge{root}/liftbridge/", link
+    page.reload()
+    expect_the_view(page.frame_locator("iframe"))
+    shots(page, "reloaded")
+
+    # Another browser context (no state of the first page) with the login's cookies: a colleague's tab.
+    shared = page.context.browser.new_page(
+        storage_state=page.context.storage_state(), viewport={"width": 1400, "height": 900}
+    )
+    shared.set_default_timeout(60_000)
+    try:
+        shared.goto(link)
+        expect_the_view(shared.frame_locator("iframe"))
+        shared.goto(f"{base}/plugin/liftbridge?{urlsplit(link).query}")
+        expect_the_view(shared.frame_locator("iframe"))
+        shared.wait_for_url(kept)  # and the address still says so
+        shots(shared, "shared")
+    finally:
+        shared.context.close()
+
+
+def test_a_reload_and_a_shared_link_open_the_same_view(deployment: Deployment, archive_runs: list[str]) -> None:
+    with logged_in_page(deployment.url) as page:
+
+        def shots(p: Any, name: str) -> None:
+            p.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-address-{name}.png"), full_page=True)
+
+        try:
+            check_the_address_lasts(page, deployment.url, shots)
+        finally:
+            shots(page, "last")
