@@ -5,7 +5,6 @@ are refused naming the replacement (tests/operators/test_publishing_names.py).""
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -97,9 +96,10 @@ def test_the_ack_timeout_reaches_the_executors(
     )
     stream = make_stream(1)
     op = _operator(20, stream=stream, options=PublishOptions(path="nats", timeout=1.0))
-    started = time.monotonic()
     with pytest.raises(SparkPublishError) as caught:
         op.execute({})
-    elapsed = time.monotonic() - started
     assert "AckTimeoutError" in str(caught.value) and caught.value.acked_rows == 0, caught.value
-    assert elapsed < 30, f"the executors waited {elapsed:.1f} s: the connection's timeout, not the operator's"
+    # Each executor names the wait it gave up after (not the elapsed time: at load 34 the whole
+    # job took 66 s with 1 s waits).
+    assert str(caught.value).count("within 1 s") == 2, caught.value
+    assert "within 60 s" not in str(caught.value), caught.value
