@@ -1,14 +1,13 @@
 """``StreamOptions``: how a new stream is made, as one frozen, validated value.
 
 Defined once, like go-liftbridge's ``StreamOption``s and like :class:`~.publishing.options.PublishOptions`:
-``LiftbridgeClient.create_stream`` (and the asyncio client's), the request builder
-(:func:`~.requests.build_create_stream`) and ``LiftbridgeCreateStreamOperator`` take this value or
-its field names; none of them spells the options out. Adding a server option is one field here,
-with its check.
+``LiftbridgeClient.create_stream`` (and the asyncio client's) take this value or its field names,
+the request builder (:func:`~.requests.build_create_stream`) and ``LiftbridgeCreateStreamOperator``
+this value; none of them spells the options out. Adding a server option is one field here, with
+its check.
 
-``None`` means "the server's default". Each field carries two checks (:func:`option`): ``check``
-for the value (the client's strictness: durations are ``timedelta``), and ``keyword``, how an
-operator's keyword (a literal, or a rendered template: digit strings, seconds) becomes that value.
+``None`` means "the server's default". Each field carries the check of its value (:func:`option`;
+durations are ``timedelta``).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from typing import Any
 from .checks import (
     Check,
     check_bool,
-    check_duration,
     check_non_negative_int,
     check_partition_count,
     check_positive_int,
@@ -36,10 +34,9 @@ from .checks import (
 __all__ = ["STREAM_OPTION_NAMES", "StreamOptions", "option"]
 
 
-def option(check: Check, default: Any = None, *, keyword: Check | None = None) -> Any:
-    """A field of :class:`StreamOptions`: its ``default``, the ``check`` of the value, and the
-    ``keyword`` check of an operator's keyword (default: ``check``)."""
-    return field(default=default, metadata={"check": check, "keyword": keyword or check})
+def option(check: Check, default: Any = None) -> Any:
+    """A field of :class:`StreamOptions`: its ``default`` and the ``check`` of its value."""
+    return field(default=default, metadata={"check": check})
 
 
 _count = optional(check_non_negative_int)
@@ -48,7 +45,7 @@ _flag = optional(check_bool)
 
 
 def _duration() -> Any:
-    return option(check_timedelta, keyword=check_duration)
+    return option(check_timedelta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,22 +114,6 @@ class StreamOptions:
     def replace(self, **changes: Any) -> StreamOptions:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def keyword_checks(cls) -> dict[str, Check]:
-        """Each option's check of an operator's keyword (a literal or a rendered template)."""
-        return {each.name: each.metadata["keyword"] for each in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_keywords(cls, values: Mapping[str, Any]) -> StreamOptions:
-        """The value of an operator's keywords ``values`` (option names; unset ones may be left out
-        or ``None``), each read by its keyword check (seconds become ``timedelta``, ...).
-
-        :raises InvalidArgumentError: a bad value.
-        """
-        checks = cls.keyword_checks()
-        read = {name: checks[name](value, name) for name, value in values.items() if value is not None}
-        return cls.of(None, read)
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults, by name."""

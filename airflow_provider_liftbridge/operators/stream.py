@@ -20,6 +20,7 @@ from airflow_provider_liftbridge.client import (
     StreamExistsError,
     StreamOptions,
 )
+from airflow_provider_liftbridge.client.checks import check_partition_count
 from airflow_provider_liftbridge.client.stream_options import STREAM_OPTION_NAMES
 from airflow_provider_liftbridge.exceptions import LiftbridgeAirflowError
 from airflow_provider_liftbridge.validation import (
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 #: How ``partitions`` is read: a literal or a rendered template (digit strings), the option's own check.
-_check_partitions = airflow_check(StreamOptions.keyword_checks()["partitions"])
+_check_partitions = airflow_check(check_partition_count)
 
 
 def check_stream_options_argument(value: Any, name: str = "options") -> StreamOptions | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
 
 import pytest
 
@@ -50,12 +49,6 @@ def test_keywords_replace_fields_and_an_unknown_one_is_named() -> None:
     assert StreamOptions.of(None, None) == StreamOptions()
     with pytest.raises(TypeError, match="no stream option 'partition' \\(did you mean 'partitions'\\?\\)"):
         StreamOptions.of(None, {"partition": 3})
-
-
-def test_an_operators_keywords_are_read_as_rendered_templates_give_them() -> None:
-    options = StreamOptions.from_keywords({"partitions": "3", "retention_max_age": 3600, "encryption": None})
-    assert options == StreamOptions(partitions=3, retention_max_age=timedelta(hours=1))
-    assert options.changed() == {"partitions": 3, "retention_max_age": timedelta(hours=1)}
 
 
 def test_the_value_is_frozen() -> None:
