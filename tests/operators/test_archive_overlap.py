@@ -6,8 +6,9 @@ files: both runs succeed on their first try and every message is archived once, 
 
 How the interleave is driven, deterministically: the 11:00 hour holds a value that is not JSON,
 which the archiver hands to its dead-letter stream while it writes the file (``reject`` inside
-``write_range``). The 11:00 run's operator (a subclass whose dead-letter publisher first calls a
-hook) runs with ``dag.test()`` in this process; the hook runs the 10:00 run in a second process
+``write_range``). The 11:00 run's operator runs with ``dag.test()`` in this process, its dead-letter
+publisher (opened by ``open_dead_letters`` as ``stream_to_file`` imports it, patched here) first
+calling a hook; the hook runs the 10:00 run in a second process
 (the reliability archive DAG, ``dag.test()`` there too) and waits for it to end before the 11:00
 try goes on to its rename. Real operators, real files, the real dev server."""
 
@@ -26,7 +27,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message
 from airflow_provider_liftbridge.client.reading import DeadLetters
 from airflow_provider_liftbridge.devserver import set_reception_clock
-from airflow_provider_liftbridge.operators import JsonLines
+from airflow_provider_liftbridge.operators import JsonLines, stream_to_file
 from airflow_provider_liftbridge.operators.dead_letters import DeadLetterStream
 from airflow_provider_liftbridge.operators.stream_to_file import LiftbridgeStreamToFileOperator
 from tests.airflow_support import xcom_of
@@ -55,15 +56,17 @@ class _HookedDeadLetters:
         self.real.send(message, error)
 
 
-class HookedArchive(LiftbridgeStreamToFileOperator):
-    """The archiver, with :attr:`HOOK` run when its first rejected message is being set aside
-    (its file is open under the temporary name then)."""
+def hook_dead_letters(monkeypatch: pytest.MonkeyPatch, hook: Any) -> None:
+    """The archiver's dead-letter publisher (``open_dead_letters``, which ``make_handler`` calls
+    by the name ``stream_to_file`` imported), calling ``hook`` when its first rejected message is
+    being set aside (its file is open under the temporary name then)."""
+    real_open = stream_to_file.open_dead_letters
 
-    HOOK: Any = None
+    def open_hooked(client: LiftbridgeClient, value: Any) -> Any:
+        real = real_open(client, value)
+        return _HookedDeadLetters(real, hook) if real is not None else None
 
-    def open_dead_letters(self, client: LiftbridgeClient) -> Any:
-        real = super().open_dead_letters(client)
-        return _HookedDeadLetters(real, type(self).HOOK) if real is not None else None
+    monkeypatch.setattr(stream_to_file, "open_dead_letters", open_hooked)
 
 
 def publish(client: LiftbridgeClient, stream: str) -> dict[int, set[tuple[int, int]]]:
@@ -134,7 +137,12 @@ def run_ten_oclock(stream: str, root: Path, layout: str | None, lb_address: str,
 
 @pytest.mark.parametrize("layout", ["dt={timestamp:%Y-%m-%d}/hour={timestamp:%H}", None], ids=["layout", "one-folder"])
 def test_a_run_of_another_hour_cleaning_up_between_a_write_and_its_rename_leaves_that_file_alone(
-    layout: str | None, stream_name: str, liftbridge_client: LiftbridgeClient, lb_address: str, tmp_path: Path
+    layout: str | None,
+    stream_name: str,
+    liftbridge_client: LiftbridgeClient,
+    lb_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     expected = publish(liftbridge_client, stream_name)
     work = tmp_path
@@ -146,22 +154,19 @@ def test_a_run_of_another_hour_cleaning_up_between_a_write_and_its_rename_leaves
         seen["ten"] = run_ten_oclock(stream_name, root, layout, lb_address, work)
         seen["temporary_after"] = sorted(p.name for p in root.rglob(".*.tmp"))
 
-    HookedArchive.HOOK = ten_oclock_runs_now
-    try:
-        dag = hourly_dag(
-            HookedArchive,
-            "archive",
-            stream_name,
-            path=str(root),
-            path_layout=layout,
-            format=JsonLines(row_group_rows=2),
-            value_format="json",
-            dead_letters=DeadLetterStream(f"{stream_name}-dead", create=True),
-            retries=0,  # a try the other run broke fails the run
-        )
-        eleven = dag.test(logical_date=logical_date_of(1))  # data interval 11:00-12:00
-    finally:
-        HookedArchive.HOOK = None
+    hook_dead_letters(monkeypatch, ten_oclock_runs_now)
+    dag = hourly_dag(
+        LiftbridgeStreamToFileOperator,
+        "archive",
+        stream_name,
+        path=str(root),
+        path_layout=layout,
+        format=JsonLines(row_group_rows=2),
+        value_format="json",
+        dead_letters=DeadLetterStream(f"{stream_name}-dead", create=True),
+        retries=0,  # a try the other run broke fails the run
+    )
+    eleven = dag.test(logical_date=logical_date_of(1))  # data interval 11:00-12:00
 
     # The interleave happened: the 10:00 run ran while the 11:00 file was open under its temporary name.
     assert len(seen.get("temporary_before", [])) == 1, seen
