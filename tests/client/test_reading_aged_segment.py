@@ -76,7 +76,7 @@ def test_an_interval_read_reads_the_interval_of_a_partition_whose_segment_rolled
         got.extend(batch)
         return 0
 
-    read_plan(lb, plans, handle, position_cursor=planner.progress_cursor, max_batch_size=4)
+    read_plan(lb, plans, handle, position_cursor=planner.progress_cursor, batch_size=4)
     planner.finish([0])
     assert [m.offset for m in got] == list(range(COUNT - 1))
     assert [m.value for m in got] == [b"m%d" % i for i in range(COUNT - 1)]

@@ -138,7 +138,7 @@ def test_the_interval_pipeline_is_listed_with_its_interval(
             expect(row.locator("td").nth(1)).to_have_text(str(published[-1]))  # the progress
             expect(row.locator("td").nth(2)).to_have_text(str(runs.after[partition]))  # the high watermark
             expect(row.locator("td[data-lag]")).to_have_text("1")
-            expect(row.locator("td").nth(5)).to_contain_text(f"{published[0]}..{published[-1]}")
+            expect(row.locator("td").nth(6)).to_contain_text(f"{published[0]}..{published[-1]}")
     finally:
         page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-interval-pipeline.png"), full_page=True)
 
