@@ -24,6 +24,8 @@ Teardown is robust: servers stop in ``finally`` blocks, ``DevServer`` also regis
 
 from __future__ import annotations
 
+import contextlib
+
 from tests.airflow_support import configure_airflow
 
 # Airflow reads AIRFLOW_HOME once, at first import: point every test folder (Spark included)
@@ -166,9 +168,19 @@ def nats_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def stream_name() -> str:
-    """A stream name no other test uses (valid as a NATS subject too)."""
-    return f"test-{uuid.uuid4().hex[:12]}"
+def stream_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A stream name no other test uses (valid as a NATS subject too). A stream of that name on the
+    session dev server is deleted after the test: the server keeps a file open per segment of every
+    stream it holds, and a worker that kept the streams of hundreds of tests went over 1,024 open
+    descriptors, past what ``select()`` (py4j's callback server) can watch."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield name
+    if EXTERNAL_BROKERS or "lb_address" not in request.fixturenames:
+        return
+    from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
+
+    with contextlib.suppress(LiftbridgeError), LiftbridgeClient(request.getfixturevalue("lb_address")) as client:
+        client.delete_stream(name)
 
 
 @pytest.fixture
