@@ -77,18 +77,7 @@ _REMOVED_SPARK_ARGUMENTS: dict[str, str] = {
     "partitioning": "partitioner=... ('key', 'round_robin' or an integer column)",
     "window": "options=PublishOptions(window=...) (records in flight per executor)",
     **{name: REMOVED_PUBLISHING_ARGUMENTS[name] for name in ("publish_timeout", "compression", "ack_policy")},
-    **{
-        name: f"source=DataFrameSource({name}=...)"
-        for name in (
-            "input_path",
-            "input_format",
-            "read_options",
-            "table",
-            "sql",
-            "dataframe_callable",
-            "callable_kwargs",
-        )
-    },
+    **{name: f"source=DataFrameSource({name}=...)" for name in DataFrameSource.template_fields},
 }
 
 
