@@ -10,7 +10,9 @@ listens on :attr:`Link.inside` and is reached from here only through the pair, s
 A cut is a root qdisc that drops every packet on the sending side of the pair (``pfifo limit 0``:
 this machine's kernel has no ``netem``; a drop at the qdisc is silent to the peer, and the local
 TCP only retransmits, so the sockets stay open). :meth:`Link.slow` instead puts a ``tbf`` rate
-limit there (a slow link).
+limit there (a slow link: packets wait in a deep queue), and :meth:`Link.lossy` a ``tbf`` with a
+shallow queue (packets over the rate and the queue are dropped: a share that grows with the load,
+not a fixed share, which would need ``netem``).
 
 Making namespaces needs root and the ``ip`` and ``tc`` commands; :func:`link_unavailable` says why
 they cannot be made here (tests skip with that reason). :meth:`Link.close` removes the namespace,
@@ -137,8 +139,15 @@ class Link:
             self._tc(side, "replace", "tbf", "rate", rate, "burst", "1600", "latency", "5s")
             self._cut.add(side)
 
+    def lossy(self, rate: str = "1mbit", queue: int = 6000, direction: Direction = "both") -> None:
+        """Let packets through at ``rate`` with ``queue`` bytes of queue, dropping the rest (``tbf``),
+        in ``direction``: bursts lose a share of their packets, a trickle loses none."""
+        for side in self._sides(direction):
+            self._tc(side, "replace", "tbf", "rate", rate, "burst", "3000", "limit", str(queue))
+            self._cut.add(side)
+
     def heal(self) -> None:
-        """Let every packet through again (remove what :meth:`cut` or :meth:`slow` added)."""
+        """Let every packet through again (remove what :meth:`cut`, :meth:`slow` or :meth:`lossy` added)."""
         for side in sorted(self._cut):
             with contextlib.suppress(subprocess.CalledProcessError):
                 self._tc(side, "del")
