@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -57,6 +58,13 @@ def _free_subnet() -> int:
         if f" 10.231.{n}." not in used:
             return n
     raise RuntimeError("every 10.231.N.0/30 subnet is taken; remove the stale lbt-* network namespaces")
+
+
+def _mac(dev: str, namespace: str | None = None) -> str:
+    """The MAC address of ``dev`` (in ``namespace``, else in this one)."""
+    where = ["-n", namespace] if namespace else []
+    out = subprocess.run(["ip", *where, "-j", "link", "show", "dev", dev], check=True, capture_output=True, text=True)
+    return str(json.loads(out.stdout)[0]["address"])
 
 
 def link_unavailable() -> str | None:
@@ -108,6 +116,33 @@ class Link:
             _ip("-n", self.namespace, "addr", "add", f"{self.inside}/30", "dev", self.inner_dev)
             _ip("-n", self.namespace, "link", "set", self.inner_dev, "up")
             _ip("-n", self.namespace, "link", "set", "lo", "up")
+            # Each side knows the other's MAC for good: with ARP, a cut one way also starved the
+            # neighbour probes of their answers, so after some seconds the other way stopped too
+            # (and a healed link waited for ARP again).
+            _ip(
+                "neigh",
+                "replace",
+                self.inside,
+                "lladdr",
+                _mac(self.inner_dev, self.namespace),
+                "nud",
+                "permanent",
+                "dev",
+                self.outer_dev,
+            )
+            _ip(
+                "-n",
+                self.namespace,
+                "neigh",
+                "replace",
+                self.outside,
+                "lladdr",
+                _mac(self.outer_dev),
+                "nud",
+                "permanent",
+                "dev",
+                self.inner_dev,
+            )
         except BaseException:
             self.close()
             raise
