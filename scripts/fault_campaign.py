@@ -7,7 +7,8 @@ Exit status 1 when any run broke an invariant.
 
     python scripts/fault_campaign.py --runs 300 --base-seed 1000 --out campaign.jsonl
     python scripts/fault_campaign.py --seed 36004              # one run again, from its seed
-    python scripts/fault_campaign.py --link-faults --runs 50   # also cut the client's link (root)
+    python scripts/fault_campaign.py --link-faults --runs 50   # also strike the client's link (root)
+    python scripts/fault_campaign.py --link-faults --link-kinds cut --targets client-link  # as before the kinds
     python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
         --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
         --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
@@ -33,6 +34,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
 from tests.netfaults import link_unavailable  # noqa: E402
 from tests.reliability.campaign import (  # noqa: E402
     EXTRA_PATHS,
+    LINK_KINDS,
     LINK_TARGETS,
     PATHS,
     TARGETS,
@@ -62,6 +64,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help=f"dev cluster only: run it in a network namespace and draw link faults too ({','.join(LINK_TARGETS)});"
         " needs root, ip and tc, else the campaign runs without them and says why",
+    )
+    p.add_argument(
+        "--link-kinds",
+        default=",".join(LINK_KINDS),
+        help=f"with --link-faults: what a link fault does, drawn from these (default {','.join(LINK_KINDS)});"
+        " the link seeds drawn before the kinds existed are those of --link-kinds cut",
     )
     p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
     p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")
@@ -105,9 +113,13 @@ def _verdicts(args: argparse.Namespace) -> Iterator[Verdict]:
     make_rig, targets, actions = _rigs(args)
     if args.targets:
         targets = tuple(t for t in args.targets.split(",") if t)
+    kinds = tuple(k for k in args.link_kinds.split(",") if k)
+    unknown = set(kinds) - set(LINK_KINDS)
+    if unknown or not kinds:
+        sys.exit(f"--link-kinds: unknown {sorted(unknown) or 'none given'}; choose from {','.join(LINK_KINDS)}")
     seeds = args.seed or range(args.base_seed, args.base_seed + args.runs)
     for seed in seeds:
-        schedule = draw(seed, paths=args.paths.split(","), targets=targets, actions=actions)
+        schedule = draw(seed, paths=args.paths.split(","), targets=targets, actions=actions, link_kinds=kinds)
         rig: AbstractContextManager[Any] = make_rig()
         with rig as ready:
             yield run(schedule, ready)

@@ -10,7 +10,9 @@ listens on :attr:`Link.inside` and is reached from here only through the pair, s
 A cut is a root qdisc that drops every packet on the sending side of the pair (``pfifo limit 0``:
 this machine's kernel has no ``netem``; a drop at the qdisc is silent to the peer, and the local
 TCP only retransmits, so the sockets stay open). :meth:`Link.slow` instead puts a ``tbf`` rate
-limit there (a slow link).
+limit there (a slow link: packets wait in a deep queue), and :meth:`Link.lossy` a ``tbf`` with a
+shallow queue (packets over the rate and the queue are dropped: a share that grows with the load,
+not a fixed share, which would need ``netem``).
 
 Making namespaces needs root and the ``ip`` and ``tc`` commands; :func:`link_unavailable` says why
 they cannot be made here (tests skip with that reason). :meth:`Link.close` removes the namespace,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +58,13 @@ def _free_subnet() -> int:
         if f" 10.231.{n}." not in used:
             return n
     raise RuntimeError("every 10.231.N.0/30 subnet is taken; remove the stale lbt-* network namespaces")
+
+
+def _mac(dev: str, namespace: str | None = None) -> str:
+    """The MAC address of ``dev`` (in ``namespace``, else in this one)."""
+    where = ["-n", namespace] if namespace else []
+    out = subprocess.run(["ip", *where, "-j", "link", "show", "dev", dev], check=True, capture_output=True, text=True)
+    return str(json.loads(out.stdout)[0]["address"])
 
 
 def link_unavailable() -> str | None:
@@ -106,6 +116,33 @@ class Link:
             _ip("-n", self.namespace, "addr", "add", f"{self.inside}/30", "dev", self.inner_dev)
             _ip("-n", self.namespace, "link", "set", self.inner_dev, "up")
             _ip("-n", self.namespace, "link", "set", "lo", "up")
+            # Each side knows the other's MAC for good: with ARP, a cut one way also starved the
+            # neighbour probes of their answers, so after some seconds the other way stopped too
+            # (and a healed link waited for ARP again).
+            _ip(
+                "neigh",
+                "replace",
+                self.inside,
+                "lladdr",
+                _mac(self.inner_dev, self.namespace),
+                "nud",
+                "permanent",
+                "dev",
+                self.outer_dev,
+            )
+            _ip(
+                "-n",
+                self.namespace,
+                "neigh",
+                "replace",
+                self.outside,
+                "lladdr",
+                _mac(self.outer_dev),
+                "nud",
+                "permanent",
+                "dev",
+                self.inner_dev,
+            )
         except BaseException:
             self.close()
             raise
@@ -137,8 +174,15 @@ class Link:
             self._tc(side, "replace", "tbf", "rate", rate, "burst", "1600", "latency", "5s")
             self._cut.add(side)
 
+    def lossy(self, rate: str = "1mbit", queue: int = 6000, direction: Direction = "both") -> None:
+        """Let packets through at ``rate`` with ``queue`` bytes of queue, dropping the rest (``tbf``),
+        in ``direction``: bursts lose a share of their packets, a trickle loses none."""
+        for side in self._sides(direction):
+            self._tc(side, "replace", "tbf", "rate", rate, "burst", "3000", "limit", str(queue))
+            self._cut.add(side)
+
     def heal(self) -> None:
-        """Let every packet through again (remove what :meth:`cut` or :meth:`slow` added)."""
+        """Let every packet through again (remove what :meth:`cut`, :meth:`slow` or :meth:`lossy` added)."""
         for side in sorted(self._cut):
             with contextlib.suppress(subprocess.CalledProcessError):
                 self._tc(side, "del")

@@ -18,7 +18,9 @@ by ``/package.Service/Method``); they get an :class:`H2ServicerContext`, the sub
 ``grpc.aio.ServicerContext`` they use. Implemented: unary-unary, unary-stream and
 stream-stream methods; ``grpc-timeout`` deadlines; cancellation by RST_STREAM or connection
 loss; status and percent-encoded message in trailers (trailers-only when nothing was sent);
-the request size limit; TLS with ALPN ``h2``. Compressed messages are refused.
+the request size limit; TLS with ALPN ``h2``; grpc-go's keepalive enforcement (a client that PINGs
+more often than once per :data:`PING_MIN_TIME` while the server writes nothing gets GOAWAY
+``too_many_pings``, see :meth:`_Connection._ping`). Compressed messages are refused.
 """
 
 from __future__ import annotations
@@ -74,6 +76,17 @@ _SEND_CHUNK = 32 * 1024
 _RECV_HIGH_WATER = 1 << 20
 #: asyncio transport buffer limits: above the high mark the connection stops writing DATA.
 _TRANSPORT_HIGH_WATER = 1 << 20
+
+#: grpc-go's server keepalive enforcement with Liftbridge's (default) policy: PINGs closer together
+#: than this, on a connection with calls open and nothing written since the last PING, are strikes
+#: (``keepalive.EnforcementPolicy.MinTime``, 5 minutes)...
+PING_MIN_TIME = 300.0
+#: ... and closer than this on a connection without calls (``PermitWithoutStream`` false: grpc-go's
+#: ``defaultPingTimeout``, 2 hours)...
+PING_MIN_TIME_IDLE = 7200.0
+#: ... and one strike more than this ends the connection with GOAWAY ``too_many_pings`` (grpc-go's
+#: ``maxPingStrikes``).
+MAX_PING_STRIKES = 2
 
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
@@ -244,6 +257,11 @@ class _Connection(asyncio.Protocol):
         self._dirty: dict[_Stream, None] = {}  # streams with responses not given to h2 yet
         self._to_ack: dict[_Stream, None] = {}  # streams whose received bytes are to be acknowledged
         self._flush_handle: asyncio.Handle | None = None
+        # Keepalive enforcement (see _ping): strikes so far, when the last PING came, and whether
+        # HEADERS or DATA went out since (grpc-go's resetPingStrikes).
+        self._ping_strikes = 0
+        self._last_ping_at: float | None = None
+        self._wrote = False
 
     # -- connection ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -283,12 +301,13 @@ class _Connection(asyncio.Protocol):
             stream.wake_writer()
         self._flush()
 
-    def close(self) -> None:
-        """End the connection now: GOAWAY, cancel every call, close the socket. Clients see UNAVAILABLE."""
+    def close(self, code: ErrorCodes = ErrorCodes.NO_ERROR, debug: bytes = b"") -> None:
+        """End the connection now: GOAWAY with ``code`` and ``debug`` data, cancel every call, close
+        the socket. Clients see UNAVAILABLE."""
         if self.closed:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):
-            self.h2.close_connection(ErrorCodes.NO_ERROR)
+            self.h2.close_connection(code, additional_data=debug or None)
         self._write()
         if self.transport is not None:
             self.transport.close()
@@ -307,6 +326,8 @@ class _Connection(asyncio.Protocol):
             self.connection_lost(None)
             return
         for event in events:
+            if self.closed:  # GOAWAY sent or received: nothing more on this connection
+                return
             try:
                 self._dispatch(event)
             except Exception:  # one bad event must not take down the server or the connection's other calls
@@ -333,6 +354,8 @@ class _Connection(asyncio.Protocol):
                 self._dirty.pop(stream, None)
                 self._cancel(stream)
                 self._acknowledge(stream)  # bytes held back for the handler still count for the connection
+        elif isinstance(event, h2.events.PingReceived):
+            self._ping()
         elif isinstance(event, h2.events.TrailersReceived):
             pass  # gRPC clients send none; END_STREAM arrives as its own StreamEnded event
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -342,6 +365,27 @@ class _Connection(asyncio.Protocol):
             self.connection_lost(None)
         # WINDOW_UPDATE and SETTINGS need nothing here: the _flush() that ends data_received sends
         # what the new windows allow and wakes the writers. PING is acknowledged by h2 itself.
+
+    def _ping(self) -> None:
+        """Keepalive enforcement, as grpc-go's server (``http2Server.handlePing``) does it with
+        Liftbridge's policy: a PING after HEADERS or DATA were sent clears the strikes and is not
+        judged; otherwise a PING sooner than :data:`PING_MIN_TIME` after the previous one
+        (:data:`PING_MIN_TIME_IDLE` when no call is open) is a strike, and the strike after
+        :data:`MAX_PING_STRIKES` ends the connection with GOAWAY ENHANCE_YOUR_CALM
+        ``too_many_pings`` (its PING already acknowledged, as grpc-go does). Without it a client's
+        keepalive looked welcome here and was not on Liftbridge (issue 59)."""
+        now = self.loop.time()
+        last, self._last_ping_at = self._last_ping_at, now
+        if self._wrote:
+            self._wrote = False
+            self._ping_strikes = 0
+            return
+        min_time = PING_MIN_TIME if self.streams else PING_MIN_TIME_IDLE
+        if last is not None and now - last < min_time:
+            self._ping_strikes += 1
+        if self._ping_strikes > MAX_PING_STRIKES:
+            log.info("GOAWAY too_many_pings to %s: %d PINGs with nothing sent", self.peer, self._ping_strikes + 1)
+            self.close(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
@@ -376,6 +420,7 @@ class _Connection(asyncio.Protocol):
             # Not a gRPC request: an HTTP answer, as the gRPC spec asks (405 / 415).
             status = b"405" if method != b"POST" else b"415"
             self.h2.send_headers(sid, [(b":status", status)], end_stream=True)
+            self._wrote = True
             if event.stream_ended is None:
                 self.h2.reset_stream(sid, ErrorCodes.NO_ERROR)
             return
@@ -524,6 +569,7 @@ class _Connection(asyncio.Protocol):
         if not stream.headers_sent:
             stream.headers_sent = True
             self.h2.send_headers(stream.sid, _RESPONSE_HEADERS)
+            self._wrote = True
         stream.pending.append(_PREFIX.pack(0, size))
         stream.pending.append(body)
         stream.pending_size += size + 5
@@ -580,6 +626,7 @@ class _Connection(asyncio.Protocol):
             if size <= 0:
                 break
             h2conn.send_data(sid, view[sent : sent + size])
+            self._wrote = True
             sent += size
             unwritten += size
             if unwritten >= _SEND_CHUNK:
@@ -662,6 +709,7 @@ class _Connection(asyncio.Protocol):
         block = trailers if stream.headers_sent else [*_RESPONSE_HEADERS, *trailers]
         try:
             self.h2.send_headers(stream.sid, block, end_stream=True)
+            self._wrote = True
             if not stream.remote_ended:
                 # The client may still be sending: tell it to stop (as grpc-go does) so the stream closes.
                 self.h2.reset_stream(stream.sid, ErrorCodes.NO_ERROR)
@@ -811,6 +859,9 @@ def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None
 
 __all__ = [
     "MAX_MESSAGE",
+    "MAX_PING_STRIKES",
+    "PING_MIN_TIME",
+    "PING_MIN_TIME_IDLE",
     "AbortError",
     "H2GrpcServer",
     "H2ServicerContext",

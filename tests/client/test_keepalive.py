@@ -1,7 +1,8 @@
 """Keepalive settings, and keepalive PINGs on a subscription that receives nothing, against a
-server that limits PINGs as Liftbridge does (the dev server's ``aio`` transport is a grpc-core
-server with its default policy: one PING per 5 minutes on a connection it writes nothing to, GOAWAY
-``too_many_pings`` after two strikes). The silent links themselves are in
+server that limits PINGs as Liftbridge does: one PING per 5 minutes on a connection it writes
+nothing to, GOAWAY ``too_many_pings`` after two strikes (grpc-go's default enforcement). Both of the
+dev server's transports do: ``aio`` is a grpc-core server with its default policy, ``h2`` models
+grpc-go's (``grpc_h2._Connection._ping``). The silent links themselves are in
 ``tests/reliability/test_silent_links.py``."""
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
+from airflow_provider_liftbridge._proto import api_pb2, api_pb2_grpc
 from airflow_provider_liftbridge.client import ConnectionSettings, InvalidArgumentError
 from airflow_provider_liftbridge.client.transport.heartbeat import HEARTBEAT
 from airflow_provider_liftbridge.devserver import DevServer
@@ -19,10 +22,33 @@ from airflow_provider_liftbridge.devserver import DevServer
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def strict_server() -> Iterator[DevServer]:
-    with DevServer(grpc_transport="aio") as server:
+@pytest.fixture(params=["h2", "aio"])
+def strict_server(request: pytest.FixtureRequest) -> Iterator[DevServer]:
+    with DevServer(grpc_transport=request.param) as server:
         yield server
+
+
+def test_a_client_that_pings_an_idle_call_without_the_heartbeat_gets_goaway(strict_server: DevServer) -> None:
+    # A bare channel with the client's PING options but none of its heartbeat calls: the server writes
+    # nothing after the subscription's first (empty) message, so the fourth PING, within about 2 s,
+    # is the third strike. Before the h2 transport enforced the policy, the call only ended at its
+    # deadline (DEADLINE_EXCEEDED), a minute later.
+    options = [
+        ("grpc.keepalive_time_ms", 500),
+        ("grpc.keepalive_timeout_ms", 5000),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    with grpc.insecure_channel(strict_server.address, options=options) as channel:
+        stub = api_pb2_grpc.APIStub(channel)
+        stub.CreateStream(api_pb2.CreateStreamRequest(subject="g", name="g"), timeout=10)
+        request = api_pb2.SubscribeRequest(stream="g", startPosition=api_pb2.EARLIEST)
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in stub.Subscribe(request, timeout=60):
+                pass
+    error = info.value
+    assert error.code() == grpc.StatusCode.UNAVAILABLE, error  # type: ignore[attr-defined]
+    # grpc-core's client names the GOAWAY's debug data; grpc-core's server words it on its own.
+    assert "too many pings" in error.details().replace("_", " ").lower(), error  # type: ignore[attr-defined]
 
 
 def test_an_idle_subscription_outlives_a_server_that_limits_pings(make_client: Any, strict_server: DevServer) -> None:

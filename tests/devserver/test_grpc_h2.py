@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import h2.connection
+import h2.errors
 import h2.events
 import pytest
 from grpc import aio
@@ -337,6 +338,54 @@ async def test_ping_is_acknowledged(echo: tuple[Echo, H2GrpcServer, str]) -> Non
             client.close()
 
     assert await asyncio.to_thread(run) == b"12345678"
+
+
+_ANSWERS = (h2.events.PingAckReceived, h2.events.ConnectionTerminated)
+
+
+def _ping(client: RawClient, data: bytes, *, to_the_end: bool = False) -> list[h2.events.Event]:
+    """Send a PING; the server's answers (its ack, a GOAWAY) up to the ack, or with ``to_the_end``
+    up to the connection's end."""
+    client.h2.ping(data)
+    client.sock.sendall(client.h2.data_to_send())
+    answers: list[h2.events.Event] = []
+    while chunk := client.sock.recv(1 << 20):
+        answers += [ev for ev in client.h2.receive_data(chunk) if isinstance(ev, _ANSWERS)]
+        if answers and not to_the_end:
+            break
+    return answers
+
+
+async def test_pings_are_policed_as_grpc_go_polices_them(echo: tuple[Echo, H2GrpcServer, str]) -> None:
+    """With a call open and nothing written, the first PING is free, the next two are strikes and the
+    fourth ends the connection with GOAWAY ENHANCE_YOUR_CALM ``too_many_pings``; a response written
+    in between clears the strikes (grpc-go's keepalive enforcement with its default policy)."""
+    _service, _server, address = echo
+
+    def run() -> tuple[list[list[str]], list[h2.events.Event]]:
+        client = RawClient(address)
+        answers = []
+        try:
+            forever = client.request("/test.Echo/Forever", b"")
+            for ev in client.events():  # the call's first message: the server has written
+                if isinstance(ev, h2.events.DataReceived) and ev.stream_id == forever:
+                    break
+            for i in range(3):
+                answers.append([type(ev).__name__ for ev in _ping(client, b"first-%02d" % i)])
+            chunks, _headers, _ = _response(client, client.request("/test.Echo/Unary", b"x"))
+            assert _messages(chunks) == [b"X"]
+            for i in range(3):
+                answers.append([type(ev).__name__ for ev in _ping(client, b"second%02d" % i)])
+            return answers, _ping(client, b"too-many", to_the_end=True)
+        finally:
+            client.close()
+
+    answers, last = await asyncio.to_thread(run)
+    assert answers == [["PingAckReceived"]] * 6
+    # Acknowledged, as grpc-go does, then the connection ends.
+    assert [type(ev).__name__ for ev in last] == ["PingAckReceived", "ConnectionTerminated"]
+    assert last[1].error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+    assert last[1].additional_data == b"too_many_pings"
 
 
 async def test_stop_sends_goaway(echo: tuple[Echo, H2GrpcServer, str]) -> None:

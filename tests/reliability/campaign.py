@@ -113,10 +113,18 @@ TARGETS = ("client-nats", "leader-nats", "leader", "follower", "metadata-leader"
 NATS_TARGETS = ("client-nats", "leader-nats")
 ACTIONS = ("kill", "stop")
 #: Link faults, drawn only when asked for (``targets=`` with them, on ``DevRig(link_faults=True)``;
-#: so a campaign without them draws every seed as before): ``client-link`` cuts every packet
-#: between the client and the cluster (brokers and NATS) both ways, silently, for the run's
-#: ``down`` seconds (:data:`LINK_DOWN`). Their action is always ``cut``.
+#: so a campaign without them draws every seed as before): ``client-link`` is every packet between
+#: the client and the cluster (brokers and NATS), struck as the run's link kind (its action, one of
+#: :data:`LINK_KINDS`) for its ``down`` seconds (:data:`LINK_DOWN`).
 LINK_TARGETS = ("client-link",)
+#: What a link fault does (``tests/netfaults.py``): ``cut`` drops every packet both ways, silently;
+#: ``cut-in`` only the client's (to the cluster: requests and the client's TCP acks; the cluster's
+#: replies pass), ``cut-out`` only the cluster's; ``slow`` lets 256 kbit/s through both ways, the
+#: rest waiting up to 5 s in the queue; ``lossy`` lets 1 Mbit/s through both ways with a 6 KB queue
+#: and drops the rest (this kernel has no ``netem``: a loss share that grows with the load). Only
+#: ``cut`` is drawn unless more are asked for (``draw(link_kinds=...)``), so the link seeds drawn
+#: before the other kinds keep their schedules.
+LINK_KINDS = ("cut", "cut-in", "cut-out", "slow", "lossy")
 #: How long a link fault lasts, in seconds: up to past the client's keepalive bound (20 s), so
 #: that some cuts are noticed as lost connections and not only ridden out by TCP's retransmits.
 LINK_DOWN = (0.3, 30.0)
@@ -164,10 +172,17 @@ class Schedule:
 
 
 def draw(
-    seed: int, *, paths: Sequence[str] = PATHS, targets: Sequence[str] = TARGETS, actions: Sequence[str] = ACTIONS
+    seed: int,
+    *,
+    paths: Sequence[str] = PATHS,
+    targets: Sequence[str] = TARGETS,
+    actions: Sequence[str] = ACTIONS,
+    link_kinds: Sequence[str] = LINK_KINDS[:1],
 ) -> Schedule:
     """The schedule of ``seed``: every choice comes from ``random.Random(seed)``, in a fixed order
-    (the same seed with the same choices to draw from gives the same schedule)."""
+    (the same seed with the same choices to draw from gives the same schedule). A link target's
+    action is its kind, drawn from ``link_kinds`` last, so the other choices are those drawn with
+    any ``link_kinds``."""
     rng = random.Random(seed)
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
@@ -176,21 +191,47 @@ def draw(
         action = "cut"  # the action was drawn all the same, so the draws after it come as for any target
     moment = rng.choice(MOMENTS)
     records = {"bulk-nats": 50000, "grpc": 1500}.get(path, 3000 if path in READING_PATHS else 30000)
+    fraction = rng.uniform(0.02, 0.9)
+    down = rng.uniform(*(LINK_DOWN if target in LINK_TARGETS else (0.3, 3.0)))
+    second_after = rng.uniform(0.0, 1.5)
+    partitions = rng.choice((1, 3))
+    if target in LINK_TARGETS and len(link_kinds) > 1:
+        action = rng.choice(list(link_kinds))
     return Schedule(
         seed=seed,
         path=path,
         target=target,
         action=action,
         moment=moment,
-        fraction=rng.uniform(0.02, 0.9),
-        down=rng.uniform(*(LINK_DOWN if target in LINK_TARGETS else (0.3, 3.0))),
-        second_after=rng.uniform(0.0, 1.5),
+        fraction=fraction,
+        down=down,
+        second_after=second_after,
         records=records,
-        partitions=rng.choice((1, 3)),
+        partitions=partitions,
     )
 
 
 # -- where faults strike -----------------------------------------------------------------------
+
+
+def strike_link(link: Link, kind: str) -> None:
+    """Strike ``link`` as :data:`LINK_KINDS` says ``kind`` does (the client is on the link's outer
+    side, so its packets go ``in``).
+
+    :raises ValueError: ``kind`` is not one of :data:`LINK_KINDS`.
+    """
+    if kind == "cut":
+        link.cut()
+    elif kind == "cut-in":
+        link.cut("in")
+    elif kind == "cut-out":
+        link.cut("out")
+    elif kind == "slow":
+        link.slow("256kbit")
+    elif kind == "lossy":
+        link.lossy("1mbit", 6000)
+    else:
+        raise ValueError(f"unknown link kind {kind!r}; choose one of {', '.join(LINK_KINDS)}")
 
 
 class DevRig:
@@ -278,7 +319,7 @@ class DevRig:
             link = self.link
             if link is None:
                 raise RuntimeError(f"target {target!r} needs DevRig(link_faults=True)")
-            link.cut()
+            strike_link(link, action)
             return link.heal
         if target in NATS_TARGETS:
             node = self.nats[1 if target == "client-nats" else 0]

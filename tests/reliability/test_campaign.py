@@ -7,6 +7,7 @@ its seed: ``python scripts/fault_campaign.py --seed N``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from typing import Any
@@ -29,6 +30,7 @@ from tests.netfaults import link_unavailable
 
 from .campaign import (
     EXTRA_PATHS,
+    LINK_KINDS,
     LINK_TARGETS,
     PATHS,
     TARGETS,
@@ -82,6 +84,22 @@ def test_a_link_fault_run_breaks_no_invariant() -> None:
 def test_without_link_faults_no_seed_draws_a_link_target() -> None:
     # Campaigns without link faults draw as before: the link targets are not among the defaults.
     assert not {draw(seed).target for seed in range(300)} & set(LINK_TARGETS)
+
+
+def test_link_kinds_are_drawn_only_when_asked_for_and_change_nothing_else() -> None:
+    # The link seeds drawn before the kinds existed keep their schedules (cut both ways), and with
+    # the kinds a seed differs from them in its link kind only.
+    targets = (*TARGETS, *LINK_TARGETS)
+    for seed in range(300):
+        before = draw(seed, targets=targets)
+        kinds = draw(seed, targets=targets, link_kinds=LINK_KINDS)
+        assert dataclasses.replace(kinds, action=before.action) == before
+        if before.target in LINK_TARGETS:
+            assert before.action == "cut"
+        else:
+            assert kinds.action == before.action
+    drawn = {draw(seed, targets=LINK_TARGETS, link_kinds=LINK_KINDS).action for seed in range(200)}
+    assert drawn == set(LINK_KINDS)
 
 
 def test_a_schedule_comes_from_its_seed_alone() -> None:
@@ -234,6 +252,7 @@ def test_the_campaign_reports_an_unsettled_run_and_goes_on(cluster: DevServer) -
     # The rig's strike cannot find its target (the stream is deleted under it): the run comes back
     # as a verdict that names its seed, not as an exception that would end the campaign.
     class DeletingRig:
+        external = False
         addresses = cluster.addresses
         client_nats: list[str] = []
         external = False  # the dev cluster's ack wait

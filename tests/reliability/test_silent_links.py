@@ -20,7 +20,7 @@ from airflow_provider_liftbridge.client.settings import KEEPALIVE_TIME, KEEPALIV
 from airflow_provider_liftbridge.client.transport.nats import connect_nats
 from airflow_provider_liftbridge.devserver.process import DevServerProcess
 from tests.margins import until
-from tests.netfaults import Link, linked_devserver
+from tests.netfaults import Direction, Link, linked_devserver
 
 __all__ = ["linked_devserver"]  # the fixture, used by name
 
@@ -46,16 +46,18 @@ def _stream(server: DevServerProcess) -> str:
     return "s"
 
 
-def _sync_notice(link: Link, server: DevServerProcess, idle: float) -> tuple[float, BaseException]:
+def _sync_notice(
+    link: Link, server: DevServerProcess, idle: float, direction: Direction = "both"
+) -> tuple[float, BaseException]:
     """Subscribe with no resubscription, read the first message, wait ``idle`` seconds, cut the
-    link; how long after the cut the subscription raised, and what."""
+    link in ``direction``; how long after the cut the subscription raised, and what."""
     stream = _stream(server)
     with LiftbridgeClient(server.address, resubscribe_wait=0, max_retries=0) as client:
         messages = client.subscribe(stream)
         assert next(messages).value == b"before the cut"
         if idle:
             time.sleep(idle)  # the condition itself: a subscription that received nothing this long
-        link.cut()
+        link.cut(direction)
         cut_at = time.monotonic()
         with pytest.raises(UnavailableError) as info:
             next(messages)
@@ -66,6 +68,14 @@ def test_a_subscription_notices_a_silent_leader(linked_devserver: Served) -> Non
     took, error = _sync_notice(*linked_devserver, idle=0.0)
     assert took < BOUND + SLACK, f"noticed {took:.1f} s after the cut; bound {BOUND:g} s"
     assert "could not be re-established" in str(error) and "last offset delivered: 0" in str(error)
+
+
+@pytest.mark.parametrize("direction", ["in", "out"])
+def test_a_subscription_notices_a_link_cut_one_way(linked_devserver: Served, direction: Direction) -> None:
+    # Only the client's packets dropped (its PINGs never arrive), or only the server's (the PINGs
+    # arrive, their answers do not): the same keepalive notices, within the same bound.
+    took, _ = _sync_notice(*linked_devserver, idle=0.0, direction=direction)
+    assert took < BOUND + SLACK, f"noticed {took:.1f} s after the cut ({direction}); bound {BOUND:g} s"
 
 
 def test_a_subscription_idle_for_many_pings_still_notices(linked_devserver: Served) -> None:
