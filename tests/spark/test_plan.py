@@ -94,7 +94,7 @@ def test_round_robin_starts_at_the_seed_and_continues_across_batches() -> None:
     builder = RecordBuilder(PublishPlan("s", partitions=3), seed=4)
     first, _ = builder.build(_batch())
     second, _ = builder.build(_batch())
-    assert [r.partition for r in first + second] == [1, 2, 0, 1, 2, 0]
+    assert [r.partition for r in [*first, *second]] == [1, 2, 0, 1, 2, 0]
 
 
 def test_explicit_partition_column_and_headers() -> None:
