@@ -70,6 +70,13 @@ def _binary(column: Column, kind: DataType) -> Column:
     )
 
 
+def _column(name: str) -> Column:
+    """The column named ``name`` exactly (dots and backticks in it are no path or quote)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def project(df: DataFrame, plan: PublishPlan) -> tuple[DataFrame, PublishPlan]:
     """``df`` reduced to what the executors need, with the value, key and partition computed in the
     JVM where Spark does it as the Python encoder would, and the plan saying which (``plan.jvm``).
@@ -83,14 +90,14 @@ def project(df: DataFrame, plan: PublishPlan) -> tuple[DataFrame, PublishPlan]:
     columns: list[Any] = []
     done: list[str] = []
     if plan.value_format == "json" and not plan.value_col and all(_json_ready(t) for t in types.values()):
-        row = F.struct(*[F.col(f"`{name}`") for name in df.columns])
+        row = F.struct(*[_column(name) for name in df.columns])
         columns.append(F.to_json(row, JSON_OPTIONS).cast("binary").alias(JVM_VALUE))
         done.append("value")
     elif plan.value_col and plan.value_format in ("bytes", "text") and _as_bytes(types[plan.value_col]):
-        columns.append(_binary(F.col(f"`{plan.value_col}`"), types[plan.value_col]).alias(JVM_VALUE))
+        columns.append(_binary(_column(plan.value_col), types[plan.value_col]).alias(JVM_VALUE))
         done.append("value")
     if plan.key_field and _as_bytes(types[plan.key_field]):
-        key = _binary(F.col(f"`{plan.key_field}`"), types[plan.key_field])
+        key = _binary(_column(plan.key_field), types[plan.key_field])
         columns.append(key.alias(JVM_KEY))
         done.append("key")
         if plan.partitioner == PARTITION_BY_KEY:
@@ -102,4 +109,4 @@ def project(df: DataFrame, plan: PublishPlan) -> tuple[DataFrame, PublishPlan]:
     # The columns Python still reads itself (headers, an explicit partition column, what Spark
     # cannot encode as Python does).
     rest = jvm_plan.used_columns(df.columns)
-    return df.select(*[F.col(f"`{c}`") for c in rest], *columns), jvm_plan
+    return df.select(*[_column(c) for c in rest], *columns), jvm_plan

@@ -120,3 +120,16 @@ def test_integer_and_null_keys_are_partitioned_in_the_jvm_as_the_go_client(
         assert message.partition == partition_for_key(expected_key, 3)
         seen[body["id"]] = body["k"]
     assert sorted(seen) == list(range(rows))
+
+
+def test_column_names_with_dots_and_backticks_are_names(
+    spark: SparkSession, lb_settings: ConnectionSettings, lb_address: str, make_stream: Callable[[int], str]
+) -> None:
+    stream = make_stream(2)
+    df = spark.range(1).selectExpr("'k1' as `key.col`", "1 as `odd``name`")
+
+    publish_dataframe(df, stream, settings=lb_settings, key_field="key.col")
+
+    (message,) = published(lb_address, stream, 2)
+    assert (message.key, message.partition) == (b"k1", partition_for_key(b"k1", 2))
+    assert json.loads(message.value) == {"key.col": "k1", "odd`name": 1}
