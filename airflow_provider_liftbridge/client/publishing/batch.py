@@ -215,14 +215,11 @@ def _count_acks(
     complete); sizes from the columns when the batch is held as columns."""
     if len(acks) != len(items):
         return  # ack policy NONE: nothing to measure
-    if items.__class__ is RecordColumns:
-        keys = items.keys  # type: ignore[attr-defined]
-        size = sum(map(len, items.values)) + (0 if keys is None else sum(len(k) for k in keys if k))  # type: ignore[attr-defined]
+    if isinstance(items, RecordColumns):
+        keys = items.keys
+        size = sum(map(len, items.values)) + (0 if keys is None else sum(len(k) for k in keys if k))
     else:
-        size = sum(
-            len(item) if type(item) is bytes else len(item.value) + len(item.key or b"")  # type: ignore[union-attr]
-            for item in items
-        )
+        size = sum(len(item) if isinstance(item, bytes) else len(item.value) + len(item.key or b"") for item in items)
     stats.acked_many(sent_ns, acks, size)
 
 
