@@ -4,7 +4,8 @@
     python bench/spark_bench.py --per-core [--code before=/path/to/main --code after=.] [--rows 200000]
 
 ``--per-core``: Spark's ``publish_dataframe`` against the client's ``publish_many`` of the same
-rows on local[1], interleaved rounds, with CPU per row of the Python worker, the JVM and the client;
+rows on local[1], interleaved rounds, with CPU per row of the Python worker, the JVM and the client,
+and ``publish_dataframe(exactly_once=True)`` beside it;
 each ``--code`` tree is measured in its own child process (one run compares two commits).
 
 Starts an out-of-process dev server (so the server does not share this process's GIL), then:
@@ -502,12 +503,13 @@ def per_core_child(address: str, nats_url: str, rows: int, rounds: int, window: 
             client.create_stream(name, name, partitions=partitions)
         return name
 
-    def spark_run(data: Any) -> dict[str, float]:
+    def spark_run(data: Any, exactly_once: bool = False) -> dict[str, float]:
         stream = new_stream()
+        once = {"exactly_once": True, "producer_id": f"bench/{stream}"} if exactly_once else {}
         with SplitCpu() as cpu:
             started = time.monotonic()
             count = publish_dataframe(
-                data, stream, settings=settings, key_field="customer", options=PublishOptions(window=window)
+                data, stream, settings=settings, key_field="customer", options=PublishOptions(window=window), **once
             ).count
             seconds = time.monotonic() - started
         jvm, python = cpu.seconds()
@@ -525,10 +527,11 @@ def per_core_child(address: str, nats_url: str, rows: int, rounds: int, window: 
     spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
     client_run(records[: max(rows // 10, 1)])
     out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
-    out["spark"], out["client"] = [], []
+    out["spark"], out["client"], out["exactly_once"] = [], [], []
     for _ in range(rounds):
         out["spark"].append(spark_run(df))
         out["client"].append(client_run(records))
+        out["exactly_once"].append(spark_run(df, exactly_once=True))
     spark.stop()
     return out
 
@@ -564,16 +567,19 @@ def per_core(codes: list[tuple[str, str]], rows: int, rounds: int, window: int, 
     print()
     print(
         "| code | Spark rows/s | client publish_many msgs/s | per core | µs/row Python worker | µs/row JVM "
-        "| µs/row client |"
+        "| µs/row client | Spark exactly-once rows/s | exactly-once / at-least-once |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, r in results:
         sp = med(r["spark"], lambda x: x["rows"] / x["seconds"])
         cl = med(r["client"], lambda x: x["rows"] / x["seconds"])
         py = med(r["spark"], lambda x: 1e6 * x["python_cpu"] / x["rows"])
         jvm = med(r["spark"], lambda x: 1e6 * x["jvm_cpu"] / x["rows"])
         cpu = med(r["client"], lambda x: 1e6 * x["cpu"] / x["rows"])
-        print(f"| {label} ({r['code']}) | {sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} |")
+        eo = med(r["exactly_once"], lambda x: x["rows"] / x["seconds"])
+        cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {eo:,.0f}"
+        cells += f" | {eo / sp:.2f}×"
+        print(f"| {label} ({r['code']}) | {cells} |")
 
 
 if __name__ == "__main__":
