@@ -42,8 +42,10 @@ SUMMARY_SCHEMA = "summary string"
 _ACK_ERROR, _PARTITION, _OFFSET = (operator.attrgetter(name) for name in ("ack_error", "partition", "offset"))
 
 #: Rows published in one call of the batch publisher: Arrow batches (10,000 rows by default) are
-#: joined up to this many, because the send window drains at the end of each call.
+#: joined up to this many, because the send window drains at the end of each call; or up to
+#: GROUP_BYTES of Arrow data, whichever comes first (two groups are held at once).
 GROUP_ROWS = 65_536
+GROUP_BYTES = 64 << 20
 
 
 def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
@@ -288,21 +290,24 @@ def _describe_failure(exc: Exception, records: Sequence[Any]) -> str:
     return f"{where}: {type(cause).__name__}: {cause}"
 
 
-def _groups(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch | pa.Table]:
-    """``batches`` joined into tables of at least ``rows`` rows (the last one fewer), empty ones
-    dropped; a single batch is passed on as it is."""
+def _groups(
+    batches: Iterable[pa.RecordBatch], rows: int, size: int = GROUP_BYTES
+) -> Iterator[pa.RecordBatch | pa.Table]:
+    """``batches`` joined into tables of at least ``rows`` rows or ``size`` bytes (the last one
+    less), empty ones dropped; a single batch is passed on as it is."""
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []
-    count = 0
+    count = nbytes = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
         held.append(batch)
         count += batch.num_rows
-        if count >= rows:
+        nbytes += batch.nbytes
+        if count >= rows or nbytes >= size:
             yield held[0] if len(held) == 1 else pa.Table.from_batches(held)
-            held, count = [], 0
+            held, count, nbytes = [], 0, 0
     if held:
         yield held[0] if len(held) == 1 else pa.Table.from_batches(held)
 
