@@ -123,7 +123,7 @@ class _ExactlyOncePublisher:
             plan.stream,
             f"{producer_id}/spark-{spark_partition}",
             options=plan.publish_options(),
-            batch=1 << 30,  # each Arrow batch is one call already
+            batch=1 << 30,  # each group of Arrow batches is one call already
         )
 
     def send(self, records: RecordColumns) -> Any:
