@@ -70,11 +70,24 @@ def _binary(column: Column, kind: DataType) -> Column:
     )
 
 
-def _column(name: str) -> Column:
-    """The column named ``name`` exactly (dots and backticks in it are no path or quote)."""
-    from pyspark.sql import functions as F
+def _functions(df: DataFrame) -> Any:
+    """The functions module that makes columns for ``df``: Spark Connect's for a Connect
+    DataFrame (``pyspark.sql.functions`` picks by the process's mode, and a process may hold a
+    classic session and a Connect one), else the classic one."""
+    connect: tuple[type, ...] = ()
+    try:
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
 
-    return F.col("`" + name.replace("`", "``") + "`")
+        connect = (ConnectDataFrame,)
+    except ImportError:  # the Connect client's dependencies are not installed
+        pass
+    if isinstance(df, connect):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions as classic_functions
+
+    return classic_functions
 
 
 def project(df: DataFrame, plan: PublishPlan) -> tuple[DataFrame, PublishPlan]:
@@ -84,7 +97,10 @@ def project(df: DataFrame, plan: PublishPlan) -> tuple[DataFrame, PublishPlan]:
     :param df: the DataFrame, already checked by ``plan.validate_schema``.
     :param plan: a resolved plan (``partitions`` set).
     """
-    from pyspark.sql import functions as F
+    F = _functions(df)
+
+    def _column(name: str) -> Column:  # the column named ``name`` exactly (dots, backticks)
+        return F.col("`" + name.replace("`", "``") + "`")
 
     types = {f.name: f.dataType for f in df.schema.fields}
     columns: list[Any] = []
