@@ -78,7 +78,7 @@ def test_null_fields_binary_dates_and_maps_are_written_as_python_does(
         "unhex('00FF') as raw",
         "date'2024-01-02' as day",
         "map('a', 1) as tags",
-        "named_struct('x', 1, 'y', array(1.5, null)) as nested",
+        "named_struct('x', 1, 'y', array(1.5D, null)) as nested",  # 1.5D: a double (1.5 is a decimal)
     )
     publish_dataframe(df, stream, settings=lb_settings)
     (message,) = published(lb_address, stream)
