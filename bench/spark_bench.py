@@ -1,6 +1,12 @@
 """Spark publishing benchmark: rows/s from 1 and 2 executor cores, read-back rows/s, driver memory.
 
     python bench/spark_bench.py [--rows 1000000] [--partitions 2] [--driver-memory 512m]
+    python bench/spark_bench.py --per-core [--code before=/path/to/main --code after=.] [--rows 200000]
+
+``--per-core``: Spark's ``publish_dataframe`` against the client's ``publish_many`` of the same
+rows on local[1], interleaved rounds, with CPU per row of the Python worker, the JVM and the client,
+and ``publish_dataframe(exactly_once=True)`` beside it;
+each ``--code`` tree is measured in its own child process (one run compares two commits).
 
 Starts an out-of-process dev server (so the server does not share this process's GIL), then:
 1. publishes ``--small-rows`` rows on local[2] (warm-up, and the driver-memory baseline),
@@ -413,8 +419,184 @@ def streaming_cases(
     return [*results, *best.values()]
 
 
+# --- Spark against the client alone, per core (issue 57) ---------------------------------------
+
+
+class SplitCpu:
+    """CPU seconds of the Spark driver JVM (local mode: the executor too) and, apart, of its
+    Python workers (its python descendants), sampled so that workers that end are still counted."""
+
+    def __init__(self) -> None:
+        me = psutil.Process()
+        self._java = [c for c in me.children(recursive=True) if c.name() == "java"]
+        self._jvm: dict[int, float] = {}
+        self._python: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for java in self._java:
+            try:
+                t = java.cpu_times()
+                self._jvm[java.pid] = t.user + t.system
+                workers = java.children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for proc in workers:
+                try:
+                    t = proc.cpu_times()
+                    self._python[proc.pid] = t.user + t.system
+                except psutil.NoSuchProcess:
+                    pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def __enter__(self) -> SplitCpu:
+        self._sample()
+        self._start = {**self._jvm, **self._python}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def seconds(self) -> tuple[float, float]:
+        """(JVM, Python workers) CPU seconds since the start."""
+        jvm = sum(v - self._start.get(pid, 0.0) for pid, v in self._jvm.items())
+        return jvm, sum(v - self._start.get(pid, 0.0) for pid, v in self._python.items())
+
+
+def per_core_child(address: str, nats_url: str, rows: int, rounds: int, window: int, partitions: int) -> dict[str, Any]:
+    """Publish the same rows ``rounds`` times each way on local[1], interleaved: Spark's
+    ``publish_dataframe`` and the client's ``publish_many`` (the same JSON values, keys and
+    partitions, built beforehand); each run to a fresh stream. Runs with whatever
+    ``airflow_provider_liftbridge`` is first on PYTHONPATH (so two code trees compare in one run)."""
+    import airflow_provider_liftbridge
+    from airflow_provider_liftbridge.client import Record, partition_for_key
+
+    settings = ConnectionSettings(brokers=address, nats_servers=[nats_url], timeout=30.0)
+    spark = build_spark_session(
+        "local[1]", app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.range(rows, numPartitions=1).selectExpr(
+        "concat('customer-', cast(id % 1000 as string)) as customer",
+        "id as order_id",
+        "cast(id % 97 as double) * 1.25 as amount",
+    )
+    df = df.cache()
+    df.count()
+    records = []
+    for r in df.collect():
+        body = {"customer": r.customer, "order_id": r.order_id, "amount": r.amount}
+        key = r.customer.encode()
+        value = json.dumps(body, separators=(",", ":")).encode()
+        records.append(Record(value, key=key, partition=partition_for_key(key, partitions)))
+
+    def new_stream() -> str:
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        with LiftbridgeClient(address) as client:
+            client.create_stream(name, name, partitions=partitions)
+        return name
+
+    def spark_run(data: Any, exactly_once: bool = False) -> dict[str, float]:
+        stream = new_stream()
+        once = {"exactly_once": True, "producer_id": f"bench/{stream}"} if exactly_once else {}
+        with SplitCpu() as cpu:
+            started = time.monotonic()
+            count = publish_dataframe(
+                data, stream, settings=settings, key_field="customer", options=PublishOptions(window=window), **once
+            ).count
+            seconds = time.monotonic() - started
+        jvm, python = cpu.seconds()
+        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+
+    def client_run(batch: list[Any]) -> dict[str, float]:
+        stream = new_stream()
+        with LiftbridgeClient(address, nats_servers=[nats_url]) as client:
+            client.fetch_metadata([stream])
+            cpu0, started = time.process_time(), time.monotonic()
+            count = len(client.publish_many(stream, batch, window=window))
+            seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
+        return {"rows": count, "seconds": seconds, "cpu": cpu}
+
+    spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
+    client_run(records[: max(rows // 10, 1)])
+    out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
+    out["spark"], out["client"], out["exactly_once"] = [], [], []
+    for _ in range(rounds):
+        out["spark"].append(spark_run(df))
+        out["client"].append(client_run(records))
+        out["exactly_once"].append(spark_run(df, exactly_once=True))
+    spark.stop()
+    return out
+
+
+def per_core(codes: list[tuple[str, str]], rows: int, rounds: int, window: int, partitions: int) -> None:
+    """Run :func:`per_core_child` for each ``(label, code tree)`` in turn against one dev server
+    out of process, and print a markdown table: medians of the rounds."""
+    import statistics
+
+    here = Path(__file__).resolve()
+    results = []
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as data_dir, DevServerProcess(data_dir=data_dir, brokers=1) as server:
+        for label, code in codes:
+            env = dict(os.environ, PYTHONPATH=str(Path(code).resolve()))
+            args = [server.address, server.nats_url, str(rows), str(rounds), str(window), str(partitions)]
+            done = subprocess.run(
+                [sys.executable, str(here), "--per-core-child", *args], env=env, capture_output=True, text=True
+            )
+            if done.returncode:
+                sys.exit(f"{label}: the child failed:\n{done.stderr[-4000:]}")
+            results.append((label, json.loads(done.stdout.strip().splitlines()[-1])))
+            load.append(os.getloadavg()[0])
+
+    def med(runs: list[dict[str, float]], f: Callable[[dict[str, float]], float]) -> float:
+        return statistics.median(f(r) for r in runs)
+
+    print(f"machine: {machine()}; load1 {' → '.join(f'{x:.1f}' for x in load)}")
+    print(
+        f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, local[1], "
+        f"{rounds} interleaved rounds (medians), dev server out of process, NATS path"
+    )
+    print()
+    print(
+        "| code | Spark rows/s | client publish_many msgs/s | per core | µs/row Python worker | µs/row JVM "
+        "| µs/row client | Spark exactly-once rows/s | exactly-once / at-least-once |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, r in results:
+        sp = med(r["spark"], lambda x: x["rows"] / x["seconds"])
+        cl = med(r["client"], lambda x: x["rows"] / x["seconds"])
+        py = med(r["spark"], lambda x: 1e6 * x["python_cpu"] / x["rows"])
+        jvm = med(r["spark"], lambda x: 1e6 * x["jvm_cpu"] / x["rows"])
+        cpu = med(r["client"], lambda x: 1e6 * x["cpu"] / x["rows"])
+        eo = med(r["exactly_once"], lambda x: x["rows"] / x["seconds"])
+        cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {eo:,.0f}"
+        cells += f" | {eo / sp:.2f}×"
+        print(f"| {label} ({r['code']}) | {cells} |")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--cluster-child"]:
+    if sys.argv[1:2] == ["--per-core-child"]:
+        address, nats_url, n, rounds, window, partitions = sys.argv[2:8]
+        print(json.dumps(per_core_child(address, nats_url, int(n), int(rounds), int(window), int(partitions))))
+    elif sys.argv[1:2] == ["--per-core"]:
+        per_core_parser = argparse.ArgumentParser(prog="spark_bench.py --per-core")
+        per_core_parser.add_argument("--code", action="append", default=[], help="LABEL=DIR: a code tree to measure")
+        per_core_parser.add_argument("--rows", type=int, default=200_000)
+        per_core_parser.add_argument("--rounds", type=int, default=3)
+        per_core_parser.add_argument("--window", type=int, default=4096)
+        per_core_parser.add_argument("--partitions", type=int, default=2)
+        a = per_core_parser.parse_args(sys.argv[2:])
+        trees = [tuple(c.split("=", 1)) for c in a.code] or [("this", str(Path(__file__).resolve().parents[1]))]
+        per_core(trees, a.rows, a.rounds, a.window, a.partitions)  # type: ignore[arg-type]
+    elif sys.argv[1:2] == ["--cluster-child"]:
         address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
         runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))
         print(json.dumps([dataclasses.asdict(run) for run in runs]))

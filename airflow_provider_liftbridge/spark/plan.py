@@ -1,7 +1,7 @@
 """What to publish and how: the plan shared by ``publish_dataframe`` and the data source writer.
 
 A :class:`PublishPlan` is validated on the driver against the DataFrame schema, then shipped to
-executors, where :func:`build_records` turns Arrow record batches into client ``Record`` objects.
+executors, where :class:`RecordBuilder` turns Arrow record batches into records held as columns.
 Every record gets an explicit partition computed here, so the per-partition summary is exact and
 the placement does not depend on which executor published the row.
 """
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from airflow_provider_liftbridge.client import Record
+    from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 
 ValueFormat = Literal["bytes", "text", "json"]
 PARTITION_BY_KEY = "key"
@@ -43,6 +43,10 @@ VALUE_FORMATS = ("bytes", "text", "json")
 SPARK_WINDOW = 256
 #: The options of a plan that names none: the connection's ack policy and timeout, no compression.
 SPARK_OPTIONS = PublishOptions(window=SPARK_WINDOW)
+#: The columns ``publish_dataframe``'s projection computes in the JVM (:mod:`.projection`).
+JVM_VALUE = "__liftbridge_value"
+JVM_KEY = "__liftbridge_key"
+JVM_PARTITION = "__liftbridge_partition"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class PublishPlan:
         header). Partitions are the plan's; nothing is re-sent blindly.
     :param partitions: the stream's partition count, filled in by the driver.
     :param subject: the stream's NATS subject, filled in by the driver (for the NATS publish path).
+    :param jvm: what the projection computed in the JVM (``"value"``, ``"key"``, ``"partition"``,
+        see :mod:`.projection`), set by ``publish_dataframe``: its batches carry those columns.
     :raises SparkOptionError: on an unknown format, bad options or a bad combination.
     """
 
@@ -81,6 +87,7 @@ class PublishPlan:
     options: PublishOptions = SPARK_OPTIONS
     partitions: int = 0
     subject: str = ""
+    jvm: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.stream:
@@ -165,10 +172,13 @@ class PublishPlan:
                 )
 
     def used_columns(self, all_columns: Sequence[str]) -> list[str]:
-        """The columns executors need (all of them for whole-row JSON)."""
-        if self.value_format == "json" and not self.value_col:
+        """The columns executors need (all of them for whole-row JSON), less those the JVM encoded."""
+        jvm = self.jvm
+        if self.value_format == "json" and not self.value_col and "value" not in jvm:
             return list(all_columns)
-        wanted = [self.value_col, self.key_field, *self.header_cols, self.partition_col]
+        value = None if "value" in jvm else self.value_col
+        key = None if "key" in jvm else self.key_field
+        wanted = [value, key, *self.header_cols, self.partition_col]
         return list(dict.fromkeys(c for c in wanted if c))
 
 
@@ -247,7 +257,10 @@ def _bytes_column(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
 
 
 class RecordBuilder:
-    """Turns Arrow batches into client ``Record`` objects with an explicit partition each.
+    """Turns Arrow batches into client records held as columns
+    (:class:`~airflow_provider_liftbridge.client.publishing.columns.RecordColumns`), each with an
+    explicit partition; values, keys and partitions the JVM computed (``plan.jvm``) are taken as
+    they are.
 
     :param plan: the validated plan, with ``partitions`` set.
     :param seed: first partition for round-robin (the Spark partition id, so executors spread).
@@ -260,40 +273,54 @@ class RecordBuilder:
         self.plan = plan
         self._next = seed % plan.partitions
 
-    def build(self, batch: pa.RecordBatch) -> tuple[list[Record], int]:
+    def build(self, batch: pa.RecordBatch | pa.Table) -> tuple[RecordColumns, int]:
         """Records for one batch and their payload size (key + value + header bytes).
 
         :raises SparkOptionError: when a row's explicit partition is null or out of range.
         """
-        from airflow_provider_liftbridge.client import Record
+        from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
+        from airflow_provider_liftbridge.codec import header_field
 
-        plan = self.plan
+        plan, jvm = self.plan, self.plan.jvm
         n = batch.num_rows
         names = batch.schema.names
-        if plan.value_format in ("bytes", "text"):
-            # Both are the column as bytes: binary as is, text UTF-8, other atomic types their string form.
-            values: list[bytes | None] = _bytes_column(batch.column(names.index(plan.value_col)))
-        elif plan.value_col:
-            values = list(json_column(batch.column(names.index(plan.value_col))))
-        else:
-            values = list(json_values(batch))
-        keys = _bytes_column(batch.column(names.index(plan.key_field))) if plan.key_field else [None] * n
-        headers: list[dict[str, bytes]] = [{} for _ in range(n)]
-        for column in plan.header_cols:
-            for i, value in enumerate(_bytes_column(batch.column(names.index(column)))):
-                if value is not None:
-                    headers[i][column] = value
-        partitions = self._partitions(batch, keys)
         size = 0
-        records = []
-        for i in range(n):
-            value = values[i] or b""
-            key = keys[i]
-            size += len(value) + (len(key) if key else 0) + sum(len(h) for h in headers[i].values())
-            records.append(Record(value=value, key=key, headers=headers[i] or None, partition=partitions[i]))
-        return records, size
+        if "value" in jvm:
+            column = batch.column(names.index(JVM_VALUE))
+            size += _byte_length(column)
+            values: list[bytes] = [v or b"" for v in column.to_pylist()]
+        else:
+            found: Sequence[bytes | None]
+            if plan.value_format in ("bytes", "text"):
+                # Both are the column as bytes: binary as is, text UTF-8, other atomic types their string form.
+                found = _bytes_column(batch.column(names.index(plan.value_col)))
+            elif plan.value_col:
+                found = json_column(batch.column(names.index(plan.value_col)))
+            else:
+                found = json_values(batch)
+            values = [v or b"" for v in found]
+            size += sum(map(len, values))
+        keys: list[bytes | None] | None = None
+        if "key" in jvm:
+            column = batch.column(names.index(JVM_KEY))
+            size += _byte_length(column)
+            keys = column.to_pylist()
+        elif plan.key_field:
+            keys = _bytes_column(batch.column(names.index(plan.key_field)))
+            size += sum(len(k) for k in keys if k)
+        wires = [b""] * n
+        for name in plan.header_cols:
+            for i, value in enumerate(_bytes_column(batch.column(names.index(name)))):
+                if value is not None:
+                    wires[i] += header_field(name, value)
+                    size += len(value)
+        if "partition" in jvm:
+            partitions: list[int] = batch.column(names.index(JVM_PARTITION)).to_pylist()
+        else:
+            partitions = self._partitions(batch, keys or [None] * n)
+        return RecordColumns(values, partitions, wires, keys=keys), size
 
-    def _partitions(self, batch: pa.RecordBatch, keys: list[bytes | None]) -> list[int]:
+    def _partitions(self, batch: pa.RecordBatch | pa.Table, keys: list[bytes | None]) -> list[int]:
         from airflow_provider_liftbridge.client import partition_for_key
 
         plan = self.plan
@@ -313,6 +340,14 @@ class RecordBuilder:
                     f"partitions 0..{count - 1}"
                 )
         return chosen
+
+
+def _byte_length(column: pa.Array | pa.ChunkedArray) -> int:
+    """The bytes of a binary column (nulls count 0), summed in Arrow."""
+    import pyarrow.compute as pc
+
+    total = pc.sum(pc.binary_length(column)).as_py()
+    return int(total or 0)
 
 
 def plan_from_options(options: Mapping[str, str], partitions: int = 0) -> PublishPlan:

@@ -15,8 +15,10 @@ raises :class:`SparkPublishError` once all partitions have finished.
 from __future__ import annotations
 
 import json
+import operator
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,15 +28,24 @@ from airflow_provider_liftbridge.client.write_stats import WriteStats
 
 from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
 from .plan import SPARK_OPTIONS, PublishPlan, RecordBuilder, ValueFormat
+from .projection import project
 from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import BatchPublisher, Record, StreamInfo
+    from airflow_provider_liftbridge.client import BatchPublisher, StreamInfo
+    from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 
 SUMMARY_SCHEMA = "summary string"
+_ACK_ERROR, _PARTITION, _OFFSET = (operator.attrgetter(name) for name in ("ack_error", "partition", "offset"))
+
+#: Rows published in one call of the batch publisher: Arrow batches (10,000 rows by default) are
+#: joined up to this many, because the send window drains at the end of each call; or up to
+#: GROUP_BYTES of Arrow data, whichever comes first (two groups are held at once).
+GROUP_ROWS = 65_536
+GROUP_BYTES = 64 << 20
 
 
 def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
@@ -112,10 +123,10 @@ class _ExactlyOncePublisher:
             plan.stream,
             f"{producer_id}/spark-{spark_partition}",
             options=plan.publish_options(),
-            batch=1 << 30,  # each Arrow batch is one call already
+            batch=1 << 30,  # each group of Arrow batches is one call already
         )
 
-    def send(self, records: list[Record]) -> Any:
+    def send(self, records: RecordColumns) -> Any:
         return self._publisher.publish(records)
 
     def close(self) -> None:
@@ -144,90 +155,130 @@ def publish_partition(
         ``write_stats``: the publisher's :class:`~airflow_provider_liftbridge.client.write_stats.WriteStats` as JSON).
     """
     started = time.monotonic()
-    ranges: dict[int, list[Any]] = {}
-    rows = 0
-    size = 0
-    error: str | None = None
+    tally = _Tally(spark_partition)
     builder = RecordBuilder(plan, seed=spark_partition)
-    opened: tuple[LiftbridgeClient, BatchPublisher] | None = None
-    exactly_once: _ExactlyOncePublisher | None = None
-    skipped = 0
+    sender: _PlainSender | _ExactlyOncePublisher | None = None
+    pending: tuple[RecordColumns, int, Future[Any]] | None = None
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            records, batch_bytes = builder.build(batch)
-            if producer_id is not None:
-                if exactly_once is None:
-                    exactly_once = _ExactlyOncePublisher(settings, plan, producer_id, spark_partition)
-                result = exactly_once.send(records)  # ExactlyOncePublishError: reported below
-                for p, span in result.partitions.items():
-                    _count_range(ranges, p, span.first_offset, span.last_offset, span.count)
-                rows += result.written
-                skipped += result.skipped
-                size += batch_bytes
-                continue
-            if opened is None:
-                opened = _open_publisher(settings, plan)
+        # One group is sent on a thread while the next is built here, so building overlaps the
+        # wait for the last acks of the group before (the window drains at each send's end).
+        with ThreadPoolExecutor(1, thread_name_prefix="liftbridge-send") as pool:
             try:
-                acks = opened[1].send(records)
-            except Exception as exc:
-                # PublishError carries one Ack-or-None per record: keep the exact offsets of those that made it.
-                acks_so_far = [a for a in getattr(exc, "acks", ()) if a is not None]
-                _count(ranges, acks_so_far, acks_so_far)
-                rows += len(acks_so_far)
-                failed = _failed_partition(exc, records)
-                state = _partition_state(opened[0], plan.stream, failed) if failed is not None else ""
-                error = (
-                    f"Spark partition {spark_partition}: {_describe_failure(exc, records)}"
-                    f"{'; ' + state if state else ''} "
-                    f"({rows} row(s) of this Spark partition acknowledged before the failure)"
-                )
-                break
-            refused = _refused(acks)
-            if refused:
-                error = f"Spark partition {spark_partition}: {refused} ({rows} row(s) acknowledged before)"
-                break
-            # Rows count from the acks (none by design with ack policy NONE: then the rows sent).
-            acknowledged = len(acks) if opened[1].options.policy != AckPolicy.NONE else len(records)
-            if acknowledged != len(records):
-                error = (
-                    f"Spark partition {spark_partition}: {len(records)} row(s) sent but {acknowledged} acknowledged; "
-                    "this is a bug of airflow-provider-liftbridge, please report it"
-                )
-                break
-            _count(ranges, records, acks)
-            rows += acknowledged
-            size += batch_bytes
+                for group in _groups(batches, GROUP_ROWS):
+                    records, group_bytes = builder.build(group)
+                    if pending is not None:
+                        done, pending = pending, None
+                        if not tally.settle(sender, *done):
+                            break  # nothing more is sent after a failure
+                    if sender is None:
+                        if producer_id is not None:
+                            sender = _ExactlyOncePublisher(settings, plan, producer_id, spark_partition)
+                        else:
+                            sender = _PlainSender(settings, plan)
+                    pending = (records, group_bytes, pool.submit(sender.send, records))
+            finally:
+                if pending is not None:
+                    tally.settle(sender, *pending)
     except Exception as exc:
         # Bad data in a row (explicit partition out of range, unencodable value) or a client that cannot connect.
-        error = f"Spark partition {spark_partition}: {type(exc).__name__}: {exc} ({rows} row(s) acknowledged before)"
+        tally.fail(f"{type(exc).__name__}: {exc} ({tally.rows} row(s) acknowledged before)")
     finally:
-        if opened is not None:
-            opened[0].close()
-        if exactly_once is not None:
-            exactly_once.close()
-    stats = opened[1].stats if opened is not None else None
+        if sender is not None:
+            sender.close()
+    stats = sender.publisher.stats if isinstance(sender, _PlainSender) else None
     return {
         "write_stats": stats.to_json() if stats is not None and stats.acks else None,
         "spark_partition": spark_partition,
-        "skipped": skipped,
-        "rows": rows,
-        "bytes": size,
+        "skipped": tally.skipped,
+        "rows": tally.rows,
+        "bytes": tally.size,
         "seconds": time.monotonic() - started,
-        "partitions": {str(p): r for p, r in ranges.items()},
-        "error": error,
+        "partitions": {str(p): r for p, r in tally.ranges.items()},
+        "error": tally.error,
     }
 
 
-def _failed_partition(exc: Exception, records: list[Any]) -> int | None:
+class _PlainSender:
+    """At-least-once publishing of one Spark partition: the client's batch publisher."""
+
+    def __init__(self, settings: ConnectionSettings, plan: PublishPlan) -> None:
+        self.client, self.publisher = _open_publisher(settings, plan)
+
+    def send(self, records: RecordColumns) -> list[Any]:
+        return self.publisher.send(records)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Tally:
+    """What one Spark partition published so far, and its first failure."""
+
+    def __init__(self, spark_partition: int) -> None:
+        self.spark_partition = spark_partition
+        self.ranges: dict[int, list[Any]] = {}
+        self.rows = self.size = self.skipped = 0
+        self.error: str | None = None
+
+    def fail(self, what: str) -> None:
+        """Note a failure (the first one stands: later ones follow from it)."""
+        if self.error is None:
+            self.error = f"Spark partition {self.spark_partition}: {what}"
+
+    def settle(self, sender: Any, records: RecordColumns, group_bytes: int, sent: Future[Any]) -> bool:
+        """Count a sent group once its send is done; ``False`` (and the failure noted) if it failed."""
+        if isinstance(sender, _ExactlyOncePublisher):
+            try:
+                result = sent.result()
+            except Exception as exc:  # ExactlyOncePublishError
+                self.fail(f"{type(exc).__name__}: {exc} ({self.rows} row(s) acknowledged before)")
+                return False
+            for p, span in result.partitions.items():
+                _count_range(self.ranges, p, span.first_offset, span.last_offset, span.count)
+            self.rows += result.written
+            self.skipped += result.skipped
+            self.size += group_bytes
+            return True
+        try:
+            acks = sent.result()
+        except Exception as exc:
+            # PublishError carries one Ack-or-None per record: keep the exact offsets of those that made it.
+            acks_so_far = [a for a in getattr(exc, "acks", ()) if a is not None]
+            _count(self.ranges, acks_so_far, acks_so_far)
+            self.rows += len(acks_so_far)
+            failed = _failed_partition(exc, records)
+            state = _partition_state(sender.client, sender.publisher.stream, failed) if failed is not None else ""
+            self.fail(
+                f"{_describe_failure(exc, records)}{'; ' + state if state else ''} "
+                f"({self.rows} row(s) of this Spark partition acknowledged before the failure)"
+            )
+            return False
+        refused = _refused(acks) if acks else None
+        if refused:
+            self.fail(f"{refused} ({self.rows} row(s) acknowledged before)")
+            return False
+        # Rows count from the acks (none by design with ack policy NONE: then the rows sent).
+        acknowledged = len(acks) if sender.publisher.options.policy != AckPolicy.NONE else len(records)
+        if acknowledged != len(records):
+            self.fail(
+                f"{len(records)} row(s) sent but {acknowledged} acknowledged; "
+                "this is a bug of airflow-provider-liftbridge, please report it"
+            )
+            return False
+        _count(self.ranges, records, acks)
+        self.rows += acknowledged
+        self.size += group_bytes
+        return True
+
+
+def _failed_partition(exc: Exception, records: Sequence[Any]) -> int | None:
     index = getattr(exc, "index", None)
     if isinstance(index, int) and 0 <= index < len(records):
         return int(records[index].partition)
     return None
 
 
-def _describe_failure(exc: Exception, records: list[Any]) -> str:
+def _describe_failure(exc: Exception, records: Sequence[Any]) -> str:
     """Name the stream partition and the cause: the failing record's own error when there is one."""
     index = getattr(exc, "index", None)
     cause: Exception = exc
@@ -239,10 +290,34 @@ def _describe_failure(exc: Exception, records: list[Any]) -> str:
     return f"{where}: {type(cause).__name__}: {cause}"
 
 
+def _groups(
+    batches: Iterable[pa.RecordBatch], rows: int, size: int = GROUP_BYTES
+) -> Iterator[pa.RecordBatch | pa.Table]:
+    """``batches`` joined into tables of at least ``rows`` rows or ``size`` bytes (the last one
+    less), empty ones dropped; a single batch is passed on as it is."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+    count = nbytes = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        held.append(batch)
+        count += batch.num_rows
+        nbytes += batch.nbytes
+        if count >= rows or nbytes >= size:
+            yield held[0] if len(held) == 1 else pa.Table.from_batches(held)
+            held, count, nbytes = [], 0, 0
+    if held:
+        yield held[0] if len(held) == 1 else pa.Table.from_batches(held)
+
+
 def _refused(acks: Sequence[Any]) -> str | None:
     """Describe the first ack that reports an error (publish_many raises for these; this is a second guard)."""
     from airflow_provider_liftbridge.client import AckError
 
+    if not any(map(_ACK_ERROR, acks)):  # AckError.OK is 0: every ack checked at C speed
+        return None
     for index, ack in enumerate(acks):
         if ack is not None and ack.ack_error != AckError.OK:
             return (
@@ -252,16 +327,18 @@ def _refused(acks: Sequence[Any]) -> str | None:
     return None
 
 
-def _count(ranges: dict[int, list[Any]], records: list[Any], acks: Sequence[Any]) -> None:
-    if len(acks) != len(records) or any(a is None for a in acks):
+def _count(ranges: dict[int, list[Any]], records: Sequence[Any], acks: Sequence[Any]) -> None:
+    """Add a batch's acks to ``ranges`` (partition -> [first, last, count]), grouped in Arrow."""
+    if len(acks) != len(records) or not all(acks):
         # Ack policy NONE: rows went out but nothing was confirmed, so there are no offsets.
         _count_unacked(ranges, records)
         return
-    for ack in acks:
-        entry = ranges.setdefault(ack.partition, [ack.offset, ack.offset, 0])
-        entry[0] = ack.offset if entry[0] is None else min(entry[0], ack.offset)
-        entry[1] = ack.offset if entry[1] is None else max(entry[1], ack.offset)
-        entry[2] += 1
+    import pyarrow as pa
+
+    table = pa.table({"p": list(map(_PARTITION, acks)), "o": list(map(_OFFSET, acks))})
+    grouped = table.group_by("p").aggregate([("o", "min"), ("o", "max"), ("o", "count")]).to_pydict()
+    for p, first, last, n in zip(grouped["p"], grouped["o_min"], grouped["o_max"], grouped["o_count"], strict=True):
+        _count_range(ranges, p, first, last, n)
 
 
 def _count_range(ranges: dict[int, list[Any]], partition: int, first: int, last: int, n: int) -> None:
@@ -271,9 +348,10 @@ def _count_range(ranges: dict[int, list[Any]], partition: int, first: int, last:
     entry[2] += n
 
 
-def _count_unacked(ranges: dict[int, list[Any]], records: list[Any]) -> None:
-    for record in records:
-        ranges.setdefault(record.partition, [None, None, 0])[2] += 1
+def _count_unacked(ranges: dict[int, list[Any]], records: Sequence[Any]) -> None:
+    partitions = getattr(records, "partitions", None)
+    for p in partitions if partitions is not None else (r.partition for r in records):
+        ranges.setdefault(p, [None, None, 0])[2] += 1
 
 
 def merge_summaries(
@@ -404,7 +482,7 @@ def publish_dataframe(
         )
     plan.validate_schema(df.schema)
     plan = resolve_plan(plan, settings)
-    projected = df.select(*plan.used_columns(df.columns))
+    projected, plan = project(df, plan)
     started = time.monotonic()
     producer = producer_id if exactly_once else None
 

@@ -30,6 +30,7 @@ from airflow_provider_liftbridge.client import (
     RoundRobinPartitioner,
     StartPosition,
     StopPosition,
+    partition_for_key,
 )
 from airflow_provider_liftbridge.client.effects import NatsCall, OpenStream, Unary
 from airflow_provider_liftbridge.client.exactly_once import (
@@ -41,6 +42,7 @@ from airflow_provider_liftbridge.client.exactly_once import (
     producer_cursor_id,
     producer_id_for,
 )
+from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.codec import EncodedHeaders, header_field
 from tests.raw_read import stored_messages
@@ -311,6 +313,32 @@ def test_nats_direct_path(client: LiftbridgeClient, stream_name: str, lb_address
     assert (retry.written, retry.skipped) == (15, 25)
     everything = [m for p in range(2) for m in _read(client, stream_name, p)]
     assert sorted(_seqs(everything, "nats")) == list(range(40))
+
+
+def test_columns_with_keys_and_partitions_stay_columns_and_resume(
+    client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str
+) -> None:
+    # What a Spark executor passes: values, keys and partitions as columns, no headers of their own.
+    client.create_stream(stream_name, stream_name, partitions=2)
+    keys = [f"k{i % 5}".encode() for i in range(30)]
+    columns = RecordColumns(_values(30), [partition_for_key(k, 2) for k in keys], [b""] * 30, keys=keys)
+    with LiftbridgeClient(lb_address, nats_servers=[nats_url], timeout=5.0) as over_nats:
+        first = ExactlyOncePublisher(over_nats, stream_name, "cols", batch=8).publish(columns[:12])
+        retry = ExactlyOncePublisher(over_nats, stream_name, "cols", batch=8).publish(columns)
+    assert (first.written, retry.written, retry.skipped) == (12, 18, 12)
+    everything = [m for p in range(2) for m in _read(client, stream_name, p)]
+    assert sorted(_seqs(everything, "cols")) == list(range(30))
+    for m in everything:
+        seq = int(m.headers[SEQ_HEADER])
+        assert (m.value, m.key, m.partition) == (f"v{seq}".encode(), keys[seq], partition_for_key(keys[seq], 2))
+
+
+def test_columns_with_a_partition_out_of_range_are_refused(client: LiftbridgeClient, stream_name: str) -> None:
+    client.create_stream(stream_name, stream_name, partitions=2)
+    columns = RecordColumns(_values(3), [0, 2, 1], [b""] * 3)
+    with pytest.raises(InvalidArgumentError, match=r"record 1 goes to partition 2, but stream .* has 2 partition"):
+        ExactlyOncePublisher(client, stream_name, "bad").publish(columns)
+    assert [client.fetch_partition_metadata(stream_name, p).newest_offset for p in (0, 1)] == [-1, -1]
 
 
 @pytest.mark.parametrize("path", ["nats", "grpc"])

@@ -41,3 +41,22 @@ def test_summary_merge_and_json_round_trip() -> None:
     assert 0.98 <= s["to_leader_ms"]["p50"] <= 1.02 or 2.94 <= s["to_leader_ms"]["p50"] <= 3.06
     assert s["seconds"] > 0 and s["records_per_second"] > 0
     assert "publish->commit ms p50" in merged.log_line()
+
+
+def test_a_batch_of_acks_counts_as_the_same_acks_one_by_one() -> None:
+    rng = random.Random(3)
+    sent = [10**12 + i for i in range(500)] + [0] * 20  # 0: no send time noted, counted as now
+    acks = [
+        SimpleNamespace(
+            reception_timestamp=10**12 + rng.randrange(-5000, 10**7), commit_timestamp=10**12 + rng.randrange(10**8)
+        )
+        for _ in sent
+    ]
+    one_by_one, at_once = WriteStats(clock=lambda: 10**12 + 42), WriteStats(clock=lambda: 10**12 + 42)
+    for t, ack in zip(sent, acks, strict=True):
+        one_by_one.acked(t or one_by_one.now(), ack, 3)
+
+    at_once.acked_many(sent, acks, 3 * len(sent))
+
+    assert at_once.to_json() == one_by_one.to_json()
+    assert at_once.acks == len(sent) and at_once.to_reception.max_ns == one_by_one.to_reception.max_ns

@@ -94,7 +94,7 @@ def test_round_robin_starts_at_the_seed_and_continues_across_batches() -> None:
     builder = RecordBuilder(PublishPlan("s", partitions=3), seed=4)
     first, _ = builder.build(_batch())
     second, _ = builder.build(_batch())
-    assert [r.partition for r in first + second] == [1, 2, 0, 1, 2, 0]
+    assert [r.partition for r in [*first, *second]] == [1, 2, 0, 1, 2, 0]
 
 
 def test_explicit_partition_column_and_headers() -> None:
@@ -229,3 +229,17 @@ def test_the_submit_job_reads_nats_security_with_secrets_from_the_environment(
     monkeypatch.setenv("LIFTBRIDGE_NATS_TOKEN", "t")
     with pytest.raises(NatsSecurityError, match="one form of authentication"):
         nats_security_of(args)
+
+
+def test_arrow_batches_are_joined_into_groups_by_rows_or_bytes_in_order() -> None:
+    from airflow_provider_liftbridge.spark.publish import _groups
+
+    batches = [pa.record_batch({"n": pa.array(range(i * 3, i * 3 + 3))}) for i in range(5)]
+    empty = batches[0].slice(0, 0)
+
+    by_rows = list(_groups([batches[0], empty, *batches[1:]], rows=6))
+    by_bytes = list(_groups(batches, rows=100, size=batches[0].nbytes))
+
+    assert [g.num_rows for g in by_rows] == [6, 6, 3]
+    assert [n for g in by_rows for n in g.column(0).to_pylist()] == list(range(15))
+    assert [g.num_rows for g in by_bytes] == [3] * 5

@@ -242,8 +242,7 @@ class ExactlyOncePublisher:
             if not self._resumed:
                 self.resumption.run(result, self._resume, "reading the stream to resume")
             arrivals = self.reader.arrivals
-            iterator = iter(records)
-            while chunk := list(itertools.islice(iterator, self.batch)):
+            for chunk in _chunks(records, self.batch):
                 read += len(chunk)
                 batch = self._batch_of(chunk, result)
                 if batch:
@@ -358,12 +357,23 @@ class ExactlyOncePublisher:
             self.reader.settle(gaps, observe=self.reader.waits.quiet if others_seen else 0.0)
 
     # -- publishing -------------------------------------------------------------------------
-    def _batch_of(self, chunk: list[Any], result: ExactlyOnceResult) -> Batch:
+    def _batch_of(self, chunk: Sequence[Any], result: ExactlyOnceResult) -> Batch:
         """The records of ``chunk`` (the next sequence numbers) that are not in the stream yet,
         each with its partition and headers; those that are count as skipped."""
         first = self._next_seq
         self._next_seq += len(chunk)
         seen = self.state.seen
+        if chunk.__class__ is RecordColumns and first > seen.top() and not any(chunk.header_wires):
+            # Columns with their partitions and no headers of their own (Spark), none seen: kept as columns.
+            seqs = range(first, first + len(chunk))
+            parts = chunk.partitions
+            low, high = min(parts), max(parts)
+            if low < 0 or high >= self._partition_count:
+                bad = low if low < 0 else high
+                self._checked_partition(bad, first + list(parts).index(bad))
+            return Batch(
+                seqs, RecordColumns(chunk.values, parts, SeqWires(self._producer_field, seqs), keys=chunk.keys)
+            )
         if first > seen.top() and self.options.partitioner is None and set(map(type, chunk)) == {bytes}:
             # The bulk case, values only and none seen: columns made at C speed, headers later.
             seqs = range(first, first + len(chunk))
@@ -559,3 +569,12 @@ class ExactlyOncePublisher:
             return missing_confirmed(self.client.fetch_metadata(), self.stream)
         except LiftbridgeError:  # no answer: the cluster is not back yet
             return False
+
+
+def _chunks(records: Iterable[Record | bytes], size: int) -> Iterable[Sequence[Any]]:
+    """``records`` ``size`` at a time: slices of columns (kept as columns), else lists read lazily."""
+    if records.__class__ is RecordColumns:
+        columns: RecordColumns = records
+        return (columns[i : i + size] for i in range(0, len(columns), size))
+    iterator = iter(records)
+    return iter(lambda: list(itertools.islice(iterator, size)), [])

@@ -211,13 +211,16 @@ def _compressed(items: Sequence[Record | bytes], codec: str) -> list[Record | by
 def _count_acks(
     stats: WriteStats, items: Sequence[Record | bytes], acks: Sequence[Ack], sent_ns: Sequence[int]
 ) -> None:
-    """Add a batch's acks to ``stats``: acks are in input order, one per record when complete."""
+    """Add a batch's acks to ``stats`` in one pass (acks are in input order, one per record when
+    complete); sizes from the columns when the batch is held as columns."""
     if len(acks) != len(items):
         return  # ack policy NONE: nothing to measure
-    for i, ack in enumerate(acks):
-        item = items[i]
-        size = len(item) if type(item) is bytes else len(item.value) + len(item.key or b"")  # type: ignore[union-attr]
-        stats.acked(sent_ns[i] or stats.now(), ack, size)
+    if isinstance(items, RecordColumns):
+        keys = items.keys
+        size = sum(map(len, items.values)) + (0 if keys is None else sum(len(k) for k in keys if k))
+    else:
+        size = sum(len(item) if isinstance(item, bytes) else len(item.value) + len(item.key or b"") for item in items)
+    stats.acked_many(sent_ns, acks, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,8 +326,10 @@ def _note_newest(route: Route, parts: Sequence[int], acks: Sequence[Ack]) -> Non
         p = parts[0]
         route.newest[p] = max(route.newest.get(p, -1), max(map(_OFFSET, acks)))
         return
-    for i, ack in enumerate(acks):
-        route.newest[parts[i]] = max(route.newest.get(parts[i], -1), ack.offset)
+    newest = route.newest
+    for p, offset in zip(parts, map(_OFFSET, acks), strict=False):
+        if offset > newest.get(p, -1):
+            newest[p] = offset
 
 
 def _uniform(items: Sequence[Record | bytes]) -> Sequence[Record | bytes]:
