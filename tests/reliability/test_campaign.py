@@ -252,7 +252,6 @@ def test_the_campaign_reports_an_unsettled_run_and_goes_on(cluster: DevServer) -
     # The rig's strike cannot find its target (the stream is deleted under it): the run comes back
     # as a verdict that names its seed, not as an exception that would end the campaign.
     class DeletingRig:
-        external = False
         addresses = cluster.addresses
         client_nats: list[str] = []
         external = False  # the dev cluster's ack wait
