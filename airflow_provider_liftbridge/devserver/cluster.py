@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from .cursors import CursorIndex
 from .faults import MetadataLeader, StreamPropagation
 from .log import PartitionLog
-from .model import BrokerSlot, ClusterTimings
+from .model import BrokerSlot, ClusterTimings, RestartHold
 from .partition import Partition, Stream
 from .replication import Replica, Replication
 
@@ -118,12 +118,16 @@ class Cluster:
         """High watermarks read -1 and nothing commits."""
         return self._since_restart() is not None
 
-    def begin_restart_window(self, hold_leaderless: bool = False) -> None:
-        """Start the restart window; with ``hold_leaderless`` it stays at the start of its no-leaders
-        phase (streams listed, no partition leader) until :meth:`release_restart_window`."""
+    def begin_restart_window(self, hold: RestartHold | None = None) -> None:
+        """Start the restart window; with ``hold`` it stays at the start of that phase until
+        :meth:`release_restart_window`: ``"no-leaders"`` (streams listed, no partition leader) or
+        ``"no-commits"`` (leaders elected, high watermarks -1, nothing commits)."""
         self.restarted_at = time.monotonic()
-        if hold_leaderless:
-            self._window_held_at = self.timings.restart_no_streams
+        if hold is not None:
+            phases = {"no-leaders": self.timings.restart_no_streams, "no-commits": self.timings.restart_no_leaders}
+            if hold not in phases:
+                raise ValueError(f"hold must be one of {sorted(phases)}, got {hold!r}")
+            self._window_held_at = phases[hold]
 
     def release_restart_window(self) -> None:
         """Let a held restart window run on from where it was held (nothing when none is held)."""

@@ -21,7 +21,7 @@ from .cursors_stream import ensure_cursors_stream, open_cursors
 from .errors import NatsServerStartError, PortInUseError, ServerStateError
 from .groups import ConsumerGroups
 from .grpc_h2 import H2GrpcServer, TransportStats, method_table
-from .model import BrokerSlot, broker_id
+from .model import BrokerSlot, RestartHold, broker_id
 from .nats_ingest import NatsIngest
 from .natsproc import NatsServerProcess, check_port_free
 from .service import SERVICE, ApiService
@@ -153,9 +153,9 @@ class ServerCore:
             await self.stop()
             raise
 
-    async def _open_store(self, hold_leaderless: bool = False) -> None:
+    async def _open_store(self, hold: RestartHold | None = None) -> None:
         """Read the data directory and serve every broker (a cluster with streams starts in the restart
-        window, held in its no-leaders phase with ``hold_leaderless``)."""
+        window, held at the start of phase ``hold`` if given)."""
         assert self._ingest is not None
         for b in self.brokers:
             b.live, b.stalled = True, False
@@ -171,7 +171,7 @@ class ServerCore:
         else:
             self._groups.store = store  # groups live in Liftbridge's replicated metadata: a restart keeps them
         if store.cluster is not None and store.streams:
-            store.cluster.begin_restart_window(hold_leaderless)
+            store.cluster.begin_restart_window(hold)
         for stream in store.streams.values():
             for part in stream.partitions:
                 if not part.paused:
@@ -295,10 +295,10 @@ class ServerCore:
         """
         self._cluster("move the metadata leader").metadata.move_to(index)
 
-    async def restart_cluster(self, down: float = 0.0, hold_leaderless: bool = False) -> None:
+    async def restart_cluster(self, down: float = 0.0, hold: RestartHold | None = None) -> None:
         """Stop every broker at once (calls end, nothing unwritten survives), wait ``down`` seconds,
-        and start them all from the data directory; they go through the restart window (held in its
-        no-leaders phase until :meth:`release_restart_window` with ``hold_leaderless``).
+        and start them all from the data directory; they go through the restart window (held at the
+        start of phase ``hold`` until :meth:`release_restart_window`, if given).
 
         :raises ServerStateError: a single-broker server (use ``DevServerProcess.kill`` and ``start``).
         """
@@ -317,10 +317,10 @@ class ServerCore:
         store.close()
         self._store = None
         await asyncio.sleep(down)
-        await self._open_store(hold_leaderless)
+        await self._open_store(hold)
 
     async def release_restart_window(self) -> None:
-        """Let a restart window held by ``restart_cluster(hold_leaderless=True)`` run on."""
+        """Let a restart window held by ``restart_cluster(hold=...)`` run on."""
         self._cluster("release the restart window").release_restart_window()
 
     def _cluster(self, what: str) -> Cluster:

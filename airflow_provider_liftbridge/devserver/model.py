@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
 
@@ -89,6 +89,9 @@ CommitCallback = Callable[[Any, int], None]
 NewMessage = tuple[bytes, bytes, Mapping[str, bytes] | None, str, str, int]
 #: The offset :meth:`Partition.append_many` gives a message refused by optimistic concurrency control.
 REFUSED = -1
+
+#: A phase of the restart window a test hook can hold the cluster in (``restart_cluster(hold=...)``).
+RestartHold = Literal["no-leaders", "no-commits"]
 
 
 @dataclass(frozen=True)

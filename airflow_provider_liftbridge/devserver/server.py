@@ -21,7 +21,7 @@ from .core import ServerCore
 from .errors import DevServerError, ServerStateError
 from .groups import DEFAULT_GROUP_TIMEOUT
 from .grpc_h2 import TransportStats
-from .model import ClusterTimings
+from .model import ClusterTimings, RestartHold
 from .natsproc import NatsServerSecurity
 
 
@@ -337,21 +337,23 @@ class DevServer:
 
         self._run(release())
 
-    def restart_cluster(self, down: float = 0.0, hold_leaderless: bool = False) -> None:
+    def restart_cluster(self, down: float = 0.0, hold: RestartHold | None = None) -> None:
         """Restart every broker at once after ``down`` seconds, from the data directory, through the
         restart window (``timings.restart_*``: metadata without streams, then no leaders and Publish
         "no such stream", then high watermarks -1 while nothing commits), on the same ports.
 
-        With ``hold_leaderless`` (a test hook) the window stays at the start of its no-leaders phase
-        (streams listed, no partition leader, NATS publishes dropped) when this returns, however
-        slowly the test runs, until :meth:`release_restart_window` lets it run on from there.
+        With ``hold`` (a test hook) the window stays at the start of that phase when this returns,
+        however slowly the test runs, until :meth:`release_restart_window` lets it run on from there:
+        ``"no-leaders"`` (streams listed, no partition leader, NATS publishes dropped) or
+        ``"no-commits"`` (leaders elected; they store what they are sent, commit nothing and read
+        high watermarks of -1).
 
         :raises ServerStateError: a single-broker server.
         """
-        self._run(self._running_core().restart_cluster(down, hold_leaderless), timeout=30.0 + down)
+        self._run(self._running_core().restart_cluster(down, hold), timeout=30.0 + down)
 
     def release_restart_window(self) -> None:
-        """Let a restart window held by ``restart_cluster(hold_leaderless=True)`` run on.
+        """Let a restart window held by ``restart_cluster(hold=...)`` run on.
 
         :raises ServerStateError: a single-broker server, or the server is not running.
         """
