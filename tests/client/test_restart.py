@@ -68,6 +68,13 @@ def test_subscription_gives_up_after_resubscribe_wait(make_client: Any, tmp_path
         assert 1.0 < time.monotonic() - started < 10
 
 
+def create_stream(cluster: DevServer, name: str) -> None:
+    """Create ``name`` on all three brokers with the client's default time-out: the tests' clients
+    have short ones for what they test, not for setting up (a 0.2 s creation failed a busy run)."""
+    with LiftbridgeClient(cluster.address) as admin:
+        admin.create_stream(name, name, replication_factor=3)
+
+
 @pytest.mark.parametrize("down", [0.0, 0.3])
 def test_publish_many_over_nats_right_after_a_full_restart_sends_again_only_what_was_not_stored(
     fast_cluster: DevServer, down: float
@@ -79,7 +86,7 @@ def test_publish_many_over_nats_right_after_a_full_restart_sends_again_only_what
     with LiftbridgeClient(
         fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.5, max_retries=8, backoff_base=0.05
     ) as c:
-        c.create_stream("restarting", "restarting", replication_factor=3)
+        create_stream(fast_cluster, "restarting")
         c.publish_many("restarting", [b"before"], path="nats")  # the client has seen the stream
         restart = threading.Thread(target=fast_cluster.restart_cluster, kwargs={"down": down})
         restart.start()
@@ -102,7 +109,7 @@ def test_with_no_resend_a_restart_fails_the_call_naming_every_record_and_sends_n
     with LiftbridgeClient(
         fast_cluster.address, nats_servers=[fast_cluster.nats_url], timeout=0.5, max_retries=8, backoff_base=0.05
     ) as c:
-        c.create_stream("restarting", "restarting", replication_factor=3)
+        create_stream(fast_cluster, "restarting")
         c.publish_many("restarting", [b"before"], path="nats")
         # Held in the window, however slowly this runs: partitions without a leader drop what they are sent.
         fast_cluster.restart_cluster(hold="no-leaders")
@@ -129,7 +136,7 @@ def test_publish_many_over_nats_does_not_send_again_what_a_restarted_cluster_sto
         DevServer(brokers=3, timings=ClusterTimings.fast()) as cluster,
         LiftbridgeClient(cluster.address, nats_servers=[cluster.nats_url], max_retries=3, backoff_base=0.05) as c,
     ):
-        c.create_stream("late-acks", "late-acks", replication_factor=3)
+        create_stream(cluster, "late-acks")
         c.publish_many("late-acks", [b"before"], path="nats")
         # Held where leaders store and nothing commits, however slowly this runs (a busy run found
         # the 0.2 s calls of a timed version late, and a publish a stall had pushed past the window).
