@@ -224,7 +224,7 @@ class MetadataLeader:
     def available(self) -> bool:
         """Whether the metadata leader runs (metadata changes go through)."""
         b = self.broker
-        return b.live and not b.stalled
+        return b.live and not b.stalled and not b.isolated
 
     async def until_available(self) -> None:
         """Return once a metadata leader runs: the stalled one resumed, or another was elected."""
@@ -281,7 +281,7 @@ class MetadataLeader:
 
     def _elect(self) -> None:
         self._election = None
-        running = [b for b in self._brokers if b.live and not b.stalled]
+        running = [b for b in self._brokers if b.live and not b.stalled and not b.isolated]
         if running and running[0].index != self.index:
             self.move_to(running[0].index)
 
