@@ -30,7 +30,7 @@ from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, Publ
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
 from tests import margins
 
-from .campaign import Outcome, Schedule, check, read_back, replica_of
+from .campaign import DevRig, Outcome, Schedule, check, read_back, replica_of, run
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -119,3 +119,32 @@ def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
         # No success: a typed error named every record it had no ack for.
         (error,) = outcome.errors
         assert error.acked + len(error.errors) == RECORDS
+
+
+def _cut_schedule(path: str, how: str, records: int) -> Schedule:
+    # seed 1 on 1 partition: the struck leader is partition 0's.
+    return Schedule(
+        seed=1,
+        path=path,
+        target=f"broker-{how}",
+        action="cut",
+        moment="during",
+        fraction=0.3,
+        down=8.0,
+        second_after=0.0,
+        records=records,
+        partitions=1,
+    )
+
+
+@pytest.mark.parametrize("how", ["peers", "nats"])
+@pytest.mark.parametrize(("path", "records"), [("exactly-once", 30000), ("exactly-once-occ", 30000), ("grpc", 1500)])
+def test_a_leader_cut_off_mid_publish_breaks_no_invariant(path: str, records: int, how: str) -> None:
+    # The campaign's runs with the leader cut off for 8 s (past the 2 s leader timeout) at 30 %:
+    # exactly-once reads the partition to decide what to send again, and the cut-off leader still
+    # names itself leader of what it holds.
+    schedule = _cut_schedule(path, how, records)
+    with DevRig(show_log=True) as rig:
+        verdict = run(schedule, rig)
+    assert verdict.violations == [], f"{schedule} ({verdict.struck}): {verdict.outcome}: {verdict.violations}"
+    assert verdict.struck.startswith("with "), verdict  # it struck during the call
