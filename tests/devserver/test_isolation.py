@@ -23,8 +23,9 @@ from tests import margins
 from .helpers import TIMEOUT, create, known_everywhere, rpc_error, subscribe
 
 Stub = api_pb2_grpc.APIStub
-#: Leadership moves 0.5 s after the cut; the stream needs 2 replicas in sync to commit.
-TIMINGS = ClusterTimings.fast(min_insync_replicas=2)
+#: Leadership moves 3 s after the cut (a publish right after it still finds the old leader,
+#: however slow the machine); the stream needs 2 replicas in sync to commit.
+TIMINGS = ClusterTimings.fast(min_insync_replicas=2, replica_max_leader_timeout=3.0)
 
 
 @pytest.fixture
