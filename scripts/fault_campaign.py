@@ -9,6 +9,7 @@ Exit status 1 when any run broke an invariant.
     python scripts/fault_campaign.py --seed 36004              # one run again, from its seed
     python scripts/fault_campaign.py --link-faults --runs 50   # also strike the client's link (root)
     python scripts/fault_campaign.py --link-faults --link-kinds cut --targets client-link  # as before the kinds
+    python scripts/fault_campaign.py --broker-cuts --runs 50   # also cut a leader off (a minority leader)
     python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
         --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
         --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airflow_provider_liftbridge.client import LiftbridgeClient  # noqa: E402
 from tests.netfaults import link_unavailable  # noqa: E402
 from tests.reliability.campaign import (  # noqa: E402
+    BROKER_CUT_TARGETS,
     EXTRA_PATHS,
     LINK_KINDS,
     LINK_TARGETS,
@@ -71,6 +73,13 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"with --link-faults: what a link fault does, drawn from these (default {','.join(LINK_KINDS)});"
         " the link seeds drawn before the kinds existed are those of --link-kinds cut",
     )
+    p.add_argument(
+        "--broker-cuts",
+        action="store_true",
+        help=f"dev cluster only: also cut the partition leader off while the client still reaches it "
+        f"({','.join(BROKER_CUT_TARGETS)}: from NATS and so from its peers, or from its peers only; the dev "
+        "server's fault hooks, no namespaces needed)",
+    )
     p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
     p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")
     p.add_argument("--nats", default=env("LIFTBRIDGE_TEST_NATS", ""), help="its NATS servers (comma-separated)")
@@ -93,9 +102,12 @@ def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ..
         why = link_unavailable() if args.link_faults else None
         if why is not None:
             print(f"fault_campaign: no link faults in this campaign: {why}", file=sys.stderr, flush=True)
+        cuts = BROKER_CUT_TARGETS if args.broker_cuts else ()
         if args.link_faults and why is None:
-            return (lambda: DevRig(link_faults=True)), (*TARGETS, *LINK_TARGETS), ("kill", "stop")
-        return DevRig, TARGETS, ("kill", "stop")
+            return (lambda: DevRig(link_faults=True)), (*TARGETS, *LINK_TARGETS, *cuts), ("kill", "stop")
+        return DevRig, (*TARGETS, *cuts), ("kill", "stop")
+    if args.broker_cuts:
+        sys.exit("--broker-cuts needs the dev cluster (its brokers are cut off by the dev server's fault hooks)")
     if args.link_faults:
         sys.exit("--link-faults needs the dev cluster (an external cluster's links are not this script's to cut)")
     if not (args.freeze_cmd and args.thaw_cmd):

@@ -129,6 +129,17 @@ class ClientCore:
             with self._lock:
                 self._good = addrs.index(address)
 
+    def suspect(self, address: str, stream: str) -> None:
+        """``address`` took records of ``stream`` and acknowledged none in time: forget the stream's
+        cached leaders, and ask another broker than ``address`` for metadata next. A broker cut off
+        from its peers still answers, naming the leaders it last knew (itself) long after the
+        others elected a new one; asked again, it would send the next publish back to itself."""
+        self.cache.forget(stream)
+        addrs = self.known_addresses()
+        with self._lock:
+            if addrs and addrs[self._good % len(addrs)] == address:
+                self._good = (self._good + 1) % len(addrs)
+
     def backoff(self, attempt: int) -> float:
         return self.retry.backoff(attempt, self.rng)
 

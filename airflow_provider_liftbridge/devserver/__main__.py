@@ -31,6 +31,9 @@ CONTROL_COMMANDS = {
     "stop": ("stop_broker", True),
     "restart": ("restart_cluster", False),
     "metadata-leader": ("move_metadata_leader", True),
+    "cut-nats": ("cut_broker_from_nats", True),
+    "cut-peers": ("cut_broker_from_peers", True),
+    "heal": ("heal_broker", True),
 }
 
 PROG = "liftbridge-devserver"
@@ -141,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--control",
         choices=("stdin",),
         help="read fault commands from stdin, one per line: stall I, resume I, kill I, start I, stop I, "
-        "metadata-leader I, restart [DOWN_SECONDS], clock STREAM TIME|real (the reception clock of a stream's "
+        "metadata-leader I, cut-nats I, cut-peers I, heal I (a broker cut off from NATS / from its peers "
+        "while clients still reach it, and healed), restart [DOWN_SECONDS], clock STREAM TIME|real "
+        "(the reception clock of a stream's "
         "new messages); each is answered on stdout with 'ok COMMAND' or "
         "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'; "
         "the server stops when stdin closes",

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from .cursors import CursorIndex
 from .faults import MetadataLeader, StreamPropagation
+from .isolation import ISOLATIONS, remember
 from .log import PartitionLog
 from .model import BrokerSlot, ClusterTimings, RestartHold
 from .partition import Partition, Stream
@@ -375,6 +376,42 @@ class Cluster:
             repl = replication_of(part)
             if part.leader == broker.id and repl.leader_down_since is None:
                 repl.leader_down_since = now
+
+    def broker_isolated(self, broker: BrokerSlot, how: str) -> None:
+        """``broker`` is cut off from its peers (``how``: ``"nats"``, from NATS and so from them;
+        ``"peers"``, from them only) and still answers its clients (isolation.py): it keeps the
+        view it has now, its peers treat it as gone (its leaderships move after the leader
+        timeout, it leaves the ISRs after the lag time, the metadata leadership after the election
+        timeout).
+
+        :raises ValueError: ``how`` is not one of :data:`~.isolation.ISOLATIONS`.
+        """
+        if how not in ISOLATIONS:
+            raise ValueError(f"cannot cut a broker off by {how!r}; choose one of {', '.join(ISOLATIONS)}")
+        remember(broker, self.partitions())
+        broker.isolated = how
+        self.metadata.broker_lost(broker, controlled=False)
+        now = time.monotonic()
+        for part in self.partitions():
+            repl = replication_of(part)
+            if part.leader == broker.id and repl.leader_down_since is None:
+                repl.leader_down_since = now
+
+    def broker_rejoined(self, broker: BrokerSlot) -> None:
+        """The cut of ``broker`` healed: it learns the metadata; a former leader cuts back the tail
+        the new leader never had and follows; followers of what it still leads fetch again."""
+        broker.isolated, broker.known = "", {}
+        self.metadata.broker_back(broker)
+        for part in self.partitions():
+            repl = replication_of(part)
+            if part.leader == broker.id:
+                repl.leader_down_since = None
+            for rep in repl.replicas.values():
+                if (part.leader == broker.id or rep.broker is broker) and rep.wakeup is not None:
+                    rep.wakeup.set()
+            repl.start_followers()
+            repl.update_hw()
+            part.notify()
 
     def broker_resumed(self, broker: BrokerSlot) -> None:
         """A stalled broker runs again: parked work of partitions it still leads goes through."""

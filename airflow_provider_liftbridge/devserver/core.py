@@ -280,6 +280,33 @@ class ServerCore:
         """
         self._cluster("resume a broker").broker_resumed(self.brokers[index])
 
+    async def cut_broker_from_nats(self, index: int) -> None:
+        """Cut broker ``index`` off from NATS, and so from its peers, while its clients still reach
+        it (cluster mode; isolation.py): a minority broker that takes nothing it is sent.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "nats")
+
+    async def cut_broker_from_peers(self, index: int) -> None:
+        """Cut broker ``index`` off from its peers only (its NATS node cut from the others; cluster
+        mode; isolation.py): a minority leader that appends what it is sent and commits none of it.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "peers")
+
+    async def heal_broker(self, index: int) -> None:
+        """Heal the cut of broker ``index`` (nothing when it is not cut off): it learns the metadata,
+        cuts back what a new leader never had, and follows.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._cluster("heal a broker").broker_rejoined(self.brokers[index])
+
     def metadata_leader(self) -> int:
         """Index of the broker that is the metadata (Raft) leader.
 

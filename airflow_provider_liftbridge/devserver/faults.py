@@ -224,7 +224,7 @@ class MetadataLeader:
     def available(self) -> bool:
         """Whether the metadata leader runs (metadata changes go through)."""
         b = self.broker
-        return b.live and not b.stalled
+        return b.live and not b.stalled and not b.isolated
 
     async def until_available(self) -> None:
         """Return once a metadata leader runs: the stalled one resumed, or another was elected."""
@@ -281,7 +281,7 @@ class MetadataLeader:
 
     def _elect(self) -> None:
         self._election = None
-        running = [b for b in self._brokers if b.live and not b.stalled]
+        running = [b for b in self._brokers if b.live and not b.stalled and not b.isolated]
         if running and running[0].index != self.index:
             self.move_to(running[0].index)
 
@@ -296,12 +296,15 @@ class MetadataLeader:
         last = self._surveyed.get(broker.index)
         if last is not None and now - last <= self._cluster.timings.metadata_cache_max_age:
             return
-        silent = [b for b in self._brokers if b is not broker and b.live and b.stalled]
+        # A peer cut off from the others (or this broker cut off) cannot answer over NATS either.
+        silent = [
+            b for b in self._brokers if b is not broker and b.live and (b.stalled or b.isolated or broker.isolated)
+        ]
         if not silent:
             self._surveyed[broker.index] = now
             return
         limit = SURVEY_TIMEOUT if time_remaining is None else time_remaining
-        waits = asyncio.gather(*(self._cluster.until_running(b) for b in silent))
+        waits = asyncio.gather(*(self._answered(broker, b) for b in silent))
         try:
             await asyncio.wait_for(waits, limit)
         except TimeoutError:
@@ -310,6 +313,12 @@ class MetadataLeader:
             # Liftbridge caches what the survey gathered even when the caller's deadline ended it
             # (its answer then comes too late): the next FetchMetadata on this broker is quick.
             self._surveyed[broker.index] = time.monotonic()
+
+    async def _answered(self, asking: BrokerSlot, peer: BrokerSlot) -> None:
+        """Return once ``peer`` can answer ``asking``: no cut between them, and ``peer`` runs."""
+        while (peer.isolated or asking.isolated) and not self._cluster.stopped:
+            await asyncio.sleep(0.05)  # a cut heals by a fault hook, with no event to wait on
+        await self._cluster.until_running(peer)
 
 
 class StreamPropagation:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_provider_liftbridge._proto import api_pb2
@@ -82,6 +82,11 @@ class BrokerSlot:
     live: bool = False
     #: Frozen like a SIGSTOPped process: no replication, calls to it wait (cluster fault hook).
     stalled: bool = False
+    #: Cut off (cluster fault hook, isolation.py): ``"nats"`` from NATS and so from its peers,
+    #: ``"peers"`` from its peers only; its clients still reach it. ``""`` while connected.
+    isolated: str = ""
+    #: What an isolated broker last knew of each partition: (stream, partition) -> (leader, ISR).
+    known: dict[tuple[str, int], tuple[str, list[str]]] = field(default_factory=dict)
 
 
 CommitCallback = Callable[[Any, int], None]

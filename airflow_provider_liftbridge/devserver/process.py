@@ -224,6 +224,18 @@ class DevServerProcess:
         """Let a stalled broker run again (see :meth:`DevServer.resume_broker`)."""
         self._command(f"resume {index}")
 
+    def cut_broker_from_nats(self, index: int) -> None:
+        """Cut broker ``index`` off from NATS and its peers (see :meth:`DevServer.cut_broker_from_nats`)."""
+        self._command(f"cut-nats {index}")
+
+    def cut_broker_from_peers(self, index: int) -> None:
+        """Cut broker ``index`` off from its peers (see :meth:`DevServer.cut_broker_from_peers`)."""
+        self._command(f"cut-peers {index}")
+
+    def heal_broker(self, index: int) -> None:
+        """Heal a broker's cut (see :meth:`DevServer.heal_broker`)."""
+        self._command(f"heal {index}")
+
     def kill_broker(self, index: int) -> None:
         """Kill one broker like SIGKILL (see :meth:`DevServer.kill_broker`); :meth:`start_broker` brings it back."""
         self._command(f"kill {index}")

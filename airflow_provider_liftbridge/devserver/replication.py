@@ -131,8 +131,10 @@ class Replica:
 
     @property
     def serving(self) -> bool:
-        """Whether this replica's broker is running and not stalled."""
-        return self.broker.live and not self.broker.stalled
+        """Whether this replica's broker runs for its peers: running, not stalled, not cut off from
+        them (an isolated broker still answers its clients, isolation.py)."""
+        b = self.broker
+        return b.live and not b.stalled and not b.isolated
 
 
 class ReplicationCluster(Protocol):

@@ -59,6 +59,8 @@ class DevServer:
       :meth:`start_broker` brings it back;
     - :meth:`stop_broker`: a clean stop (leadership moves at once);
     - :meth:`restart_cluster`: every broker down, then up through the restart window;
+    - :meth:`cut_broker_from_nats` / :meth:`cut_broker_from_peers` / :meth:`heal_broker`: a broker
+      cut off from its peers while its clients still reach it (a minority leader);
     - :attr:`metadata_leader` / :meth:`move_metadata_leader`: which broker is the metadata leader
       (metadata changes wait while it is stalled or dead, until another is elected).
     """
@@ -277,6 +279,34 @@ class DevServer:
         :raises ServerStateError: a single-broker server.
         """
         self._run(self._running_core().resume_broker(index))
+
+    def cut_broker_from_nats(self, index: int) -> None:
+        """Cut broker ``index`` off from NATS, and so from its peers, while clients still reach its
+        port: it answers from what it last knew, takes nothing it is sent, and commits nothing; its
+        leaderships move after ``replica_max_leader_timeout`` (isolation.py). Undo with
+        :meth:`heal_broker`.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().cut_broker_from_nats(index))
+
+    def cut_broker_from_peers(self, index: int) -> None:
+        """Cut broker ``index`` off from its peers only: as :meth:`cut_broker_from_nats`, but it
+        appends what it is sent for the partitions it still leads (LEADER acks, never ALL acks).
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().cut_broker_from_peers(index))
+
+    def heal_broker(self, index: int) -> None:
+        """Heal a broker's cut: a former leader cuts back the tail the new leader never had and follows.
+
+        :raises IndexError: no such broker.
+        :raises ServerStateError: a single-broker server.
+        """
+        self._run(self._running_core().heal_broker(index))
 
     @property
     def metadata_leader(self) -> int:

@@ -25,6 +25,7 @@ from .cursors_stream import check_cursor_owner, read_cursor, write_cursor
 from .errors import ApiError, ExpectedOffsetRefused
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
+from .isolation import knows, publish_route, view_leader, view_metadata
 from .model import BrokerSlot, is_valid_subject
 from .partition import Partition
 from .publish_async import AsyncSession
@@ -155,7 +156,7 @@ class ApiService:
     def _knows(self, stream: str) -> bool:
         """Whether this broker knows ``stream`` yet (a just-created one reaches the others later)."""
         cluster = self.store.cluster
-        return cluster is None or cluster.propagation.known(stream, self.broker.id)
+        return cluster is None or (cluster.propagation.known(stream, self.broker.id) and knows(self.broker, stream))
 
     # -- admin ----------------------------------------------------------------
     async def CreateStream(self, req: api_pb2.CreateStreamRequest, context: aio.ServicerContext[Any, Any]) -> Any:
@@ -216,7 +217,7 @@ class ApiService:
             sm = resp.streamMetadata.add(name=name, subject=stream.subject, creationTimestamp=stream.creation_timestamp)
             for part in stream.partitions:
                 pm = sm.partitions[part.id]
-                pm.CopyFrom(part.metadata())
+                pm.CopyFrom(view_metadata(part, self.broker))
                 if no_leaders:
                     pm.leader = ""
                     del pm.isr[:]
@@ -230,12 +231,13 @@ class ApiService:
         cluster = self.store.cluster
         if part is None or (cluster is not None and (cluster.no_streams or not self._knows(req.stream))):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "partition not found"))
-        if part.paused or part.leader != self.broker.id or (cluster is not None and cluster.no_leaders):
+        leader = view_leader(part, self.broker)
+        if part.paused or leader != self.broker.id or (cluster is not None and cluster.no_leaders):
             # A paused partition is closed on its leader: the real server answers as for a non-leader.
             await _abort(
                 context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "The request should be sent to partition leader")
             )
-        return api_pb2.FetchPartitionMetadataResponse(metadata=part.metadata())
+        return api_pb2.FetchPartitionMetadataResponse(metadata=view_metadata(part, self.broker))
 
     # -- publishing -----------------------------------------------------------
     def _publish_target(self, req: api_pb2.PublishRequest) -> Partition:
@@ -274,9 +276,10 @@ class ApiService:
         wait = req.ackPolicy != _NONE and context.time_remaining() is not None
         repl = part.replication
         now = time.time_ns()
+        route = publish_route(part, self.broker)
         try:
-            if repl is not None and not repl.leader_serving:
-                if not repl.leader_stalled:
+            if route != "take":
+                if route == "lost":
                     # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
                     if not wait:
                         return _EMPTY_PUBLISH_RESPONSE
@@ -284,6 +287,7 @@ class ApiService:
                     await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                 # Forwarded through NATS to a stalled leader: it appends the message when it runs
                 # again (still its leader), whether or not this call is still waiting.
+                assert repl is not None
                 offset = await parked(
                     repl.parked,
                     lambda: part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now),
@@ -382,8 +386,9 @@ class ApiService:
         if part.paused:
             await self.store.resume_for_publish(part)
         repl = part.replication
-        if repl is not None and not repl.leader_serving:
-            if repl.leader_stalled:
+        route = publish_route(part, self.broker)
+        if repl is not None and route != "take":
+            if route == "park":
                 # Forwarded to a stalled leader: taken when it runs again (and still leads), even
                 # if the call has ended by then. Counted as owed so the call waits for its ack.
                 session.inflight += 1

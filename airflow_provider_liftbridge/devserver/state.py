@@ -299,7 +299,7 @@ class Store:
             )
         if req.name in self.streams:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
-        live = [b for b in self.live_brokers() if not b.stalled] or list(self.brokers)
+        live = [b for b in self.live_brokers() if not b.stalled and not b.isolated] or list(self.brokers)
         created = time.time_ns()
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", req.name)[:64]
         placements: list[Mapping[str, Any]] = []
@@ -313,7 +313,7 @@ class Store:
                 {
                     "leader": leader.id,
                     "replicas": [b.id for b in order[:rf]],
-                    "isr": [b.id for b in order[:rf] if b.live and not b.stalled],
+                    "isr": [b.id for b in order[:rf] if b.live and not b.stalled and not b.isolated],
                 }
             )
         stream = self._make_stream(

@@ -14,6 +14,7 @@ from grpc import aio
 from airflow_provider_liftbridge._proto import api_pb2
 
 from .errors import ApiError
+from .isolation import view_leader
 from .model import BrokerSlot
 from .partition import Partition
 from .state import Store
@@ -95,9 +96,10 @@ class SubscribeApi:
         part = store.get_partition(req.stream, req.partition)
         if part is None or (cluster is not None and (cluster.no_streams or not self._knows(req.stream))):
             await _abort(context, ApiError(grpc.StatusCode.NOT_FOUND, "No such partition"))
-        if group and req.readISRReplica and part.leader != self.broker.id:
+        leads = view_leader(part, self.broker) == self.broker.id  # an isolated broker: as it last knew
+        if group and req.readISRReplica and not leads:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, GROUP_ON_REPLICA)
-        if (part.leader != self.broker.id and not (req.readISRReplica and self.broker.id in part.isr)) or (
+        if (not leads and not (req.readISRReplica and self.broker.id in part.isr)) or (
             cluster is not None and cluster.no_leaders
         ):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
@@ -141,7 +143,7 @@ class SubscribeApi:
                     # This broker's own replica, up to the high watermark (a stalled broker sends nothing).
                     await cluster.until_running(self.broker)  # type: ignore[union-attr]
                     view = repl.readable(self.broker.id)
-                    if view is None or (part.leader != self.broker.id and not req.readISRReplica):
+                    if view is None or (view_leader(part, self.broker) != self.broker.id and not req.readISRReplica):
                         await _abort(
                             context, ApiError(grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader")
                         )

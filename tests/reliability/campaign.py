@@ -19,7 +19,9 @@ reproduces a run. It publishes (or reads) on one path while one fault strikes on
   filled in three rounds, before, inside and after the interval (real reception timestamps, the
   interval's bounds taken between the rounds);
 - targets: the client's NATS node, the brokers' NATS node (the partition leader's), a partition
-  leader, a follower, the metadata leader, the whole cluster;
+  leader, a follower, the metadata leader, the whole cluster; only when asked for, the client's
+  link (``client-link``, :data:`LINK_TARGETS`) and the partition leader cut off from NATS or from
+  its peers while the client still reaches it (:data:`BROKER_CUT_TARGETS`, a minority leader);
 - actions: ``kill`` (SIGKILL, back ``down`` seconds later) or ``stop`` (SIGSTOP, SIGCONT ``down``
   seconds later);
 - moments: ``before`` the call, ``during`` it (when a random fraction of the records is stored),
@@ -125,6 +127,13 @@ LINK_TARGETS = ("client-link",)
 #: ``cut`` is drawn unless more are asked for (``draw(link_kinds=...)``), so the link seeds drawn
 #: before the other kinds keep their schedules.
 LINK_KINDS = ("cut", "cut-in", "cut-out", "slow", "lossy")
+#: A broker cut off while the client still reaches it (devserver/isolation.py), drawn only when
+#: asked for (``targets=`` with them), so every earlier seed keeps its schedule: ``broker-nats`` cuts
+#: the partition leader off from NATS, and so from its peers (Liftbridge's brokers talk to each
+#: other only through NATS), ``broker-peers`` from its peers only (its NATS node cut from the
+#: others), so it still appends what it is sent and commits none of it: a minority leader. The
+#: action is ``cut``; the cut heals after the run's ``down`` seconds (:data:`LINK_DOWN`).
+BROKER_CUT_TARGETS = ("broker-nats", "broker-peers")
 #: How long a link fault lasts, in seconds: up to past the client's keepalive bound (20 s), so
 #: that some cuts are noticed as lost connections and not only ridden out by TCP's retransmits.
 LINK_DOWN = (0.3, 30.0)
@@ -187,12 +196,12 @@ def draw(
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
     action = rng.choice(list(actions))
-    if target in LINK_TARGETS:
+    if target in LINK_TARGETS or target in BROKER_CUT_TARGETS:
         action = "cut"  # the action was drawn all the same, so the draws after it come as for any target
     moment = rng.choice(MOMENTS)
     records = {"bulk-nats": 50000, "grpc": 1500}.get(path, 3000 if path in READING_PATHS else 30000)
     fraction = rng.uniform(0.02, 0.9)
-    down = rng.uniform(*(LINK_DOWN if target in LINK_TARGETS else (0.3, 3.0)))
+    down = rng.uniform(*(LINK_DOWN if target in LINK_TARGETS or target in BROKER_CUT_TARGETS else (0.3, 3.0)))
     second_after = rng.uniform(0.0, 1.5)
     partitions = rng.choice((1, 3))
     if target in LINK_TARGETS and len(link_kinds) > 1:
@@ -291,6 +300,7 @@ class DevRig:
             with suppress(Exception):
                 for i in range(3):
                     self.server.resume_broker(i)
+                    self.server.heal_broker(i)
             if self.show_log:
                 with suppress(OSError):
                     tail = self.server.stderr_log.read_text()[-6000:]
@@ -321,6 +331,13 @@ class DevRig:
                 raise RuntimeError(f"target {target!r} needs DevRig(link_faults=True)")
             strike_link(link, action)
             return link.heal
+        if target in BROKER_CUT_TARGETS:
+            index = self._broker_index("leader", stream, partition)
+            if target == "broker-nats":
+                server.cut_broker_from_nats(index)
+            else:
+                server.cut_broker_from_peers(index)
+            return lambda: server.heal_broker(index)
         if target in NATS_TARGETS:
             node = self.nats[1 if target == "client-nats" else 0]
             if action == "kill":

@@ -29,7 +29,9 @@ from airflow_provider_liftbridge.devserver import DevServer
 from tests.netfaults import link_unavailable
 
 from .campaign import (
+    BROKER_CUT_TARGETS,
     EXTRA_PATHS,
+    LINK_DOWN,
     LINK_KINDS,
     LINK_TARGETS,
     PATHS,
@@ -100,6 +102,40 @@ def test_link_kinds_are_drawn_only_when_asked_for_and_change_nothing_else() -> N
             assert kinds.action == before.action
     drawn = {draw(seed, targets=LINK_TARGETS, link_kinds=LINK_KINDS).action for seed in range(200)}
     assert drawn == set(LINK_KINDS)
+
+
+#: A minority-leader run: the partition leader cut off from its peers for 22 s (it still takes
+#: what it is sent and commits none of it) while a gRPC publish is at 70 % (seed 59630 with the
+#: broker cuts drawn too).
+CUT_SCHEDULE = draw(59630, targets=(*TARGETS, *BROKER_CUT_TARGETS))
+
+
+def test_a_minority_leader_run_breaks_no_invariant() -> None:
+    assert (CUT_SCHEDULE.target, CUT_SCHEDULE.action, CUT_SCHEDULE.path) == ("broker-peers", "cut", "grpc")
+    with DevRig(show_log=True) as rig:
+        verdict = run(CUT_SCHEDULE, rig)
+    assert verdict.violations == [], f"{CUT_SCHEDULE} ({verdict.struck}): {verdict.outcome}: {verdict.violations}"
+    assert verdict.struck != "", verdict
+
+
+def test_broker_cuts_are_drawn_only_when_asked_for_and_change_nothing_else() -> None:
+    # A campaign without them draws every seed as before; with them, a seed that draws a cut
+    # differs only in its target, action ("cut") and duration from one with two other targets in
+    # their place (the same random draws), and a seed that draws none is the same schedule.
+    assert not {draw(seed).target for seed in range(300)} & set(BROKER_CUT_TARGETS)
+    assert not {draw(seed, targets=(*TARGETS, *LINK_TARGETS)).target for seed in range(300)} & set(BROKER_CUT_TARGETS)
+    placeholders = (*TARGETS, "placeholder-1", "placeholder-2")
+    drawn = set()
+    for seed in range(300):
+        cut = draw(seed, targets=(*TARGETS, *BROKER_CUT_TARGETS))
+        plain = draw(seed, targets=placeholders)
+        if cut.target in BROKER_CUT_TARGETS:
+            drawn.add(cut.target)
+            assert cut.action == "cut" and LINK_DOWN[0] <= cut.down <= LINK_DOWN[1]
+            assert dataclasses.replace(cut, target=plain.target, action=plain.action, down=plain.down) == plain
+        else:
+            assert cut == plain
+    assert drawn == set(BROKER_CUT_TARGETS)
 
 
 def test_a_schedule_comes_from_its_seed_alone() -> None:

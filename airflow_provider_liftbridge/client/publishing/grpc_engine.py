@@ -166,7 +166,8 @@ def _pipeline(
     # gave up on it. Sent to the leader, a record waits in no other broker (ADR 8).
     leader = _leader_of(core, stream, requests)
     while sent.unfinished:
-        handle = yield OpenStream(core.address_for_attempt(attempt, leader), "PublishAsync")
+        address = core.address_for_attempt(attempt, leader)
+        handle = yield OpenStream(address, "PublishAsync")
         try:
             while sent.running:
                 for i in sent.sendable():
@@ -200,6 +201,7 @@ def _pipeline(
                     "broker. Unacknowledged records may or may not be stored."
                 )
             )
+            core.suspect(address, stream)  # maybe a leader cut off from its peers: ask another next
             cause = sent.errors[first]
             raise _failed(sent, first, str(cause), cause) from cause
     if sent.errors:

@@ -1,0 +1,150 @@
+"""A minority leader (issue 59, item 3): the partition leader is cut off from its peers, or from
+NATS and so from its peers, while the client still reaches it and publishes to it with ack policy
+ALL. It can never commit (min ISR 2; its followers fetch nothing from it and it cannot shrink its
+ISR), and the majority elects a new leader after the leader timeout.
+
+What must hold: the publish ends in a typed error naming every record, or in a success whose every
+ack points at a stored record; nothing acknowledged is lost when the cut heals; and the client
+recovers through the new leader while the cut still lasts, although the cut-off broker keeps
+answering with the metadata it last knew (itself as the leader). Before the client asked another
+broker for metadata after an ack time-out (``ClientCore.suspect``), the gRPC publish after the
+election went back to the cut-off broker and timed out again for as long as the cut lasted.
+
+The cut is the dev server's fault hook (devserver/isolation.py; the brokers replicate in one
+process, so no packet between them could be dropped): no network namespace is needed, and the
+test runs wherever the dev cluster does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from airflow_provider_liftbridge._proto import api_pb2 as pb
+from airflow_provider_liftbridge._proto import api_pb2_grpc
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishError, Record
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
+from tests import margins
+
+from .campaign import DevRig, Outcome, Schedule, check, read_back, replica_of, run
+
+pytestmark = [pytest.mark.timeout(300)]
+
+#: The campaign's timings with a minimum ISR of 2, but leadership moves only 5 s after the cut:
+#: the publish reaches the cut-off leader while it still leads, however slow the machine.
+TIMINGS = ClusterTimings.fast(
+    replica_max_leader_timeout=5.0, replica_max_lag_time=3.0, replica_max_idle_wait=1.0, min_insync_replicas=2
+)
+#: Each record's ack wait: shorter than the leader timeout, so the first call ends in the minority.
+ACK_WAIT = 1.5
+RECORDS = 300
+
+
+@pytest.fixture
+def cluster() -> Iterator[DevServerProcess]:
+    with (
+        tempfile.TemporaryDirectory(prefix="minority-") as data,
+        DevServerProcess(Path(data), brokers=3, timings=TIMINGS) as server,
+    ):
+        yield server
+
+
+def _schedule(path: str, how: str) -> Schedule:
+    return Schedule(
+        seed=0,
+        path="grpc" if path == "grpc" else "bulk-nats",
+        target=f"broker-{how}",
+        action="cut",
+        moment="before",
+        fraction=0.0,
+        down=0.0,
+        second_after=0.0,
+        records=RECORDS,
+        partitions=1,
+    )
+
+
+@pytest.mark.parametrize("how", ["peers", "nats"])
+@pytest.mark.parametrize("path", ["grpc", "nats"])
+def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
+    cluster: DevServerProcess, stream_name: str, path: str, how: str
+) -> None:
+    addresses = cluster.addresses
+    with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
+        admin.create_stream(stream_name, stream_name, replication_factor=3)
+    leader = cluster.broker_ids.index(replica_of(addresses, stream_name, 0, "leader"))
+    majority = [a for i, a in enumerate(addresses) if i != leader]
+    # The cut-off broker first: the client's metadata comes from it until it gives reason not to.
+    seeds = [addresses[leader], *majority]
+    nats = [cluster.nats_url] if path == "nats" else []
+    with LiftbridgeClient(seeds, nats_servers=nats, timeout=5.0, max_retries=8) as client:
+        client.publish_many(stream_name, [Record(b"before the cut")], path=path, ack_policy=AckPolicy.ALL)
+        (cluster.cut_broker_from_peers if how == "peers" else cluster.cut_broker_from_nats)(leader)
+        records = [Record(f"r{i:04d}".encode()) for i in range(RECORDS)]
+        outcome = Outcome(records)
+        try:
+            outcome.acks = client.publish_many(
+                stream_name, records, path=path, ack_policy=AckPolicy.ALL, timeout=ACK_WAIT
+            )
+        except PublishError as exc:
+            outcome.errors.append(exc)
+        if how == "peers" and path == "grpc":
+            # It took what it was sent, and committed none of it.
+            # (A raw call: the client would ask the broker's FetchMetadata first, whose survey of
+            # its peers runs into the call's deadline when they cannot answer, as on Liftbridge.)
+            with grpc.insecure_channel(addresses[leader]) as channel:
+                request = pb.FetchPartitionMetadataRequest(stream=stream_name, partition=0)
+                stale = api_pb2_grpc.APIStub(channel).FetchPartitionMetadata(request, timeout=5.0).metadata
+            assert (stale.leader, stale.highWatermark) == (cluster.broker_ids[leader], 0)
+            assert stale.newestOffset > 0
+        margins.wait_until(
+            lambda: replica_of(majority, stream_name, 0, "leader") != cluster.broker_ids[leader],
+            30.0,
+            "the majority elected a new leader",
+            interval=0.1,
+        )
+        # While the cut lasts, the client publishes through the new leader.
+        later = client.publish_many(stream_name, [Record(b"later")], path=path, ack_policy=AckPolicy.ALL)
+        assert len(later) == 1
+    cluster.heal_broker(leader)
+    stored = read_back(addresses, stream_name, 1)
+    assert check(_schedule(path, how), outcome, stored) == []
+    values = [m.value for m in stored]
+    assert b"before the cut" in values and b"later" in values
+    if outcome.acks is None:
+        # No success: a typed error named every record it had no ack for.
+        (error,) = outcome.errors
+        assert error.acked + len(error.errors) == RECORDS
+
+
+def _cut_schedule(path: str, how: str, records: int) -> Schedule:
+    # seed 1 on 1 partition: the struck leader is partition 0's.
+    return Schedule(
+        seed=1,
+        path=path,
+        target=f"broker-{how}",
+        action="cut",
+        moment="during",
+        fraction=0.3,
+        down=8.0,
+        second_after=0.0,
+        records=records,
+        partitions=1,
+    )
+
+
+@pytest.mark.parametrize("how", ["peers", "nats"])
+@pytest.mark.parametrize(("path", "records"), [("exactly-once", 30000), ("exactly-once-occ", 30000), ("grpc", 1500)])
+def test_a_leader_cut_off_mid_publish_breaks_no_invariant(path: str, records: int, how: str) -> None:
+    # The campaign's runs with the leader cut off for 8 s (past the 2 s leader timeout) at 30 %:
+    # exactly-once reads the partition to decide what to send again, and the cut-off leader still
+    # names itself leader of what it holds.
+    schedule = _cut_schedule(path, how, records)
+    with DevRig(show_log=True) as rig:
+        verdict = run(schedule, rig)
+    assert verdict.violations == [], f"{schedule} ({verdict.struck}): {verdict.outcome}: {verdict.violations}"
+    assert verdict.struck.startswith("with "), verdict  # it struck during the call
