@@ -35,13 +35,14 @@ RATE = "16kbit"
 RECORDS, SIZE = 16, 1000
 
 
-def unsent_to(host: str, port: int) -> list[str]:
-    """The TCP sockets of this network namespace towards ``host:port`` that still hold data the
-    peer has not acknowledged (``ss``'s Send-Q): closed sockets the kernel keeps sending included."""
+def unsent_to(host: str, port: int, at_least: int = 1) -> list[str]:
+    """The TCP sockets of this network namespace towards ``host:port`` that still hold at least
+    ``at_least`` bytes the peer has not acknowledged (``ss``'s Send-Q): closed sockets the kernel
+    keeps sending included."""
     out = subprocess.run(
         ["ss", "-tnH", "state", "all", "dst", f"{host}:{port}"], capture_output=True, text=True, check=True
     ).stdout
-    return [line for line in out.splitlines() if len(line.split()) >= 3 and line.split()[2] != "0"]
+    return [line for line in out.splitlines() if len(line.split()) >= 3 and int(line.split()[2]) >= at_least]
 
 
 def _nats_port(server: DevServerProcess) -> int:
