@@ -38,8 +38,9 @@ async def connect_nats(
     the client is opened here, so TLS, credentials and error diagnosis are the same on all paths.
 
     :param security: TLS and authentication (``None``: plain, anonymous unless the URLs carry a user).
-    :param reconnect: whether the connection reconnects by itself once lost (exactly-once turns it
-        off: a reconnecting client would deliver what it buffered after the publisher moved on).
+    :param reconnect: whether the connection reconnects by itself once lost, sending what nats-py
+        buffered meanwhile on the new connection (the client's :class:`NatsLink` does; after a
+        failed batch it drops the connection with :meth:`NatsLink.discard`).
     :param keepalive_time: seconds between the client's PINGs.
     :param keepalive_timeout: how long PINGs may go unanswered before the connection counts as
         stale (rounded up to whole ``keepalive_time`` intervals: nats-py counts unanswered PINGs):
