@@ -392,9 +392,13 @@ def abort(nc: NatsClient) -> bool:
         (nothing is done: the caller closes as before, and what is buffered may still go out).
     """
     found = tcp_socket(nc)
-    if found is None or not reset_on_close(nc):
-        log.warning("cannot reset the NATS connection (no open TCP socket found under nats-py); closing it instead")
+    if found is None:
+        transport = getattr(nc, "_transport", None)
+        if transport is not None and not hasattr(transport, "_bare_io_writer"):  # WebSocket, or nats-py changed
+            log.warning("cannot reset the NATS connection (no TCP socket under nats-py's transport); closing it")
         return False
+    if not reset_on_close(nc):
+        return False  # closed already (by nats-py): whatever the kernel still sends for it is out of reach
     if isinstance(getattr(nc, "_pending", None), list):
         # close() would write it to the transport and await a drain that never ends on a dead link.
         nc._pending = []
