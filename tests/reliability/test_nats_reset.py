@@ -92,6 +92,34 @@ def test_a_flush_that_does_not_come_back_ends_in_a_reset(linked_devserver: Serve
     assert not left, f"the kernel still holds data for NATS after the discard: {left}"
 
 
+def test_a_flush_ends_when_nats_py_gives_the_connection_up(linked_devserver: Served) -> None:
+    # nats-py's keepalive (1 s + 1 s here) finds the cut connection stale during the flush and
+    # closes it itself: the flush ends then, not at its bound, and that close resets too (the
+    # socket was set to reset before the flush), so nothing is left to go out on heal.
+    link, server = linked_devserver
+
+    async def scenario() -> tuple[bool, float, list[str]]:
+        holder = NatsLink([server.nats_url], connect_timeout=1.0, keepalive=(1.0, 1.0))
+        try:
+            nc = await holder.get()
+            link.cut()
+            for _ in range(16):
+                await nc.publish("cut", b"x" * 1000)
+            await until(lambda: unsent_to(link.inside, _port(server)), 10, "the burst in the kernel")
+            started = time.monotonic()
+            delivered = await holder.discard(flush_within=120.0)
+            took = time.monotonic() - started
+            return delivered, took, unsent_to(link.inside, _port(server))
+        finally:
+            link.heal()
+            await holder.close()
+
+    delivered, took, left = asyncio.run(scenario())
+    assert delivered is False
+    assert took < 2.0 + SLACK, f"the flush waited {took:.1f} s; nats-py gave the connection up after about 2 s"
+    assert not left, f"the kernel still holds data for NATS after the discard: {left}"
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_batch_that_timed_out_leaves_nothing_to_send_later(linked_devserver: Served, kind: str) -> None:
     # Both clients' transports drop the connection through the same NatsLink.discard (the

@@ -210,12 +210,25 @@ class NatsLink:
 async def _flushed(nc: NatsClient, within: float) -> bool:
     """Whether a flush of ``nc`` came back within ``within`` seconds on the connection that took
     every earlier publish (connected throughout, never reconnected: nats-py re-sends its buffer
-    on a new connection, and the old socket's data is not covered by the new one's PONG)."""
+    on a new connection, and the old socket's data is not covered by the new one's PONG). Gives
+    up as soon as nats-py finds the connection lost: its PONG can no longer come."""
     if within <= 0 or not nc.is_connected:
         return False
     reconnects = nc.stats.get("reconnects", 0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pong = asyncio.ensure_future(flush(nc, max(1, math.ceil(within))))
     try:
-        await asyncio.wait_for(flush(nc, max(1, math.ceil(within))), within)
-    except Exception:  # timed out, or the connection failed meanwhile: not flushed
+        while not pong.done() and nc.is_connected and loop.time() < deadline:
+            await asyncio.wait({pong}, timeout=min(_WATCH, deadline - loop.time()))
+    finally:
+        if not pong.done():
+            pong.cancel()
+        await asyncio.gather(pong, return_exceptions=True)
+    if pong.cancelled() or pong.exception() is not None:  # timed out, or the connection failed
         return False
     return nc.is_connected and nc.stats.get("reconnects", 0) == reconnects
+
+
+#: How often a flush in :func:`_flushed` checks whether nats-py still holds the connection, seconds.
+_WATCH = 0.1
