@@ -19,7 +19,9 @@ that awaits the subscription's callback. So, on nats-py versions this module was
 
 It also mends two races of nats-py 2.16: :func:`connect` makes again a connection its handshake
 left half-open, and :func:`flush` keeps ``flush()``'s promise (nats-py's ``PING`` can overtake a
-``SUB`` or ``PUB`` still queued for the flusher task).
+``SUB`` or ``PUB`` still queued for the flusher task). And :func:`abort` resets a connection
+(TCP RST) instead of closing it: ``close()`` hands what nats-py buffers to the socket and the
+kernel goes on sending it after the close, until the link carries it.
 
 Anywhere else it uses the public API (``publish()``, ``subscribe(cb=...)``), with the same
 results. The tripwire tests (``tests/client/test_nats_direct_fast.py``,
@@ -32,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -43,7 +47,18 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol import command as _command
 
-__all__ = ["AckHandler", "FastNats", "Route", "connect", "fast_nats", "flush", "internals_usable"]
+__all__ = [
+    "AckHandler",
+    "FastNats",
+    "Route",
+    "abort",
+    "connect",
+    "fast_nats",
+    "flush",
+    "internals_usable",
+    "reset_on_close",
+    "tcp_socket",
+]
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +344,67 @@ async def flush(nc: NatsClient, timeout: int = 10) -> None:
     else:
         await nc.flush(timeout=timeout)
     await nc.flush(timeout=timeout)
+
+
+#: ``SO_LINGER`` on, 0 s: ``close()`` discards what the kernel has not sent and sends RST.
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+_CLOSE_GRACEFULLY = struct.pack("ii", 0, 0)
+
+
+def tcp_socket(nc: NatsClient) -> tuple[Any, asyncio.WriteTransport] | None:
+    """The TCP socket under ``nc``'s connection and the asyncio transport that writes to it (under
+    TLS too: the plain one below it), or ``None`` when there is none to reach: not connected, a
+    WebSocket connection, or a nats-py whose transport no longer has this shape
+    (``tests/client/test_nats_abort.py`` fails then)."""
+    writer = getattr(getattr(nc, "_transport", None), "_bare_io_writer", None)
+    if not isinstance(writer, asyncio.StreamWriter):
+        return None
+    sock = writer.get_extra_info("socket")
+    if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return sock, writer.transport
+
+
+def reset_on_close(nc: NatsClient, on: bool = True) -> bool:
+    """Make every later close of ``nc``'s socket a reset (``SO_LINGER`` on, 0 s: the kernel drops
+    what it has not sent and sends RST), whoever closes it (nats-py too, when it gives up on a
+    stale connection); ``on=False`` makes closes graceful again.
+
+    :returns: whether the socket was found and set (see :func:`tcp_socket`).
+    """
+    found = tcp_socket(nc)
+    if found is None:
+        return False
+    try:
+        found[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE if on else _CLOSE_GRACEFULLY)
+    except OSError:  # closed already
+        return False
+    return True
+
+
+def abort(nc: NatsClient) -> bool:
+    """Reset ``nc``'s TCP connection now (:func:`reset_on_close`, then an abort of the transport):
+    nothing is sent or retransmitted after this, though segments already on the way still arrive
+    (ahead of the RST). nats-py's own unsent buffer is dropped too; ``nc`` is left for
+    ``nc.close()`` to tidy up (which then writes nothing).
+
+    :returns: whether the connection was reset; ``False`` when :func:`tcp_socket` finds no socket
+        (nothing is done: the caller closes as before, and what is buffered may still go out).
+    """
+    found = tcp_socket(nc)
+    if found is None:
+        transport = getattr(nc, "_transport", None)
+        if transport is not None and not hasattr(transport, "_bare_io_writer"):  # WebSocket, or nats-py changed
+            log.warning("cannot reset the NATS connection (no TCP socket under nats-py's transport); closing it")
+        return False
+    if not reset_on_close(nc):
+        return False  # closed already (by nats-py): whatever the kernel still sends for it is out of reach
+    if isinstance(getattr(nc, "_pending", None), list):
+        # close() would write it to the transport and await a drain that never ends on a dead link.
+        nc._pending = []
+        nc._pending_data_size = 0
+    found[1].abort()
+    return True
 
 
 #: How many times :func:`connect` tries before it gives up on half-open connections.

@@ -9,7 +9,8 @@ listens on :attr:`Link.inside` and is reached from here only through the pair, s
 
 A cut is a root qdisc that drops every packet on the sending side of the pair (``pfifo limit 0``:
 this machine's kernel has no ``netem``; a drop at the qdisc is silent to the peer, and the local
-TCP only retransmits, so the sockets stay open). :meth:`Link.slow` instead puts a ``tbf`` rate
+TCP only retransmits, so the sockets stay open); :meth:`Link.hold` drops one connection's packets
+only. :meth:`Link.slow` instead puts a ``tbf`` rate
 limit there (a slow link: packets wait in a deep queue), and :meth:`Link.lossy` a ``tbf`` with a
 shallow queue (packets over the rate and the queue are dropped: a share that grows with the load,
 not a fixed share, which would need ``netem``).
@@ -181,8 +182,29 @@ class Link:
             self._tc(side, "replace", "tbf", "rate", rate, "burst", "3000", "limit", str(queue))
             self._cut.add(side)
 
+    def hold(self, port: int) -> None:
+        """Drop every packet this side sends from its TCP port ``port`` (one connection of this
+        side), silently, and let everything else towards the namespace through at full speed
+        (an ``htb`` root whose ``u32`` filter sends that port to a dropping class).
+
+        :raises subprocess.CalledProcessError: the kernel has no ``htb`` or ``u32`` (tests that
+            hold a connection skip then).
+        """
+        dev = self.outer_dev
+        for args in (
+            ["qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10"],
+            ["class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
+            ["class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit"],
+            ["qdisc", "add", "dev", dev, "parent", "1:20", "pfifo", "limit", "0"],
+            ["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32"]
+            + ["match", "ip", "sport", str(port), "0xffff", "flowid", "1:20"],
+        ):
+            subprocess.run(["tc", *args], check=True, capture_output=True)
+        self._cut.add("in")
+
     def heal(self) -> None:
-        """Let every packet through again (remove what :meth:`cut`, :meth:`slow` or :meth:`lossy` added)."""
+        """Let every packet through again (remove what :meth:`cut`, :meth:`slow`, :meth:`lossy` or
+        :meth:`hold` added)."""
         for side in sorted(self._cut):
             with contextlib.suppress(subprocess.CalledProcessError):
                 self._tc(side, "del")

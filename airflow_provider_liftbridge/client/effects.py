@@ -152,9 +152,12 @@ class NatsCall:
 
 @dataclass(frozen=True, slots=True)
 class DropNats:
-    """Close the client's NATS connection without flushing what it still buffers; the next
-    :class:`NatsCall` opens a new one. After a failed batch: nothing queued may reach the server
-    later."""
+    """Drop the client's NATS connection so that nothing queued in it reaches the server later
+    (``NatsLink.discard``: a flush of up to ``flush_within`` seconds, else a reset); the next
+    :class:`NatsCall` opens a new one. Result: whether everything sent on it is known to have
+    reached the server."""
+
+    flush_within: float = 0.0
 
 
 Effect = Unary | OpenStream | Read | Write | CloseWrite | Cancel | Sleep | Emit | Pump | NatsCall | DropNats

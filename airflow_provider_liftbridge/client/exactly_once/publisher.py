@@ -77,8 +77,11 @@ class Sender(Protocol):
 
     def send(self, records: Sequence[Record]) -> Sequence[Ack]: ...
 
-    def reset(self) -> None:
-        """Drop connections after a failure, so nothing queued in them is delivered later."""
+    def reset(self) -> bool | None:
+        """Drop connections after a failure, so nothing queued in them is delivered later;
+        return ``True`` when everything sent is known to have reached the server. Otherwise
+        the resumption watches the partitions ``quiet`` seconds for records still on the way.
+        (A ``BatchPublisher`` is asked to flush its NATS connection first.)"""
 
     def close(self) -> None: ...
 
@@ -544,10 +547,11 @@ class ExactlyOncePublisher:
 
     def _recover(self, pending: Batch, result: ExactlyOnceResult, suspects: dict[int, set[str]]) -> Batch:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""
-        if self._sender is not None:
-            self._sender.reset()
+        delivered = self._reset_sender()
         partitions = sorted({p for p in pending.records.partitions if p in self.state.parts})
-        found = self.reader.settle(partitions, set(pending.seqs), suspects=suspects)
+        # Records on their way when the connection was reset may still land: watch for them.
+        observe = 0.0 if delivered else self.reader.waits.quiet
+        found = self.reader.settle(partitions, set(pending.seqs), suspects=suspects, observe=observe)
         if self.reader.leader_moved:
             # Batches go to the leader the client's metadata cache names: have it name the new
             # one, not a former leader that may be stopped (and would hold what it is sent).
@@ -559,6 +563,18 @@ class ExactlyOncePublisher:
                 result.written += 1
                 note(result.partitions, p, offset)
         return pending.without(self.state.seen)  # the scan added what it found
+
+    def _reset_sender(self) -> bool:
+        """Drop the sender's connections after a failed send; whether everything it sent is known
+        to have reached the server. A batch publisher's NATS connection is flushed for up to
+        ``tail_wait`` seconds first (the PONG proves every publish before it handled), and reset
+        if that does not come back (see ``BatchPublisher.reset``)."""
+        sender = self._sender
+        if sender is None:
+            return True
+        if isinstance(sender, BatchPublisher):
+            return sender.reset(flush_within=self.reader.waits.tail_wait)
+        return sender.reset() is True
 
     def _missing_for_sure(self) -> bool:
         """After a "no such stream / partition": believe it, unless this publisher has seen the

@@ -135,12 +135,20 @@ class BatchPublisher:
                 on_progress(summary)
         return summary
 
-    def reset(self) -> None:
-        """After a failed batch: drop the client's NATS connection so nothing it still buffers
-        reaches the server later (exactly-once publishing re-reads the partitions next). The
-        gRPC path holds nothing between batches."""
+    def reset(self, flush_within: float = 0.0) -> bool:
+        """After a failed batch: drop the client's NATS connection so that nothing it still
+        buffers reaches the server later (exactly-once publishing re-reads the partitions next):
+        a flush of up to ``flush_within`` seconds, else a reset (TCP RST). The gRPC path holds
+        nothing between batches: a call given up on is cancelled, and its frames already
+        written are ahead of every later request on the same connection.
+
+        :returns: whether everything sent is known to have reached the server (``False``: over
+            NATS, segments already on the way when the connection was reset may still arrive).
+        """
         if self._route.opened and self._route.path == "nats":
-            self._run(discard_nats())
+            delivered: bool = self._run(discard_nats(flush_within))
+            return delivered
+        return True
 
     def close(self) -> None:
         """Nothing to release (the connection is the client's); for use as a context manager."""

@@ -253,7 +253,10 @@ def warn_resent(stream: str, records: int, why: str) -> None:
     )
 
 
-def discard_nats() -> Op[None]:
-    """Close the client's NATS connection without flushing what it still buffers (it reconnects
-    on next use): after a failed batch, nothing queued may reach the server later."""
-    yield DropNats()
+def discard_nats(flush_within: float = 0.0) -> Op[bool]:
+    """Drop the client's NATS connection (it reconnects on next use) so that nothing queued in it
+    reaches the server later: a flush of up to ``flush_within`` seconds, else a reset (see
+    ``NatsLink.discard``). Result: whether everything sent on it is known to have reached the
+    server (``False``: segments already on the way may still arrive)."""
+    delivered: bool = yield DropNats(flush_within)
+    return delivered

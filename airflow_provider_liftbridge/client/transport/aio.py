@@ -437,7 +437,7 @@ class AsyncTransport:
                 self._check_open()
                 return await effect.fn(await self._nats.get(fresh=effect.fresh))
             if isinstance(effect, effects.DropNats):
-                return await self._nats.discard()
+                return await self._nats.discard(effect.flush_within)
         except grpc.RpcError as exc:
             raise effects.RpcFailure.of(exc) from exc
         except asyncio.InvalidStateError as exc:  # writing to a call that already ended

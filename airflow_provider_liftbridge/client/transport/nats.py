@@ -12,7 +12,7 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 
-from airflow_provider_liftbridge.nats_adapter import connect
+from airflow_provider_liftbridge.nats_adapter import abort, connect, flush, reset_on_close
 from airflow_provider_liftbridge.nats_security import NatsSecurity, NatsSecurityError
 
 from ..diagnostics import NatsErrors
@@ -38,8 +38,9 @@ async def connect_nats(
     the client is opened here, so TLS, credentials and error diagnosis are the same on all paths.
 
     :param security: TLS and authentication (``None``: plain, anonymous unless the URLs carry a user).
-    :param reconnect: whether the connection reconnects by itself once lost (exactly-once turns it
-        off: a reconnecting client would deliver what it buffered after the publisher moved on).
+    :param reconnect: whether the connection reconnects by itself once lost, sending what nats-py
+        buffered meanwhile on the new connection (the client's :class:`NatsLink` does; after a
+        failed batch it drops the connection with :meth:`NatsLink.discard`).
     :param keepalive_time: seconds between the client's PINGs.
     :param keepalive_timeout: how long PINGs may go unanswered before the connection counts as
         stale (rounded up to whole ``keepalive_time`` intervals: nats-py counts unanswered PINGs):
@@ -117,6 +118,10 @@ class NatsLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._failed: tuple[float, UnavailableError] | None = None
+        # A connection given up on since the last discard() without its reset (lost and closed
+        # by nats-py itself, or left behind with its event loop): the kernel may still send
+        # what it held.
+        self._unclean = False
 
     async def get(self, *, fresh: bool = False) -> NatsClient:
         """The connection, opened if needed.
@@ -128,10 +133,12 @@ class NatsLink:
         """
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
+            self._unclean = self._unclean or self._nc is not None
             self._nc, self._loop, self._lock = None, loop, asyncio.Lock()
         assert self._lock is not None
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
+                self._unclean = self._unclean or self._nc is not None
                 if not fresh and self._failed is not None and time.monotonic() - self._failed[0] < self.retry_after:
                     raise self._failed[1]
                 try:
@@ -148,10 +155,41 @@ class NatsLink:
                 self._failed = None
             return self._nc
 
-    async def discard(self) -> None:
-        """Drop the connection after a failed batch: close it now (what it buffers goes out at
-        once or never, not after a later reconnect); the next :meth:`get` opens a new one."""
-        await self.close()
+    async def discard(self, flush_within: float = 0.0) -> bool:
+        """Drop the connection after a failed batch, so that nothing given to it reaches the
+        server after the caller moved on (re-read the partitions, sent again); the next
+        :meth:`get` opens a new one.
+
+        First, for up to ``flush_within`` seconds, a flush: a PING on the same connection. NATS
+        handles a connection's commands in order, so its PONG means every publish given to the
+        connection before it has been handled (passed on to the subscribed brokers); the
+        connection is then closed. Without the PONG in time the connection is reset
+        (:func:`~airflow_provider_liftbridge.nats_adapter.abort`): the kernel drops what it has
+        not sent and stops retransmitting. A plain close would not stop it: the kernel sends a
+        closed socket's data on its own until the link carries it, seconds or minutes later.
+
+        :param flush_within: seconds to wait for the flush; 0: reset at once.
+        :returns: whether everything given to this link's connections since the last discard is
+            known to have reached the server: the flush came back on the connection that took
+            it, which never reconnected, and no connection was lost in between. ``False``: some
+            of it may still arrive, for as long as segments already on the way take (a reset
+            stops the rest), or for longer where no socket could be reset.
+        """
+        nc, self._nc = self._nc, None
+        unclean, self._unclean = self._unclean, False
+        if nc is None or nc.is_closed:
+            return not unclean and nc is None
+        if self._loop is not asyncio.get_running_loop():
+            return False  # another loop's connection: dropped with its loop
+        # Armed first: nats-py itself closes a connection it finds stale, maybe during the flush.
+        reset_on_close(nc)
+        delivered = await _flushed(nc, flush_within)
+        if delivered:
+            reset_on_close(nc, on=False)  # nothing is left to send: an ordinary close
+        else:
+            abort(nc)
+        await self._close(nc)
+        return delivered and not unclean
 
     async def close(self) -> None:
         """Close the connection if it is open on the running loop; idempotent."""
@@ -159,7 +197,38 @@ class NatsLink:
         if nc is None or nc.is_closed:
             return
         if self._loop is asyncio.get_running_loop():
-            try:
-                await nc.close()
-            except Exception:  # closing anyway
-                log.debug("error while closing the NATS connection", exc_info=True)
+            await self._close(nc)
+
+    @staticmethod
+    async def _close(nc: NatsClient) -> None:
+        try:
+            await nc.close()
+        except Exception:  # closing anyway
+            log.debug("error while closing the NATS connection", exc_info=True)
+
+
+async def _flushed(nc: NatsClient, within: float) -> bool:
+    """Whether a flush of ``nc`` came back within ``within`` seconds on the connection that took
+    every earlier publish (connected throughout, never reconnected: nats-py re-sends its buffer
+    on a new connection, and the old socket's data is not covered by the new one's PONG). Gives
+    up as soon as nats-py finds the connection lost: its PONG can no longer come."""
+    if within <= 0 or not nc.is_connected:
+        return False
+    reconnects = nc.stats.get("reconnects", 0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pong = asyncio.ensure_future(flush(nc, max(1, math.ceil(within))))
+    try:
+        while not pong.done() and nc.is_connected and loop.time() < deadline:
+            await asyncio.wait({pong}, timeout=min(_WATCH, deadline - loop.time()))
+    finally:
+        if not pong.done():
+            pong.cancel()
+        await asyncio.gather(pong, return_exceptions=True)
+    if pong.cancelled() or pong.exception() is not None:  # timed out, or the connection failed
+        return False
+    return nc.is_connected and nc.stats.get("reconnects", 0) == reconnects
+
+
+#: How often a flush in :func:`_flushed` checks whether nats-py still holds the connection, seconds.
+_WATCH = 0.1

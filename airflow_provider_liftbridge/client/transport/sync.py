@@ -171,7 +171,7 @@ class SyncTransport:
                 # The thread switch: the connection is opened (or reused) and used on the loop.
                 return self._loop.run(self._on_connection(effect.fn, effect.fresh))
             if isinstance(effect, effects.DropNats):
-                return self._loop.run(self._nats.discard())
+                return self._loop.run(self._nats.discard(effect.flush_within))
         except grpc.RpcError as exc:
             raise effects.RpcFailure.of(exc) from exc
         raise TypeError(f"unknown effect {effect!r}")
