@@ -303,3 +303,15 @@ def test_no_secret_of_the_connection_in_any_answer_of_the_browser(
     for body in user.bodies:
         assert PASSWORD not in body and TOKEN not in body
         assert "nats-user" not in body and "nats://" not in body
+
+
+def test_the_page_states_the_servers_bounds() -> None:
+    """The form's help line names the bounds the server applies (docs/ui.md says them too)."""
+    from pathlib import Path
+
+    page = (Path(messages.__file__).parent / "static" / "index.html").read_text()
+    docs = (Path(messages.__file__).parents[2] / "docs" / "ui.md").read_text()
+    for text in (page, docs):
+        assert f"{messages.MAX_SCAN_BYTES // 2**20} MiB of messages or for {messages.MAX_SCAN_SECONDS:g} s" in text
+    script = (Path(messages.__file__).parent / "static" / "browser.js").read_text()
+    assert f"const MAX_PAGE = {messages.MAX_PAGE};" in script
