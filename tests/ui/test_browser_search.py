@@ -261,7 +261,10 @@ def test_old_browse_route_refuses_a_free_text_time_with_words(api: Api, stream: 
     refused = api.get(path, expect=400, from_time="yesterday")["detail"]
     assert refused["field"] == "from_time" and "2026-12-06T09:30" in refused["message"]
     assert "from 1 to 200" in api.get(path, expect=400, last="1000")["detail"]["message"]
-    assert [m["offset"] for m in api.get(path, from_offset="1", limit="3")["messages"]] == [1, 2, 3]
+    found = api.get(path, from_offset="1", limit="3")["messages"]
+    assert [m["offset"] for m in found] == [1, 2, 3]
+    # Only the publisher's headers: not Liftbridge's own subject and reply on every message.
+    assert [sorted(m["headers"]) for m in found] == [[], ["trace"], []]
 
 
 def test_new_routes_refuse_without_a_user_and_with_a_forged_token(airflow_app: Any, stream: str) -> None:
@@ -315,3 +318,20 @@ def test_the_page_states_the_servers_bounds() -> None:
         assert f"{messages.MAX_SCAN_BYTES // 2**20} MiB of messages or for {messages.MAX_SCAN_SECONDS:g} s" in text
     script = (Path(messages.__file__).parent / "static" / "browser.js").read_text()
     assert f"const MAX_PAGE = {messages.MAX_PAGE};" in script
+
+
+async def test_a_search_the_browser_leaves_is_closed(stream: str, lb_address: str) -> None:
+    """When the browser goes away (its Stop button aborts the request), Starlette closes the
+    answer's generator: the search's reading ends and its client is closed."""
+    from airflow_provider_liftbridge.client import ClientClosedError
+    from airflow_provider_liftbridge.ui.api import _ndjson
+
+    client = LiftbridgeClient(lb_address)
+    events = messages.plan(client, stream, order="oldest", limit="1").events()
+    answer = _ndjson(client, events, [])
+    assert json.loads(await answer.__anext__())["type"] == "start"
+    assert json.loads(await answer.__anext__())["type"] == "message"
+    await answer.aclose()
+    assert events.gi_frame is None  # type: ignore[attr-defined]  # the generator is closed
+    with pytest.raises(ClientClosedError):
+        client.fetch_metadata([stream])

@@ -125,7 +125,7 @@ const liftbridgeBrowser = (() => {
       found += 1;
       shown[m.partition] = m.offset;
       const row = el("tr", {class: "message", "data-partition": m.partition, "data-offset": m.offset},
-        num(m.partition), num(m.offset), el("td", {}, m.timestamp), el("td", {}, rendered(m.key)),
+        num(m.partition), num(m.offset), el("td", {class: "time"}, m.timestamp), el("td", {}, rendered(m.key)),
         el("td", {}, ...Object.entries(m.headers).map(([k, v]) => el("div", {class: "header"}, `${k}: `, rendered(v)))),
         el("td", {}, rendered(m.value)),
         el("td", {}, el("button", {type: "button", class: "b-open", title: "Open this message"}, "View")));
