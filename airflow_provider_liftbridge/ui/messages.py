@@ -6,8 +6,8 @@ position; and one message whole.
 A search is planned (:func:`plan`: the input checked, the stream's partitions and where each is
 read from), then run (:meth:`Search.events`: a generator of JSON-safe events the API streams as
 NDJSON). Reading stops when the page is full, when every partition is read to its end, or at the
-bounds: :data:`MAX_SCAN_BYTES` read or :data:`MAX_SCAN_SECONDS` spent; the last event says which,
-and where the next page (either way) starts.
+bounds: :data:`MAX_SCAN_BYTES` examined or :data:`MAX_SCAN_SECONDS` spent; the last event says
+which, and where the next page (either way) starts.
 
 Every bad input raises :class:`SearchInputError`, naming the field and what to type.
 """
@@ -60,9 +60,10 @@ __all__ = [
 
 #: At most this many messages per page.
 MAX_PAGE = 500
-#: A search reads at most this many bytes (keys, values and headers) per request.
+#: A search examines at most this many bytes of messages (keys, values, headers) per request; it
+#: reads ahead of them by up to ``_CHUNK_BYTES`` (4 MiB) per partition.
 MAX_SCAN_BYTES = 64 * 1024 * 1024
-#: A search reads for at most this long per request.
+#: A search reads for at most this long per request (checked between messages).
 MAX_SCAN_SECONDS = 20.0
 #: The message view shows (and hex-dumps) up to this many bytes of a value; the download has it all.
 MAX_VIEW_BYTES = 1024 * 1024
@@ -106,7 +107,10 @@ class _Reader:
         )
         got: list[Message] = []
         read = 0
-        messages = self.client.subscribe(self.stream, partition=self.partition, start_at=lo, stop_at=hi)
+        # Stop at the high watermark, not at hi: when retention removed [lo, hi] a stop before the
+        # oldest kept message is never reached (the dev server then waits for it); the first message
+        # after hi ends the read instead.
+        messages = self.client.subscribe(self.stream, partition=self.partition, start_at=lo, stop_at=self.hw)
         try:
             for message in islice(messages, hi - lo + 1):
                 if message.offset > hi:  # the first offset >= lo lies after hi: none left in [lo, hi]
@@ -373,8 +377,8 @@ def plan(
     search.high_watermarks = {p: hws[p] for p in chosen}
     for p in chosen:
         hw = hws[p]
-        if positions is not None:
-            start = positions[p]
+        if positions is not None:  # never past the high watermark: that would wait for new messages
+            start = positions[p] if forward else min(positions[p], hw)
         elif from_offset is not None:
             start = from_offset if forward else min(from_offset, hw)
         elif from_time is not None:

@@ -335,3 +335,25 @@ async def test_a_search_the_browser_leaves_is_closed(stream: str, lb_address: st
     assert events.gi_frame is None  # type: ignore[attr-defined]  # the generator is closed
     with pytest.raises(ClientClosedError):
         client.fetch_metadata([stream])
+
+
+def test_a_partition_whose_oldest_messages_are_gone(
+    api: Api, stream_name: str, lb_address: str, connections: Any
+) -> None:
+    """Retention removed offsets 0 to 6: pages read what is kept, either way, and end at it."""
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name, retention_max_messages=5)
+        client.publish_many(stream_name, [b"m%d" % i for i in range(12)])
+    offsets = lambda body: [m["offset"] for m in body["messages"]]  # noqa: E731
+    assert offsets(search(api, stream_name)) == [11, 10, 9, 8, 7]
+    assert offsets(search(api, stream_name, order="oldest")) == [7, 8, 9, 10, 11]
+    page, seen = search(api, stream_name, limit=2), []
+    while True:
+        seen += offsets(page)
+        if page["end"]["continue"]["done"]:
+            break
+        page = search(api, stream_name, limit=2, **_page(page["end"]["continue"]))
+    assert seen == [11, 10, 9, 8, 7]
+    below = search(api, stream_name, at="0:5", scan="backward")
+    assert offsets(below) == [] and below["end"]["continue"]["done"]
+    assert offsets(search(api, stream_name, offset="2", order="oldest")) == [7, 8, 9, 10, 11]
