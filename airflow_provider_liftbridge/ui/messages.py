@@ -411,7 +411,8 @@ def message_at(client: LiftbridgeClient, stream: str, partition: str, offset: st
         raise PartitionPausedError(f"partition {p} of {stream!r} is paused")
     found = None
     if o <= hws[p]:
-        messages = client.subscribe(stream, partition=p, start_at=o, stop_at=o)
+        # Up to the high watermark: a stop at o is never reached when retention removed o.
+        messages = client.subscribe(stream, partition=p, start_at=o, stop_at=hws[p])
         try:
             found = next(messages, None)
         finally:

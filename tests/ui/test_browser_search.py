@@ -357,3 +357,6 @@ def test_a_partition_whose_oldest_messages_are_gone(
     below = search(api, stream_name, at="0:5", scan="backward")
     assert offsets(below) == [] and below["end"]["continue"]["done"]
     assert offsets(search(api, stream_name, offset="2", order="oldest")) == [7, 8, 9, 10, 11]
+    base = f"/api/connections/liftbridge_default/streams/{stream_name}/partitions/0/messages"
+    assert "removed by retention" in api.get(f"{base}/2", expect=404)["detail"]
+    assert base64.b64decode(api.get(f"{base}/7")["value_b64"]) == b"m7"
