@@ -15,11 +15,14 @@ never on the api-server's event loop, with the connection's time-outs and retrie
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Callable
+import base64
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import anyio
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
 from airflow.models.connection import Connection
@@ -27,7 +30,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, status
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
@@ -47,7 +50,8 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import charts, model
+from . import charts, messages, model
+from .search_input import SearchInputError, parse_count, parse_offset, parse_time
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
 
@@ -97,11 +101,10 @@ def _scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-def _with_client(conn_id: str, work: Callable[[LiftbridgeClient], T]) -> T:
-    """Build the connection's client, run ``work`` with it, close it (in a worker thread).
+def _connection_settings(conn_id: str) -> tuple[Any, list[str]]:
+    """The connection's client settings and its secrets (to scrub from answers).
 
-    :raises HTTPException: 404 no such connection, 400 not a ``liftbridge`` connection or a bad
-        field, 4xx/5xx for what the cluster answered (scrubbed of the connection's secrets).
+    :raises HTTPException: 404 no such connection, 400 not a ``liftbridge`` connection or a bad field.
     """
     try:
         conn = BaseHook.get_connection(conn_id)
@@ -113,26 +116,44 @@ def _with_client(conn_id: str, work: Callable[[LiftbridgeClient], T]) -> T:
             status.HTTP_400_BAD_REQUEST, f"connection {conn_id!r} is of type {conn.conn_type!r}: pick a liftbridge one"
         )
     try:
-        settings = settings_from_connection(conn)
+        return settings_from_connection(conn), secrets
     except LiftbridgeConnectionConfigError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, _scrub(str(exc), secrets)) from None
+
+
+#: What the client raises, as an answer (the first class that matches).
+_ANSWERS: list[tuple[tuple[type[Exception], ...], int, str]] = [
+    ((LiftbridgeArgumentError, InvalidArgumentError), status.HTTP_400_BAD_REQUEST, ""),
+    ((NoSuchStreamError, NoSuchPartitionError), status.HTTP_404_NOT_FOUND, ""),
+    ((PartitionPausedError,), status.HTTP_409_CONFLICT, " (the view reads only; it does not resume a partition)"),
+    ((CursorsDisabledError,), status.HTTP_409_CONFLICT, ""),
+    ((RequestTimeoutError,), status.HTTP_504_GATEWAY_TIMEOUT, ""),
+    ((UnavailableError, LiftbridgeError), status.HTTP_502_BAD_GATEWAY, ""),
+]
+
+
+def _answer(exc: Exception, secrets: list[str]) -> HTTPException | None:
+    """The answer for what the client (or a check of the browser's input) raised; ``None``: not ours."""
+    if isinstance(exc, SearchInputError):  # the browser marks the field named
+        return HTTPException(status.HTTP_400_BAD_REQUEST, {"field": exc.field, "message": _scrub(str(exc), secrets)})
+    for kinds, code, note in _ANSWERS:
+        if isinstance(exc, kinds):
+            return HTTPException(code, _scrub(f"{exc}{note}", secrets))
+    return None
+
+
+def _with_client(conn_id: str, work: Callable[[LiftbridgeClient], T]) -> T:
+    """Build the connection's client, run ``work`` with it, close it (in a worker thread).
+
+    :raises HTTPException: 404 no such connection, 400 not a ``liftbridge`` connection or a bad
+        field, 4xx/5xx for what the cluster answered (scrubbed of the connection's secrets).
+    """
+    settings, secrets = _connection_settings(conn_id)
     try:
         with LiftbridgeClient.from_settings(settings) as client:
             return work(client)
-    except (LiftbridgeArgumentError, InvalidArgumentError) as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, _scrub(str(exc), secrets)) from None
-    except (NoSuchStreamError, NoSuchPartitionError) as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, _scrub(str(exc), secrets)) from None
-    except PartitionPausedError as exc:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, _scrub(f"{exc} (the view reads only; it does not resume a partition)", secrets)
-        ) from None
-    except CursorsDisabledError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, _scrub(str(exc), secrets)) from None
-    except RequestTimeoutError as exc:
-        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, _scrub(str(exc), secrets)) from None
-    except (UnavailableError, LiftbridgeError) as exc:
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, _scrub(str(exc), secrets)) from None
+    except (SearchInputError, LiftbridgeArgumentError, LiftbridgeError) as exc:
+        raise (_answer(exc, secrets) or exc) from None
 
 
 async def _off_loop(conn_id: str, work: Callable[[LiftbridgeClient], T]) -> T:
@@ -206,21 +227,123 @@ def create_app() -> FastAPI:
         connection_id: str,
         stream: str,
         partition: int,
-        last: Annotated[int | None, Query(ge=1, le=model.MAX_MESSAGES)] = None,
-        from_offset: Annotated[int | None, Query(ge=0)] = None,
-        from_time: Annotated[dt.datetime | None, Query(description="ISO 8601; UTC when it names no zone")] = None,
-        limit: Annotated[int, Query(ge=1, le=model.MAX_MESSAGES)] = 20,
+        last: str | None = None,
+        from_offset: str | None = None,
+        from_time: Annotated[str | None, Query(description="ISO 8601; UTC when it names no zone")] = None,
+        limit: str | None = None,
     ) -> dict[str, Any]:
         """The last N messages of a partition, or up to ``limit`` from an offset or a time."""
 
         def work(client: LiftbridgeClient) -> dict[str, Any]:
             return model.browse(
-                client, stream, partition, last=last, from_offset=from_offset, from_time=from_time, limit=limit
+                client,
+                stream,
+                partition,
+                last=parse_count(last, "last", None, model.MAX_MESSAGES),
+                from_offset=parse_offset(from_offset, "from_offset"),
+                from_time=parse_time(from_time, "from_time"),
+                limit=parse_count(limit, "limit", 20, model.MAX_MESSAGES) or 20,
             )
 
         return {"connection_id": connection_id} | await _off_loop(connection_id, work)
 
+    _browser_routes(api, [connection_read, messages_read])
     return api
+
+
+# -- the message browser (docs/ui.md, "The message browser") ------------------------------------
+def _browser_routes(api: FastAPI, checks: list[Any]) -> None:
+    """The browser's search (streamed as NDJSON), one message, and one message's value."""
+    base = "/api/connections/{connection_id}/streams/{stream}"
+
+    @api.get(f"{base}/search", dependencies=checks)
+    async def search(
+        connection_id: str,
+        stream: str,
+        partition: Annotated[str | None, Query(description="a partition, or 'all' (merged by time)")] = None,
+        order: Annotated[str | None, Query(description="newest (default) or oldest first")] = None,
+        offset: str | None = None,
+        time: Annotated[str | None, Query(description="ISO 8601; UTC when it names no zone")] = None,
+        at: Annotated[str | None, Query(description="a page position: partition:offset,...")] = None,
+        scan: Annotated[str | None, Query(description="forward or backward (paging)")] = None,
+        key: str | None = None,
+        value: str | None = None,
+        path: Annotated[str | None, Query(description="JSON path: $.a.b[0] [== value | != value]")] = None,
+        header: Annotated[str | None, Query(description="name, or name=value")] = None,
+        limit: str | None = None,
+        max_bytes: str | None = None,
+    ) -> StreamingResponse:
+        """Find messages; the answer is NDJSON, one event a line (``start``, ``message``,
+        ``progress``, ``end``, or ``error`` when a read fails midway), see :class:`.messages.Search`."""
+        fields = {"partition": partition, "order": order, "offset": offset, "at_time": time, "at": at}
+        fields |= {"scan": scan, "key": key, "value": value, "path": path, "header": header}
+        fields |= {"limit": limit, "max_bytes": max_bytes}
+        settings, secrets = await run_in_threadpool(_connection_settings, connection_id)
+        client = await run_in_threadpool(LiftbridgeClient.from_settings, settings)
+        try:
+            planned = await run_in_threadpool(lambda: messages.plan(client, stream, **fields))
+        except BaseException as exc:
+            await run_in_threadpool(client.close)
+            answer = _answer(exc, secrets) if isinstance(exc, Exception) else None
+            if answer is None:
+                raise
+            raise answer from None
+        return StreamingResponse(
+            _ndjson(client, planned.events(), secrets),
+            media_type="application/x-ndjson",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @api.get(f"{base}/partitions/{{partition}}/messages/{{offset}}", dependencies=checks)
+    async def message(connection_id: str, stream: str, partition: str, offset: str) -> dict[str, Any]:
+        """One message: its subject and reply subject, the publisher's headers, and its key and
+        value as base64 (the value up to :data:`.messages.MAX_VIEW_BYTES`)."""
+        found = await _off_loop(connection_id, lambda c: messages.message_at(c, stream, partition, offset))
+        shown = found.value[: messages.MAX_VIEW_BYTES]
+        return {
+            "connection_id": connection_id,
+            "message": model.render_message(found),
+            "subject": found.subject,
+            "reply_subject": found.reply_subject,
+            "key_b64": base64.b64encode(found.key).decode() if found.key is not None else None,
+            "value_b64": base64.b64encode(shown).decode(),
+            "value_size": len(found.value),
+            "value_cut": len(shown) < len(found.value),
+        }
+
+    @api.get(f"{base}/partitions/{{partition}}/messages/{{offset}}/value", dependencies=checks)
+    async def message_value(connection_id: str, stream: str, partition: str, offset: str) -> Response:
+        """One message's value, whole, as a file to download."""
+        found = await _off_loop(connection_id, lambda c: messages.message_at(c, stream, partition, offset))
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{stream}-{found.partition}-{found.offset}")
+        return Response(
+            found.value,
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{name}.bin"', "Cache-Control": "no-store"},
+        )
+
+
+async def _ndjson(client: LiftbridgeClient, events: Iterator[dict[str, Any]], secrets: list[str]) -> AsyncIterator[str]:
+    """The search's events as NDJSON lines, each read in a worker thread; a failed read becomes an
+    ``error`` event. Closes the search and the client at the end, and when the browser goes away
+    (its Stop button: Starlette then cancels this generator)."""
+    try:
+        while (event := await run_in_threadpool(next, events, None)) is not None:
+            yield json.dumps(event) + "\n"
+    except (LiftbridgeError, LiftbridgeArgumentError) as exc:
+        answer = _answer(exc, secrets)
+        assert answer is not None
+        yield json.dumps({"type": "error", "status": answer.status_code, "detail": answer.detail}) + "\n"
+    finally:
+        with anyio.CancelScope(shield=True):  # cancelled (the browser left): still close
+            await run_in_threadpool(_close_search, events, client)
+
+
+def _close_search(events: Iterator[dict[str, Any]], client: LiftbridgeClient) -> None:
+    try:
+        events.close()  # type: ignore[attr-defined]  # a generator: ends its subscription
+    finally:
+        client.close()
 
 
 app = create_app()

@@ -55,7 +55,9 @@ __all__ = [
     "dead_letter_streams",
     "dead_letters",
     "pipelines",
+    "real_headers",
     "render_message",
+    "render_time",
 ]
 
 #: At most this many messages per browse or per dead-letter stream.
@@ -67,11 +69,14 @@ _MAX_TIMESTAMP_S = (1 << 63) / 1e9
 
 
 # -- rendering ---------------------------------------------------------------------------------
-def _iso(nanos: int) -> str | None:
+def render_time(nanos: int) -> str | None:
     """An epoch-nanoseconds timestamp as ISO 8601 UTC (``None`` for 0 or less: unknown)."""
     if nanos <= 0:
         return None
     return dt.datetime.fromtimestamp(nanos / 1e9, dt.UTC).isoformat(timespec="milliseconds")
+
+
+_iso = render_time
 
 
 def render_bytes(data: bytes | None) -> dict[str, Any] | None:
@@ -108,15 +113,23 @@ def _header_text(headers: Mapping[str, bytes], name: str) -> str | None:
     return None if value is None else value.decode("utf-8", "replace")
 
 
+def real_headers(message: Message) -> Mapping[str, bytes]:
+    """The headers the publisher gave: without the ``subject`` and ``reply`` headers Liftbridge
+    adds to every message (they repeat the message's subject and reply subject)."""
+    own = {"subject": message.subject.encode(), "reply": message.reply_subject.encode()}
+    return {name: value for name, value in message.headers.items() if own.get(name) != value}
+
+
 def render_message(message: Message) -> dict[str, Any]:
-    """A message for a page: offset, time, key, headers and value (see :func:`render_bytes`)."""
+    """A message for a page: offset, time, key, the publisher's headers (:func:`real_headers`) and
+    value (see :func:`render_bytes`)."""
     return {
         "stream": message.stream,
         "partition": message.partition,
         "offset": message.offset,
         "timestamp": _iso(message.timestamp),
         "key": render_bytes(message.key),
-        "headers": {name: render_bytes(value) for name, value in sorted(message.headers.items())},
+        "headers": {name: render_bytes(value) for name, value in sorted(real_headers(message).items())},
         "value": render_bytes(message.value),
     }
 

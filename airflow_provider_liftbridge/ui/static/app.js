@@ -286,21 +286,7 @@ const views = {
     }
     return nodes;
   },
-  async browse() {
-    const stream = $("b-stream").value.trim();
-    if (!stream) return [el("p", {}, "Name a stream (see the Cluster tab) and press Show.")];
-    const q = new URLSearchParams();
-    const off = $("b-offset").value, time = $("b-time").value.trim();
-    if (off !== "") q.set("from_offset", off); else if (time) q.set("from_time", time);
-    else q.set("last", $("b-last").value || "20");
-    const part = $("b-partition").value || "0";
-    const d = await get(`/streams/${encodeURIComponent(stream)}/partitions/${part}/messages?${q}`);
-    return [el("p", {}, `${d.stream} partition ${d.partition}, high watermark ${d.high_watermark}: ${d.messages.length} message(s)`),
-      table(["Offset", "Time", "Key", "Headers", "Value"], d.messages.map(m => el("tr", {class: "message", "data-offset": m.offset},
-        num(m.offset), el("td", {}, m.timestamp), el("td", {}, rendered(m.key)),
-        el("td", {}, ...Object.entries(m.headers).map(([k, v]) => el("div", {}, `${k}: `, rendered(v)))),
-        el("td", {}, rendered(m.value)))), {id: "messages"})];
-  },
+  browse() { return liftbridgeBrowser.view(); },  // browser.js
 };
 
 // -- showing, refreshing ----------------------------------------------------------------------
@@ -309,6 +295,7 @@ async function show(quiet) {
   const mine = ++showing;
   document.querySelectorAll("nav button").forEach(b => b.classList.toggle("active", b.dataset.tab === state.tab));
   $("browse-form").hidden = state.tab !== "browse";
+  if (state.tab !== "browse") liftbridgeBrowser.stop(true);
   if (!quiet) out.replaceChildren(el("p", {class: "muted"}, "Loading…"));
   let nodes;
   const charts = [];
@@ -327,14 +314,12 @@ async function show(quiet) {
   $("updated").dataset.count = String((Number($("updated").dataset.count) || 0) + 1);
   keepUrl();
 }
-// The message browser's fields kept in the address (query name: field).
-const BROWSE_FIELDS = {stream: "b-stream", partition: "b-partition", last: "b-last", offset: "b-offset", time: "b-time"};
 function keepUrl() {  // the address says what is shown, so it can be shared or reloaded
   const q = new URLSearchParams();
   if (connection()) q.set("conn", connection());
   q.set("tab", state.tab);
   if (state.tab === "browse") {
-    for (const [name, id] of Object.entries(BROWSE_FIELDS)) if ($(id).value.trim()) q.set(name, $(id).value.trim());
+    for (const [name, value] of liftbridgeBrowser.address()) q.set(name, value);
   }
   if (state.focus) q.set("pipeline", state.focus);
   if ($("filter").value.trim()) q.set("filter", $("filter").value.trim());
@@ -361,7 +346,6 @@ async function loadConnections() {
 
 document.querySelectorAll("nav button").forEach(b => b.addEventListener("click", () => { state.tab = b.dataset.tab; show(); }));
 $("refresh").addEventListener("click", () => show());
-$("browse-form").addEventListener("submit", (e) => { e.preventDefault(); show(); });
 $("conn").addEventListener("change", () => show());
 let filtering = null;
 $("filter").addEventListener("input", () => { clearTimeout(filtering); filtering = setTimeout(() => show(true), 200); });
@@ -369,7 +353,7 @@ $("interval").addEventListener("change", schedule);
 $("pause").addEventListener("click", () => { state.paused = !state.paused; schedule(); });
 
 if (params.get("tab") in views) state.tab = params.get("tab");
-for (const [name, id] of Object.entries(BROWSE_FIELDS)) if (params.get(name)) $(id).value = params.get(name);
+liftbridgeBrowser.restore(params);
 if (params.get("filter")) $("filter").value = params.get("filter");
 watchTheme();
 loadConnections().then(() => { show(); schedule(); });
