@@ -47,7 +47,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import charts, model
+from . import charts, lag_api, model
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
 
@@ -220,6 +220,7 @@ def create_app() -> FastAPI:
 
         return {"connection_id": connection_id} | await _off_loop(connection_id, work)
 
+    lag_api.add_routes(api, _off_loop, [connection_read])  # /lag and /groups (ui/lag_api.py)
     return api
 
 

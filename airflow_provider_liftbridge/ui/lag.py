@@ -20,6 +20,7 @@ __all__ = [
     "WINDOW",
     "Commit",
     "Thresholds",
+    "over_threshold",
     "parse_thresholds",
     "partition_status",
     "worst",
@@ -132,16 +133,23 @@ def partition_status(
     another way: consumer groups, by membership). ``complete`` is the window's fill (0 to 1).
     """
     window = sorted(commits, key=lambda c: c.time)[-WINDOW:]
-    verdict: dict[str, Any] = _burrow(window, lag, now, stop_rule=stop_rule)
-    if verdict["status"] == "OK" and thresholds is not None:
-        over = []
-        if thresholds.max_lag is not None and lag > thresholds.max_lag:
-            over.append(f"lag {lag} > {thresholds.max_lag} messages")
-        if thresholds.max_lag_age_s is not None and lag_age_s is not None and lag_age_s > thresholds.max_lag_age_s:
-            over.append(f"oldest unread {lag_age_s:.0f} s > {thresholds.max_lag_age_s:.0f} s")
-        if over:
-            verdict = _verdict("WARN", "threshold", "over the threshold: " + "; ".join(over))
+    verdict = over_threshold(_burrow(window, lag, now, stop_rule=stop_rule), lag, lag_age_s, thresholds)
     return verdict | {"window": len(window), "complete": min(1.0, len(window) / WINDOW)}
+
+
+def over_threshold(
+    verdict: dict[str, Any], lag: int, lag_age_s: float | None, thresholds: Thresholds | None
+) -> dict[str, Any]:
+    """``verdict``, or WARN (rule ``threshold``) when it is OK and the lag or its age is over a
+    user's threshold."""
+    if verdict["status"] != "OK" or thresholds is None:
+        return verdict
+    over = []
+    if thresholds.max_lag is not None and lag > thresholds.max_lag:
+        over.append(f"lag {lag} > {thresholds.max_lag} messages")
+    if thresholds.max_lag_age_s is not None and lag_age_s is not None and lag_age_s > thresholds.max_lag_age_s:
+        over.append(f"oldest unread {lag_age_s:.0f} s > {thresholds.max_lag_age_s:.0f} s")
+    return _verdict("WARN", "threshold", "over the threshold: " + "; ".join(over)) if over else verdict
 
 
 def worst(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
