@@ -303,6 +303,8 @@ const views = {
   },
 };
 
+Object.assign(views, window.liftbridgeTabs || {});  // tabs of their own files (lag.js: Lag, Groups)
+
 // -- showing, refreshing ----------------------------------------------------------------------
 let showing = 0;
 async function show(quiet) {
