@@ -12,7 +12,7 @@
   function thresholdText(t) {
     if (!t) return "—";
     const parts = [];
-    if (t.max_lag != null) parts.push(`${t.max_lag} messages`);
+    if (t.max_lag != null) parts.push(`${t.max_lag} message${t.max_lag === 1 ? "" : "s"}`);
     if (t.max_lag_age_s != null) parts.push(`${duration(t.max_lag_age_s)} old`);
     return parts.length ? parts.join(", ") : "—";
   }
