@@ -83,10 +83,11 @@ class Sample:
     def to_point(self) -> dict[str, Any]:
         """For the page: the time, the lag over all partitions and the oldest unread message's age."""
         ages = [row[3] for row in self.partitions.values()]
+        known = [age for age in ages if age is not None]
         return {
             "time": self.time,
             "lag": sum(row[2] for row in self.partitions.values()),
-            "lag_age_s": None if None in ages else max(ages, default=0.0),
+            "lag_age_s": max(known, default=0.0) if len(known) == len(ages) else None,
         }
 
 

@@ -39,6 +39,12 @@ def pipeline_commits(client: LiftbridgeClient) -> dict[tuple[str, str, int, str]
     return out
 
 
+def _name(p: Mapping[str, Any]) -> str:
+    """A pipeline's name: ``dag_id.task_id``, with ``[map index]`` for a mapped task's instance."""
+    index = f"[{p['map_index']}]" if p["map_index"] >= 0 else ""
+    return f"{p['dag_id']}.{p['task_id']}{index}"
+
+
 def _pipeline(
     p: Mapping[str, Any], commits: Mapping[int, list[lag.Commit]], limits: lag.Thresholds | None, now: float
 ) -> dict[str, Any]:
@@ -56,10 +62,9 @@ def _pipeline(
         worst = {"status": "ERR", "rule": "error", "reason": p["error"], "window": 0}
     else:
         worst = lag.worst(verdicts)
-    name = f"{p['dag_id']}.{p['task_id']}"
     return {
         "kind": "pipeline",
-        "name": name,
+        "name": _name(p),
         "dag_id": p["dag_id"],
         "task_id": p["task_id"],
         "map_index": p["map_index"],
@@ -91,12 +96,12 @@ def overview(
     commits = pipeline_commits(client)
     readers, fresh = [], []
     for p in model.pipelines(client)["pipelines"]:
-        name = f"{p['dag_id']}.{p['task_id']}"
         key = (p["dag_id"], p["task_id"], p["map_index"], p["stream"])
-        readers.append(_pipeline(p, commits.get(key, {}), thresholds.get(name), now))
+        # Thresholds are per task (every mapped instance alike).
+        readers.append(_pipeline(p, commits.get(key, {}), thresholds.get(f"{p['dag_id']}.{p['task_id']}"), now))
         rows = {r["partition"]: (r["position"], r["high_watermark"], r["lag"], r["lag_age_s"]) for r in p["partitions"]}
         if not p.get("error"):
-            fresh.append(samples.Sample("pipeline", name, p["stream"], now, rows))
+            fresh.append(samples.Sample("pipeline", _name(p), p["stream"], now, rows))
     found, group_samples = groups.groups(client, thresholds=thresholds, known=known, now=now)
     for g in found:
         readers.append(
