@@ -3,12 +3,14 @@ FetchMetadata's group answer, against the dev server's real groups (short timeou
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
+from airflow_provider_liftbridge.client import AsyncLiftbridgeClient, LiftbridgeClient
 from airflow_provider_liftbridge.client.group_roster import ROSTER_STREAM, MemberRecord
 from airflow_provider_liftbridge.client.reading.roster import read_roster
 from airflow_provider_liftbridge.devserver import DevServer
@@ -66,3 +68,23 @@ def test_members_record_their_epoch_and_assignments_and_leaving(client: Liftbrid
     assert _of(client, group)["a"].left
     assert client.fetch_group_metadata([group]) == {group: None}
     assert ROSTER_STREAM in client.fetch_metadata([ROSTER_STREAM]).streams
+
+
+def test_an_asyncio_member_records_itself_and_its_group_is_described(
+    groups_server: DevServer, client: LiftbridgeClient, stream_name: str
+) -> None:
+    """The asyncio client shares the operations: its member records itself, and its
+    ``fetch_group_metadata`` answers as the blocking client's."""
+    client.create_stream(stream_name, stream_name)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> tuple[Any, Any]:
+        async with AsyncLiftbridgeClient(groups_server.address, timeout=5.0) as aclient:
+            async with aclient.group_consumer(group, stream_name, consumer_id="solo") as consumer:
+                await consumer.check_assignments()
+                return (await aclient.fetch_group_metadata([group]))[group], _of(client, group).get("solo")
+
+    info, record = asyncio.run(run())
+    assert info is not None and record is not None
+    assert (record.epoch, record.coordinator, record.assignments) == (info.epoch, info.coordinator, {stream_name: [0]})
+    assert _of(client, group)["solo"].left
