@@ -44,7 +44,7 @@
       table(["Status", "Kind", "Name", "Stream", "Lag", "Oldest unread", "Threshold", "Why"], rows, {id: "lag-table"})];
     if (!d.readers.length) nodes.push(el("p", {}, "No pipeline or consumer group yet: reading tasks and group members record themselves when they run."));
     else if (!shown.length) nodes.push(el("p", {class: "muted"}, "Nothing matches the filter."));
-    const charted = shown.filter(r => r.history.length);
+    const charted = shown.filter(r => r.history.length > 1);  // one point is no line
     if (charted.length) {
       nodes.push(el("h2", {}, "Lag between runs (sampled while this page is open)"));
       nodes.push(el("div", {class: "charts"}, ...charted.map(r => chart(`${r.name}: lag (messages)`,
