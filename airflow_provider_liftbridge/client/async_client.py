@@ -92,6 +92,7 @@ class AsyncLiftbridgeClient(ClientBase):
     fetch_partition_metadata = awaited(LiftbridgeClient.fetch_partition_metadata)
     set_cursor = awaited(LiftbridgeClient.set_cursor)
     fetch_cursor = awaited(LiftbridgeClient.fetch_cursor)
+    fetch_group_metadata = awaited(LiftbridgeClient.fetch_group_metadata)
     #: An async iterator (``async for msg in client.subscribe(...)``).
     subscribe = _iterated_async(LiftbridgeClient.subscribe)
     #: The member's ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator.

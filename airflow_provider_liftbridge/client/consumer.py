@@ -40,7 +40,7 @@ import grpc
 
 from airflow_provider_liftbridge._proto import api_pb2
 
-from . import cursors, operations
+from . import cursors, group_roster, operations
 from .effects import Op, RpcFailure, Sleep, Unary
 from .errors import InvalidArgumentError, LiftbridgeError, UnavailableError
 from .retry import is_transient
@@ -107,6 +107,8 @@ class GroupMember:
     :param max_poll_interval: seconds the caller may stay away between two calls (handling a
         message or a batch) before the keeper leaves the group for it (``None``: never); see
         :mod:`.liveness`.
+    :param roster: record this member in the group roster when its epoch or assignments change
+        and when it leaves (:mod:`.group_roster`: the only way others can see a group's members).
     :raises InvalidArgumentError: an empty group id or stream list, an unknown ``auto_offset``,
         a ``max_batch`` below 1, a ``max_poll_interval`` that is not positive.
     """
@@ -119,6 +121,7 @@ class GroupMember:
     max_batch: int = 512
     handover: bool = True
     max_poll_interval: float | None = MAX_POLL_INTERVAL
+    roster: bool = True
     coordinator: str = ""
     epoch: int = 0
     consumer_timeout: float = 15.0
@@ -144,6 +147,8 @@ class GroupMember:
     away_since: float | None = None
     #: The keeper left the group because the caller stayed away longer than ``max_poll_interval``.
     left_idle: bool = False
+    #: What this member last recorded in the roster (epoch, coordinator, assignments, left), or None.
+    recorded: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -316,6 +321,28 @@ def fetch_assignments(core: ClientCore, member: GroupMember) -> Op[None]:
     member.next_heartbeat = now + min(HEARTBEAT_FRACTION * member.consumer_timeout, member.assignment_check)
     assignments = {a.stream: sorted(a.partitions) for a in response.assignments if a.partitions}
     member.pending = assignments if assignments != member.assignments else None
+    yield from _record(core, member, assignments)
+
+
+def _record(
+    core: ClientCore, member: GroupMember, assignments: dict[str, list[int]], *, left: bool = False
+) -> Op[None]:
+    """Record the member in the group roster when what it knows changed (once per change: a
+    failed record is not retried until the next change)."""
+    seen = (member.epoch, member.coordinator, sorted(assignments.items()), left)
+    if not member.roster or seen == member.recorded:
+        return
+    member.recorded = seen
+    record = group_roster.MemberRecord(
+        group_id=member.group_id,
+        consumer_id=member.consumer_id,
+        streams=member.streams,
+        epoch=member.epoch,
+        coordinator=member.coordinator,
+        assignments=assignments,
+        left=left,
+    )
+    yield from group_roster.record_member(core, record)
 
 
 def adopt(core: ClientCore, member: GroupMember) -> Op[None]:
@@ -503,6 +530,7 @@ def leave(core: ClientCore, member: GroupMember) -> Op[None]:
     if member.auto_commit_interval:
         yield from _commit(core, member)
     yield from send_leave(core, member)
+    yield from _record(core, member, {}, left=True)
     member.assignments, member.positions, member.committed = {}, {}, {}
 
 

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import cursors, operations, subscription
+from . import cursors, group_roster, operations, subscription
 from .base import ClientBase
 from .compression import Compression
 from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
@@ -339,6 +339,15 @@ class LiftbridgeClient(ClientBase):
             ``CURSORS_SETTLE_WAIT`` (30 s); nothing was read.
         """
         return self._transport.run(cursors.fetch_cursor(self._core, cursor_id, stream, partition))
+
+    def fetch_group_metadata(self, group_ids: Sequence[str]) -> dict[str, group_roster.GroupInfo | None]:
+        """Each consumer group's coordinator and epoch (a :class:`~.group_roster.GroupInfo`), or
+        ``None`` for a group the cluster does not know (no members). Liftbridge lists neither the
+        groups nor their members: see :mod:`.group_roster` for the members.
+
+        :raises UnavailableError: no broker could be reached.
+        """
+        return self._transport.run(group_roster.fetch_group_metadata(self._core, group_ids))
 
     def close(self) -> None:
         """Close every channel and the NATS connection; idempotent. Open subscriptions end with an error."""

@@ -50,7 +50,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import charts, messages, model
+from . import charts, lag_api, messages, model
 from .search_input import SearchInputError, parse_count, parse_offset, parse_time
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
@@ -248,6 +248,7 @@ def create_app() -> FastAPI:
         return {"connection_id": connection_id} | await _off_loop(connection_id, work)
 
     _browser_routes(api, [connection_read, messages_read])
+    lag_api.add_routes(api, _off_loop, [connection_read])  # /lag and /groups (ui/lag_api.py)
     return api
 
 

@@ -15,6 +15,7 @@ from .test_ops_scripted import core, metadata
 
 
 def _member(**kw: Any) -> GroupMember:
+    kw.setdefault("roster", False)  # the roster's records: test_group_roster.py
     member = GroupMember("g", ["s"], consumer_id="m", **kw)
     member.joined, member.coordinator, member.assignments = True, "b1", {"s": [0, 1]}
     member.positions = {("s", 0): 5, ("s", 1): 7}

@@ -289,6 +289,8 @@ const views = {
   browse() { return liftbridgeBrowser.view(); },  // browser.js
 };
 
+Object.assign(views, window.liftbridgeTabs || {});  // tabs of their own files (lag.js: Lag, Groups)
+
 // -- showing, refreshing ----------------------------------------------------------------------
 let showing = 0;
 async function show(quiet) {
