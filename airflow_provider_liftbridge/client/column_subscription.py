@@ -176,6 +176,31 @@ class ColumnSubscriptionState(SubscriptionState):
         return self._learn_server_headers(pb)
 
 
+class StoredSubscriptionState(SubscriptionState):
+    """A subscription's state whose sink delivers each message's protobuf as gRPC made it (its
+    value not decompressed, no :class:`~.types.Message`): for scans that look at a few headers
+    of many messages, such as the exactly-once publisher's reads."""
+
+    # The offset bookkeeping of SubscriptionState.take, inline (see ColumnSubscriptionState.take).
+    def take(self, pb: api_pb2.Message) -> api_pb2.Message | None:  # type: ignore[override]  # not a Message
+        """The message after the handshake; ``None`` for a repeat of a delivered offset."""
+        offset = pb.offset
+        if offset < self._next_offset:
+            return None
+        self._next_offset = offset + 1
+        self.last_offset = offset
+        if offset >= self._stop_offset:
+            self.done = True
+        return pb
+
+
+def subscribe_stored(core: ClientCore, stream: str, *, partition: int, start_at: StartAt, stop_at: StopAt) -> Op[None]:
+    """``subscribe``, delivering each message's protobuf as stored (:class:`StoredSubscriptionState`);
+    the same positions, resubscription and errors."""
+    state = StoredSubscriptionState(stream, partition, start_at, stop_at, read_isr_replica=False, resume=False)
+    yield from follow(core, state)
+
+
 def subscribe_columns(
     core: ClientCore,
     stream: str,
