@@ -36,8 +36,9 @@ class Busy(Partition):
     """A partition another producer keeps writing to: a record of its own before every partition
     metadata read, and the subscriptions' ranges kept."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, busy: bool = True) -> None:
         super().__init__(clock)
+        self.busy = busy
         self.other = 0
         self.reads: list[tuple[int, int]] = []
 
@@ -46,7 +47,7 @@ class Busy(Partition):
         self.other += 1
 
     def answer(self, effect: Any) -> Any:
-        if isinstance(effect, Unary) and effect.method == "FetchPartitionMetadata":
+        if self.busy and isinstance(effect, Unary) and effect.method == "FetchPartitionMetadata":
             self.intrude()
         if isinstance(effect, OpenStream):
             self.reads.append((effect.request.startOffset, effect.request.stopOffset))
@@ -59,6 +60,7 @@ class Interleaved:
 
     def __init__(self, part: Busy, run: int, between: int = 3, intruder: Callable[[int], Record] | None = None):
         self.part, self.run, self.between, self.intruder = part, run, between, intruder
+        self.lose_last = 0  # records a new leader never had: cut off the log once acknowledged
 
     def send(self, records: Sequence[Record]) -> list[Ack]:
         acks = []
@@ -67,7 +69,10 @@ class Interleaved:
                 for _ in range(self.between):
                     self.part.intrude(self.intruder)
             offset = self.part.append(rec)
-            acks.append(Ack("s", 0, "s", "s", offset, "", "", AckPolicy.ALL, 0, 0, AckError.OK))
+            acks.append(Ack("s", 0, "s", "s", offset, "", "", AckPolicy.LEADER, 0, 0, AckError.OK))
+        if self.lose_last:
+            del self.part.log[-self.lose_last :]
+            self.part.hw = self.part.newest
         return acks
 
     def reset(self) -> None:
@@ -77,9 +82,11 @@ class Interleaved:
         pass
 
 
-def _run(run: int, intruder: Callable[[int], Record] | None = None) -> tuple[Clock, Busy, Any, Interleaved]:
+def _run(
+    run: int, intruder: Callable[[int], Record] | None = None, *, busy: bool = True
+) -> tuple[Clock, Busy, Any, Interleaved]:
     clock = Clock()
-    part = Busy(clock)
+    part = Busy(clock, busy=busy)
     sender = Interleaved(part, run, intruder=intruder)
     publisher = _publisher(scripted_client(part.answer, timeout=TIMEOUT), sender, clock)  # type: ignore[arg-type]
     return clock, part, publisher, sender
@@ -130,6 +137,20 @@ def test_records_of_its_producer_from_elsewhere_are_watched_for_quiet() -> None:
 
     assert result.written == 300
     assert clock.now >= publisher.reader.waits.quiet
+
+
+def test_records_acknowledged_by_a_leader_that_lost_them_do_not_hold_the_call(caplog: Any) -> None:
+    # Ack policy LEADER: a new leader without the last records took over before the end-of-call
+    # read. The log ends, committed, below them: nothing more will come, so the read goes on (and
+    # the loss is logged, as before) instead of waiting for a high watermark that never reaches them.
+    clock, part, publisher, sender = _run(run=100, busy=False)
+    sender.lose_last = 5
+
+    result = publisher.publish([b"r%d" % i for i in range(300)])
+
+    assert result.written == 300
+    assert clock.now < publisher.reader.waits.tail_wait
+    assert len(_ours(part)) == 295
 
 
 @pytest.mark.parametrize(

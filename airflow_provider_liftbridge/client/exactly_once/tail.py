@@ -276,7 +276,11 @@ class TailReader:
                 if info.leader and info.leader != state.leader:
                     self.leader_moved = self.leader_moved or bool(state.leader)
                     state.leader = info.leader
-                if info.high_watermark < state.unread_own:  # acknowledged by the leader, not committed yet
+                # Wait while records of ours may still commit (acknowledged by the leader alone), or
+                # the high watermark reads below one read before (a cluster still loading). A log
+                # that ends below them, all committed, was truncated: the scan says so.
+                tail = info.high_watermark < min(state.unread_own, info.newest_offset)
+                if tail or info.high_watermark < state.hw_seen:
                     behind.append(info)
                     continue
                 state.hw_seen = max(state.hw_seen, info.high_watermark)
