@@ -473,9 +473,17 @@ class SplitCpu:
 
 
 def per_core_child(
-    address: str, nats_url: str, rows: int, rounds: int, window: int, partitions: int, cases: set[str]
+    address: str,
+    nats_url: str,
+    rows: int,
+    rounds: int,
+    window: int,
+    partitions: int,
+    cases: set[str],
+    master: str = "local[1]",
 ) -> dict[str, Any]:
-    """On local[1], ``rounds`` interleaved rounds of each case asked for, each run to a fresh stream:
+    """On ``master`` (local[1]: one core), ``rounds`` interleaved rounds of each case asked for,
+    each run to a fresh stream:
 
     - ``publish``: Spark's ``publish_dataframe`` (also exactly-once) and the client's ``publish_many``
       of the same rows (the same JSON values, keys and partitions, built beforehand);
@@ -490,7 +498,7 @@ def per_core_child(
 
     settings = ConnectionSettings(brokers=address, nats_servers=[nats_url], timeout=30.0)
     spark = build_spark_session(
-        "local[1]", app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
+        master, app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.range(rows, numPartitions=1).selectExpr(
@@ -612,7 +620,13 @@ def per_core_child(
 
 
 def per_core(
-    codes: list[tuple[str, str]], rows: int, rounds: int, window: int, partitions: int, cases: set[str]
+    codes: list[tuple[str, str]],
+    rows: int,
+    rounds: int,
+    window: int,
+    partitions: int,
+    cases: set[str],
+    master: str = "local[1]",
 ) -> None:
     """Run :func:`per_core_child` for each ``(label, code tree)`` in turn against one dev server
     out of process, and print a markdown table: medians of the rounds."""
@@ -625,7 +639,7 @@ def per_core(
         for label, code in codes:
             env = dict(os.environ, PYTHONPATH=str(Path(code).resolve()))
             args = [server.address, server.nats_url, str(rows), str(rounds), str(window), str(partitions)]
-            args.append(",".join(sorted(cases)))
+            args += [",".join(sorted(cases)), master]
             done = subprocess.run(
                 [sys.executable, str(here), "--per-core-child", *args], env=env, capture_output=True, text=True
             )
@@ -639,7 +653,7 @@ def per_core(
 
     print(f"machine: {machine()}; load1 {' → '.join(f'{x:.1f}' for x in load)}")
     print(
-        f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, local[1], "
+        f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, {master}, "
         f"{rounds} interleaved rounds (medians), dev server out of process, NATS path"
     )
     print()
@@ -709,12 +723,15 @@ if __name__ == "__main__":
         per_core_parser.add_argument(
             "--cases", default="publish,read,sink", help="comma-separated: publish, read, sink (default: all)"
         )
+        per_core_parser.add_argument(
+            "--master", default="local[1]", help="e.g. local[2]: tasks side by side (the sink's tasks then interleave)"
+        )
         a = per_core_parser.parse_args(sys.argv[2:])
         trees = [tuple(c.split("=", 1)) for c in a.code] or [("this", str(Path(__file__).resolve().parents[1]))]
         chosen = {c.strip() for c in a.cases.split(",") if c.strip()}
         if not chosen or chosen - {"publish", "read", "sink"}:
             sys.exit(f"--cases takes publish, read and sink, comma-separated; got {a.cases!r}")
-        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen)  # type: ignore[arg-type]
+        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master)  # type: ignore[arg-type]
     elif sys.argv[1:2] == ["--cluster-child"]:
         address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
         runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))
