@@ -235,9 +235,7 @@ class TailReader:
                     continue
                 info = self.client.fetch_partition_metadata(self.stream, p)
                 watch, state = watches[p], self.state.parts[p]
-                if info.leader and info.leader != state.leader:
-                    self.leader_moved = self.leader_moved or bool(state.leader)
-                    state.leader = info.leader
+                self._note_leader(state, info)
                 # A high watermark below one read before is a cluster still loading after a
                 # restart (it reads -1 for seconds), not a partition that lost committed records.
                 committed = state.hw_seen <= info.high_watermark >= info.newest_offset
@@ -254,6 +252,11 @@ class TailReader:
                 return found
             self._check_bounds(waiting, watches, suspected, now() - started)
             self.timer.sleep(waits.settle if waits.settle > 0 else 0.2)
+
+    def _note_leader(self, state: PartitionState, info: PartitionInfo) -> None:
+        if info.leader and info.leader != state.leader:
+            self.leader_moved = self.leader_moved or bool(state.leader)
+            state.leader = info.leader
 
     def read_between_own(self, partitions: Sequence[int]) -> bool:
         """Read each of ``partitions`` once its high watermark has reached this publisher's last
@@ -273,9 +276,7 @@ class TailReader:
             for p in left:
                 state = self.state.parts[p]
                 info = self.client.fetch_partition_metadata(self.stream, p)
-                if info.leader and info.leader != state.leader:
-                    self.leader_moved = self.leader_moved or bool(state.leader)
-                    state.leader = info.leader
+                self._note_leader(state, info)
                 # Wait while records of ours may still commit (acknowledged by the leader alone), or
                 # the high watermark reads below one read before (a cluster still loading). A log
                 # that ends below them, all committed, was truncated: the scan says so.
