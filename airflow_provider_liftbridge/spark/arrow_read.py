@@ -2,7 +2,7 @@
 (:class:`~airflow_provider_liftbridge.client.MessageColumns`) in one go per column: no Python
 object per message, no per-row loop.
 
-Pure pyarrow (and numpy for the headers' offsets): no PySpark, so it is tested without a session.
+Pure pyarrow (the executors' environment has no numpy): no PySpark, so it is tested without a session.
 
 ``headers`` is null for a message without headers, and otherwise its headers as delivered
 (including the ``subject`` / ``reply`` headers Liftbridge adds to every message it stores).
@@ -103,38 +103,27 @@ def _kept(
 
 
 def _headers(columns: MessageColumns) -> pa.Array:
-    """The ``headers`` column: each row's header set (null for none), laid out with numpy from the
-    batch's distinct sets, whose entries are converted once."""
-    import numpy as np
+    """The ``headers`` column: a map per distinct header set of the batch, converted once, taken
+    for each row (a null index, for a row without headers, takes a null)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     map_type = pa.map_(pa.string(), pa.binary())
-    rows = len(columns.header_index)
+    index = columns.header_index
     sets = columns.header_sets
     if not sets:
-        return pa.nulls(rows, map_type)
+        return pa.nulls(len(index), map_type)
+    offsets = [0]
     names: list[str] = []
     items: list[bytes] = []
-    starts: list[int] = []
     for headers in sets:
-        starts.append(len(names))
-        for name, item in headers.items():
-            names.append(name)
-            items.append(item)
-    which = np.asarray(columns.header_index, dtype=np.int64)
-    # Index -1 (no headers) picks the extra last entry: no entries.
-    sizes = np.asarray([len(h) for h in sets] + [0], dtype=np.int32)[which]
-    firsts = np.asarray([*starts, 0], dtype=np.int64)[which]
-    offsets = np.zeros(rows + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    # Entry j of the column is entry (j - the row's offset) of the row's set.
-    entries = np.repeat(firsts - offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
-    absent = which < 0
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array(names, pa.string()).take(entries),
-        pa.array(items, pa.binary()).take(entries),
-        type=map_type,
-        mask=pa.array(absent) if absent.any() else None,
+        names.extend(headers.keys())
+        items.extend(headers.values())
+        offsets.append(len(names))
+    per_set = pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(names, pa.string()), pa.array(items, pa.binary()), type=map_type
     )
+    which = pa.array(index, pa.int64())
+    if min(index) < 0:
+        which = pc.if_else(pc.less(which, 0), pa.scalar(None, pa.int64()), which)
+    return per_set.take(which)
