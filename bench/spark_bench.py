@@ -3,10 +3,12 @@
     python bench/spark_bench.py [--rows 1000000] [--partitions 2] [--driver-memory 512m]
     python bench/spark_bench.py --per-core [--code before=/path/to/main --code after=.] [--rows 200000]
 
-``--per-core``: Spark's ``publish_dataframe`` against the client's ``publish_many`` of the same
-rows on local[1], interleaved rounds, with CPU per row of the Python worker, the JVM and the client,
-and ``publish_dataframe(exactly_once=True)`` beside it;
-each ``--code`` tree is measured in its own child process (one run compares two commits).
+``--per-core`` (``--cases publish,read,sink``, all by default): on local[1], interleaved rounds,
+with CPU per row of the Python worker, the JVM and the client: Spark's ``publish_dataframe``
+against the client's ``publish_many`` of the same rows (and ``publish_dataframe(exactly_once=True)``
+beside it); ``spark.read.format("liftbridge")...count()`` against the client's sync ``subscribe``
+of the same stream; the Structured Streaming sink exactly-once against at-least-once. Each
+``--code`` tree is measured in its own child process (one run compares two commits).
 
 Starts an out-of-process dev server (so the server does not share this process's GIL), then:
 1. publishes ``--small-rows`` rows on local[2] (warm-up, and the driver-memory baseline),
@@ -470,17 +472,33 @@ class SplitCpu:
         return jvm, sum(v - self._start.get(pid, 0.0) for pid, v in self._python.items())
 
 
-def per_core_child(address: str, nats_url: str, rows: int, rounds: int, window: int, partitions: int) -> dict[str, Any]:
-    """Publish the same rows ``rounds`` times each way on local[1], interleaved: Spark's
-    ``publish_dataframe`` and the client's ``publish_many`` (the same JSON values, keys and
-    partitions, built beforehand); each run to a fresh stream. Runs with whatever
-    ``airflow_provider_liftbridge`` is first on PYTHONPATH (so two code trees compare in one run)."""
+def per_core_child(
+    address: str,
+    nats_url: str,
+    rows: int,
+    rounds: int,
+    window: int,
+    partitions: int,
+    cases: set[str],
+    master: str = "local[1]",
+) -> dict[str, Any]:
+    """On ``master`` (local[1]: one core), ``rounds`` interleaved rounds of each case asked for,
+    each run to a fresh stream:
+
+    - ``publish``: Spark's ``publish_dataframe`` (also exactly-once) and the client's ``publish_many``
+      of the same rows (the same JSON values, keys and partitions, built beforehand);
+    - ``read``: ``spark.read.format("liftbridge")...count()`` and the client's sync ``subscribe`` of
+      the same stream (those rows, published once by the client);
+    - ``sink``: Structured Streaming from that stream to a fresh one, at-least-once and exactly-once.
+
+    Runs with whatever ``airflow_provider_liftbridge`` is first on PYTHONPATH (so two code trees
+    compare in one run)."""
     import airflow_provider_liftbridge
     from airflow_provider_liftbridge.client import Record, partition_for_key
 
     settings = ConnectionSettings(brokers=address, nats_servers=[nats_url], timeout=30.0)
     spark = build_spark_session(
-        "local[1]", app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
+        master, app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.range(rows, numPartitions=1).selectExpr(
@@ -524,19 +542,92 @@ def per_core_child(address: str, nats_url: str, rows: int, rounds: int, window: 
             seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
         return {"rows": count, "seconds": seconds, "cpu": cpu}
 
-    spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
-    client_run(records[: max(rows // 10, 1)])
+    def read_run(stream: str) -> dict[str, float]:
+        reader = spark.read.format("liftbridge").options(**to_options(settings)).option("stream", stream)
+        with SplitCpu() as cpu:
+            started = time.monotonic()
+            count = reader.load().count()
+            seconds = time.monotonic() - started
+        jvm, python = cpu.seconds()
+        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+
+    def subscribe_run(stream: str) -> dict[str, float]:
+        """The client alone reading the same rows: a sync subscription per partition to its high watermark."""
+        with LiftbridgeClient(address) as client:
+            stops = [client.fetch_partition_metadata(stream, p).high_watermark for p in range(partitions)]
+            cpu0, started = time.process_time(), time.monotonic()
+            count = 0
+            for p, stop in enumerate(stops):
+                for _ in client.subscribe(stream, partition=p, stop_at=stop):
+                    count += 1
+            seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
+        return {"rows": count, "seconds": seconds, "cpu": cpu}
+
+    def sink_run(source: str, guarantee: str, checkpoints: str) -> dict[str, float]:
+        """Structured Streaming from ``source`` to a fresh stream (availableNow: one micro-batch)."""
+        target = new_stream()
+        options = to_options(settings)
+        df = spark.readStream.format("liftbridge").options(**options).option("stream", source)
+        df = df.option("startingOffsets", "earliest").load().selectExpr("key as k", "value as v")
+        writer = (
+            df.writeStream.format("liftbridge")
+            .options(**options)
+            .option("stream", target)
+            .option("keyColumn", "k")
+            .option("valueColumn", "v")
+            .option("deliveryGuarantee", guarantee)
+            .option("checkpointLocation", os.path.join(checkpoints, target))
+            .trigger(availableNow=True)
+        )
+        with SplitCpu() as cpu:
+            started = time.monotonic()
+            query = writer.start()
+            query.awaitTermination()
+            seconds = time.monotonic() - started
+        jvm, python = cpu.seconds()
+        count = sum(p.numInputRows for p in query.recentProgress)
+        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+
     out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
-    out["spark"], out["client"], out["exactly_once"] = [], [], []
-    for _ in range(rounds):
-        out["spark"].append(spark_run(df))
-        out["client"].append(client_run(records))
-        out["exactly_once"].append(spark_run(df, exactly_once=True))
+    for name in ("spark", "client", "exactly_once", "read", "subscribe", "at_least_once_sink", "exactly_once_sink"):
+        out[name] = []
+    if "publish" in cases:
+        spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
+        client_run(records[: max(rows // 10, 1)])
+        for _ in range(rounds):
+            out["spark"].append(spark_run(df))
+            out["client"].append(client_run(records))
+            out["exactly_once"].append(spark_run(df, exactly_once=True))
+    if "read" in cases or "sink" in cases:
+        source = new_stream()
+        with LiftbridgeClient(address, nats_servers=[nats_url]) as client:
+            client.fetch_metadata([source])
+            client.publish_many(source, records, window=window)
+        read_run(source)  # warm-up
+        subscribe_run(source)
+    if "read" in cases:
+        for _ in range(rounds):
+            out["read"].append(read_run(source))
+            out["subscribe"].append(subscribe_run(source))
+    if "sink" in cases:
+        with tempfile.TemporaryDirectory() as checkpoints:
+            sink_run(source, "atLeastOnce", checkpoints)  # warm-up
+            for _ in range(rounds):  # A B B A ...: the two interleaved
+                out["at_least_once_sink"].append(sink_run(source, "atLeastOnce", checkpoints))
+                out["exactly_once_sink"].append(sink_run(source, "exactlyOnce", checkpoints))
     spark.stop()
     return out
 
 
-def per_core(codes: list[tuple[str, str]], rows: int, rounds: int, window: int, partitions: int) -> None:
+def per_core(
+    codes: list[tuple[str, str]],
+    rows: int,
+    rounds: int,
+    window: int,
+    partitions: int,
+    cases: set[str],
+    master: str = "local[1]",
+) -> None:
     """Run :func:`per_core_child` for each ``(label, code tree)`` in turn against one dev server
     out of process, and print a markdown table: medians of the rounds."""
     import statistics
@@ -548,6 +639,7 @@ def per_core(codes: list[tuple[str, str]], rows: int, rounds: int, window: int, 
         for label, code in codes:
             env = dict(os.environ, PYTHONPATH=str(Path(code).resolve()))
             args = [server.address, server.nats_url, str(rows), str(rounds), str(window), str(partitions)]
+            args += [",".join(sorted(cases)), master]
             done = subprocess.run(
                 [sys.executable, str(here), "--per-core-child", *args], env=env, capture_output=True, text=True
             )
@@ -561,31 +653,66 @@ def per_core(codes: list[tuple[str, str]], rows: int, rounds: int, window: int, 
 
     print(f"machine: {machine()}; load1 {' → '.join(f'{x:.1f}' for x in load)}")
     print(
-        f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, local[1], "
+        f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, {master}, "
         f"{rounds} interleaved rounds (medians), dev server out of process, NATS path"
     )
     print()
-    print(
-        "| code | Spark rows/s | client publish_many msgs/s | per core | µs/row Python worker | µs/row JVM "
-        "| µs/row client | Spark exactly-once rows/s | exactly-once / at-least-once |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for label, r in results:
-        sp = med(r["spark"], lambda x: x["rows"] / x["seconds"])
-        cl = med(r["client"], lambda x: x["rows"] / x["seconds"])
-        py = med(r["spark"], lambda x: 1e6 * x["python_cpu"] / x["rows"])
-        jvm = med(r["spark"], lambda x: 1e6 * x["jvm_cpu"] / x["rows"])
-        cpu = med(r["client"], lambda x: 1e6 * x["cpu"] / x["rows"])
-        eo = med(r["exactly_once"], lambda x: x["rows"] / x["seconds"])
-        cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {eo:,.0f}"
-        cells += f" | {eo / sp:.2f}×"
-        print(f"| {label} ({r['code']}) | {cells} |")
+
+    def rate(x: dict[str, float]) -> float:
+        return x["rows"] / x["seconds"]
+
+    def per_row(key: str) -> Callable[[dict[str, float]], float]:
+        return lambda x: 1e6 * x[key] / x["rows"]
+
+    if "publish" in cases:
+        print(
+            "| code | Spark rows/s | client publish_many msgs/s | per core | µs/row Python worker | µs/row JVM "
+            "| µs/row client | Spark exactly-once rows/s | exactly-once / at-least-once |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, r in results:
+            sp, cl, eo = med(r["spark"], rate), med(r["client"], rate), med(r["exactly_once"], rate)
+            py, jvm = med(r["spark"], per_row("python_cpu")), med(r["spark"], per_row("jvm_cpu"))
+            cpu = med(r["client"], per_row("cpu"))
+            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {eo:,.0f}"
+            cells += f" | {eo / sp:.2f}×"
+            print(f"| {label} ({r['code']}) | {cells} |")
+        print()
+    if "read" in cases:
+        print(
+            "| code | Spark read (count) rows/s | client sync subscribe msgs/s | per core | µs/row Python worker "
+            "| µs/row JVM | µs/row client |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for label, r in results:
+            sp, cl = med(r["read"], rate), med(r["subscribe"], rate)
+            py, jvm = med(r["read"], per_row("python_cpu")), med(r["read"], per_row("jvm_cpu"))
+            cpu = med(r["subscribe"], per_row("cpu"))
+            print(
+                f"| {label} ({r['code']}) | {sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} |"
+            )
+        print()
+    if "sink" in cases:
+        print(
+            "| code | streaming sink at-least-once rows/s | exactly-once rows/s | exactly / at-least | "
+            "µs/row Python at-least / exactly | µs/row JVM at-least / exactly |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, r in results:
+            alo, eo = r["at_least_once_sink"], r["exactly_once_sink"]
+            a, e = med(alo, rate), med(eo, rate)
+            py = f"{med(alo, per_row('python_cpu')):.1f} / {med(eo, per_row('python_cpu')):.1f}"
+            jvm = f"{med(alo, per_row('jvm_cpu')):.1f} / {med(eo, per_row('jvm_cpu')):.1f}"
+            print(f"| {label} ({r['code']}) | {a:,.0f} | {e:,.0f} | {e / a:.2f}× | {py} | {jvm} |")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--per-core-child"]:
-        address, nats_url, n, rounds, window, partitions = sys.argv[2:8]
-        print(json.dumps(per_core_child(address, nats_url, int(n), int(rounds), int(window), int(partitions))))
+        address, nats_url, n, rounds, window, partitions, cases = sys.argv[2:9]
+        child = per_core_child(
+            address, nats_url, int(n), int(rounds), int(window), int(partitions), set(cases.split(","))
+        )
+        print(json.dumps(child))
     elif sys.argv[1:2] == ["--per-core"]:
         per_core_parser = argparse.ArgumentParser(prog="spark_bench.py --per-core")
         per_core_parser.add_argument("--code", action="append", default=[], help="LABEL=DIR: a code tree to measure")
@@ -593,9 +720,18 @@ if __name__ == "__main__":
         per_core_parser.add_argument("--rounds", type=int, default=3)
         per_core_parser.add_argument("--window", type=int, default=4096)
         per_core_parser.add_argument("--partitions", type=int, default=2)
+        per_core_parser.add_argument(
+            "--cases", default="publish,read,sink", help="comma-separated: publish, read, sink (default: all)"
+        )
+        per_core_parser.add_argument(
+            "--master", default="local[1]", help="e.g. local[2]: tasks side by side (the sink's tasks then interleave)"
+        )
         a = per_core_parser.parse_args(sys.argv[2:])
         trees = [tuple(c.split("=", 1)) for c in a.code] or [("this", str(Path(__file__).resolve().parents[1]))]
-        per_core(trees, a.rows, a.rounds, a.window, a.partitions)  # type: ignore[arg-type]
+        chosen = {c.strip() for c in a.cases.split(",") if c.strip()}
+        if not chosen or chosen - {"publish", "read", "sink"}:
+            sys.exit(f"--cases takes publish, read and sink, comma-separated; got {a.cases!r}")
+        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master)  # type: ignore[arg-type]
     elif sys.argv[1:2] == ["--cluster-child"]:
         address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
         runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))

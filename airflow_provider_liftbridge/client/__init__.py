@@ -6,6 +6,7 @@ See ``docs/client.md`` for usage and guarantees.
 from __future__ import annotations
 
 from .async_client import AsyncLiftbridgeClient
+from .column_subscription import MessageColumns
 from .consumer import ConsumerGroupError, MaxPollIntervalExceededError
 from .errors import (
     AckTimeoutError,
@@ -83,6 +84,7 @@ __all__ = [
     "KeyPartitioner",
     "LiftbridgeError",
     "Message",
+    "MessageColumns",
     "MessageTooLargeError",
     "Metadata",
     "NoSuchPartitionError",

@@ -19,7 +19,6 @@ from .sync_client import LiftbridgeClient
 from .transport.aio import AsyncTransport
 from .transport.channels import ChannelFactory
 from .transport.nats import NatsLink
-from .types import Message
 
 __all__ = ["AsyncLiftbridgeClient"]
 
@@ -39,10 +38,10 @@ def awaited(method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[
 
 
 def _iterated_async(
-    method: Callable[Concatenate[Any, _P], Iterator[Message]],
-) -> Callable[Concatenate[Any, _P], AsyncIterator[Message]]:
+    method: Callable[Concatenate[Any, _P], Iterator[_R]],
+) -> Callable[Concatenate[Any, _P], AsyncIterator[_R]]:
     # The same body: ``self._transport.drive`` is an async generator on this client's transport.
-    return cast(Callable[Concatenate[Any, _P], AsyncIterator[Message]], method)
+    return cast(Callable[Concatenate[Any, _P], AsyncIterator[_R]], method)
 
 
 def _async_consumer(
@@ -95,6 +94,8 @@ class AsyncLiftbridgeClient(ClientBase):
     fetch_group_metadata = awaited(LiftbridgeClient.fetch_group_metadata)
     #: An async iterator (``async for msg in client.subscribe(...)``).
     subscribe = _iterated_async(LiftbridgeClient.subscribe)
+    #: An async iterator of :class:`~.column_subscription.MessageColumns`.
+    subscribe_columns = _iterated_async(LiftbridgeClient.subscribe_columns)
     #: The member's ``join``, ``commit`` and ``leave`` are coroutines, ``messages`` an async iterator.
     group_consumer = _async_consumer(LiftbridgeClient.group_consumer)
 

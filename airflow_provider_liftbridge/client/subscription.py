@@ -190,6 +190,13 @@ def subscribe(
 ) -> Op[None]:
     """The operation of ``LiftbridgeClient.subscribe`` (documented there)."""
     state = SubscriptionState(stream, partition, start_at, stop_at, read_isr_replica=read_isr_replica, resume=resume)
+    return (yield from follow(core, state))
+
+
+def follow(core: ClientCore, state: SubscriptionState) -> Op[None]:
+    """Subscribe as ``state`` asks and deliver what its ``take`` makes of each message, resubscribing
+    after a transient failure (the loop of ``subscribe``, shared with :mod:`.column_subscription`)."""
+    stream, partition, read_isr_replica = state.stream, state.partition, state.read_isr_replica
     give_up_at: float | None = None  # set at the first failure after a working subscription
     attempt = 0
     connected = False  # has any (re)subscription got its handshake?

@@ -7,8 +7,9 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from . import cursors, group_roster, operations, subscription
+from . import column_subscription, cursors, group_roster, operations, subscription
 from .base import ClientBase
+from .column_subscription import DEFAULT_COLUMN_ROWS, MessageColumns
 from .compression import Compression
 from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
 from .effects import Op
@@ -290,6 +291,40 @@ class LiftbridgeClient(ClientBase):
                 partition=partition,
                 start_at=start_at,
                 stop_at=stop_at,
+                read_isr_replica=read_isr_replica,
+                resume=resume,
+            )
+        )
+
+    def subscribe_columns(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start_at: StartAt = StartPosition.EARLIEST,
+        stop_at: StopAt = None,
+        rows: int = DEFAULT_COLUMN_ROWS,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Iterator[MessageColumns]:
+        """:meth:`subscribe`, with the messages handed over ``rows`` at a time as columns
+        (:class:`~.column_subscription.MessageColumns`: lists of offsets, keys, values, timestamps
+        and indexes into the batch's distinct header sets) instead of a :class:`Message` each: for
+        readers that build columnar data. A batch is delivered once it is full, holds the stop
+        offset, or the subscription ends; a subscription that never ends delivers only full batches.
+
+        Same positions, resubscription and errors as :meth:`subscribe`.
+
+        :raises InvalidArgumentError: ``rows`` is not an int >= 1 (when iteration starts).
+        """
+        return self._transport.drive(
+            column_subscription.subscribe_columns(
+                self._core,
+                stream,
+                partition=partition,
+                start_at=start_at,
+                stop_at=stop_at,
+                rows=rows,
                 read_isr_replica=read_isr_replica,
                 resume=resume,
             )

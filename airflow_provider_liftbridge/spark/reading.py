@@ -17,12 +17,14 @@ from pyspark.sql.datasource import InputPartition
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 
+from .arrow_read import columns_batch
 from .errors import SparkOptionError, SparkStreamError
 from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Rows per Arrow batch handed to Spark by the reader.
 READ_BATCH_ROWS = 8192
 
@@ -64,6 +66,12 @@ def parse_time_ns(name: str, raw: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000
+
+
+def datetime_of_ns(ns: int) -> dt.datetime:
+    """Epoch nanoseconds as an aware datetime, floored to the microsecond (its precision) in integers:
+    a float of the epoch seconds rounds, and rounding up would start a read past the first message."""
+    return _EPOCH + dt.timedelta(microseconds=ns // 1000)
 
 
 @dataclass(frozen=True)
@@ -151,58 +159,23 @@ def requested_partitions(stream: str, count: int, wanted: tuple[int, ...] | None
     return chosen
 
 
-def _arrow_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("stream", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("headers", pa.map_(pa.string(), pa.binary())),
-        ]
-    )
-
-
 def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:
-    """The messages of ``split`` as Arrow batches of the read schema (batch reads and micro-batches)."""
-    import pyarrow as pa
-
-    schema = _arrow_schema()
+    """The messages of ``split`` as Arrow batches of the read schema (batch reads and micro-batches),
+    built from the subscription's columns (:mod:`.arrow_read`)."""
     start_at: Any = split.start_offset
     if split.start_time_ns is not None:
-        start_at = dt.datetime.fromtimestamp(split.start_time_ns / 1e9, tz=dt.UTC)
-    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
-
-    def flush() -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(columns, schema=schema)
-        for values in columns.values():
-            values.clear()
-        return batch
-
+        start_at = datetime_of_ns(split.start_time_ns)
+    bounds = {
+        "first_offset": split.start_offset,
+        "last_offset": split.stop_offset,
+        "start_time_ns": split.start_time_ns,
+        "stop_time_ns": split.stop_time_ns,
+    }
     with LiftbridgeClient.from_settings(settings) as client:
-        messages = client.subscribe(stream, partition=split.partition, start_at=start_at, stop_at=split.stop_offset)
-        for message in messages:
-            if message.offset > split.stop_offset:
-                break
-            if message.offset < split.start_offset:
-                continue
-            if split.start_time_ns is not None and message.timestamp < split.start_time_ns:
-                continue
-            if split.stop_time_ns is None or message.timestamp <= split.stop_time_ns:
-                columns["stream"].append(message.stream)
-                columns["partition"].append(message.partition)
-                columns["offset"].append(message.offset)
-                columns["key"].append(message.key)
-                columns["value"].append(message.value)
-                columns["timestamp"].append(message.timestamp // 1000)
-                columns["headers"].append(list((message.headers or {}).items()))
-                if len(columns["offset"]) >= READ_BATCH_ROWS:
-                    yield flush()
-            if message.offset >= split.stop_offset:
-                break
-    if columns["offset"]:
-        yield flush()
+        batches = client.subscribe_columns(
+            stream, partition=split.partition, start_at=start_at, stop_at=split.stop_offset, rows=READ_BATCH_ROWS
+        )
+        for columns in batches:
+            batch = columns_batch(columns, **bounds)
+            if batch.num_rows:
+                yield batch

@@ -27,7 +27,6 @@ No Airflow is imported: this runs on executors and in the driver's Python planni
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -47,7 +46,7 @@ from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeC
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
 from .publish import merge_summaries, publish_partition, resolve_plan, stream_info
-from .reading import LiftbridgeSplit, ReadBounds, parse_time_ns, read_split, requested_partitions
+from .reading import LiftbridgeSplit, ReadBounds, datetime_of_ns, parse_time_ns, read_split, requested_partitions
 from .settings import from_options
 from .stream_offsets import (
     FAIL_ON_DATA_LOSS,
@@ -304,7 +303,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _time_offsets(self, time_ns: int, latest: Offsets) -> Offsets:
         """Per partition, the offset of the first committed message at or after ``time_ns`` (else latest)."""
-        start_at = dt.datetime.fromtimestamp(time_ns / 1e9, tz=dt.UTC)
+        start_at = datetime_of_ns(time_ns)
         found: Offsets = {}
         with self._client() as client:
             for p, end in latest.items():

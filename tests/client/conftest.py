@@ -37,7 +37,7 @@ class AsyncAsSync:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
-        if name == "subscribe":
+        if name in ("subscribe", "subscribe_columns"):
             return lambda *a, **k: self._iterate(attr(*a, **k))
         if inspect.iscoroutinefunction(attr):
             return lambda *a, **k: self._call(attr(*a, **k))

@@ -348,16 +348,21 @@ class ExactlyOncePublisher:
     def _verify(self, others_seen: bool) -> None:
         """Read what lies between this call's acknowledged records and was not read yet (another
         writer's records landed there); after records of this producer came from elsewhere during
-        the call, also watch for ``quiet`` seconds whether more arrive.
+        the call, or turned up in that read, also watch for ``quiet`` seconds whether more arrive.
+
+        The read waits only until those records are committed: not for the partition to stand
+        still, which with other producers writing beside this one (the tasks of one Spark job)
+        meant waiting for them to pause, and reading what they wrote meanwhile, at every call.
 
         :raises ProducerStillWriting: a sequence number of this producer is stored twice.
         """
         parts = self.state.parts
-        gaps = [p for p, state in sorted(parts.items()) if state.unread_own >= 0]
-        if others_seen:
-            gaps = sorted(parts)
-        if gaps:
-            self.reader.settle(gaps, observe=self.reader.waits.quiet if others_seen else 0.0)
+        if not others_seen:
+            gaps = [p for p, state in sorted(parts.items()) if state.unread_own >= 0]
+            if not gaps or not self.reader.read_between_own(gaps):
+                return
+        if parts:
+            self.reader.settle(sorted(parts), observe=self.reader.waits.quiet)
 
     # -- publishing -------------------------------------------------------------------------
     def _batch_of(self, chunk: Sequence[Any], result: ExactlyOnceResult) -> Batch:

@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_liftbridge._proto import api_pb2
+
+from ..column_subscription import subscribe_stored
 from ..diagnostics import probe_port
 from ..sync_client import LiftbridgeClient
 from ..types import PartitionInfo
 from .errors import BrokerStillSilent, ProducerStillWriting, TailNotSettled
 from .identity import seq_of
-from .state import Found, ProducerState
+from .state import Found, PartitionState, ProducerState
 
 __all__ = ["Timer", "TailReader", "Waits", "read_producer_records"]
 
@@ -87,6 +90,35 @@ def read_producer_records(
             return
 
 
+#: A run of this publisher's own acknowledged records at least this long is not read back: a
+#: scan subscribes again after it (a subscription costs about as much as reading this many).
+SKIP_OWN_RUN = 64
+
+
+def unread_ranges(state: PartitionState, stop: int) -> list[tuple[int, int]]:
+    """The offsets a scan of a partition reads, from after ``state.scanned_to`` up to ``stop``, as
+    inclusive ranges: all of them but the long runs of this publisher's acknowledged records, which
+    hold its records and nothing else (an offset holds one record). Between such runs lie the
+    records other producers wrote meanwhile."""
+    ranges: list[tuple[int, int]] = []
+    start = state.scanned_to + 1
+    if stop < start:
+        return ranges
+    for low, high in state.own.runs():
+        if high < start:
+            continue
+        if low > stop:
+            break
+        if high - max(low, start) + 1 < SKIP_OWN_RUN:
+            continue  # read through it
+        if low > start:
+            ranges.append((start, low - 1))
+        start = high + 1
+    if start <= stop:
+        ranges.append((start, stop))
+    return ranges
+
+
 class TailReader:
     """Reads one stream's partitions for one producer (see module doc).
 
@@ -137,22 +169,31 @@ class TailReader:
                 state.scanned_to,
             )
             state.scanned_to = info.high_watermark
-        if info.high_watermark > state.scanned_to:
-            messages = self.client.subscribe(
-                self.stream, partition=partition, start_at=state.scanned_to + 1, stop_at=info.high_watermark
-            )
-            take = self.state.take
-            for message in messages:
-                state.scanned_to = max(state.scanned_to, message.offset)
-                kind = take(partition, message.offset, message.headers, wanted, found)
+        take = self.state.take
+        for first, last in unread_ranges(state, info.high_watermark):
+            for pb in self._stored(partition, first, last):
+                offset = pb.offset
+                if offset > state.scanned_to:
+                    state.scanned_to = offset
+                kind = take(partition, offset, pb.headers, wanted, found)
                 if watch is not None and kind in (Found.EARLIER, Found.DUPLICATE):
-                    watch.offsets.append(message.offset)
+                    watch.offsets.append(offset)
                     watch.duplicates += kind is Found.DUPLICATE
-            state.scanned_to = max(state.scanned_to, info.high_watermark)
+            state.scanned_to = max(state.scanned_to, last)
+        state.scanned_to = max(state.scanned_to, info.high_watermark)
         # Never above what was seen: with optimistic concurrency control, an expected offset past
         # an unread record would let the server store a second copy of it.
         state.next_offset = state.scanned_to + 1
         return found
+
+    def _stored(self, partition: int, first: int, last: int) -> Iterator[api_pb2.Message]:
+        """The messages of offsets ``first`` to ``last`` as stored: no Message each, since a scan
+        looks at two headers only (which compression leaves plain), and after a publish beside
+        other producers it reads about as many of their records as this publisher wrote."""
+        client = self.client
+        return client._transport.drive(
+            subscribe_stored(client._core, self.stream, partition=partition, start_at=first, stop_at=last)
+        )
 
     def settle(
         self,
@@ -194,9 +235,7 @@ class TailReader:
                     continue
                 info = self.client.fetch_partition_metadata(self.stream, p)
                 watch, state = watches[p], self.state.parts[p]
-                if info.leader and info.leader != state.leader:
-                    self.leader_moved = self.leader_moved or bool(state.leader)
-                    state.leader = info.leader
+                self._note_leader(state, info)
                 # A high watermark below one read before is a cluster still loading after a
                 # restart (it reads -1 for seconds), not a partition that lost committed records.
                 committed = state.hw_seen <= info.high_watermark >= info.newest_offset
@@ -213,6 +252,50 @@ class TailReader:
                 return found
             self._check_bounds(waiting, watches, suspected, now() - started)
             self.timer.sleep(waits.settle if waits.settle > 0 else 0.2)
+
+    def _note_leader(self, state: PartitionState, info: PartitionInfo) -> None:
+        if info.leader and info.leader != state.leader:
+            self.leader_moved = self.leader_moved or bool(state.leader)
+            state.leader = info.leader
+
+    def read_between_own(self, partitions: Sequence[int]) -> bool:
+        """Read each of ``partitions`` once its high watermark has reached this publisher's last
+        acknowledged record there, so every offset between its records is read (ADR 8 rule 5).
+        Nothing else is waited for: those offsets are taken, so nothing can land there later.
+        Returns whether records of this producer written by someone else were found (the caller
+        then watches for ``quiet`` seconds).
+
+        :raises ProducerStillWriting: a sequence number of this producer was found twice.
+        :raises TailNotSettled: a high watermark did not reach those records within ``tail_wait``.
+        """
+        now = self.timer.now
+        started, arrived = now(), False
+        left = [p for p in partitions if self.state.parts[p].unread_own >= 0]
+        while left:
+            behind: list[PartitionInfo] = []
+            for p in left:
+                state = self.state.parts[p]
+                info = self.client.fetch_partition_metadata(self.stream, p)
+                self._note_leader(state, info)
+                # Wait while records of ours may still commit (acknowledged by the leader alone), or
+                # the high watermark reads below one read before (a cluster still loading). A log
+                # that ends below them, all committed, was truncated: the scan says so.
+                tail = info.high_watermark < min(state.unread_own, info.newest_offset)
+                if tail or info.high_watermark < state.hw_seen:
+                    behind.append(info)
+                    continue
+                state.hw_seen = max(state.hw_seen, info.high_watermark)
+                watch = _Watch()
+                self._read(p, (), info, watch, {}, history=False)
+                arrived = arrived or bool(watch.offsets)
+            if behind and now() - started >= self.waits.tail_wait:
+                raise TailNotSettled(
+                    max(behind, key=lambda i: i.newest_offset - i.high_watermark), self.waits.tail_wait
+                )
+            left = [i.id for i in behind]
+            if left:
+                self.timer.sleep(self.waits.settle if self.waits.settle > 0 else 0.2)
+        return arrived
 
     def _read(
         self, p: int, wanted: Container[int], info: PartitionInfo, watch: _Watch, found: dict[int, int], *,
