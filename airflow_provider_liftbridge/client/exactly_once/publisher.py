@@ -334,10 +334,9 @@ class ExactlyOncePublisher:
             return self.state.parts[partition]
         info = self.client.fetch_partition_metadata(self.stream, partition)
         start = info.high_watermark + 1
-        # Retried by the client and resumed here when its commit does not come in time; a write
-        # given up on may still commit later. That is safe: every value written is a high
-        # watermark + 1 read before any record of ours went to this partition, so whichever write
-        # lands last, the scan starts at or before our first record.
+        # Retried by the client and resumed here when its commit is late; a write given up on may
+        # still commit later. Safe: every value written is a high watermark + 1 read before any
+        # record of ours went here, so whichever lands last, the scan starts at or before ours.
         self.client.set_cursor(self._cursor_id, self.stream, partition, start)
         # Nothing of ours can be there yet; an uncommitted tail is someone else's. The expected
         # offset still stops at what was seen (a foreign tail makes OCC refuse, then we wait).
@@ -350,9 +349,9 @@ class ExactlyOncePublisher:
         writer's records landed there); after records of this producer came from elsewhere during
         the call, or turned up in that read, also watch for ``quiet`` seconds whether more arrive.
 
-        The read waits only until those records are committed: not for the partition to stand
-        still, which with other producers writing beside this one (the tasks of one Spark job)
-        meant waiting for them to pause, and reading what they wrote meanwhile, at every call.
+        The read waits only until those records are committed, not for the partition to stand
+        still (with other producers beside this one, e.g. one Spark job's tasks, that meant
+        waiting for them to pause at every call).
 
         :raises ProducerStillWriting: a sequence number of this producer is stored twice.
         """
