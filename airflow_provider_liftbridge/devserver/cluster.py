@@ -370,12 +370,7 @@ class Cluster:
     def broker_stalled(self, broker: BrokerSlot) -> None:
         """``broker`` freezes (like SIGSTOP): it stops fetching, serving fetches and answering calls."""
         broker.stalled = True
-        self.metadata.broker_lost(broker, controlled=False)
-        now = time.monotonic()
-        for part in self.partitions():
-            repl = replication_of(part)
-            if part.leader == broker.id and repl.leader_down_since is None:
-                repl.leader_down_since = now
+        self._lost(broker)
 
     def broker_isolated(self, broker: BrokerSlot, how: str) -> None:
         """``broker`` is cut off from its peers (``how``: ``"nats"``, from NATS and so from them;
@@ -390,6 +385,11 @@ class Cluster:
             raise ValueError(f"cannot cut a broker off by {how!r}; choose one of {', '.join(ISOLATIONS)}")
         remember(broker, self.partitions())
         broker.isolated = how
+        self._lost(broker)
+
+    def _lost(self, broker: BrokerSlot) -> None:
+        """Its peers lose ``broker`` without a word: the metadata leader counts it gone, and the
+        leader timeout of each partition it leads starts now."""
         self.metadata.broker_lost(broker, controlled=False)
         now = time.monotonic()
         for part in self.partitions():
