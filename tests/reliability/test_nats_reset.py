@@ -67,11 +67,13 @@ def test_a_flush_through_a_slow_link_proves_every_publish_handled(linked_devserv
     assert received == 16
 
 
-def test_a_flush_that_does_not_come_back_ends_in_a_reset(linked_devserver: Served) -> None:
-    link, server = linked_devserver
+def _discard_during_a_cut(
+    server: DevServerProcess, link: Link, holder: NatsLink, flush_within: float
+) -> tuple[bool, float, list[str]]:
+    """Cut the link, publish a burst that stays in the kernel, then discard the connection:
+    whether the discard says it was delivered, how long it took, and what the kernel still holds."""
 
     async def scenario() -> tuple[bool, float, list[str]]:
-        holder = NatsLink([server.nats_url], connect_timeout=5.0)
         try:
             nc = await holder.get()
             link.cut()
@@ -79,14 +81,20 @@ def test_a_flush_that_does_not_come_back_ends_in_a_reset(linked_devserver: Serve
                 await nc.publish("cut", b"x" * 1000)
             await until(lambda: unsent_to(link.inside, _port(server)), 10, "the burst in the kernel")
             started = time.monotonic()
-            delivered = await holder.discard(flush_within=1.0)
+            delivered = await holder.discard(flush_within=flush_within)
             took = time.monotonic() - started
             return delivered, took, unsent_to(link.inside, _port(server))
         finally:
             link.heal()
             await holder.close()
 
-    delivered, took, left = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_flush_that_does_not_come_back_ends_in_a_reset(linked_devserver: Served) -> None:
+    link, server = linked_devserver
+    holder = NatsLink([server.nats_url], connect_timeout=5.0)
+    delivered, took, left = _discard_during_a_cut(server, link, holder, flush_within=1.0)
     assert delivered is False
     assert took < 1.0 + SLACK, f"the discard took {took:.1f} s; its flush was bounded by 1 s"
     assert not left, f"the kernel still holds data for NATS after the discard: {left}"
@@ -97,24 +105,8 @@ def test_a_flush_ends_when_nats_py_gives_the_connection_up(linked_devserver: Ser
     # closes it itself: the flush ends then, not at its bound, and that close resets too (the
     # socket was set to reset before the flush), so nothing is left to go out on heal.
     link, server = linked_devserver
-
-    async def scenario() -> tuple[bool, float, list[str]]:
-        holder = NatsLink([server.nats_url], connect_timeout=1.0, keepalive=(1.0, 1.0))
-        try:
-            nc = await holder.get()
-            link.cut()
-            for _ in range(16):
-                await nc.publish("cut", b"x" * 1000)
-            await until(lambda: unsent_to(link.inside, _port(server)), 10, "the burst in the kernel")
-            started = time.monotonic()
-            delivered = await holder.discard(flush_within=120.0)
-            took = time.monotonic() - started
-            return delivered, took, unsent_to(link.inside, _port(server))
-        finally:
-            link.heal()
-            await holder.close()
-
-    delivered, took, left = asyncio.run(scenario())
+    holder = NatsLink([server.nats_url], connect_timeout=1.0, keepalive=(1.0, 1.0))
+    delivered, took, left = _discard_during_a_cut(server, link, holder, flush_within=120.0)
     assert delivered is False
     assert took < 2.0 + SLACK, f"the flush waited {took:.1f} s; nats-py gave the connection up after about 2 s"
     assert not left, f"the kernel still holds data for NATS after the discard: {left}"
