@@ -95,11 +95,14 @@ class ColumnSubscriptionState(SubscriptionState):
         offset = pb.offset
         if offset < self._next_offset:
             return None
+        if offset > self._stop_offset:  # the stop offset is gone (see SubscriptionState.take)
+            self.done = True
+            return self.flush()
         self._next_offset = offset + 1
         self.last_offset = offset
         held = self._held
         held.append(pb)
-        if offset >= self._stop_offset:
+        if offset == self._stop_offset:
             self.done = True
             return self.flush()
         if len(held) >= self._rows:
@@ -187,9 +190,12 @@ class StoredSubscriptionState(SubscriptionState):
         offset = pb.offset
         if offset < self._next_offset:
             return None
+        if offset > self._stop_offset:  # the stop offset is gone (see SubscriptionState.take)
+            self.done = True
+            return None
         self._next_offset = offset + 1
         self.last_offset = offset
-        if offset >= self._stop_offset:
+        if offset == self._stop_offset:
             self.done = True
         return pb
 

@@ -112,7 +112,7 @@ class Emit:
 class Sink(Protocol):
     """Where :class:`Pump` puts a stream's responses (a subscription's state)."""
 
-    #: True once nothing more is wanted from the stream (checked after each delivered item).
+    #: True once nothing more is wanted from the stream (checked after each response).
     done: bool
 
     def take(self, response: Any) -> Any:
@@ -123,7 +123,7 @@ class Sink(Protocol):
 class Pump:
     """Hand a stream's responses to the caller until the stream is over: each response goes
     through ``sink.take``, and what it returns (unless ``None``) is delivered as if emitted.
-    Result: ``None`` once ``sink.done`` after a delivery, :data:`END` when the server closed the
+    Result: ``None`` once ``sink.done`` after a response, :data:`END` when the server closed the
     stream; a failure is raised as from :class:`Read`.
 
     One effect for a whole stream instead of a :class:`Read` and an :class:`Emit` per message:

@@ -109,9 +109,14 @@ class SubscriptionState:
         offset = pb.offset
         if offset < self._next_offset:
             return None
+        if offset > self._stop_offset:
+            # Past the stop offset: the server never sent that one (retention removed it) and reads
+            # on, as Liftbridge does. Nothing more is in the range.
+            self.done = True
+            return None
         self._next_offset = offset + 1
         self.last_offset = offset
-        if offset >= self._stop_offset:
+        if offset == self._stop_offset:
             self.done = True
         stream, partition, offset_, key, value, timestamp, subject, reply_subject, headers = MESSAGE_SETTERS
         message: Message = _new_object(Message)

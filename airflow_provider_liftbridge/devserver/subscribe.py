@@ -149,7 +149,12 @@ class SubscribeApi:
                         )
                     log_, newest = view
                 if offset <= newest:
-                    offset = max(offset, log_.oldest_offset)
+                    if offset < log_.oldest_offset:
+                        offset = log_.oldest_offset
+                        if stop != _WAIT_FOREVER and stop < offset:
+                            # Liftbridge ends a subscription on the message whose offset equals the
+                            # stop offset; retention removed that one, so it reads on past it for good.
+                            stop = _WAIT_FOREVER
                     limit = newest if stop == _WAIT_FOREVER else min(newest, stop)
                     if offset <= limit:
                         batch = log_.read(offset, min(_READ_BATCH, limit - offset + 1))

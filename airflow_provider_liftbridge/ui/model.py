@@ -186,7 +186,8 @@ def cluster(client: LiftbridgeClient) -> dict[str, Any]:
 # -- pipelines ---------------------------------------------------------------------------------
 def _first_message(client: LiftbridgeClient, stream: str, partition: int, start: int, stop: int) -> Message | None:
     """The first message from ``start`` to ``stop`` (inclusive): one bounded read that ends after
-    one message (``None``: none there any more, e.g. compacted, or the partition is paused)."""
+    one message (``None``: none there any more, e.g. compacted or expired, or the partition is
+    paused)."""
     messages = client.subscribe(stream, partition=partition, start_at=start, stop_at=stop)
     try:
         return next(messages, None)

@@ -253,6 +253,18 @@ def test_subscribe_ends_cleanly_at_the_end_of_a_readonly_partition(client: Any, 
     assert [m.offset for m in client.subscribe(stream_name)] == [0, 1, 2]
 
 
+def test_a_range_that_retention_removed_ends_at_the_first_message_past_it(client: Any, stream_name: str) -> None:
+    """Retention kept offsets 7-11. Liftbridge starts a reader below the oldest offset there and
+    ends a subscription only on the stop offset itself, so for ``[2, 4]`` it sends 7, 8, ... and
+    never ends: the client ends at 7 without handing it over, by message and by columns."""
+    client.create_stream(stream_name, stream_name, retention_max_messages=5)
+    client.publish_many(stream_name, [b"m%d" % i for i in range(12)])
+    assert list(client.subscribe(stream_name, start_at=2, stop_at=4)) == []
+    assert list(client.subscribe_columns(stream_name, start_at=2, stop_at=4)) == []
+    assert [m.offset for m in client.subscribe(stream_name, start_at=2, stop_at=8)] == [7, 8]
+    assert [b.offsets for b in client.subscribe_columns(stream_name, start_at=2, stop_at=8)] == [[7, 8]]
+
+
 def test_subscribe_stop_latest_on_empty_partition_yields_nothing(client: Any, stream_name: str) -> None:
     client.create_stream(stream_name, stream_name)
     assert list(client.subscribe(stream_name, stop_at=StopPosition.LATEST)) == []

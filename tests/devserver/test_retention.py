@@ -8,7 +8,7 @@ from airflow_provider_liftbridge._proto import api_pb2 as pb
 from airflow_provider_liftbridge._proto import api_pb2_grpc
 from tests import margins
 
-from .helpers import create, partition_meta, publish, subscribe
+from .helpers import TIMEOUT, create, partition_meta, publish, subscribe
 
 Stub = api_pb2_grpc.APIStub
 
@@ -46,3 +46,29 @@ def test_retention_max_age(stub: Stub, stream_name: str) -> None:
     time.sleep(0.7)
     publish(stub, stream_name, b"fresh")
     margins.wait_until(lambda: _earliest(stub, stream_name) == 3, 5, "the old messages aged out", interval=0.1)
+
+
+def test_a_stop_offset_that_retention_removed_is_never_reached(stub: Stub, stream_name: str) -> None:
+    # Liftbridge (server/partition.go, newSubscribeLoop) ends a subscription only on the message whose
+    # offset equals the stop offset, and a reader below the oldest offset starts at the oldest: with
+    # the stop offset gone, it reads on past it and waits for new messages, as with no stop at all.
+    create(stub, stream_name, retentionMaxMessages=pb.NullableInt64(value=5))
+    for i in range(12):
+        publish(stub, stream_name, b"%d" % i)
+    req = pb.SubscribeRequest(
+        stream=stream_name, startPosition=pb.OFFSET, startOffset=2, stopPosition=pb.STOP_OFFSET, stopOffset=4
+    )
+    offsets = []
+    call = stub.Subscribe(req, timeout=TIMEOUT)
+    try:
+        for msg in call:
+            if msg.ByteSize() == 0:
+                continue  # the handshake
+            offsets.append(msg.offset)
+            if len(offsets) == 5:
+                publish(stub, stream_name, b"12")  # only now: it moves the oldest offset to 8
+            if len(offsets) == 6:
+                break
+    finally:
+        call.cancel()
+    assert offsets == [7, 8, 9, 10, 11, 12]  # past the stop offset, never ended with "Stop offset reached"

@@ -73,3 +73,29 @@ def test_lag_age_is_the_age_of_the_oldest_unread_message(
     # Partition 0's age is its 10:00 message's: an hour more than partition 1's (11:00).
     assert rows[0]["lag_age_s"] - rows[1]["lag_age_s"] == pytest.approx(oldest[1] - oldest[0], abs=1.0)
     assert oldest[1] - oldest[0] == pytest.approx(3600, abs=60)
+
+
+def test_a_position_whose_message_retention_removed(
+    airflow_app: Any,  # noqa: F811  (the imported fixtures)
+    stream_name: str,
+    lb_address: str,
+    connections: Any,  # noqa: F811
+) -> None:
+    """A run read offsets 0-2, then retention (5 messages) removed them: the view answers, with no
+    commit time for the gone position and the age of the oldest message kept. Subscribing at the
+    gone offset with it as the stop reads on past it on Liftbridge (and so on the dev server): on
+    a server that waited there instead, this answer never came."""
+    api = Api(airflow_app, token("op"))
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name, retention_max_messages=5)
+        client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(3)])
+    run_consume(stream_name)
+    with LiftbridgeClient(lb_address) as client:
+        client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(3, 8)])
+        oldest_kept = timestamp_s(client, stream_name, 0, 3)
+    before = time.time()
+    [row] = pipeline_of(api.get("/api/connections/liftbridge_default/pipelines"), stream_name)["partitions"]
+    after = time.time()
+    assert (row["position"], row["high_watermark"], row["lag"]) == (2, 7, 5)
+    assert row["last_commit_time"] is None
+    assert before - oldest_kept <= row["lag_age_s"] <= after - oldest_kept

@@ -319,6 +319,9 @@ async def _threaded_items(handle: _ThreadedStream, sink: effects.Sink, end: _Pum
                 if sink.done:
                     end.done()
                     return
+            elif sink.done:
+                end.done()
+                return
 
 
 async def _linger(handle: _ThreadedStream) -> None:
@@ -342,6 +345,9 @@ async def _aio_items(handle: _AsyncStream, sink: effects.Sink, end: _PumpEnd) ->
                 if sink.done:
                     end.done()
                     return
+            elif sink.done:
+                end.done()
+                return
 
 
 class AsyncTransport:

@@ -207,6 +207,9 @@ class SyncTransport:
                                 if sink.done:
                                     send = None
                                     break
+                            elif sink.done:
+                                send = None
+                                break
                     except grpc.RpcError as exc:
                         error = effects.RpcFailure.of(exc)
                     continue
