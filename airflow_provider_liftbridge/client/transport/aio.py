@@ -316,10 +316,7 @@ async def _threaded_items(handle: _ThreadedStream, sink: effects.Sink, end: _Pum
             item = take(response)
             if item is not None:
                 yield item
-                if sink.done:
-                    end.done()
-                    return
-            elif sink.done:
+            if sink.done:
                 end.done()
                 return
 
@@ -342,10 +339,7 @@ async def _aio_items(handle: _AsyncStream, sink: effects.Sink, end: _PumpEnd) ->
             item = take(await next_response())
             if item is not None:
                 yield item
-                if sink.done:
-                    end.done()
-                    return
-            elif sink.done:
+            if sink.done:
                 end.done()
                 return
 

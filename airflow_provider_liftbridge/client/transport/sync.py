@@ -204,10 +204,7 @@ class SyncTransport:
                             item = take(response)
                             if item is not None:
                                 yield item
-                                if sink.done:
-                                    send = None
-                                    break
-                            elif sink.done:
+                            if sink.done:
                                 send = None
                                 break
                     except grpc.RpcError as exc:
