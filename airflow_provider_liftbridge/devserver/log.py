@@ -512,8 +512,11 @@ class PartitionLog:
           often less, and everything when there is only one segment.
 
         :returns: whether anything expired (:attr:`oldest_offset` then moves to the first kept
-            segment's base, past every record when only an empty active segment is left).
+            segment's base, past every record when only an empty active segment is left). A closed
+            log expires nothing (Liftbridge's cleaner loop ends when its log closes).
         """
+        if self._closed:
+            return False
         segs = self._segments
         last = len(segs) - 1
         keep = 0  # index of the first segment kept
