@@ -1,7 +1,7 @@
 """A partition whose newest log segment is empty after a roll by age (Liftbridge's
 ``segment.max.age``), for the tests of time lookups that must cope with it. Real time, no clock
 hook, so the same tests run on the dev server and on a real Liftbridge (``LIFTBRIDGE_TEST_BROKERS``):
-Liftbridge rolls from its cleaner loop (``cleanerInterval``), the dev server on its 0.5 s tick."""
+both roll from the stream's cleaner loop (``cleanerInterval``; the dev server checks it every 0.5 s)."""
 
 from __future__ import annotations
 

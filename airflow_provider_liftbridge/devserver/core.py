@@ -27,6 +27,7 @@ from .natsproc import NatsServerProcess, check_port_free
 from .service import SERVICE, ApiService
 from .state import Store
 
+#: How often the streams' cleaners are checked for being due (a shorter ``cleanerInterval`` acts as this).
 _RETENTION_TICK = 0.5
 _GRPC_OPTIONS = [
     # Without this, a second server could silently share a port that is in use.
@@ -162,7 +163,6 @@ class ServerCore:
         store = self._store = Store(
             self.config.data_dir, self.brokers, fsync=self.config.fsync, timings=self.config.timings
         )
-        store.enforce_age_retention()
         store.listener = self._ingest
         self._ingest.on_disconnect = store.cluster.nats_lost if store.cluster is not None else None
         cfg = self.config
@@ -203,7 +203,7 @@ class ServerCore:
         while True:
             await asyncio.sleep(_RETENTION_TICK)
             if self._store is not None:
-                self._store.enforce_age_retention()
+                self._store.run_cleaners()
 
     def grpc_stats(self, index: int = 0) -> TransportStats | None:
         """Connections, unfinished calls and buffered response bytes of broker ``index``'s gRPC listener

@@ -13,12 +13,13 @@ Appends are buffered in memory and written with one ``write`` per segment per
 count as committed. Opening a log re-reads every segment, verifies each
 record's checksum and offset, and cuts the log at the first torn or corrupt
 record (what a process killed in the middle of a write leaves behind).
-Retention is logical and exact (:attr:`PartitionLog.oldest_offset` moves
-forward); whole segments are deleted once every record in them has expired.
+Retention deletes whole segments, never the active one, as Liftbridge's delete cleaner does
+(:meth:`PartitionLog.enforce_retention`); the dev server runs it on each stream's cleaner interval.
 
-Segments also roll by age (:meth:`PartitionLog.roll_aged_segment`), which can leave the newest
-segment empty, and a time lookup (:meth:`PartitionLog.earliest_offset_after_timestamp`) answers
-as Liftbridge's does, flaws included (see ``docs/devserver.md``, "Segments rolled by age").
+A segment rolls when it is full or old (:meth:`PartitionLog.check_split`), checked before each
+batch is written and by the cleaner, which can leave the newest segment empty; a time lookup
+(:meth:`PartitionLog.earliest_offset_after_timestamp`) answers as Liftbridge's does, flaws included
+(see ``docs/devserver.md``, "Retention" and "Segments rolled by age").
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import shutil
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from pathlib import Path
 
@@ -42,6 +43,9 @@ _LEN = struct.Struct(">I")
 #: Bytes of framing in front of every body.
 RECORD_OVERHEAD = _FRAME.size + _OT.size
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: Records written into a segment after one roll check: Liftbridge's ``batch.max.messages`` default
+#: (its commit loop appends up to that many messages at once, all into the active segment).
+BATCH_MAX_MESSAGES = 1024
 _SUFFIX = ".log"
 _crc32c = google_crc32c.value
 
@@ -86,10 +90,11 @@ class PartitionLog:
     Not thread-safe: the dev server drives every log from its single event loop.
 
     :param directory: where the segment files live (created if missing).
-    :param segment_max_bytes: a new segment is started once the active one reaches this size.
+    :param segment_max_bytes: a new segment is started before a write once the active one has
+        reached this size (a batch that starts below it is written whole, so a segment may exceed it).
     :param fsync: ``fsync`` after each flush (survives power loss, not only a process kill).
     :param segment_max_age_ns: a non-empty active segment whose first record is this old is rolled
-        (0: never; see :meth:`roll_aged_segment`).
+        (0: never; see :meth:`check_split`).
     :raises DataDirError: the directory cannot be created or a segment cannot be opened.
     """
 
@@ -102,7 +107,7 @@ class PartitionLog:
         segment_max_age_ns: int = 0,
     ) -> None:
         self.directory = directory
-        self.segment_max_bytes = max(segment_max_bytes, 1024)
+        self.segment_max_bytes = max(segment_max_bytes, 1)
         self.segment_max_age_ns = max(segment_max_age_ns, 0)
         self.fsync = fsync
         self._segments: list[_Segment] = []
@@ -300,40 +305,27 @@ class PartitionLog:
         seg = self._segments[-1]
         size, indexed = seg.size, len(seg.positions)
         try:
-            # Liftbridge checks the roll before every append (commitLog.Append), with the clock of
-            # the leader that stamps the records: the first record's timestamp is that clock's now.
-            if self.roll_aged_segment(timestamps[0]):
-                seg = self._segments[-1]
-            self._write_records(seg, pending, timestamps)
+            self._write_records(pending, timestamps)
         except OSError:
             self._roll_back(seg_count, size, indexed)
             raise
         self._flushed_next += len(pending)
         return len(pending)
 
-    def _write_records(self, seg: _Segment, pending: list[bytes], timestamps: list[int]) -> None:
-        pos = seg.size
-        starts = list(accumulate(map(len, pending), initial=pos))
-        end = starts.pop()
-        if starts[-1] < self.segment_max_bytes:
-            # The usual case: every record starts inside the active segment, so the whole batch goes
-            # there in one write and its index entries are added in bulk.
+    def _write_records(self, pending: list[bytes], timestamps: list[int]) -> None:
+        """Write ``pending`` in batches of :data:`BATCH_MAX_MESSAGES`, each whole into the active
+        segment after a roll check (Liftbridge's ``commitLog.Append``: ``checkAndPerformSplit``, then
+        ``segment.WriteMessageSet``). The age is judged with the clock of the leader that stamped the
+        records: a batch's first timestamp is that clock's now."""
+        for first in range(0, len(pending), BATCH_MAX_MESSAGES):
+            self.check_split(timestamps[first])
+            seg = self._segments[-1]
+            chunk = pending[first : first + BATCH_MAX_MESSAGES]
+            starts = list(accumulate(map(len, chunk), initial=seg.size))
+            end = starts.pop()
             seg.positions.extend(starts)
-            seg.timestamps.extend(timestamps)
-            self._write(seg, pending, end)
-            return
-        chunk: list[bytes] = []
-        for rec, ts in zip(pending, timestamps, strict=True):
-            if pos >= self.segment_max_bytes and (seg.positions or chunk):
-                self._write(seg, chunk, pos)
-                chunk = []
-                seg = self._add_segment(seg.next_offset)
-                pos = 0
-            seg.positions.append(pos)
-            seg.timestamps.append(ts)
-            pos += len(rec)
-            chunk.append(rec)
-        self._write(seg, chunk, pos)
+            seg.timestamps.extend(timestamps[first : first + BATCH_MAX_MESSAGES])
+            self._write(seg, chunk, end)
 
     def _roll_back(self, seg_count: int, size: int, indexed: int) -> None:
         """Undo a failed :meth:`flush`: drop segments it started, cut the active one back (best effort)."""
@@ -410,18 +402,21 @@ class PartitionLog:
         seg = self._segment_for(offset)
         return seg.timestamps[offset - seg.base]
 
-    def roll_aged_segment(self, now_ns: int) -> bool:
-        """Start a new, empty active segment when the active one holds records and its first record
-        is at least ``segment_max_age_ns`` old at ``now_ns`` (the stamping clock); return whether it
-        rolled. Liftbridge's roll by age (``segment.max.age``): ``segment.CheckSplit`` and
-        ``commitLog.checkAndPerformSplit`` in ``server/commitlog``, run before every append and by
-        the cleaner loop. An empty segment never rolls (its ``firstWriteTime`` is 0), so a roll by
-        the cleaner leaves the newest segment empty until the next record.
+    def check_split(self, now_ns: int) -> bool:
+        """Start a new, empty active segment when the active one is full (its size has reached
+        ``segment_max_bytes``) or holds records the first of which is at least ``segment_max_age_ns``
+        old at ``now_ns`` (the stamping clock); return whether it rolled. Liftbridge's
+        ``segment.CheckSplit`` and ``commitLog.checkAndPerformSplit`` (``server/commitlog``), run
+        before every append and by the cleaner loop. An empty segment never rolls by age (its
+        ``firstWriteTime`` is 0), and a roll by the cleaner leaves the newest segment empty until
+        the next record.
         """
         seg = self._segments[-1]
-        if self.segment_max_age_ns <= 0 or not seg.timestamps or self._closed:
+        if self._closed:
             return False
-        if now_ns - seg.timestamps[0] < self.segment_max_age_ns:
+        if seg.size < self.segment_max_bytes and (
+            self.segment_max_age_ns <= 0 or not seg.timestamps or now_ns - seg.timestamps[0] < self.segment_max_age_ns
+        ):
             return False
         self._add_segment(seg.next_offset)
         return True
@@ -501,38 +496,51 @@ class PartitionLog:
             found = seg.base + bisect_right(seg.timestamps, timestamp, lo) - 1
         return found
 
-    def _bytes_from(self, offset: int) -> int:
-        seg_index = bisect_right(self._bases, offset) - 1
-        seg = self._segments[seg_index]
-        i = offset - seg.base
-        total = seg.size - (seg.positions[i] if i < len(seg.positions) else seg.size)
-        return total + sum(s.size for s in self._segments[seg_index + 1 :])
-
     # -- retention ------------------------------------------------------------
     def enforce_retention(
         self, *, max_messages: int = 0, max_bytes: int = 0, max_age_ns: int = 0, now_ns: int = 0
     ) -> bool:
-        """Move :attr:`oldest_offset` forward so that every given limit (0 = none) holds.
+        """Delete the oldest segments as Liftbridge v1.9.0-72's delete cleaner does
+        (``deleteCleaner.Clean`` in ``server/commitlog/delete_cleaner.go``): whole segments only,
+        never the active (last) one, limits applied in this order (0 = none):
 
-        :param max_bytes: limit on the retained records' size on disk, framing included.
-        :returns: whether anything expired.
+        - ``max_age_ns``: the leading segments whose last record is older than ``now_ns -
+          max_age_ns`` go (a segment with one younger record stays, and so do those after it);
+        - ``max_messages``, then ``max_bytes`` (segment file sizes, framing included): walking
+          from the newest segment back, segments are kept while the total stays within the limit;
+          the first one that would exceed it and every older one go. So at most the limit is kept,
+          often less, and everything when there is only one segment.
+
+        :returns: whether anything expired (:attr:`oldest_offset` then moves to the first kept
+            segment's base, past every record when only an empty active segment is left). A closed
+            log expires nothing (Liftbridge's cleaner loop ends when its log closes).
         """
-        end = self._flushed_next
+        if self._closed:
+            return False
+        segs = self._segments
+        last = len(segs) - 1
+        keep = 0  # index of the first segment kept
+        if max_age_ns > 0:
+            ttl = now_ns - max_age_ns
+            while keep < last and (segs[keep].timestamps[-1] if segs[keep].timestamps else 0) < ttl:
+                keep += 1
         oldest = self._oldest
         if max_messages > 0:
-            oldest = max(oldest, end - max_messages)
-        if max_bytes > 0 and oldest < end and self._bytes_from(oldest) > max_bytes:
-            lo, hi = oldest, end  # smallest offset whose suffix fits
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._bytes_from(mid) <= max_bytes:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            oldest = lo
-        if max_age_ns > 0 and oldest < end:
-            oldest = max(oldest, self.first_offset_at_or_after(now_ns - max_age_ns))
-        return self.discard_before(oldest)
+            keep = self._first_kept(keep, max_messages, lambda s: s.next_offset - max(s.base, oldest))
+        if max_bytes > 0:
+            keep = self._first_kept(keep, max_bytes, lambda s: s.size)
+        return keep > 0 and self.discard_before(segs[keep].base)
+
+    def _first_kept(self, start: int, limit: int, measure: Callable[[_Segment], int]) -> int:
+        """Index of the oldest segment from ``start`` on that the newest-first walk keeps within
+        ``limit`` (the last segment always counts and is always kept)."""
+        segs = self._segments
+        total = measure(segs[-1])
+        for i in range(len(segs) - 2, start - 1, -1):
+            total += measure(segs[i])
+            if total > limit:
+                return i + 1
+        return start
 
     def discard_before(self, offset: int) -> bool:
         """Move :attr:`oldest_offset` forward to ``offset`` (never past the last written record,

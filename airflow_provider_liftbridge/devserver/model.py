@@ -25,6 +25,11 @@ def partition_subject(subject: str, partition: int) -> str:
     return subject if partition == 0 else f"{subject}.{partition}"
 
 
+#: How often a stream's cleaner runs when its ``cleanerInterval`` is unset: Liftbridge's default
+#: (``streams.cleaner.interval``, 5 minutes), so a stream expires nothing sooner than it would there.
+DEFAULT_CLEANER_INTERVAL_MS = 5 * 60 * 1000
+
+
 @dataclass
 class StreamConfig:
     """Per-stream settings from ``CreateStreamRequest`` (durations in milliseconds, as the Go client sends them)."""

@@ -171,9 +171,6 @@ class Partition:
             if self.store.listener is not None:
                 self.store.listener.commit_failed(self)
             return
-        cfg = self.stream.config
-        if cfg.retention_max_messages or cfg.retention_max_bytes:
-            self.log.enforce_retention(max_messages=cfg.retention_max_messages, max_bytes=cfg.retention_max_bytes)
         callbacks = self._callbacks
         if callbacks:
             self._callbacks = []
@@ -274,6 +271,8 @@ class Stream:
     config: StreamConfig
     resume_all: bool = False
     partitions: list[Partition] = field(default_factory=list)
+    #: ``time.monotonic()`` of the next run of its cleaner (0: not scheduled yet; ``Store.run_cleaners``).
+    next_clean: float = 0.0
 
     @property
     def occ(self) -> bool:

@@ -388,10 +388,6 @@ class Replication:
             rep.last_caught_up = now
             if rep.id not in self.part.isr and rep.id in self.part.replicas:
                 self.cluster.expand_isr(self, rep)
-        if copied:
-            cfg = self.part.stream.config
-            if cfg.retention_max_messages or cfg.retention_max_bytes:
-                rep.log.enforce_retention(max_messages=cfg.retention_max_messages, max_bytes=cfg.retention_max_bytes)
         if rep.id in self.part.isr:
             self.update_hw()
         return copied

@@ -35,7 +35,7 @@ from .cluster import Cluster, replication_of
 from .cursors import CursorIndex
 from .errors import ApiError, DataDirError
 from .log import DEFAULT_SEGMENT_BYTES, PartitionLog
-from .model import BrokerSlot, ClusterTimings, StreamConfig, is_valid_subject
+from .model import DEFAULT_CLEANER_INTERVAL_MS, BrokerSlot, ClusterTimings, StreamConfig, is_valid_subject
 from .partition import Partition, PartitionListener, Stream
 
 log = logging.getLogger(__name__)
@@ -198,24 +198,33 @@ class Store:
             except Exception:  # the other partitions must still be written and acked
                 log.exception("committing partition %s/%d failed", part.stream.name, part.id)
 
-    def enforce_age_retention(self) -> None:
-        """Expire messages older than each stream's retention max age, and roll the segments older
-        than its segment max age (Liftbridge's cleaner loop does both; see
-        ``PartitionLog.roll_aged_segment``)."""
+    def run_cleaners(self) -> None:
+        """Run each stream's cleaner whose interval is up, on every replica's log of its partitions:
+        roll a full or aged active segment, or else apply the retention limits (Liftbridge's
+        ``commitLog.cleanerLoop``: a tick that rolled skips the clean). A stream's first run is one
+        interval after the first call that sees it (Liftbridge's ticker starts with the log)."""
+        mono = time.monotonic()
         now = time.time_ns()
         for stream in self.streams.values():
-            age = stream.config.retention_max_age_ms
-            roll = stream.config.segment_max_age_ms > 0
-            if age <= 0 and not roll:
+            cfg = stream.config
+            interval = (cfg.cleaner_interval_ms or DEFAULT_CLEANER_INTERVAL_MS) / 1000
+            if not stream.next_clean:
+                stream.next_clean = mono + interval
+            if mono < stream.next_clean:
                 continue
+            stream.next_clean = mono + interval
             # A segment's age is judged by the clock that stamped it (a test's reception clock too).
             stamp_now = now + clock_shift_ns(stream.name)
+            limits = {
+                "max_messages": cfg.retention_max_messages,
+                "max_bytes": cfg.retention_max_bytes,
+                "max_age_ns": cfg.retention_max_age_ms * 1_000_000,
+                "now_ns": now,
+            }
             for part in stream.partitions:
                 logs = [part.log] if part.replication is None else part.replication.replica_logs()
-                if roll:
-                    for plog in logs:
-                        plog.roll_aged_segment(stamp_now)
-                if age > 0 and any([plog.enforce_retention(max_age_ns=age * 1_000_000, now_ns=now) for plog in logs]):
+                cleaned = [plog.enforce_retention(**limits) for plog in logs if not plog.check_split(stamp_now)]
+                if any(cleaned):
                     part.notify()
 
     # -- brokers --------------------------------------------------------------

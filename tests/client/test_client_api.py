@@ -32,6 +32,7 @@ from airflow_provider_liftbridge.client import (
     partition_for_key,
 )
 from tests import margins
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 
 
 def values(msgs: list[Any]) -> list[bytes]:
@@ -257,8 +258,9 @@ def test_a_range_that_retention_removed_ends_at_the_first_message_past_it(client
     """Retention kept offsets 7-11. Liftbridge starts a reader below the oldest offset there and
     ends a subscription only on the stop offset itself, so for ``[2, 4]`` it sends 7, 8, ... and
     never ends: the client ends at 7 without handing it over, by message and by columns."""
-    client.create_stream(stream_name, stream_name, retention_max_messages=5)
-    client.publish_many(stream_name, [b"m%d" % i for i in range(12)])
+    client.create_stream(stream_name, stream_name, retention_max_messages=5, **ONE_MESSAGE_SEGMENTS)
+    publish_each(client, stream_name, [b"m%d" % i for i in range(12)])
+    wait_for_earliest(client, stream_name, 7)
     assert list(client.subscribe(stream_name, start_at=2, stop_at=4)) == []
     assert list(client.subscribe_columns(stream_name, start_at=2, stop_at=4)) == []
     assert [m.offset for m in client.subscribe(stream_name, start_at=2, stop_at=8)] == [7, 8]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_liftbridge.devserver.log import RECORD_OVERHEAD, LogClosedError, PartitionLog
+from airflow_provider_liftbridge.devserver.log import BATCH_MAX_MESSAGES, RECORD_OVERHEAD, LogClosedError, PartitionLog
 
 
 def fill(log: PartitionLog, n: int, *, start_ts: int = 1_000, size: int = 10) -> None:
@@ -75,7 +75,9 @@ def test_corrupt_record_is_detected_by_checksum(tmp_path: Path) -> None:
 
 def test_segments_roll_and_reads_cross_them(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, segment_max_bytes=1024)
-    fill(log, 200, size=40)
+    for i in range(200):  # one flush each: a segment rolls only between batches
+        log.append(bytes([i % 256]) * 40, 1_000 + i)
+        log.flush()
     assert len(list(tmp_path.glob("*.log"))) > 5
     assert log.read(0, 1000, max_bytes=1 << 30) == [bytes([i % 256]) * 40 for i in range(200)]
     log.close()
@@ -107,23 +109,82 @@ def test_timestamp_lookups(tmp_path: Path) -> None:
     log.close()
 
 
-def test_retention_by_messages_bytes_and_age(tmp_path: Path) -> None:
-    log = PartitionLog(tmp_path, segment_max_bytes=1024)
-    fill(log, 100, size=20)
-    assert log.enforce_retention(max_messages=30)
-    assert log.oldest_offset == 70 and log.read(0, 1)[0] == bytes([70]) * 20
-    record = RECORD_OVERHEAD + 20
-    assert log.enforce_retention(max_bytes=10 * record)
-    assert log.oldest_offset == 90
-    assert log.enforce_retention(max_age_ns=5, now_ns=1_000 + 99)  # keeps ts >= 1094
-    assert log.oldest_offset == 94
-    assert not log.enforce_retention(max_messages=1000)
-    # Whole segments below the oldest offset are gone from disk.
-    bases = sorted(int(p.stem) for p in tmp_path.glob("*.log"))
-    assert bases[0] <= 94 and len(bases) < 10
+RECORD = RECORD_OVERHEAD + 20
+
+
+def five_per_segment(directory: Path, n: int) -> PartitionLog:
+    """A log of ``n`` 20-byte records, one flush each, in segments of five records (the last one,
+    the active segment, holds the rest); record ``i`` is stamped ``1000 + i``."""
+    log = PartitionLog(directory, segment_max_bytes=5 * RECORD)
+    for i in range(n):
+        log.append(bytes([i]) * 20, 1_000 + i)
+        log.flush()
+    return log
+
+
+def test_a_full_segment_rolls_before_the_next_batch_which_is_written_whole(tmp_path: Path) -> None:
+    # Liftbridge's commitLog.Append: checkAndPerformSplit (position >= maxBytes), then the whole
+    # message set into the active segment.
+    log = PartitionLog(tmp_path, segment_max_bytes=3 * RECORD)
+    fill(log, 2, size=20)
+    fill(log, 4, size=20)  # starts below the limit: all four go into the first segment
+    assert sorted(int(p.stem) for p in tmp_path.glob("*.log")) == [0]
+    fill(log, 1, size=20)  # the first segment is full: a new one first
+    assert sorted(int(p.stem) for p in tmp_path.glob("*.log")) == [0, 6]
+    fill(log, BATCH_MAX_MESSAGES + 1, size=20)  # Liftbridge's batches are 1,024 messages at most
+    assert sorted(int(p.stem) for p in tmp_path.glob("*.log")) == [0, 6, 7 + BATCH_MAX_MESSAGES]
     log.close()
-    again = PartitionLog(tmp_path, segment_max_bytes=1024)
-    assert again.newest_offset == 99
+
+
+def test_retention_by_messages_keeps_whole_segments_within_the_limit(tmp_path: Path) -> None:
+    log = five_per_segment(tmp_path, 23)  # segments from 0, 5, 10, 15 and the active one from 20 (3 records)
+    assert not log.enforce_retention(max_messages=23)  # 3 + 4 * 5 = 23 fit: nothing goes
+    assert log.enforce_retention(max_messages=12)  # 3 + 5 fit, 3 + 5 + 5 do not: 8 kept, fewer than 12
+    assert log.oldest_offset == 15 and log.read(0, 1)[0] == bytes([15]) * 20
+    assert sorted(int(p.stem) for p in tmp_path.glob("*.log")) == [15, 20]
+    assert log.enforce_retention(max_messages=2)  # the active segment stays even beyond the limit
+    assert (log.oldest_offset, log.newest_offset) == (20, 22)
+    assert not log.enforce_retention(max_messages=1)  # one segment: everything stays
+    log.close()
+    again = PartitionLog(tmp_path, segment_max_bytes=5 * RECORD)
+    assert (again.oldest_offset, again.newest_offset) == (20, 22)
+    again.close()
+
+
+def test_retention_by_bytes_keeps_whole_segments_within_the_limit(tmp_path: Path) -> None:
+    log = five_per_segment(tmp_path, 23)
+    assert log.enforce_retention(max_bytes=8 * RECORD + 1)  # the active 3 records and the 5 before
+    assert log.oldest_offset == 15
+    assert log.enforce_retention(max_bytes=8 * RECORD - 1)
+    assert log.oldest_offset == 20
+    log.close()
+
+
+def test_retention_by_age_keeps_a_segment_with_one_young_record(tmp_path: Path) -> None:
+    log = five_per_segment(tmp_path, 23)
+    # Everything stamped before 1007 has expired: the first segment (1000-1004) goes, the second
+    # (1005-1009) stays whole for its records 1007-1009.
+    assert log.enforce_retention(max_age_ns=93, now_ns=1_100)
+    assert log.oldest_offset == 5
+    # All but the active segment are older than the age: it stays all the same.
+    assert log.enforce_retention(max_age_ns=1, now_ns=10_000)
+    assert (log.oldest_offset, log.newest_offset) == (20, 22)
+    log.close()
+
+
+def test_a_full_active_segment_rolled_by_the_cleaner_leaves_an_empty_log(tmp_path: Path) -> None:
+    # What the lead measured on Liftbridge v1.9.0-72: the cleaner rolls the full active segment,
+    # the next run deletes every older one, and only an empty segment at the next offset is left.
+    log = five_per_segment(tmp_path, 10)
+    assert log.check_split(0)  # full (no age limit): rolled
+    assert not log.check_split(0)  # an empty segment is neither full nor old
+    assert log.enforce_retention(max_messages=4)  # the five records of the segment before are too many
+    assert log.is_empty and (log.oldest_offset, log.newest_offset) == (10, 9)
+    assert log.read(0) == []
+    log.close()
+    again = PartitionLog(tmp_path, segment_max_bytes=5 * RECORD)
+    assert again.is_empty and (again.oldest_offset, again.newest_offset) == (10, 9)
+    assert again.append(b"x", 2_000) == 10
     again.close()
 
 

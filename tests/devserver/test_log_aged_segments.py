@@ -19,9 +19,9 @@ def test_a_roll_by_age_leaves_the_newest_segment_empty_and_lookups_answer_the_ne
     log = PartitionLog(tmp_path, segment_max_age_ns=100)
     append(log, *range(1000, 1010))
     assert [log.earliest_offset_after_timestamp(t) for t in (0, 1000, 1005, 1009, 1010)] == [0, 0, 5, 9, 10]
-    assert not log.roll_aged_segment(1099)  # 99 ns after the first record: not old yet
-    assert log.roll_aged_segment(1100)
-    assert not log.roll_aged_segment(5000)  # an empty segment never rolls
+    assert not log.check_split(1099)  # 99 ns after the first record: not old yet
+    assert log.check_split(1100)
+    assert not log.check_split(5000)  # an empty segment never rolls
     assert len(list(tmp_path.glob("*.log"))) == 2
     assert [log.earliest_offset_after_timestamp(t) for t in (0, 1000, 1005, 1009, 1010)] == [10] * 5
     assert log.first_offset_at_or_after(1005) == 5  # the exact lookup (retention) is not affected
@@ -43,7 +43,7 @@ def test_the_segment_search_reads_the_empty_segment_only_on_its_way_right(tmp_pa
     assert len(list(tmp_path.glob("*.log"))) == 4
     # Four segments: a time in the gap before the last one is "the next offset".
     assert [log.earliest_offset_after_timestamp(t) for t in (5, 150, 205, 250, 305)] == [5, 20, 25, 40, 35]
-    assert log.roll_aged_segment(10_000)
+    assert log.check_split(10_000)
     # Five segments, the last empty: Go's sort.Search looks at segment 2 first; a time before its
     # first record goes left and is right, any later one ends on the empty segment.
     assert [log.earliest_offset_after_timestamp(t) for t in (5, 105, 150, 199, 200, 205, 305)] == [

@@ -18,6 +18,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.spark import ConnectionSettings, SparkDataLossError, to_options
 from airflow_provider_liftbridge.spark.stream_offsets import PartitionNow
 from airflow_provider_liftbridge.spark.streaming import LiftbridgeStreamReader, StreamSplit
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each
 from tests.margins import bounded
 from tests.spark.streaming_support import publish
 
@@ -56,11 +57,13 @@ def test_the_earliest_offset_of_a_partition_whose_messages_all_expired_is_its_ne
     lb_settings: ConnectionSettings, lb_address: str, stream_name: str
 ) -> None:
     with LiftbridgeClient(lb_address) as client:
-        client.create_stream(stream_name, stream_name, retention_max_age=timedelta(milliseconds=300))
-        publish(lb_address, stream_name, range(3), 1)
+        age = timedelta(milliseconds=300)
+        client.create_stream(stream_name, stream_name, retention_max_age=age, **ONE_MESSAGE_SEGMENTS)
+        publish_each(client, stream_name, [b"%d" % i for i in range(3)])
         now = PartitionNow(next_offset=3, newest_offset=2)
         source = reader(lb_settings, stream_name)
-        # The dev server checks ages every 0.5 s: poll until the three messages are gone.
+        # One message a segment: the cleaner rolls the full active one, then deletes all three
+        # once aged (it never deletes the active segment). Poll until they are gone.
         with bounded("the messages aged out", 20):
             deadline = time.monotonic() + 20
             while (earliest := source._earliest(client, "0", now)) != 3 and time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.spark import ConnectionSettings
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 from tests.spark.streaming_support import publish, rewrite_last_offsets, run_available_now, source, values_read
 
 pytestmark = pytest.mark.spark
@@ -57,13 +58,15 @@ def test_offsets_removed_by_retention_fail_the_query_and_the_opt_out_skips_to_th
     tmp_path: Path,
 ) -> None:
     with LiftbridgeClient(lb_address) as client:
-        client.create_stream(stream_name, stream_name, retention_max_messages=10)
-    publish(lb_address, stream_name, range(10), 1)
+        client.create_stream(stream_name, stream_name, retention_max_messages=10, **ONE_MESSAGE_SEGMENTS)
+        publish_each(client, stream_name, [b"%d" % i for i in range(10)])
     checkpoint = tmp_path / "checkpoint"
     df = source(spark, lb_settings, stream_name, startingOffsets="earliest")
     assert values_read(run_available_now(df, checkpoint)) == list(range(10))
 
-    publish(lb_address, stream_name, range(10, 30), 1)  # retention keeps 20..29: 10..19 went unread
+    with LiftbridgeClient(lb_address) as client:
+        publish_each(client, stream_name, [b"%d" % i for i in range(10, 30)])
+        wait_for_earliest(client, stream_name, 20)  # retention keeps 20..29: 10..19 went unread
     with pytest.raises(
         StreamingQueryException, match=r"offsets 10\.\.19 were removed \(retention\).*earliest available offset is 20"
     ):

@@ -23,6 +23,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import set_reception_clock
 from airflow_provider_liftbridge.ui import messages
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 from tests.ui.test_api import PASSWORD, TOKEN, Api, airflow_app, connections, token  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
@@ -342,8 +343,9 @@ def test_a_partition_whose_oldest_messages_are_gone(
 ) -> None:
     """Retention removed offsets 0 to 6: pages read what is kept, either way, and end at it."""
     with LiftbridgeClient(lb_address) as client:
-        client.create_stream(stream_name, stream_name, retention_max_messages=5)
-        client.publish_many(stream_name, [b"m%d" % i for i in range(12)])
+        client.create_stream(stream_name, stream_name, retention_max_messages=5, **ONE_MESSAGE_SEGMENTS)
+        publish_each(client, stream_name, [b"m%d" % i for i in range(12)])
+        wait_for_earliest(client, stream_name, 7)
     offsets = lambda body: [m["offset"] for m in body["messages"]]  # noqa: E731
     assert offsets(search(api, stream_name)) == [11, 10, 9, 8, 7]
     assert offsets(search(api, stream_name, order="oldest")) == [7, 8, 9, 10, 11]

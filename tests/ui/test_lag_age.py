@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import set_reception_clock
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 from tests.ui.test_api import Api, airflow_app, connections, pipeline_of, run_consume, token  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
@@ -87,11 +88,12 @@ def test_a_position_whose_message_retention_removed(
     a server that waited there instead, this answer never came."""
     api = Api(airflow_app, token("op"))
     with LiftbridgeClient(lb_address) as client:
-        client.create_stream(stream_name, stream_name, retention_max_messages=5)
-        client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(3)])
+        client.create_stream(stream_name, stream_name, retention_max_messages=5, **ONE_MESSAGE_SEGMENTS)
+        publish_each(client, stream_name, [b'{"n": %d}' % i for i in range(3)])
     run_consume(stream_name)
     with LiftbridgeClient(lb_address) as client:
-        client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(3, 8)])
+        publish_each(client, stream_name, [b'{"n": %d}' % i for i in range(3, 8)])
+        wait_for_earliest(client, stream_name, 3)
         oldest_kept = timestamp_s(client, stream_name, 0, 3)
     before = time.time()
     [row] = pipeline_of(api.get("/api/connections/liftbridge_default/pipelines"), stream_name)["partitions"]
