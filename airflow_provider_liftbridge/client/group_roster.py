@@ -30,7 +30,7 @@ from .effects import Op
 from .errors import InvalidArgumentError, LiftbridgeError, StreamExistsError
 from .publishing import single
 from .routing import ClientCore
-from .stream_options import StreamOptions
+from .stream_options import BOOKKEEPING_SEGMENT_BYTES, StreamOptions
 from .types import AckPolicy
 
 __all__ = [
@@ -154,7 +154,10 @@ def record_member(core: ClientCore, record: MemberRecord, *, stream: str = ROSTE
         metadata = yield from operations.fetch_metadata(core, [stream])
         if stream not in metadata.streams:
             options = StreamOptions(
-                compact_enabled=True, retention_max_messages=ROSTER_MAX_MESSAGES, retention_max_age=ROSTER_MAX_AGE
+                compact_enabled=True,
+                retention_max_messages=ROSTER_MAX_MESSAGES,
+                retention_max_age=ROSTER_MAX_AGE,
+                segment_max_bytes=BOOKKEEPING_SEGMENT_BYTES,
             )
             try:
                 yield from operations.create_stream(core, stream, stream, options)

@@ -31,7 +31,13 @@ from .checks import (
     optional,
 )
 
-__all__ = ["STREAM_OPTION_NAMES", "StreamOptions", "option"]
+__all__ = ["BOOKKEEPING_SEGMENT_BYTES", "STREAM_OPTION_NAMES", "StreamOptions", "option"]
+
+#: Segment size of the provider's bookkeeping streams (the pipeline registry, the run history, the
+#: view's lag samples, the group roster). Liftbridge's retention and compaction remove whole
+#: segments, never the newest one: with its default segments (256 MB) such a stream would keep
+#: everything until then, whatever its limits say.
+BOOKKEEPING_SEGMENT_BYTES = 1 << 20
 
 
 def option(check: Check, default: Any = None) -> Any:

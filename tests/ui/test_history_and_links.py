@@ -200,3 +200,23 @@ def test_no_link_where_the_view_is_not_installed(tmp_path: Any) -> None:
     done = run_child([sys.executable, "-P", "-c", script], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "INSTALLED False" in done.stdout and "LINKS ['', '']" in done.stdout, done.stdout[-2000:]
+
+
+def test_bookkeeping_streams_are_made_of_segments_their_retention_can_remove(
+    stream_name: str, lb_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liftbridge's retention removes whole segments and never the newest (as the dev server's):
+    a bookkeeping stream is created with segments of ``BOOKKEEPING_SEGMENT_BYTES``, so its limits
+    hold. Here a segment holds one entry and the limit is 3 entries: the oldest go. With the
+    server's default segments (the stream created without the setting) all 10 stayed."""
+    import datetime as dt
+
+    from airflow_provider_liftbridge.client.reading import registry
+    from tests.exact_retention import wait_for_earliest
+
+    monkeypatch.setattr(registry, "BOOKKEEPING_SEGMENT_BYTES", 1)
+    limits = {"retention_max_messages": 3, "cleaner_interval": dt.timedelta(milliseconds=100)}
+    with LiftbridgeClient(lb_address) as client:
+        for i in range(10):
+            registry.publish_entry(client, stream_name, b"k%d" % i, b'{"n": %d}' % i, **limits)
+        wait_for_earliest(client, stream_name, 7)

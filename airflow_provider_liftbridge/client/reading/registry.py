@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, StreamExistsError
+from ..stream_options import BOOKKEEPING_SEGMENT_BYTES
 from ..sync_client import LiftbridgeClient
 from ..types import AckPolicy
 
@@ -122,15 +123,16 @@ def record_pipeline(client: LiftbridgeClient, entry: PipelineEntry, *, stream: s
 
 
 def publish_entry(client: LiftbridgeClient, stream: str, key: bytes, value: bytes, **options: Any) -> None:
-    """Publish one bookkeeping entry to ``stream`` (created with ``options`` if missing; another
-    task creating it meanwhile is fine) and wait for the leader's ack. The registry and the run
-    history (:mod:`.history`) keep their entries so.
+    """Publish one bookkeeping entry to ``stream`` (created with ``options`` and segments of
+    :data:`BOOKKEEPING_SEGMENT_BYTES` if missing; another task creating it meanwhile is fine) and
+    wait for the leader's ack. The registry and the run history (:mod:`.history`) keep their
+    entries so.
 
     :raises LiftbridgeError: the stream could not be created or the entry was not acknowledged.
     """
     if stream not in client.fetch_metadata([stream]).streams:
         try:
-            client.create_stream(stream, stream, **options)
+            client.create_stream(stream, stream, **{"segment_max_bytes": BOOKKEEPING_SEGMENT_BYTES, **options})
         except StreamExistsError:
             pass  # another task created it meanwhile
     client.publish(stream, value, key=key, ack_policy=AckPolicy.LEADER)
