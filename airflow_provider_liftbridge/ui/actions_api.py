@@ -107,6 +107,11 @@ async def _body(request: Request) -> dict[str, Any]:
 
     :raises HTTPException: 400 when it is not one (saying what to send).
     """
+    if "application/json" not in request.headers.get("content-type", ""):
+        # Only a script of the page sends JSON: a form of another site cannot (no CORS preflight passes).
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as JSON (Content-Type: application/json)"
+        )
     try:
         body = json.loads(await request.body() or b"{}")
     except ValueError:

@@ -29,7 +29,8 @@ class ActionApi(Api):
     """:class:`Api` that also posts JSON."""
 
     def post(self, path: str, body: Any, expect: int = 200) -> Any:
-        response = self.client.post(f"/liftbridge{path}", headers=self.headers, content=json.dumps(body))
+        headers = self.headers | {"Content-Type": "application/json"}
+        response = self.client.post(f"/liftbridge{path}", headers=headers, content=json.dumps(body))
         self.bodies.append(response.text)
         assert response.status_code == expect, response.text
         return response.json()
@@ -137,6 +138,8 @@ def test_selected_letters_go_back_and_bad_selections_change_nothing(
         detail = op.post(url, {"letters": [letter]}, expect=400)["detail"]
         assert detail["field"] == "letters" and words in detail["message"], detail
     assert "send a JSON object" in op.post(url, ["0:0"], expect=400)["detail"]
+    as_form = op.client.post(f"/liftbridge{url}", headers=op.headers, data={"letters": "0:0"})
+    assert as_form.status_code == 415 and "Content-Type: application/json" in as_form.text
     assert "name the letters" in op.post(url, {}, expect=400)["detail"]["message"]
     with LiftbridgeClient(lb_address) as client:
         client.publish(dlq, b"no headers")  # not written by a reading operator: no source
