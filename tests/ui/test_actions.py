@@ -10,6 +10,8 @@ import json
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -60,6 +62,23 @@ def _audit_rows(event: str) -> list[Any]:
     with create_session() as session:
         rows = session.scalars(select(Log).where(Log.event == event).order_by(Log.id)).all()
         return [(r.owner, json.loads(r.extra), r.dag_id, r.task_id) for r in rows]
+
+
+@contextmanager
+def _task_state(dag_run: Any, state: str) -> Iterator[None]:
+    """The run's ``consume`` task instance in ``state`` in Airflow's metastore, then back."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    where = (TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id)
+    with create_session() as session:
+        session.execute(update(TaskInstance).where(*where).values(state=state))
+    try:
+        yield
+    finally:
+        with create_session() as session:
+            session.execute(update(TaskInstance).where(*where).values(state="success"))
 
 
 def test_a_replay_of_1000_letters_puts_each_back_once_however_often_it_is_sent(
@@ -159,8 +178,14 @@ def test_a_moved_cursor_is_where_the_next_run_reads_from(op: ActionApi, stream_n
         client.create_stream(stream_name, stream_name, partitions=2)
         client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(10)], partition=0)
         client.publish_many(stream_name, [b'{"n": %d}' % i for i in range(4)], partition=1)
-    assert xcom_of(run_consume(stream_name), "consume")["processed"] == 14
+    first = run_consume(stream_name)
+    assert xcom_of(first, "consume")["processed"] == 14
     url = f"{BASE}/pipelines/ui_{stream_name}/consume/cursor"
+
+    # While the task runs (its commits would undo a move), nothing moves.
+    with _task_state(first, "running"):
+        busy = op.post(url, {"offset": "3"}, expect=409)["detail"]
+        assert f"is queued or running in run {first.run_id!r}" in busy and "pause the DAG" in busy
 
     done = op.post(url, {"offset": "3", "partitions": [0]})
     assert done["moved"] == [{"partition": 0, "from": 10, "to": 3}]
@@ -197,8 +222,8 @@ def test_a_moved_cursor_is_where_the_next_run_reads_from(op: ActionApi, stream_n
         client.delete_stream(stream_name)
     assert "deleted meanwhile" in op.post(url, {"offset": "1"}, expect=404)["detail"]
     rows = [r for r in _audit_rows("liftbridge_move_cursor") if r[2] == f"ui_{stream_name}"]
-    assert rows[0][:1] == ("op-user",) and rows[0][3] == "consume"
-    assert rows[0][1]["moved"] == [{"partition": 0, "from": 10, "to": 3}]
+    assert rows[0][0] == "op-user" and rows[0][3] == "consume" and "running" in rows[0][1]["refused"]
+    assert rows[1][1]["moved"] == [{"partition": 0, "from": 10, "to": 3}]
     assert "deleted meanwhile" in rows[-1][1]["refused"]
 
 
