@@ -294,3 +294,45 @@ def test_no_secret_in_any_action_answer(airflow_app: Any, connections: dict[str,
         op.post(f"{base}/pipelines/d/t/cursor", {"offset": "x"}, expect=400)
     for body in op.bodies:
         assert PASSWORD not in body and TOKEN not in body and "nats://" not in body
+
+
+def test_a_groups_cursor_moves_only_without_members_and_an_interval_reader_has_none(
+    op: ActionApi, stream_name: str, lb_address: str
+) -> None:
+    """A consumer group's position moves only while the group has no member (a member would commit
+    over it), never to offset 0 (no position: its members would start at their auto_offset); a
+    task reading by interval has no position to move."""
+    import dataclasses
+
+    from airflow_provider_liftbridge.client.consumer import group_cursor_id
+    from airflow_provider_liftbridge.client.reading import PipelineEntry, record_pipeline
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    entry = PipelineEntry(
+        stream=stream_name,
+        position_cursor=group_cursor_id(group),
+        plan_key=f"grouped_{group}/read",
+        dag_id=f"grouped_{group}",
+        task_id="read",
+        run_id="run-1",
+        partitions=(0,),
+        group_id=group,
+        mode="ConsumerGroup",
+    )
+    url = f"{BASE}/pipelines/grouped_{group}/read/cursor"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name)
+        client.publish_many(stream_name, [b"x"] * 5)
+        record_pipeline(client, entry)
+        with client.group_consumer(group, stream_name, consumer_id="alpha") as member:
+            member.join()
+            assert "has members" in op.post(url, {"offset": "2"}, expect=400)["detail"]["message"]
+        assert "cannot be moved to offset 0" in op.post(url, {"offset": "0"}, expect=400)["detail"]["message"]
+        [moved] = op.post(url, {"offset": "2"})["moved"]  # "from": where the member left it, if it committed
+        assert (moved["partition"], moved["to"]) == (0, 2)
+        assert client.fetch_cursor(group_cursor_id(group), stream_name, 0) == 1
+
+        by_interval = dataclasses.replace(entry, dag_id=f"interval_{group}", group_id=None, mode="DataInterval")
+        record_pipeline(client, by_interval)
+    refused = op.post(f"{BASE}/pipelines/interval_{group}/read/cursor", {"offset": "2"}, expect=400)["detail"]
+    assert "reads by data interval" in refused["message"]
