@@ -37,7 +37,7 @@ from airflow_provider_liftbridge.client import (
     NoSuchPartitionError,
     NoSuchStreamError,
 )
-from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+from airflow_provider_liftbridge.client.exactly_once import PRODUCER_HEADER, SEQ_HEADER, ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
 from airflow_provider_liftbridge.client.reading.dead_letter import (
     DEAD_LETTER_HEADERS,
@@ -71,6 +71,10 @@ MAX_REPLAY_BYTES = 64 * 1024 * 1024
 REPLAYED_FROM_HEADER = "dead-letter-replayed-from"
 #: A plan run tag no run has (run tags are non-negative): the next try of any run plans afresh.
 VOID_TAG = -1
+
+#: Headers a replayed message does not carry: the dead letter's own, the ones Liftbridge adds to
+#: every message, and an earlier exactly-once producer's (the replay numbers it as its own).
+_NOT_REPLAYED = frozenset({*DEAD_LETTER_HEADERS, "subject", "reply", PRODUCER_HEADER, SEQ_HEADER})
 
 _RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
 _RUNNING_GUARD = threading.Lock()
@@ -166,13 +170,13 @@ def _letters(client: LiftbridgeClient, selection: ReplaySelection) -> list[Messa
     :raises NoSuchStreamError: the dead-letter stream is gone.
     """
     hws = _hws(client, selection.stream, "dead-letter stream")
-    wanted: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for p, o in selection.letters:
-        wanted[p].append((o, o))
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)  # per partition, inclusive offset ranges
+    for p, group in groupby(selection.letters, key=lambda letter: letter[0]):
+        spans[p] += _runs([o for _, o in group])
     for p, last in selection.through:
         if last >= 0:
-            wanted[p].append((0, last))
-    for p, ranges in wanted.items():
+            spans[p].append((0, last))
+    for p, ranges in spans.items():
         if p not in hws:
             raise SearchInputError("letters", f"the dead-letter stream has no partition {p} (it has {sorted(hws)})")
         end = max(last for _, last in ranges)
@@ -183,10 +187,8 @@ def _letters(client: LiftbridgeClient, selection: ReplaySelection) -> list[Messa
             )
     found: list[Message] = []
     size = 0
-    for p in sorted(wanted):
-        named = sorted(o for (q, o) in selection.letters if q == p)
-        spans_of = list(_runs(named)) + [(0, last) for q, last in selection.through if q == p and last >= 0]
-        for first, last in spans_of:
+    for p in sorted(spans):
+        for first, last in spans[p]:
             got = _read(client, selection.stream, p, first, last)
             if selection.letters and len(got) != last - first + 1:
                 kept = {m.offset for m in got}
@@ -272,9 +274,7 @@ def plan_replay(client: LiftbridgeClient, stream: str, letters: list[str] | None
 
 
 def _record(letter: Message, source: str, partition: int) -> Record:
-    headers = {
-        k: v for k, v in letter.headers.items() if k not in DEAD_LETTER_HEADERS and k not in ("subject", "reply")
-    }
+    headers = {k: v for k, v in letter.headers.items() if k not in _NOT_REPLAYED}
     headers[REPLAYED_FROM_HEADER] = f"{source}/{letter.partition}/{letter.offset}".encode()
     return Record(letter.value, key=letter.key, headers=headers, partition=partition)
 
