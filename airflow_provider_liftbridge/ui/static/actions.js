@@ -36,6 +36,10 @@ const liftbridgeActions = (function () {
     const cancel = el("button", {type: "button", id: "action-cancel"}, "Cancel");
     dialog.replaceChildren(el("h2", {id: "action-title"}, title), ...body, error, result, el("div", {class: "bar dialog-buttons"}, ok, cancel));
     cancel.addEventListener("click", () => dialog.close());
+    dialog.oninput = () => {  // typing again: the last refusal no longer applies
+      error.hidden = true;
+      dialog.querySelectorAll("[aria-invalid]").forEach(f => f.removeAttribute("aria-invalid"));
+    };
     ok.addEventListener("click", async () => {
       ok.disabled = true;  // one click, one request (the server is idempotent anyway)
       error.hidden = true;
