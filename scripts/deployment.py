@@ -51,6 +51,9 @@ EXAMPLE_DAGS = REPO / "dags_examples"
 COMPONENTS = ("api-server", "execution-api", "scheduler", "dag-processor", "triggerer")
 USERNAME = "admin"
 PASSWORD = "admin"  # a dev deployment on 127.0.0.1 only; the simple auth manager is not for production
+#: A read-only user (the simple auth manager's viewer role), for the UI's refusal tests.
+VIEWER = "viewer"
+VIEWER_PASSWORD = "viewer"
 
 _T = TypeVar("_T")
 
@@ -268,7 +271,7 @@ class Deployment:
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_port),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.trigger_log_port),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin,{VIEWER}:viewer",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
             "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
@@ -304,7 +307,7 @@ class Deployment:
         self.devserver = DevServerProcess(self.home / "liftbridge-data").start()
         self.run_cli(["db", "migrate"], timeout=300)
         self.run_cli(["connections", "add", "liftbridge_default", "--conn-json", json.dumps(self.connection())])
-        (self.home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD}) + "\n")
+        (self.home / "passwords.json").write_text(json.dumps({USERNAME: PASSWORD, VIEWER: VIEWER_PASSWORD}) + "\n")
         api_server = ["api-server", "--host", "127.0.0.1", "--port"]
         for name in COMPONENTS:
             args = {

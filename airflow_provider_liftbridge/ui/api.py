@@ -50,7 +50,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import charts, lag_api, messages, model
+from . import actions_api, charts, lag_api, messages, model
 from .search_input import SearchInputError, parse_count, parse_offset, parse_time
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
@@ -249,6 +249,7 @@ def create_app() -> FastAPI:
 
     _browser_routes(api, [connection_read, messages_read])
     lag_api.add_routes(api, _off_loop, [connection_read])  # /lag and /groups (ui/lag_api.py)
+    actions_api.add_routes(api, _off_loop, [connection_read, messages_read])  # replay, cursor (ui/actions_api.py)
     return api
 
 

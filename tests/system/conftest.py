@@ -38,6 +38,7 @@ SYSTEM_DAGS = [
     "system_interval_backfill",
     "system_partition_minutes",
     "system_partition_rollup",
+    "system_ui_actions",
 ]
 
 

@@ -28,9 +28,9 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def logged_in_page(url: str) -> Iterator[Any]:
-    """A page of a fresh headless chromium, logged in through the simple auth manager's login
-    form at ``url`` as a user would; the browser is closed afterwards."""
+def logged_in_page(url: str, user: str = USERNAME, password: str = PASSWORD) -> Iterator[Any]:
+    """A page of a fresh headless chromium, logged in (as ``user``, the admin by default) through
+    the simple auth manager's login form at ``url`` as a user would; the browser is closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -42,8 +42,8 @@ def logged_in_page(url: str) -> Iterator[Any]:
 
             expect.set_options(timeout=60_000)  # a busy machine: wait for conditions, longer than 5 s
             page.goto(f"{url}/auth/login")
-            page.locator("input").nth(0).fill(USERNAME)
-            page.locator("input[type=password]").fill(PASSWORD)
+            page.locator("input").nth(0).fill(user)
+            page.locator("input[type=password]").fill(password)
             page.locator("button[type=submit]").click()
             page.wait_for_url(lambda at: "/auth/login" not in at)
             yield page

@@ -198,7 +198,7 @@ const views = {
       table(["Stream", "Partition", "Leader", "ISR", "High watermark", "Newest", "Flags"], rows, {id: "streams"})];
   },
   async pipelines() {
-    const d = await get("/pipelines");
+    const [d, may] = await Promise.all([get("/pipelines"), liftbridgeActions.allowed()]);  // actions.js
     const nodes = [];
     for (const p of d.pipelines) {
       const name = `${p.dag_id}.${p.task_id}`;
@@ -216,6 +216,7 @@ const views = {
         airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
         ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag),
         p.lag ? [" (oldest unread ", lagAge(p.lag_age_s), " old)"] : ""));
+    if (may && !byInterval) nodes[nodes.length - 1].append(" ", liftbridgeActions.moveButton(p));  // actions.js
       if (p.error) nodes.push(el("p", {class: "error"}, p.error));
       const headers = byInterval
         ? ["Partition", "Progress", "High watermark", "Lag after it", "Oldest unread", "Last commit", "Interval offsets", "Finished"]
@@ -274,14 +275,16 @@ const views = {
     return nodes;
   },
   async "dead-letters"() {
-    const d = await get("/dead-letters");
+    const [d, may] = await Promise.all([get("/dead-letters"), liftbridgeActions.allowed()]);  // actions.js
     if (!d.streams.length) return [el("p", {}, "No pipeline sends to a dead-letter stream.")];
     const nodes = [];
     for (const s of d.streams.filter(x => matches(x.stream))) {
       nodes.push(el("h2", {"data-dead-letter-stream": s.stream}, `${s.stream}: ${s.count} letter(s)`));
       if (s.error) nodes.push(el("p", {class: "error"}, s.error));
-      nodes.push(table(["Time", "Source", "Error type", "Error", "Value"], s.letters.map(l => el("tr", {class: "letter"},
-        el("td", {}, l.timestamp), el("td", {}, `${l.source_stream}/${l.source_partition}@${l.source_offset}`),
+      if (may) nodes.push(liftbridgeActions.replayButtons(s));
+      nodes.push(table([...(may ? [""] : []), "Time", "Source", "Error type", "Error", "Value"], s.letters.map(l => el("tr", {class: "letter"},
+        may ? liftbridgeActions.checkbox(s.stream, l) : "",
+        el("td", {}, l.timestamp), el("td", {}, liftbridgeActions.sourceLink(l)),
         el("td", {}, badge("error", l.error_type)), el("td", {}, el("pre", {}, l.error)), el("td", {}, rendered(l.value))))));
     }
     return nodes;
