@@ -10,6 +10,7 @@ Exit status 1 when any run broke an invariant.
     python scripts/fault_campaign.py --link-faults --runs 50   # also strike the client's link (root)
     python scripts/fault_campaign.py --link-faults --link-kinds cut --targets client-link  # as before the kinds
     python scripts/fault_campaign.py --broker-cuts --runs 50   # also cut a leader off (a minority leader)
+    python scripts/fault_campaign.py --broker-cuts --link-kinds cut,cut-in,cut-out,slow,lossy  # every kind
     python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
         --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
         --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
@@ -69,9 +70,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--link-kinds",
-        default=",".join(LINK_KINDS),
         help=f"with --link-faults: what a link fault does, drawn from these (default {','.join(LINK_KINDS)});"
-        " the link seeds drawn before the kinds existed are those of --link-kinds cut",
+        " the link seeds drawn before the kinds existed are those of --link-kinds cut. With --broker-cuts,"
+        " also what a broker cut does (default: cut only, as before the kinds)",
     )
     p.add_argument(
         "--broker-cuts",
@@ -125,16 +126,34 @@ def _verdicts(args: argparse.Namespace) -> Iterator[Verdict]:
     make_rig, targets, actions = _rigs(args)
     if args.targets:
         targets = tuple(t for t in args.targets.split(",") if t)
-    kinds = tuple(k for k in args.link_kinds.split(",") if k)
-    unknown = set(kinds) - set(LINK_KINDS)
-    if unknown or not kinds:
-        sys.exit(f"--link-kinds: unknown {sorted(unknown) or 'none given'}; choose from {','.join(LINK_KINDS)}")
+    kinds = _link_kinds(args.link_kinds)
     seeds = args.seed or range(args.base_seed, args.base_seed + args.runs)
     for seed in seeds:
-        schedule = draw(seed, paths=args.paths.split(","), targets=targets, actions=actions, link_kinds=kinds)
+        schedule = draw(
+            seed,
+            paths=args.paths.split(","),
+            targets=targets,
+            actions=actions,
+            link_kinds=kinds or LINK_KINDS,
+            broker_kinds=kinds or LINK_KINDS[:1],
+        )
         rig: AbstractContextManager[Any] = make_rig()
         with rig as ready:
             yield run(schedule, ready)
+
+
+def _link_kinds(given: str | None) -> tuple[str, ...]:
+    """The kinds ``--link-kinds`` names (empty when not given: each target's default then).
+
+    A broker cut's kind is drawn only when they are given, so that the broker-cut seeds run before
+    the kinds keep their schedules (a client link's are drawn from every kind by default)."""
+    if given is None:
+        return ()
+    kinds = tuple(k for k in given.split(",") if k)
+    unknown = set(kinds) - set(LINK_KINDS)
+    if unknown or not kinds:
+        sys.exit(f"--link-kinds: unknown {sorted(unknown) or 'none given'}; choose from {','.join(LINK_KINDS)}")
+    return kinds
 
 
 def _table(title: str, rows: dict[str, list[Verdict]]) -> None:

@@ -36,6 +36,9 @@ CONTROL_COMMANDS = {
     "heal": ("heal_broker", True),
 }
 
+#: The fault commands that cut a broker off: ``cut-nats I [KIND]`` (model.KINDS, default cut).
+CUT_COMMANDS = ("cut-nats", "cut-peers")
+
 PROG = "liftbridge-devserver"
 
 
@@ -222,12 +225,13 @@ async def run_control(core: ServerCore, line: str) -> str:
             raise ValueError(f"unknown command; use one of {', '.join(CONTROL_COMMANDS)}")
         method, takes_index = CONTROL_COMMANDS[name]
         if takes_index:
-            if len(args) != 1:
-                raise ValueError("give one broker index")
+            kinds = 1 if name in CUT_COMMANDS else 0  # a cut may name its kind after the index
+            if not 1 <= len(args) <= 1 + kinds:
+                raise ValueError("give one broker index" + (" and, optionally, the kind of cut" if kinds else ""))
             index = int(args[0])
             if not 0 <= index < len(core.brokers):
                 raise ValueError(f"no broker {index}; brokers are 0 to {len(core.brokers) - 1}")
-            await getattr(core, method)(index)
+            await getattr(core, method)(index, *args[1:])
         else:
             await getattr(core, method)(*(float(a) for a in args[:1]))
     except (ValueError, DevServerError) as exc:

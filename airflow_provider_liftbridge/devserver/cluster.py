@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 from .cursors import CursorIndex
 from .faults import MetadataLeader, StreamPropagation
-from .isolation import ISOLATIONS, remember
+from .isolation import remember
 from .log import PartitionLog
-from .model import BrokerSlot, ClusterTimings, RestartHold
+from .model import LOST_TO_PEERS, SLOW_DELAY, BrokerLink, BrokerSlot, ClusterTimings, RestartHold
 from .partition import Partition, Stream
 from .replication import Replica, Replication
 
@@ -372,20 +372,25 @@ class Cluster:
         broker.stalled = True
         self._lost(broker)
 
-    def broker_isolated(self, broker: BrokerSlot, how: str) -> None:
+    def broker_isolated(self, broker: BrokerSlot, how: str, kind: str = "cut") -> None:
         """``broker`` is cut off from its peers (``how``: ``"nats"``, from NATS and so from them;
-        ``"peers"``, from them only) and still answers its clients (isolation.py): it keeps the
-        view it has now, its peers treat it as gone (its leaderships move after the leader
-        timeout, it leaves the ISRs after the lag time, the metadata leadership after the election
-        timeout).
+        ``"peers"``, from them only) and still answers its clients (isolation.py). ``kind`` says
+        what happens to its NATS messages (:data:`~.model.KINDS`). Cut both ways or one way,
+        its peers treat it as gone (its leaderships move after the leader timeout, it leaves the
+        ISRs after the lag time, the metadata leadership after the election timeout) and, unless
+        cut out only, it keeps the view it has now. Slow or lossy, its peers keep it.
 
-        :raises ValueError: ``how`` is not one of :data:`~.isolation.ISOLATIONS`.
+        :raises ValueError: ``how`` or ``kind`` is not one of :data:`~.model.ISOLATIONS` /
+            :data:`~.model.KINDS`.
         """
-        if how not in ISOLATIONS:
-            raise ValueError(f"cannot cut a broker off by {how!r}; choose one of {', '.join(ISOLATIONS)}")
+        link = BrokerLink(how, kind, delay=min(SLOW_DELAY, self.timings.replica_max_lag_time / 8))
+        if broker.link is not None:
+            self.broker_rejoined(broker)  # one cut at a time: the new one replaces the old
         remember(broker, self.partitions())
-        broker.isolated = how
-        self._lost(broker)
+        broker.link = link
+        if kind in LOST_TO_PEERS:
+            broker.isolated = how
+            self._lost(broker)
 
     def _lost(self, broker: BrokerSlot) -> None:
         """Its peers lose ``broker`` without a word: the metadata leader counts it gone, and the
@@ -400,7 +405,7 @@ class Cluster:
     def broker_rejoined(self, broker: BrokerSlot) -> None:
         """The cut of ``broker`` healed: it learns the metadata; a former leader cuts back the tail
         the new leader never had and follows; followers of what it still leads fetch again."""
-        broker.isolated, broker.known = "", {}
+        broker.isolated, broker.known, broker.link = "", {}, None
         self.metadata.broker_back(broker)
         for part in self.partitions():
             repl = replication_of(part)

@@ -280,23 +280,28 @@ class ServerCore:
         """
         self._cluster("resume a broker").broker_resumed(self.brokers[index])
 
-    async def cut_broker_from_nats(self, index: int) -> None:
+    async def cut_broker_from_nats(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from NATS, and so from its peers, while its clients still reach
-        it (cluster mode; isolation.py): a minority broker that takes nothing it is sent.
+        it (cluster mode; isolation.py): a minority broker that takes nothing it is sent. ``kind``
+        (:data:`~.model.KINDS`): both ways, one way (``"cut-in"``, ``"cut-out"``), or a link
+        that is only ``"slow"`` or ``"lossy"``.
 
         :raises IndexError: no such broker.
         :raises ServerStateError: a single-broker server.
+        :raises ValueError: an unknown ``kind``.
         """
-        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "nats")
+        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "nats", kind)
 
-    async def cut_broker_from_peers(self, index: int) -> None:
+    async def cut_broker_from_peers(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from its peers only (its NATS node cut from the others; cluster
         mode; isolation.py): a minority leader that appends what it is sent and commits none of it.
+        ``kind`` as for :meth:`cut_broker_from_nats`.
 
         :raises IndexError: no such broker.
         :raises ServerStateError: a single-broker server.
+        :raises ValueError: an unknown ``kind``.
         """
-        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "peers")
+        self._cluster("cut a broker off").broker_isolated(self.brokers[index], "peers", kind)
 
     async def heal_broker(self, index: int) -> None:
         """Heal the cut of broker ``index`` (nothing when it is not cut off): it learns the metadata,

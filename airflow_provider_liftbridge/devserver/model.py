@@ -5,7 +5,9 @@ and they import nothing of those.
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -76,6 +78,75 @@ def broker_id(index: int) -> str:
     return f"broker-{index}"
 
 
+# -- a broker cut off (isolation.py) -------------------------------------------------------
+#: How a broker is cut off (:attr:`~.model.BrokerSlot.isolated`): from NATS, or from its peers.
+ISOLATIONS = ("nats", "peers")
+#: What a cut does to the broker's NATS traffic (isolation.py's docstring).
+KINDS = ("cut", "cut-in", "cut-out", "slow", "lossy")
+#: The kinds whose broker its peers lose (:attr:`~.model.BrokerSlot.isolated` is set for them).
+LOST_TO_PEERS = ("cut", "cut-in", "cut-out")
+#: Seconds each NATS message of a ``"slow"`` broker waits, each way (a replication round: twice),
+#: at most: the cluster makes it an eighth of the lag time if that is less, so that a follower
+#: that checks in idle still reaches its leader well within the lag time and its peers keep it.
+SLOW_DELAY = 0.5
+#: The share of a ``"lossy"`` broker's NATS messages lost each way, however few it sends.
+LOSSY_SHARE = 0.05
+#: Messages a second a ``"lossy"`` link carries each way, and how many wait beyond that: past
+#: them a burst is lost (as on a link whose queue overflows; messages counted, not bytes).
+LOSSY_RATE = 1000.0
+LOSSY_BURST = 64
+Direction = Literal["in", "out"]
+
+
+class BrokerLink:
+    """A cut broker's NATS link: its scope (``"nats"`` or ``"peers"``) and kind (:data:`KINDS`).
+
+    :param delay: seconds each message of a ``"slow"`` link waits, each way.
+    :param seed: the seed of a lossy link's losses (``None``: from the system).
+    :raises ValueError: a scope or kind that is not one of :data:`ISOLATIONS` / :data:`KINDS`.
+    """
+
+    def __init__(self, scope: str, kind: str, *, delay: float = SLOW_DELAY, seed: int | None = None) -> None:
+        if scope not in ISOLATIONS:
+            raise ValueError(f"cannot cut a broker off by {scope!r}; choose one of {', '.join(ISOLATIONS)}")
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind of cut {kind!r}; choose one of {', '.join(KINDS)}")
+        self.scope, self.kind = scope, kind
+        self.delay = delay if kind == "slow" else 0.0
+        self._rng = random.Random(seed)
+        now = time.monotonic()
+        self._tokens: dict[str, tuple[float, float]] = {"in": (LOSSY_BURST, now), "out": (LOSSY_BURST, now)}
+
+    def __repr__(self) -> str:
+        return f"BrokerLink({self.scope!r}, {self.kind!r})"
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the broker learns nothing of the metadata (it answers from what it knew)."""
+        return self.kind in ("cut", "cut-in")
+
+    def passes(self, direction: Direction, count: int = 1) -> list[bool]:
+        """Which of ``count`` messages sent now in ``direction`` (``"in"``: to the broker) arrive."""
+        if self.kind in ("cut", f"cut-{direction}"):
+            return [False] * count
+        if self.kind != "lossy":
+            return [True] * count
+        tokens, at = self._tokens[direction]
+        now = time.monotonic()
+        tokens = min(float(LOSSY_BURST), tokens + (now - at) * LOSSY_RATE)
+        out = []
+        for _ in range(count):
+            fits = tokens >= 1.0
+            tokens -= fits
+            out.append(fits and self._rng.random() >= LOSSY_SHARE)
+        self._tokens[direction] = (tokens, now)
+        return out
+
+    def one(self, direction: Direction) -> bool:
+        """Whether one message sent now in ``direction`` arrives."""
+        return self.passes(direction)[0]
+
+
 @dataclass
 class BrokerSlot:
     """One broker of the (single-process) cluster."""
@@ -88,8 +159,11 @@ class BrokerSlot:
     #: Frozen like a SIGSTOPped process: no replication, calls to it wait (cluster fault hook).
     stalled: bool = False
     #: Cut off (cluster fault hook, isolation.py): ``"nats"`` from NATS and so from its peers,
-    #: ``"peers"`` from its peers only; its clients still reach it. ``""`` while connected.
+    #: ``"peers"`` from its peers only; its clients still reach it. ``""`` while its peers reach it
+    #: (also while its link is only slow or lossy).
     isolated: str = ""
+    #: Its cut, of any kind (isolation.py): what happens to its NATS messages; ``None`` while none.
+    link: BrokerLink | None = None
     #: What an isolated broker last knew of each partition: (stream, partition) -> (leader, ISR).
     known: dict[tuple[str, int], tuple[str, list[str]]] = field(default_factory=dict)
 

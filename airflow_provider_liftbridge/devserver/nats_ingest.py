@@ -218,15 +218,29 @@ class NatsIngest:
         """Store a batch of ``part``'s NATS messages and arrange their acks (see the module docstring)."""
         batch = inbound.copy()
         inbound.clear()
-        if part.paused or part.readonly or part.deleted:
+        repl = part.replication
+        link = None if repl is None else repl.leader_link
+        if link is not None:
+            # The leader is cut off (isolation.py): what its NATS link lets in arrives, maybe late.
+            batch = [m for m, ok in zip(batch, link.passes("in", len(batch)), strict=True) if ok]
+            if link.delay and batch:
+                asyncio.get_running_loop().call_later(link.delay, self._arrived, part, batch)
+                return
+        self._arrived(part, batch)
+
+    def _arrived(self, part: Partition, batch: list[tuple[bytes, bytes, bytes]]) -> None:
+        if part.paused or part.readonly or part.deleted or not batch:
             return
         repl = part.replication
         if repl is not None and not repl.leader_serving:
             # Cluster mode: a stalled leader finds these in its NATS buffer when it runs again; with
             # a dead leader (or none yet after a restart) nobody was subscribed and they are lost.
+            # A leader cut off with its receiving side open (cut-out) still takes them.
             if repl.leader_stalled:
-                repl.parked.append(lambda: self._ingest(part, batch))
-            return
+                repl.parked.append(lambda: self._arrived(part, batch))
+                return
+            if repl.leader_link is None or not repl.leader_live:
+                return
         if repl is not None and repl.no_leaders:
             return
         try:
@@ -299,7 +313,20 @@ class NatsIngest:
     def _queue_acks(
         self, part: Partition, pending: list[tuple[str, int, str, str, int, int, int]], commit_ts: int
     ) -> None:
-        """Build the acks of ``pending`` messages of ``part`` and queue them for publishing together."""
+        """Build the acks of ``pending`` messages of ``part`` and queue them for publishing together
+        (in cluster mode, over the leader's NATS link: isolation.py)."""
+        repl = part.replication
+        link = None if repl is None else repl.leader_link
+        if link is not None:
+            pending = [a for a, ok in zip(pending, link.passes("out", len(pending)), strict=True) if ok]
+            if link.delay and pending:
+                asyncio.get_running_loop().call_later(link.delay, self._send_acks, part, pending, commit_ts)
+                return
+        self._send_acks(part, pending, commit_ts)
+
+    def _send_acks(
+        self, part: Partition, pending: list[tuple[str, int, str, str, int, int, int]], commit_ts: int
+    ) -> None:
         # The Ack protobuf is written by hand (wire.ack_body; tests/devserver/test_nats_acks.py holds
         # it equal to ``Ack.SerializeToString()``). Fields 1-3 come from a per-subject template and
         # field 5 from a per-inbox one; fields 8-9 are shared by the messages of one read.

@@ -16,7 +16,7 @@ from .clock import RECEPTION_SHIFTS, clock_shift_ns
 from .errors import ExpectedOffsetRefused
 from .group_subscribers import GroupSubscribers
 from .log import LogClosedError, PartitionLog
-from .model import REFUSED, CommitCallback, NewMessage, StreamConfig, partition_subject
+from .model import REFUSED, BrokerLink, BrokerSlot, CommitCallback, NewMessage, StreamConfig, partition_subject
 from .wire import TimestampField, header_entries, header_entry, length_delimited, message_body, varint
 
 log = logging.getLogger(__name__)
@@ -326,6 +326,15 @@ class PartitionReplication(Protocol):
 
     @property
     def leader_stalled(self) -> bool: ...
+
+    @property
+    def leader_broker(self) -> BrokerSlot | None: ...
+
+    @property
+    def leader_link(self) -> BrokerLink | None: ...
+
+    @property
+    def leader_live(self) -> bool: ...
 
     @property
     def no_leaders(self) -> bool: ...

@@ -224,13 +224,13 @@ class DevServerProcess:
         """Let a stalled broker run again (see :meth:`DevServer.resume_broker`)."""
         self._command(f"resume {index}")
 
-    def cut_broker_from_nats(self, index: int) -> None:
+    def cut_broker_from_nats(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from NATS and its peers (see :meth:`DevServer.cut_broker_from_nats`)."""
-        self._command(f"cut-nats {index}")
+        self._command(f"cut-nats {index} {kind}")
 
-    def cut_broker_from_peers(self, index: int) -> None:
+    def cut_broker_from_peers(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from its peers (see :meth:`DevServer.cut_broker_from_peers`)."""
-        self._command(f"cut-peers {index}")
+        self._command(f"cut-peers {index} {kind}")
 
     def heal_broker(self, index: int) -> None:
         """Heal a broker's cut (see :meth:`DevServer.heal_broker`)."""

@@ -60,8 +60,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .isolation import travel
 from .log import PartitionLog
-from .model import BrokerSlot, ClusterTimings, CommitCallback
+from .model import BrokerLink, BrokerSlot, ClusterTimings, CommitCallback
 from .partition import Partition
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,22 @@ class Replication:
         return rep is not None and rep.serving
 
     @property
+    def leader_broker(self) -> BrokerSlot | None:
+        rep = self.replicas.get(self.part.leader)
+        return None if rep is None else rep.broker
+
+    @property
+    def leader_link(self) -> BrokerLink | None:
+        """The leader's cut link (isolation.py); ``None`` while it has none."""
+        rep = self.replicas.get(self.part.leader)
+        return None if rep is None else rep.broker.link
+
+    @property
+    def leader_live(self) -> bool:
+        rep = self.replicas.get(self.part.leader)
+        return rep is not None and rep.broker.live
+
+    @property
     def leader_stalled(self) -> bool:
         rep = self.replicas.get(self.part.leader)
         return rep is not None and rep.broker.live and rep.broker.stalled
@@ -339,18 +356,58 @@ class Replication:
             if paused > 0:
                 await asyncio.sleep(paused)  # lost NATS: Liftbridge's follower sleeps before fetching again
                 continue
-            if rep.id != self.part.leader and rep.serving and self.leader_serving:
-                try:
-                    copied = self.fetch(rep)
-                except Exception:
-                    log.exception("replicating %s/%d to %s failed", self.part.stream.name, self.part.id, rep.id)
-                    copied = 0
+            if self._fetching(rep):
+                copied = await self._round(rep)
                 if copied:
                     continue
             try:
                 await asyncio.wait_for(wakeup.wait(), idle)
             except TimeoutError:
                 pass  # check in with the leader anyway, as Liftbridge's followers do
+
+    def _fetching(self, rep: Replica) -> bool:
+        """Whether ``rep`` fetches from the leader now: a follower that runs (cut off or not: its
+        link decides what arrives), of a leader that serves."""
+        b = rep.broker
+        return rep.id != self.part.leader and b.live and not b.stalled and self.leader_serving
+
+    async def _round(self, rep: Replica) -> int:
+        """One fetch of ``rep`` over its broker's and the leader's NATS links (isolation.py): the
+        request may be lost, or arrive and be counted with its answer lost (a follower cut in);
+        on a slow link it comes late. Return how many records it copied."""
+        leader = self.leader
+        assert leader is not None
+        request = travel(((rep.broker, "out"), (leader.broker, "in")))
+        if request is None:
+            return 0
+        answer = travel(((leader.broker, "out"), (rep.broker, "in")))
+        if request or answer:
+            await asyncio.sleep(request + (answer or 0.0))
+            if not self._fetching(rep) or self.leader is not leader:
+                return 0
+        try:
+            if answer is None:
+                self.requested(rep)
+                return 0
+            return self.fetch(rep)
+        except Exception:
+            log.exception("replicating %s/%d to %s failed", self.part.stream.name, self.part.id, rep.id)
+            return 0
+
+    def requested(self, rep: Replica) -> None:
+        """A fetch request of ``rep`` reached the leader and its answer was lost: the leader counts
+        the request (unless it is of an older leader epoch: Liftbridge drops those)."""
+        leader = self.leader
+        if leader is None or leader is rep or rep.epoch != self.epoch:
+            return
+        now = rep.last_seen = time.monotonic()
+        rep.offset = rep.log.newest_offset
+        if rep.log.newest_offset >= leader.log.newest_offset:
+            rep.last_caught_up = now
+            if rep.id not in self.part.isr and rep.id in self.part.replicas:
+                self.cluster.expand_isr(self, rep)
+        if rep.id in self.part.isr:
+            self.update_hw()
 
     def fetch(self, rep: Replica, max_batches: int = 1) -> int:
         """One fetch of ``rep`` from the leader (truncating first if it followed an older epoch);

@@ -280,25 +280,29 @@ class DevServer:
         """
         self._run(self._running_core().resume_broker(index))
 
-    def cut_broker_from_nats(self, index: int) -> None:
+    def cut_broker_from_nats(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from NATS, and so from its peers, while clients still reach its
         port: it answers from what it last knew, takes nothing it is sent, and commits nothing; its
         leaderships move after ``replica_max_leader_timeout`` (isolation.py). Undo with
-        :meth:`heal_broker`.
+        :meth:`heal_broker`. ``kind`` (:data:`~.model.KINDS`) makes the cut one way
+        (``"cut-in"``: what it receives is lost; ``"cut-out"``: what it sends), or only ``"slow"``
+        or ``"lossy"`` (docs/devserver.md, "A broker cut off").
 
         :raises IndexError: no such broker.
         :raises ServerStateError: a single-broker server.
+        :raises ValueError: an unknown ``kind``.
         """
-        self._run(self._running_core().cut_broker_from_nats(index))
+        self._run(self._running_core().cut_broker_from_nats(index, kind))
 
-    def cut_broker_from_peers(self, index: int) -> None:
+    def cut_broker_from_peers(self, index: int, kind: str = "cut") -> None:
         """Cut broker ``index`` off from its peers only: as :meth:`cut_broker_from_nats`, but it
         appends what it is sent for the partitions it still leads (LEADER acks, never ALL acks).
 
         :raises IndexError: no such broker.
         :raises ServerStateError: a single-broker server.
+        :raises ValueError: an unknown ``kind``.
         """
-        self._run(self._running_core().cut_broker_from_peers(index))
+        self._run(self._running_core().cut_broker_from_peers(index, kind))
 
     def heal_broker(self, index: int) -> None:
         """Heal a broker's cut: a former leader cuts back the tail the new leader never had and follows.

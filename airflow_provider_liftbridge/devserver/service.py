@@ -9,6 +9,7 @@ without building a ``PublishResponse`` object.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,8 +26,8 @@ from .cursors_stream import check_cursor_owner, read_cursor, write_cursor
 from .errors import ApiError, ExpectedOffsetRefused
 from .faults import HeldRequests, frozen_gate, parked
 from .groups import ConsumerGroups, GroupsApi
-from .isolation import knows, publish_route, view_leader, view_metadata
-from .model import BrokerSlot, is_valid_subject
+from .isolation import ack_route, arriving, knows, publish_route, view_leader, view_metadata
+from .model import BrokerSlot, CommitCallback, is_valid_subject
 from .partition import Partition
 from .publish_async import AsyncSession
 from .state import ASYNC_BAD_REQUEST, ASYNC_INCORRECT_OFFSET, ASYNC_NOT_FOUND, ASYNC_READONLY, Store
@@ -276,27 +277,28 @@ class ApiService:
         wait = req.ackPolicy != _NONE and context.time_remaining() is not None
         repl = part.replication
         now = time.time_ns()
-        route = publish_route(part, self.broker)
+        route, delay = publish_route(part, self.broker)
         try:
-            if route != "take":
-                if route == "lost":
-                    # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
-                    if not wait:
-                        return _EMPTY_PUBLISH_RESPONSE
-                    await asyncio.sleep(max(0.0, context.time_remaining() or 0.0))
-                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-                # Forwarded through NATS to a stalled leader: it appends the message when it runs
-                # again (still its leader), whether or not this call is still waiting.
+            if route == "lost":
+                # Nobody takes the partition's messages: the real publish is lost and its ack never comes.
+                await self._no_ack(context, wait)
+                return _EMPTY_PUBLISH_RESPONSE
+            if route == "park" or delay:
+                # Forwarded through NATS to a stalled leader, or over a slow link: appended when it
+                # arrives (a stalled leader: when it runs again, still leader), whether or not this
+                # call is still waiting.
+                def take() -> int:
+                    return part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
+
                 assert repl is not None
-                offset = await parked(
-                    repl.parked,
-                    lambda: part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now),
-                )
+                offset = await (parked(repl.parked, take) if route == "park" else arriving(delay, take))
             else:
                 offset = part.append(req.key, req.value, req.headers, part.subject, "", req.expectedOffset, now)
         except ExpectedOffsetRefused:
             if not wait:
                 return _EMPTY_PUBLISH_RESPONSE
+            if repl is not None and ack_route(part, self.broker) is None:  # the refusal is an ack too
+                await self._no_ack(context, wait)
             await context.abort(grpc.StatusCode.UNKNOWN, "incorrect expected offset")
         if not wait:
             return _EMPTY_PUBLISH_RESPONSE
@@ -306,6 +308,11 @@ class ApiService:
         else:
             part.after_commit(_resolve, fut)
         commit_ts = await fut
+        late = ack_route(part, self.broker)  # the ack travels from the leader to this broker over NATS
+        if late is None:
+            await self._no_ack(context, wait)
+        elif late:
+            await asyncio.sleep(late)
         ack = build_ack(
             part.stream.name,
             part.stream.subject,
@@ -320,6 +327,13 @@ class ApiService:
         if req.ackInbox:
             self.ingest.send_ack(inbox, ack)  # the real server's ack travels through NATS to that inbox
         return api_pb2.PublishResponse(ack=ack)
+
+    @staticmethod
+    async def _no_ack(context: aio.ServicerContext[Any, Any], wait: bool) -> None:
+        """A publish whose ack never comes: the call ends at its deadline (at once without one)."""
+        if wait:
+            await asyncio.sleep(max(0.0, context.time_remaining() or 0.0))
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     async def PublishAsync(
         self, requests: AsyncIterator[api_pb2.PublishRequest], context: aio.ServicerContext[Any, Any]
@@ -386,18 +400,22 @@ class ApiService:
         if part.paused:
             await self.store.resume_for_publish(part)
         repl = part.replication
-        route = publish_route(part, self.broker)
-        if repl is not None and route != "take":
-            if route == "park":
-                # Forwarded to a stalled leader: taken when it runs again (and still leads), even
-                # if the call has ended by then. Counted as owed so the call waits for its ack.
+        route, delay = publish_route(part, self.broker)
+        if repl is not None and (route != "take" or delay):
+            if route != "lost":
+                # Forwarded to a stalled leader, or over a slow link: taken when it runs again (and
+                # still leads) or arrives, even if the call has ended by then. Counted as owed so
+                # the call waits for its ack.
                 session.inflight += 1
 
                 def late() -> None:
                     session.inflight -= 1
                     self._take(req, part, session, time.time_ns())
 
-                repl.parked.append(late)
+                if route == "park":
+                    repl.parked.append(late)
+                else:
+                    asyncio.get_running_loop().call_later(delay, late)
             return  # a dead leader: lost on the way, no response, the client times out
         self._take(req, part, session, time.time_ns())
 
@@ -410,14 +428,37 @@ class ApiService:
         except ExpectedOffsetRefused:
             # Through the commit queue, so the refusal keeps its place among earlier acks.
             session.inflight += 1
-            part.after_commit(session.refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))
+            refused = (
+                session.refused if repl is None else functools.partial(self._ack_back, session, part, session.refused)
+            )
+            part.after_commit(refused, (req.correlationId, ASYNC_INCORRECT_OFFSET, "incorrect expected offset"))
             return
         if policy != _NONE:
             session.inflight += 1
+            # Cluster mode: the ack travels from the leader to this broker over NATS (isolation.py).
+            done = (
+                session.committed
+                if repl is None
+                else functools.partial(self._ack_back, session, part, session.committed)
+            )
             if repl is not None and policy == _ALL:
-                repl.after_hw(offset, session.committed, (part, offset, req.correlationId, policy, now))
+                repl.after_hw(offset, done, (part, offset, req.correlationId, policy, now))
             else:
-                part.after_commit(session.committed, (part, offset, req.correlationId, policy, now))
+                part.after_commit(done, (part, offset, req.correlationId, policy, now))
+
+    def _ack_back(
+        self, session: AsyncSession, part: Partition, deliver: CommitCallback, arg: Any, commit_ts: int
+    ) -> None:
+        """A PublishAsync ack (or refusal) sent by ``part``'s leader: it reaches this broker at once,
+        late or never, as the NATS links between say (isolation.py)."""
+        late = ack_route(part, self.broker)
+        if late is None:
+            session.inflight -= 1  # never answered: the client times out
+            session.wakeup.set()
+        elif late:
+            asyncio.get_running_loop().call_later(late, deliver, arg, commit_ts)
+        else:
+            deliver(arg, commit_ts)
 
     async def PublishToSubject(
         self, req: api_pb2.PublishToSubjectRequest, context: aio.ServicerContext[Any, Any]

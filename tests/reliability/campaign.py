@@ -132,7 +132,10 @@ LINK_KINDS = ("cut", "cut-in", "cut-out", "slow", "lossy")
 #: the partition leader off from NATS, and so from its peers (Liftbridge's brokers talk to each
 #: other only through NATS), ``broker-peers`` from its peers only (its NATS node cut from the
 #: others), so it still appends what it is sent and commits none of it: a minority leader. The
-#: action is ``cut``; the cut heals after the run's ``down`` seconds (:data:`LINK_DOWN`).
+#: action is the cut's kind (:data:`LINK_KINDS`: the dev server's ``isolation.KINDS``), ``cut``
+#: unless more are asked for (``draw(broker_kinds=...)``, drawn last, so the broker-cut seeds
+#: drawn before the kinds keep their schedules); the cut heals after the run's ``down`` seconds
+#: (:data:`LINK_DOWN`).
 BROKER_CUT_TARGETS = ("broker-nats", "broker-peers")
 #: How long a link fault lasts, in seconds: up to past the client's keepalive bound (20 s), so
 #: that some cuts are noticed as lost connections and not only ridden out by TCP's retransmits.
@@ -187,11 +190,12 @@ def draw(
     targets: Sequence[str] = TARGETS,
     actions: Sequence[str] = ACTIONS,
     link_kinds: Sequence[str] = LINK_KINDS[:1],
+    broker_kinds: Sequence[str] = LINK_KINDS[:1],
 ) -> Schedule:
     """The schedule of ``seed``: every choice comes from ``random.Random(seed)``, in a fixed order
     (the same seed with the same choices to draw from gives the same schedule). A link target's
     action is its kind, drawn from ``link_kinds`` last, so the other choices are those drawn with
-    any ``link_kinds``."""
+    any ``link_kinds``; a broker cut's likewise from ``broker_kinds``."""
     rng = random.Random(seed)
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
@@ -206,6 +210,8 @@ def draw(
     partitions = rng.choice((1, 3))
     if target in LINK_TARGETS and len(link_kinds) > 1:
         action = rng.choice(list(link_kinds))
+    if target in BROKER_CUT_TARGETS and len(broker_kinds) > 1:
+        action = rng.choice(list(broker_kinds))
     return Schedule(
         seed=seed,
         path=path,
@@ -334,9 +340,9 @@ class DevRig:
         if target in BROKER_CUT_TARGETS:
             index = self._broker_index("leader", stream, partition)
             if target == "broker-nats":
-                server.cut_broker_from_nats(index)
+                server.cut_broker_from_nats(index, action)
             else:
-                server.cut_broker_from_peers(index)
+                server.cut_broker_from_peers(index, action)
             return lambda: server.heal_broker(index)
         if target in NATS_TARGETS:
             node = self.nats[1 if target == "client-nats" else 0]

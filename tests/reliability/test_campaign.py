@@ -136,6 +136,20 @@ def test_broker_cuts_are_drawn_only_when_asked_for_and_change_nothing_else() -> 
         else:
             assert cut == plain
     assert drawn == set(BROKER_CUT_TARGETS)
+    # The kinds of a broker cut, drawn only when asked for (``--link-kinds`` given): a seed then
+    # differs in its kind only, and the client link's kinds do not move a broker cut's.
+    kinds_drawn = set()
+    for seed in range(300):
+        targets = (*TARGETS, *LINK_TARGETS, *BROKER_CUT_TARGETS)
+        before = draw(seed, targets=targets, link_kinds=LINK_KINDS)
+        kinds = draw(seed, targets=targets, link_kinds=LINK_KINDS, broker_kinds=LINK_KINDS)
+        assert dataclasses.replace(kinds, action=before.action) == before
+        if before.target in BROKER_CUT_TARGETS:
+            assert before.action == "cut"
+            kinds_drawn.add(kinds.action)
+        else:
+            assert kinds.action == before.action
+    assert kinds_drawn == set(LINK_KINDS)
 
 
 def test_a_schedule_comes_from_its_seed_alone() -> None:

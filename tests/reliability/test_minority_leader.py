@@ -18,6 +18,7 @@ test runs wherever the dev cluster does.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,12 +54,22 @@ def cluster() -> Iterator[DevServerProcess]:
         yield server
 
 
-def _schedule(path: str, how: str) -> Schedule:
+#: How soon a publish to a leader cut off (any kind) must end, from the cut, in success or a typed
+#: error: its acks time out after ``ACK_WAIT``, the client asks another broker for the leader
+#: (``ClientCore.suspect``), the majority elects one after the leader timeout (for a cut one way
+#: or both), and the publish recovers within the client's budget of an outage (``timeout``), its
+#: re-sends waiting ``ACK_WAIT`` again; plus a margin for a busy machine.
+CALL_TIMEOUT = 5.0
+BOUND = TIMINGS.replica_max_leader_timeout + CALL_TIMEOUT + 2 * ACK_WAIT
+SLACK = 8.0
+
+
+def _schedule(path: str, how: str, kind: str = "cut") -> Schedule:
     return Schedule(
         seed=0,
         path="grpc" if path == "grpc" else "bulk-nats",
         target=f"broker-{how}",
-        action="cut",
+        action=kind,
         moment="before",
         fraction=0.0,
         down=0.0,
@@ -68,10 +79,10 @@ def _schedule(path: str, how: str) -> Schedule:
     )
 
 
-@pytest.mark.parametrize("how", ["peers", "nats"])
+@pytest.mark.parametrize(("how", "kind"), [("peers", "cut"), ("nats", "cut"), ("nats", "cut-in"), ("nats", "cut-out")])
 @pytest.mark.parametrize("path", ["grpc", "nats"])
 def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
-    cluster: DevServerProcess, stream_name: str, path: str, how: str
+    cluster: DevServerProcess, stream_name: str, path: str, how: str, kind: str
 ) -> None:
     addresses = cluster.addresses
     with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
@@ -83,7 +94,8 @@ def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
     nats = [cluster.nats_url] if path == "nats" else []
     with LiftbridgeClient(seeds, nats_servers=nats, timeout=5.0, max_retries=8) as client:
         client.publish_many(stream_name, [Record(b"before the cut")], path=path, ack_policy=AckPolicy.ALL)
-        (cluster.cut_broker_from_peers if how == "peers" else cluster.cut_broker_from_nats)(leader)
+        (cluster.cut_broker_from_peers if how == "peers" else cluster.cut_broker_from_nats)(leader, kind)
+        cut_at = time.monotonic()
         records = [Record(f"r{i:04d}".encode()) for i in range(RECORDS)]
         outcome = Outcome(records)
         try:
@@ -92,6 +104,8 @@ def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
             )
         except PublishError as exc:
             outcome.errors.append(exc)
+        took = time.monotonic() - cut_at
+        assert took < BOUND + SLACK, f"the publish ended {took:.1f} s after the cut; bound {BOUND:g} s"
         if how == "peers" and path == "grpc":
             # It took what it was sent, and committed none of it.
             # (A raw call: the client would ask the broker's FetchMetadata first, whose survey of
@@ -112,7 +126,7 @@ def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
         assert len(later) == 1
     cluster.heal_broker(leader)
     stored = read_back(addresses, stream_name, 1)
-    assert check(_schedule(path, how), outcome, stored) == []
+    assert check(_schedule(path, how, kind), outcome, stored) == []
     values = [m.value for m in stored]
     assert b"before the cut" in values and b"later" in values
     if outcome.acks is None:
@@ -121,13 +135,49 @@ def test_a_minority_leader_never_acknowledges_what_it_cannot_commit(
         assert error.acked + len(error.errors) == RECORDS
 
 
-def _cut_schedule(path: str, how: str, records: int) -> Schedule:
+@pytest.mark.parametrize("kind", ["slow", "lossy"])
+@pytest.mark.parametrize("path", ["grpc", "nats"])
+def test_a_slow_or_lossy_leader_keeps_its_partitions_and_every_ack_is_true(
+    cluster: DevServerProcess, stream_name: str, path: str, kind: str
+) -> None:
+    # Its peers keep it: no election. Acks come late (slow: past the ack wait) or not at all
+    # (lossy: a burst past the link's queue, and a share of the rest), and the client re-sends.
+    addresses = cluster.addresses
+    with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
+        admin.create_stream(stream_name, stream_name, replication_factor=3)
+    leader_id = replica_of(addresses, stream_name, 0, "leader")
+    leader = cluster.broker_ids.index(leader_id)
+    nats = [cluster.nats_url] if path == "nats" else []
+    records = [Record(f"r{i:04d}".encode()) for i in range(RECORDS)]
+    outcome = Outcome(records)
+    with LiftbridgeClient(addresses, nats_servers=nats, timeout=CALL_TIMEOUT, max_retries=8) as client:
+        client.publish_many(stream_name, [Record(b"before the cut")], path=path, ack_policy=AckPolicy.ALL)
+        cluster.cut_broker_from_nats(leader, kind)
+        cut_at = time.monotonic()
+        try:
+            outcome.acks = client.publish_many(
+                stream_name, records, path=path, ack_policy=AckPolicy.ALL, timeout=ACK_WAIT
+            )
+        except PublishError as exc:
+            outcome.errors.append(exc)
+        took = time.monotonic() - cut_at
+    assert took < BOUND + SLACK, f"the publish ended {took:.1f} s after the cut; bound {BOUND:g} s"
+    assert replica_of(addresses, stream_name, 0, "leader") == leader_id
+    cluster.heal_broker(leader)
+    stored = read_back(addresses, stream_name, 1)
+    assert check(_schedule(path, "nats", kind), outcome, stored) == []
+    if outcome.acks is None:
+        (error,) = outcome.errors
+        assert error.acked + len(error.errors) == RECORDS
+
+
+def _cut_schedule(path: str, how: str, records: int, kind: str = "cut") -> Schedule:
     # seed 1 on 1 partition: the struck leader is partition 0's.
     return Schedule(
         seed=1,
         path=path,
         target=f"broker-{how}",
-        action="cut",
+        action=kind,
         moment="during",
         fraction=0.3,
         down=8.0,
@@ -137,13 +187,29 @@ def _cut_schedule(path: str, how: str, records: int) -> Schedule:
     )
 
 
+#: The campaign's paths whose recovery reads what is stored (exactly-once) or re-sends (grpc).
+MID_PUBLISH = [("exactly-once", 30000), ("exactly-once-occ", 30000), ("grpc", 1500)]
+
+
 @pytest.mark.parametrize("how", ["peers", "nats"])
-@pytest.mark.parametrize(("path", "records"), [("exactly-once", 30000), ("exactly-once-occ", 30000), ("grpc", 1500)])
+@pytest.mark.parametrize(("path", "records"), MID_PUBLISH)
 def test_a_leader_cut_off_mid_publish_breaks_no_invariant(path: str, records: int, how: str) -> None:
     # The campaign's runs with the leader cut off for 8 s (past the 2 s leader timeout) at 30 %:
     # exactly-once reads the partition to decide what to send again, and the cut-off leader still
     # names itself leader of what it holds.
-    schedule = _cut_schedule(path, how, records)
+    _run_mid_publish(_cut_schedule(path, how, records))
+
+
+@pytest.mark.parametrize("kind", ["cut-in", "cut-out", "slow", "lossy"])
+@pytest.mark.parametrize(("path", "records"), MID_PUBLISH[::2])
+def test_a_leader_cut_one_way_slow_or_lossy_mid_publish_breaks_no_invariant(path: str, records: int, kind: str) -> None:
+    # The same runs with the leader's NATS link cut one way (a new leader after 2 s; cut out, it
+    # learns of it and still takes what reaches it), slow (every message late: acks past the ack
+    # wait, exactly-once's re-sends racing what is still on the way) or lossy.
+    _run_mid_publish(_cut_schedule(path, "nats", records, kind))
+
+
+def _run_mid_publish(schedule: Schedule) -> None:
     with DevRig(show_log=True) as rig:
         verdict = run(schedule, rig)
     assert verdict.violations == [], f"{schedule} ({verdict.struck}): {verdict.outcome}: {verdict.violations}"
