@@ -187,11 +187,13 @@ def draw(
     targets: Sequence[str] = TARGETS,
     actions: Sequence[str] = ACTIONS,
     link_kinds: Sequence[str] = LINK_KINDS[:1],
+    cut_kinds: Sequence[str] = LINK_KINDS[:1],
 ) -> Schedule:
     """The schedule of ``seed``: every choice comes from ``random.Random(seed)``, in a fixed order
     (the same seed with the same choices to draw from gives the same schedule). A link target's
     action is its kind, drawn from ``link_kinds`` last, so the other choices are those drawn with
-    any ``link_kinds``."""
+    any ``link_kinds``; a broker cut's kind likewise from ``cut_kinds`` (where the cluster can
+    strike more than a total cut: an external one with ``--cut-cmd``)."""
     rng = random.Random(seed)
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
@@ -206,6 +208,8 @@ def draw(
     partitions = rng.choice((1, 3))
     if target in LINK_TARGETS and len(link_kinds) > 1:
         action = rng.choice(list(link_kinds))
+    elif target in BROKER_CUT_TARGETS and len(cut_kinds) > 1:
+        action = rng.choice(list(cut_kinds))
     return Schedule(
         seed=seed,
         path=path,
@@ -415,21 +419,39 @@ class ExternalRig:
     """An external cluster (``LIFTBRIDGE_TEST_BROKERS``): brokers stopped and continued with the
     freeze and thaw command templates, killed and started with the kill and start templates
     (``freezing.py`` has the placeholders). The NATS nodes are not this process's to strike, and
-    "kill the cluster" is every broker's kill command, then every start command."""
+    "kill the cluster" is every broker's kill command, then every start command.
+
+    ``link_targets`` (of :data:`LINK_TARGETS` and :data:`BROKER_CUT_TARGETS`) are struck with the
+    ``cut_cmd`` template and healed with ``heal_cmd``: besides the broker placeholders (those of
+    the partition leader, for every link target), ``{target}`` and ``{kind}`` (one of
+    :data:`LINK_KINDS`), e.g. ``python -m tests.netfabric strike lbf {target} {kind} {index}`` on a
+    cluster run in a ``tests/netfabric.py`` fabric. ``heal_cmd`` also runs as each run ends."""
 
     external = True
 
     def __init__(
-        self, cluster: ExternalFreezable, nats: Sequence[str], kill_cmd: str = "", start_cmd: str = ""
+        self,
+        cluster: ExternalFreezable,
+        nats: Sequence[str],
+        kill_cmd: str = "",
+        start_cmd: str = "",
+        *,
+        cut_cmd: str = "",
+        heal_cmd: str = "",
+        link_targets: Sequence[str] = (),
     ) -> None:
         self.cluster, self.kill_cmd, self.start_cmd = cluster, kill_cmd, start_cmd
         self.client_nats = list(nats)
+        self.cut_cmd, self.heal_cmd, self.link_targets = cut_cmd, heal_cmd, tuple(link_targets)
+        if self.link_targets and not (cut_cmd and heal_cmd):
+            raise ValueError(f"striking {', '.join(self.link_targets)} needs both --cut-cmd and --heal-cmd")
 
     def __enter__(self) -> ExternalRig:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        if self.heal_cmd:  # whatever the run left struck
+            run_command(self.heal_cmd, self.cluster.brokers[0], "heal")
 
     @property
     def addresses(self) -> list[str]:
@@ -438,12 +460,15 @@ class ExternalRig:
     def targets(self) -> tuple[str, ...]:
         """What can be struck here: the brokers (and the metadata leader when it can be named)."""
         brokers = ("leader", "follower", "cluster")
-        return brokers + (("metadata-leader",) if self.cluster.leader is not None or self.cluster.leader_cmd else ())
+        leader = ("metadata-leader",) if self.cluster.leader is not None or self.cluster.leader_cmd else ()
+        return brokers + leader + self.link_targets
 
     def actions(self) -> tuple[str, ...]:
         return ACTIONS if self.kill_cmd and self.start_cmd else ("stop",)
 
     def strike(self, target: str, action: str, stream: str, partition: int) -> Callable[[], None]:
+        if target in self.link_targets:
+            return self._cut(target, action, stream, partition)
         if target == "cluster":
             indices = list(range(len(self.cluster.brokers)))
         elif target == "metadata-leader":
@@ -467,6 +492,17 @@ class ExternalRig:
         heal = self.strike("cluster", "kill", "", 0)
         time.sleep(down)
         heal()
+
+    def _cut(self, target: str, kind: str, stream: str, partition: int) -> Callable[[], None]:
+        """Strike a link target as ``kind`` through ``cut_cmd``; return what heals it."""
+        if kind not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {kind!r}; choose one of {', '.join(LINK_KINDS)}")
+        leader = self.cluster.brokers[
+            self.cluster.broker_ids.index(replica_of(self.addresses, stream, partition, "leader"))
+        ]
+        command = self.cut_cmd.replace("{target}", target).replace("{kind}", kind)
+        run_command(command, leader, "cut")
+        return lambda: run_command(self.heal_cmd, leader, "heal")
 
 
 # -- what a run did ----------------------------------------------------------------------------
