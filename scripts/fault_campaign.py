@@ -146,9 +146,14 @@ def _verdicts(args: argparse.Namespace) -> Iterator[Verdict]:
     seeds = args.seed or range(args.base_seed, args.base_seed + args.runs)
     for seed in seeds:
         # An external cluster's broker cuts are real cuts of every kind; the dev server's are total.
-        cut_kinds = kinds if args.brokers else LINK_KINDS[:1]
+        broker_kinds = kinds if args.brokers else LINK_KINDS[:1]
         schedule = draw(
-            seed, paths=args.paths.split(","), targets=targets, actions=actions, link_kinds=kinds, cut_kinds=cut_kinds
+            seed,
+            paths=args.paths.split(","),
+            targets=targets,
+            actions=actions,
+            link_kinds=kinds,
+            broker_kinds=broker_kinds,
         )
         rig: AbstractContextManager[Any] = make_rig()
         with rig as ready:

@@ -187,13 +187,12 @@ def draw(
     targets: Sequence[str] = TARGETS,
     actions: Sequence[str] = ACTIONS,
     link_kinds: Sequence[str] = LINK_KINDS[:1],
-    cut_kinds: Sequence[str] = LINK_KINDS[:1],
+    broker_kinds: Sequence[str] = LINK_KINDS[:1],
 ) -> Schedule:
     """The schedule of ``seed``: every choice comes from ``random.Random(seed)``, in a fixed order
     (the same seed with the same choices to draw from gives the same schedule). A link target's
     action is its kind, drawn from ``link_kinds`` last, so the other choices are those drawn with
-    any ``link_kinds``; a broker cut's kind likewise from ``cut_kinds`` (where the cluster can
-    strike more than a total cut: an external one with ``--cut-cmd``)."""
+    any ``link_kinds``; a broker cut's likewise from ``broker_kinds``."""
     rng = random.Random(seed)
     path = rng.choice(list(paths))
     target = rng.choice(list(targets))
@@ -208,8 +207,8 @@ def draw(
     partitions = rng.choice((1, 3))
     if target in LINK_TARGETS and len(link_kinds) > 1:
         action = rng.choice(list(link_kinds))
-    elif target in BROKER_CUT_TARGETS and len(cut_kinds) > 1:
-        action = rng.choice(list(cut_kinds))
+    if target in BROKER_CUT_TARGETS and len(broker_kinds) > 1:
+        action = rng.choice(list(broker_kinds))
     return Schedule(
         seed=seed,
         path=path,

@@ -56,7 +56,7 @@ def test_a_broker_cuts_kind_is_drawn_only_when_asked_for_and_changes_nothing_els
     drawn = set()
     for seed in range(300):
         total = draw(seed, targets=targets, link_kinds=LINK_KINDS)
-        kinds = draw(seed, targets=targets, link_kinds=LINK_KINDS, cut_kinds=LINK_KINDS)
+        kinds = draw(seed, targets=targets, link_kinds=LINK_KINDS, broker_kinds=LINK_KINDS)
         assert dataclasses.replace(kinds, action=total.action) == total
         if total.target in BROKER_CUT_TARGETS:
             assert total.action == "cut"
