@@ -14,6 +14,9 @@ Exit status 1 when any run broke an invariant.
     python scripts/fault_campaign.py --brokers h1:9292,h2:9292,h3:9292 --nats nats://h1:4222 \\
         --freeze-cmd 'docker pause lb-{index}' --thaw-cmd 'docker unpause lb-{index}' \\
         --kill-cmd 'docker kill lb-{index}' --start-cmd 'docker start lb-{index}'
+    python scripts/fault_campaign.py --brokers ... --link-faults --broker-cuts \\
+        --cut-cmd 'python -m tests.netfabric strike lbf {target} {kind} {index}' \\
+        --heal-cmd 'python -m tests.netfabric heal lbf'   # an external cluster's links (docs/reliability.md)
 """
 
 from __future__ import annotations
@@ -65,8 +68,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--link-faults",
         action="store_true",
-        help=f"dev cluster only: run it in a network namespace and draw link faults too ({','.join(LINK_TARGETS)});"
-        " needs root, ip and tc, else the campaign runs without them and says why",
+        help=f"draw link faults too ({','.join(LINK_TARGETS)}): the dev cluster runs in a network namespace (needs"
+        " root, ip and tc, else the campaign runs without them and says why); an external one is struck by --cut-cmd",
     )
     p.add_argument(
         "--link-kinds",
@@ -77,10 +80,18 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--broker-cuts",
         action="store_true",
-        help=f"dev cluster only: also cut the partition leader off while the client still reaches it "
-        f"({','.join(BROKER_CUT_TARGETS)}: from NATS and so from its peers, or from its peers only; the dev "
-        "server's fault hooks, no namespaces needed)",
+        help=f"also cut the partition leader off while the client still reaches it "
+        f"({','.join(BROKER_CUT_TARGETS)}: from NATS and so from its peers, or from its peers only; on the dev "
+        "cluster the dev server's fault hooks, total cuts, no namespaces needed; on an external one --cut-cmd, "
+        "every --link-kinds)",
     )
+    p.add_argument(
+        "--cut-cmd",
+        default=env("LIFTBRIDGE_TEST_CUT_CMD", ""),
+        help="external cluster, with --link-faults/--broker-cuts: strike a link (template: {target}, {kind} and the "
+        "partition leader's placeholders)",
+    )
+    p.add_argument("--heal-cmd", default=env("LIFTBRIDGE_TEST_HEAL_CMD", ""), help="heal what --cut-cmd struck")
     p.add_argument("--out", type=Path, help="also write each run as a JSON line to this file")
     p.add_argument("--brokers", default=env("LIFTBRIDGE_TEST_BROKERS", ""), help="an external cluster's brokers")
     p.add_argument("--nats", default=env("LIFTBRIDGE_TEST_NATS", ""), help="its NATS servers (comma-separated)")
@@ -107,10 +118,9 @@ def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ..
         if args.link_faults and why is None:
             return (lambda: DevRig(link_faults=True)), (*TARGETS, *LINK_TARGETS, *cuts), ("kill", "stop")
         return DevRig, (*TARGETS, *cuts), ("kill", "stop")
-    if args.broker_cuts:
-        sys.exit("--broker-cuts needs the dev cluster (its brokers are cut off by the dev server's fault hooks)")
-    if args.link_faults:
-        sys.exit("--link-faults needs the dev cluster (an external cluster's links are not this script's to cut)")
+    links = (*(LINK_TARGETS if args.link_faults else ()), *(BROKER_CUT_TARGETS if args.broker_cuts else ()))
+    if links and not (args.cut_cmd and args.heal_cmd):
+        sys.exit("--link-faults and --broker-cuts on an external cluster need --cut-cmd and --heal-cmd")
     if not (args.freeze_cmd and args.thaw_cmd):
         sys.exit("an external cluster needs --freeze-cmd and --thaw-cmd (and --kill-cmd, --start-cmd for kills)")
     addresses = [a.strip() for a in args.brokers.split(",")]
@@ -118,7 +128,10 @@ def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ..
         brokers = match_brokers(addresses, client.fetch_metadata().brokers)
     leader = find_broker(args.metadata_leader, brokers) if args.metadata_leader else None
     cluster = ExternalFreezable(brokers, args.freeze_cmd, args.thaw_cmd, leader, args.metadata_leader_cmd)
-    rig = ExternalRig(cluster, [u for u in args.nats.split(",") if u], args.kill_cmd, args.start_cmd)
+    nats = [u for u in args.nats.split(",") if u]
+    rig = ExternalRig(
+        cluster, nats, args.kill_cmd, args.start_cmd, cut_cmd=args.cut_cmd, heal_cmd=args.heal_cmd, link_targets=links
+    )
     return (lambda: rig), rig.targets(), rig.actions()
 
 

@@ -421,21 +421,39 @@ class ExternalRig:
     """An external cluster (``LIFTBRIDGE_TEST_BROKERS``): brokers stopped and continued with the
     freeze and thaw command templates, killed and started with the kill and start templates
     (``freezing.py`` has the placeholders). The NATS nodes are not this process's to strike, and
-    "kill the cluster" is every broker's kill command, then every start command."""
+    "kill the cluster" is every broker's kill command, then every start command.
+
+    ``link_targets`` (of :data:`LINK_TARGETS` and :data:`BROKER_CUT_TARGETS`) are struck with the
+    ``cut_cmd`` template and healed with ``heal_cmd``: besides the broker placeholders (those of
+    the partition leader, for every link target), ``{target}`` and ``{kind}`` (one of
+    :data:`LINK_KINDS`), e.g. ``python -m tests.netfabric strike lbf {target} {kind} {index}`` on a
+    cluster run in a ``tests/netfabric.py`` fabric. ``heal_cmd`` also runs as each run ends."""
 
     external = True
 
     def __init__(
-        self, cluster: ExternalFreezable, nats: Sequence[str], kill_cmd: str = "", start_cmd: str = ""
+        self,
+        cluster: ExternalFreezable,
+        nats: Sequence[str],
+        kill_cmd: str = "",
+        start_cmd: str = "",
+        *,
+        cut_cmd: str = "",
+        heal_cmd: str = "",
+        link_targets: Sequence[str] = (),
     ) -> None:
         self.cluster, self.kill_cmd, self.start_cmd = cluster, kill_cmd, start_cmd
         self.client_nats = list(nats)
+        self.cut_cmd, self.heal_cmd, self.link_targets = cut_cmd, heal_cmd, tuple(link_targets)
+        if self.link_targets and not (cut_cmd and heal_cmd):
+            raise ValueError(f"striking {', '.join(self.link_targets)} needs both --cut-cmd and --heal-cmd")
 
     def __enter__(self) -> ExternalRig:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        if self.heal_cmd:  # whatever the run left struck
+            run_command(self.heal_cmd, self.cluster.brokers[0], "heal")
 
     @property
     def addresses(self) -> list[str]:
@@ -444,12 +462,15 @@ class ExternalRig:
     def targets(self) -> tuple[str, ...]:
         """What can be struck here: the brokers (and the metadata leader when it can be named)."""
         brokers = ("leader", "follower", "cluster")
-        return brokers + (("metadata-leader",) if self.cluster.leader is not None or self.cluster.leader_cmd else ())
+        leader = ("metadata-leader",) if self.cluster.leader is not None or self.cluster.leader_cmd else ()
+        return brokers + leader + self.link_targets
 
     def actions(self) -> tuple[str, ...]:
         return ACTIONS if self.kill_cmd and self.start_cmd else ("stop",)
 
     def strike(self, target: str, action: str, stream: str, partition: int) -> Callable[[], None]:
+        if target in self.link_targets:
+            return self._cut(target, action, stream, partition)
         if target == "cluster":
             indices = list(range(len(self.cluster.brokers)))
         elif target == "metadata-leader":
@@ -473,6 +494,17 @@ class ExternalRig:
         heal = self.strike("cluster", "kill", "", 0)
         time.sleep(down)
         heal()
+
+    def _cut(self, target: str, kind: str, stream: str, partition: int) -> Callable[[], None]:
+        """Strike a link target as ``kind`` through ``cut_cmd``; return what heals it."""
+        if kind not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {kind!r}; choose one of {', '.join(LINK_KINDS)}")
+        leader = self.cluster.brokers[
+            self.cluster.broker_ids.index(replica_of(self.addresses, stream, partition, "leader"))
+        ]
+        command = self.cut_cmd.replace("{target}", target).replace("{kind}", kind)
+        run_command(command, leader, "cut")
+        return lambda: run_command(self.heal_cmd, leader, "heal")
 
 
 # -- what a run did ----------------------------------------------------------------------------
