@@ -329,6 +329,7 @@ async function show(quiet) {
   drawCharts();
   if (quiet) window.scrollTo(0, scroll);
   else if (state.focus) { const f = out.querySelector(".focused"); if (f) f.scrollIntoView({block: "start"}); }
+  if (!state.firstShown) state.firstShown = Date.now();  // bench/ui_bench.py: the click to the first data shown
   $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   $("updated").dataset.count = String((Number($("updated").dataset.count) || 0) + 1);
   keepUrl();
