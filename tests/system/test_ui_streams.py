@@ -98,6 +98,10 @@ def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page:
         one = frame.locator(f'#stream-list tr[data-stream="{many}-007"]')
         expect(one.locator("[data-retained]")).to_have_text("7")
         expect(frame.locator("#streams-note")).to_contain_text("retention")
+        frame.locator("#streams-size").select_option("25")
+        expect(rows).to_have_count(25)
+        expect(frame.locator("#streams-pager")).to_have_attribute("data-pages", "5")
+        expect(parts).to_have_count(2)  # still open
         assert low_contrast(frame) == []
         shoot(page, deployment.log_dir, f"ui-liftbridge-streams-{mode}.png")
     finally:
