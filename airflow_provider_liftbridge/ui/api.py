@@ -50,7 +50,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import actions_api, charts, lag_api, messages, model
+from . import actions_api, charts, lag_api, messages, model, streams, verdicts
 from .search_input import SearchInputError, parse_count, parse_offset, parse_time
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
@@ -192,10 +192,41 @@ def create_app() -> FastAPI:
         """Brokers and streams with their partitions."""
         return {"connection_id": connection_id} | await _off_loop(connection_id, model.cluster)
 
+    @api.get("/api/connections/{connection_id}/streams", dependencies=[connection_read])
+    async def stream_list(
+        connection_id: str,
+        sort: Annotated[str | None, Query(description=f"one of {', '.join(streams.SORTS)}")] = None,
+        order: Annotated[str | None, Query(description="asc (default) or desc")] = None,
+        offset: Annotated[str | None, Query(description="streams to skip (paging)")] = None,
+        limit: Annotated[str | None, Query(description=f"streams per page, 1 to {streams.MAX_PAGE}")] = None,
+        filter: Annotated[str | None, Query(description="name or subject contains (any case)")] = None,
+    ) -> dict[str, Any]:
+        """One page of the streams, sorted: sizes, partitions, oldest and newest offsets, times. A
+        bad field is a 400 naming it."""
+
+        def work(client: LiftbridgeClient) -> dict[str, Any]:
+            if (sort or "name") not in streams.SORTS:
+                raise SearchInputError("sort", f"sort must be one of {', '.join(streams.SORTS)}; got {sort!r}")
+            if (order or "asc") not in ("asc", "desc"):
+                raise SearchInputError("order", f"order must be asc or desc; got {order!r}")
+            return streams.page(
+                client,
+                sort=sort or "name",
+                descending=order == "desc",
+                offset=parse_offset(offset, "offset") or 0,
+                limit=parse_count(limit, "limit", streams.DEFAULT_PAGE, streams.MAX_PAGE) or streams.DEFAULT_PAGE,
+                text=filter,
+            )
+
+        return {"connection_id": connection_id} | await _off_loop(connection_id, work)
+
     @api.get("/api/connections/{connection_id}/pipelines", dependencies=[connection_read])
     async def pipelines(connection_id: str) -> dict[str, Any]:
-        """The reading tasks and consumer groups, with per-partition lag and plans."""
-        return {"connection_id": connection_id} | await _off_loop(connection_id, model.pipelines)
+        """The reading tasks and consumer groups, with per-partition lag, plans and verdicts (as the
+        Lag tab's, with the thresholds of :data:`.lag_api.THRESHOLDS_VARIABLE`)."""
+        limits, error = await run_in_threadpool(lag_api.read_thresholds)
+        body = await _off_loop(connection_id, lambda c: verdicts.judge_pipelines(c, limits))
+        return {"connection_id": connection_id, "thresholds_error": error} | body
 
     @api.get("/api/connections/{connection_id}/history", dependencies=[connection_read])
     async def history(
@@ -226,19 +257,21 @@ def create_app() -> FastAPI:
     async def messages(
         connection_id: str,
         stream: str,
-        partition: int,
+        partition: str,
         last: str | None = None,
         from_offset: str | None = None,
         from_time: Annotated[str | None, Query(description="ISO 8601; UTC when it names no zone")] = None,
         limit: str | None = None,
     ) -> dict[str, Any]:
-        """The last N messages of a partition, or up to ``limit`` from an offset or a time."""
+        """The last N messages of a partition, or up to ``limit`` from an offset or a time. A field
+        that is not what it should be (the partition too: typed, not parsed by FastAPI) is a 400
+        naming it, as the browser's routes answer."""
 
         def work(client: LiftbridgeClient) -> dict[str, Any]:
             return model.browse(
                 client,
                 stream,
-                partition,
+                _partition_number(partition),
                 last=parse_count(last, "last", None, model.MAX_MESSAGES),
                 from_offset=parse_offset(from_offset, "from_offset"),
                 from_time=parse_time(from_time, "from_time"),
@@ -251,6 +284,14 @@ def create_app() -> FastAPI:
     lag_api.add_routes(api, _off_loop, [connection_read])  # /lag and /groups (ui/lag_api.py)
     actions_api.add_routes(api, _off_loop, [connection_read, messages_read])  # replay, cursor (ui/actions_api.py)
     return api
+
+
+def _partition_number(text: str) -> int:
+    """A partition number from the path, or a 400 naming the field (never FastAPI's raw 422)."""
+    number = parse_offset(text, "partition")
+    if number is None:
+        raise SearchInputError("partition", "partition must be a whole number, 0 or more (e.g. 0); got ''")
+    return number
 
 
 # -- the message browser (docs/ui.md, "The message browser") ------------------------------------

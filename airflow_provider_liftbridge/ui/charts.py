@@ -11,6 +11,7 @@ message's contents, so the charts need the connection, not the ``Liftbridge Mess
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient
 from airflow_provider_liftbridge.client.reading import Interval, RunEntry, read_history
@@ -44,6 +45,8 @@ def _pipeline_runs(entries: list[RunEntry], runs: int) -> list[dict[str, Any]]:
         chosen = [
             {
                 "run_id": t.run_id,
+                # The run's page, relative to Airflow's base URL (as the pipelines' links).
+                "link": f"dags/{quote(dag_id, safe='')}/runs/{quote(t.run_id, safe='')}",
                 "time": t.recorded_at / 1000,
                 "interval": _interval(t),
                 "partitions": {

@@ -23,7 +23,7 @@ from airflow_provider_liftbridge.client.reading import read_history
 
 from . import charts, groups, lag, model, samples
 
-__all__ = ["HISTORY_POINTS", "overview", "pipeline_commits"]
+__all__ = ["HISTORY_POINTS", "judge_pipelines", "overview", "pipeline_commits"]
 
 #: At most this many samples per pipeline or group go to the page (about 2 h at one a minute).
 HISTORY_POINTS = 120
@@ -134,3 +134,24 @@ def overview(
         "window": lag.WINDOW,
         "sample_every_s": samples.SAMPLE_EVERY,
     }
+
+
+def judge_pipelines(
+    client: LiftbridgeClient, thresholds: Mapping[str, lag.Thresholds], *, now: float | None = None
+) -> dict[str, Any]:
+    """:func:`.model.pipelines`, each pipeline and partition with the verdict the Lag tab shows
+    (``verdict``) and the pipeline's ``threshold``: the same rules, from the same run history. It
+    takes no sample (the Lag and Groups tabs do).
+
+    :raises LiftbridgeError: the cluster did not answer.
+    """
+    now = time.time() if now is None else now
+    body = model.pipelines(client)
+    commits = pipeline_commits(client)
+    for p in body["pipelines"]:
+        key = (p["dag_id"], p["task_id"], p["map_index"], p["stream"])
+        judged = _pipeline(p, commits.get(key, {}), thresholds.get(f"{p['dag_id']}.{p['task_id']}"), now)
+        p["verdict"], p["threshold"] = judged["verdict"], judged["threshold"]
+        for row, part in zip(p["partitions"], judged["partitions"], strict=True):
+            row["verdict"] = part["verdict"]
+    return body

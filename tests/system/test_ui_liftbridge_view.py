@@ -27,6 +27,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from scripts.deployment import REPO, Deployment
 from tests.system.conftest import ARCHIVE_DAG
+from tests.system.contrast import low_contrast, luminance
 from tests.system.test_ui import logged_in_page
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1200)]
@@ -202,31 +203,21 @@ def test_screenshots_follow_airflows_colour_mode(
         colour = link.evaluate("a => getComputedStyle(a).color")
         background = frame.locator("body").evaluate("b => getComputedStyle(b).backgroundColor")
         if mode == "dark":
-            assert _luminance(colour) > 0.4 > _luminance(background), (colour, background)
+            assert luminance(colour) > 0.4 > luminance(background), (colour, background)
         else:
-            assert _luminance(background) > 0.8, background
+            assert luminance(background) > 0.8, background
+        assert low_contrast(frame) == []
         shoot(page, deployment.log_dir, f"ui-liftbridge-pipelines-{mode}.png")
         frame.locator('nav button[data-tab="charts"]').click()
         expect(frame.locator(f'h2[data-chart-pipeline="{DAG_ID}.clean_orders"]')).to_have_attribute(
             "data-runs", str(len(archive_runs))
         )
         expect(frame.locator('[data-chart="lag"] canvas').first).to_be_visible()
+        assert low_contrast(frame) == []
         shoot(page, deployment.log_dir, f"ui-liftbridge-charts-{mode}.png")
     finally:
         page.emulate_media(color_scheme="light")
         page.set_viewport_size({"width": 1400, "height": 900})
-
-
-def _luminance(css: str) -> float:
-    """Relative luminance (0 black .. 1 white) of a CSS ``rgb(...)``/``rgba(...)`` colour."""
-    parts = [float(p) for p in css[css.index("(") + 1 : css.index(")")].replace(" ", "").split(",")[:3]]
-
-    def channel(c: float) -> float:
-        c /= 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (channel(c) for c in parts)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
 def test_requests_without_a_session_are_refused(deployment: Deployment, view: Any) -> None:

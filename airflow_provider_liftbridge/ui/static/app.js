@@ -159,10 +159,21 @@ function matches(...texts) {
 
 // -- charts (uPlot, served from the package) -----------------------------------------------------
 const PALETTE = ["#017cee", "#f97316", "#16a34a", "#a855f7", "#e11d48", "#0891b2", "#ca8a04", "#64748b"];
-function chart(title, xs, series, attrs) {
+// runs (optional): per point its DAG run {run_id, link}; the caption under the chart names and
+// links the run of the point under the cursor (the newest run otherwise), and a click on the
+// plot opens that run in Airflow.
+function chart(title, xs, series, attrs, runs) {
   const box = el("div", Object.assign({class: "chart"}, attrs || {}), el("h3", {}, title));
-  state.charts.push({box, xs, series});
+  const caption = runs && runs.length ? el("p", {class: "muted run-caption", "data-run-caption": ""}) : null;
+  state.charts.push({box, xs, series, runs, caption});
+  if (caption) { box.append(caption); showRun(state.charts[state.charts.length - 1], null); }
   return box;
+}
+function showRun(c, idx) {
+  const i = idx == null ? c.runs.length - 1 : idx;
+  const run = c.runs[i];
+  c.caption.dataset.runId = run.run_id;
+  c.caption.replaceChildren(idx == null ? "newest run " : "run ", airflowLink(run.link, run.run_id));
 }
 function drawCharts() {
   const style = window.getComputedStyle(document.documentElement);
@@ -177,7 +188,13 @@ function drawCharts() {
       series: [{}, ...c.series.map((s, i) => ({label: s.label, stroke: PALETTE[i % PALETTE.length], width: 2,
         points: {show: true, size: 6, fill: PALETTE[i % PALETTE.length]}}))],
       axes: [axis, axis],
+      hooks: c.caption ? {setCursor: [u => showRun(c, u.cursor.idx)]} : {},
     }, [c.xs, ...c.series.map(s => s.values)], c.box);
+    if (c.caption) {
+      c.box.append(c.caption);  // below the plot
+      c.plot.over.addEventListener("click", () => { const a = c.caption.querySelector("a"); if (a) a.click(); });
+      c.plot.over.style.cursor = "pointer";
+    }
   }
 }
 
@@ -187,15 +204,12 @@ const views = {
     const c = await get("/cluster");
     const brokers = table(["Broker", "Address", "Partitions", "Leaders"],
       c.brokers.map(b => el("tr", {}, num(b.id), el("td", {}, `${b.host}:${b.port}`), num(b.partitions), num(b.leaders))));
-    const rows = [];
-    const shown = c.streams.filter(s => matches(s.name, s.subject));
-    for (const s of shown) for (const p of s.partitions) rows.push(el("tr", {"data-stream": s.name, "data-partition": p.id},
-      el("td", {}, s.name), num(p.id), num(p.leader), el("td", {}, p.isr.join(", ")),
-      num(p.high_watermark), num(p.newest_offset),
-      el("td", {}, p.paused ? badge("paused", "paused") : "", p.readonly ? badge("readonly", "read-only") : "")));
+    // The streams themselves are on the Streams tab, sorted and paged (a cluster may have thousands).
+    const partitions = c.streams.reduce((n, s) => n + s.partitions.length, 0);
+    const toStreams = el("a", {href: "#", id: "to-streams"}, "the Streams tab");
+    toStreams.addEventListener("click", (e) => { e.preventDefault(); state.tab = "streams"; show(); });
     return [el("h2", {}, "Brokers"), brokers,
-      el("h2", {}, `Streams (${shown.length} of ${c.streams.length})`),
-      table(["Stream", "Partition", "Leader", "ISR", "High watermark", "Newest", "Flags"], rows, {id: "streams"})];
+      el("p", {id: "cluster-streams", "data-streams": c.streams.length}, `${c.streams.length} streams, ${partitions} partitions: see `, toStreams, ".")];
   },
   async pipelines() {
     const [d, may] = await Promise.all([get("/pipelines"), liftbridgeActions.allowed()]);  // actions.js
@@ -212,22 +226,25 @@ const views = {
         ? [", by interval ", el("span", {"data-interval": "", "data-interval-start": p.interval.start, "data-interval-end": p.interval.end},
             intervalText(p.interval)), ` (${p.interval.finished ? "read" : "reading"})`]
         : [];
-      nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-mode": p.mode, class: name === state.focus ? "focused" : null},
+      const verdict = (v) => v ? liftbridgeVerdictBadge(v) : "—";  // lag.js
+      nodes.push(el("h2", {"data-pipeline": name, "data-stream": p.stream, "data-mode": p.mode, class: name === state.focus ? "focused" : null,
+        "data-status": p.verdict ? p.verdict.status : ""}, verdict(p.verdict), " ",
         airflowLink(p.links.dag, p.dag_id), " / ", airflowLink(p.links.task, p.task_id),
         ` — ${p.stream}`, ...how, `, ${who}, lag `, el("span", {class: bad(p.lag) ? "lag-bad" : "", "data-lag": p.lag}, p.lag),
         p.lag ? [" (oldest unread ", lagAge(p.lag_age_s), " old)"] : ""));
     if (may && !byInterval) nodes[nodes.length - 1].append(" ", liftbridgeActions.moveButton(p));  // actions.js
       if (p.error) nodes.push(el("p", {class: "error"}, p.error));
       const headers = byInterval
-        ? ["Partition", "Progress", "High watermark", "Lag after it", "Oldest unread", "Last commit", "Interval offsets", "Finished"]
-        : ["Partition", "Position", "High watermark", "Lag", "Oldest unread", "Last commit", "Plan", "Finished"];
+        ? ["Partition", "Progress", "High watermark", "Lag after it", "Oldest unread", "Last commit", "Interval offsets", "Finished", "Status"]
+        : ["Partition", "Position", "High watermark", "Lag", "Oldest unread", "Last commit", "Plan", "Finished", "Status"];
       nodes.push(table(headers,
-        p.partitions.map(r => el("tr", {"data-partition": r.partition},
+        p.partitions.map(r => el("tr", {"data-partition": r.partition, "data-status": r.verdict ? r.verdict.status : ""},
           num(r.partition), num(r.position), num(r.high_watermark),
           num(r.lag, {class: bad(r.lag) ? "num lag-bad" : "num", "data-lag": r.lag}),
           num(r.lag ? lagAge(r.lag_age_s) : "—"), el("td", {"data-last-commit": r.last_commit_time || ""}, ago(r.last_commit_time)),
           el("td", {}, r.plan ? planText(r.plan) : "—"),
-          el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"))),
+          el("td", {}, r.plan ? badge(r.plan.finished ? "done" : "running", r.plan.finished ? "finished" : "open") : "—"),
+          el("td", {"data-verdict": ""}, verdict(r.verdict)))),
         {"data-pipeline-table": name, "data-stream": p.stream}));
     }
     if (state.focus && !d.pipelines.some(p => `${p.dag_id}.${p.task_id}` === state.focus)) {
@@ -254,13 +271,13 @@ const views = {
         `${name} — ${p.stream}, last ${p.runs.length} run(s)${byInterval ? ", by interval start" : ""}`));
       nodes.push(el("div", {class: "charts"},
         chart(byInterval ? "Lag after the interval when the run ended (messages)" : "Lag when the run ended (messages)",
-          xs, per("lag"), {"data-chart": "lag"}),
-        chart(byInterval ? "Messages read per interval" : "Messages read per run", xs, per("processed"), {"data-chart": "processed"})));
+          xs, per("lag"), {"data-chart": "lag"}, p.runs),
+        chart(byInterval ? "Messages read per interval" : "Messages read per run", xs, per("processed"), {"data-chart": "processed"}, p.runs)));
       if (byInterval) {
         const total = (r, field) => Object.values(r.partitions).reduce((n, x) => n + x[field], 0);
         nodes.push(table(["Interval", "Run", "Messages", "Lag after it"], p.runs.map(r => el("tr",
           {"data-run-interval": r.interval ? r.interval.start : ""},
-          el("td", {}, r.interval ? intervalText(r.interval) : "—"), el("td", {}, r.run_id),
+          el("td", {}, r.interval ? intervalText(r.interval) : "—"), el("td", {}, airflowLink(r.link, r.run_id)),
           num(total(r, "processed")), num(total(r, "lag")))), {class: "runs", "data-runs-of": name, "data-stream": p.stream}));
       }
     }
@@ -315,6 +332,7 @@ async function show(quiet) {
   drawCharts();
   if (quiet) window.scrollTo(0, scroll);
   else if (state.focus) { const f = out.querySelector(".focused"); if (f) f.scrollIntoView({block: "start"}); }
+  if (!state.firstShown) state.firstShown = Date.now();  // bench/ui_bench.py: the click to the first data shown
   $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   $("updated").dataset.count = String((Number($("updated").dataset.count) || 0) + 1);
   keepUrl();
@@ -326,6 +344,7 @@ function keepUrl() {  // the address says what is shown, so it can be shared or 
   if (state.tab === "browse") {
     for (const [name, value] of liftbridgeBrowser.address()) q.set(name, value);
   }
+  if (state.tab === "streams") for (const [name, value] of liftbridgeStreams.address()) q.set(name, value);  // streams.js
   if (state.focus) q.set("pipeline", state.focus);
   if ($("filter").value.trim()) q.set("filter", $("filter").value.trim());
   writeAddress(q);
@@ -359,6 +378,7 @@ $("pause").addEventListener("click", () => { state.paused = !state.paused; sched
 
 if (params.get("tab") in views) state.tab = params.get("tab");
 liftbridgeBrowser.restore(params);
+if (state.tab === "streams") liftbridgeStreams.restore(params);
 if (params.get("filter")) $("filter").value = params.get("filter");
 watchTheme();
 loadConnections().then(() => { show(); schedule(); });

@@ -88,4 +88,5 @@
   }
 
   window.liftbridgeTabs = Object.assign(window.liftbridgeTabs || {}, {lag, groups});
+  window.liftbridgeVerdictBadge = verdictBadge;  // the Pipelines tab's Status column (app.js)
 })();
