@@ -17,6 +17,7 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.ui.lag_api import THRESHOLDS_VARIABLE
 from tests.airflow_support import conn_env_name
+from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 from tests.ui.test_api import PASSWORD, TOKEN, Api, airflow_app, connections, op_api, pipeline_of, run_consume, token  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(240)]
@@ -30,8 +31,9 @@ def three(lb_address: str, connections: Any) -> dict[str, str]:
     prefix = f"ui-streams-{uuid.uuid4().hex[:10]}"
     names = {k: f"{prefix}-{k}" for k in "abc"}
     with LiftbridgeClient(lb_address) as client:
-        client.create_stream(f"{names['a']}.subj", names["a"], retention_max_messages=5)
-        client.publish_many(names["a"], [b"m%d" % i for i in range(12)])
+        client.create_stream(f"{names['a']}.subj", names["a"], retention_max_messages=5, **ONE_MESSAGE_SEGMENTS)
+        publish_each(client, names["a"], [b"m%d" % i for i in range(12)])
+        wait_for_earliest(client, names["a"], 7)
         client.create_stream(names["b"], names["b"], partitions=2)
         client.publish_many(names["b"], [b"x"] * 3, partition=0)
         client.publish_many(names["b"], [b"y"], partition=1)
