@@ -45,6 +45,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.devserver import DevServerProcess
 from airflow_provider_liftbridge.spark import (
     ConnectionSettings,
+    LiftbridgeDataSource,
     PublishOptions,
     build_spark_session,
     from_options,
@@ -563,6 +564,16 @@ def per_core_child(
             seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
         return {"rows": count, "seconds": seconds, "cpu": cpu}
 
+    def read_function_run(stream: str) -> dict[str, float]:
+        """The Spark reader's read function called directly in this process (no Spark): what the
+        Python worker does per split, without PySpark's hand-over to the JVM."""
+        reader = LiftbridgeDataSource(to_options(settings) | {"stream": stream}).reader(None)  # type: ignore[arg-type]
+        splits = reader.partitions()
+        cpu0, started = time.process_time(), time.monotonic()
+        count = sum(batch.num_rows for split in splits for batch in reader.read(split))
+        seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
+        return {"rows": count, "seconds": seconds, "cpu": cpu}
+
     def sink_run(source: str, guarantee: str, checkpoints: str) -> dict[str, float]:
         """Structured Streaming from ``source`` to a fresh stream (availableNow: one micro-batch)."""
         target = new_stream()
@@ -589,7 +600,8 @@ def per_core_child(
         return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
 
     out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
-    for name in ("spark", "client", "exactly_once", "read", "subscribe", "at_least_once_sink", "exactly_once_sink"):
+    names = ("spark", "client", "exactly_once", "read", "subscribe", "read_function")
+    for name in (*names, "at_least_once_sink", "exactly_once_sink"):
         out[name] = []
     if "publish" in cases:
         spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
@@ -605,10 +617,12 @@ def per_core_child(
             client.publish_many(source, records, window=window)
         read_run(source)  # warm-up
         subscribe_run(source)
+        read_function_run(source)
     if "read" in cases:
         for _ in range(rounds):
             out["read"].append(read_run(source))
             out["subscribe"].append(subscribe_run(source))
+            out["read_function"].append(read_function_run(source))
     if "sink" in cases:
         with tempfile.TemporaryDirectory() as checkpoints:
             sink_run(source, "atLeastOnce", checkpoints)  # warm-up
@@ -627,18 +641,22 @@ def per_core(
     partitions: int,
     cases: set[str],
     master: str = "local[1]",
+    brokers: str = "",
+    nats: str = "",
 ) -> None:
     """Run :func:`per_core_child` for each ``(label, code tree)`` in turn against one dev server
-    out of process, and print a markdown table: medians of the rounds."""
+    out of process (or the server at ``brokers`` / ``nats``), and print a markdown table: medians
+    of the rounds."""
     import statistics
 
     here = Path(__file__).resolve()
     results = []
     load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as data_dir, DevServerProcess(data_dir=data_dir, brokers=1) as server:
+
+    def run_children(address: str, nats_url: str) -> None:
         for label, code in codes:
             env = dict(os.environ, PYTHONPATH=str(Path(code).resolve()))
-            args = [server.address, server.nats_url, str(rows), str(rounds), str(window), str(partitions)]
+            args = [address, nats_url, str(rows), str(rounds), str(window), str(partitions)]
             args += [",".join(sorted(cases)), master]
             done = subprocess.run(
                 [sys.executable, str(here), "--per-core-child", *args], env=env, capture_output=True, text=True
@@ -648,13 +666,20 @@ def per_core(
             results.append((label, json.loads(done.stdout.strip().splitlines()[-1])))
             load.append(os.getloadavg()[0])
 
+    if brokers:
+        run_children(brokers, nats)
+    else:
+        with tempfile.TemporaryDirectory() as data_dir, DevServerProcess(data_dir=data_dir, brokers=1) as server:
+            run_children(server.address, server.nats_url)
+
     def med(runs: list[dict[str, float]], f: Callable[[dict[str, float]], float]) -> float:
         return statistics.median(f(r) for r in runs)
 
     print(f"machine: {machine()}; load1 {' → '.join(f'{x:.1f}' for x in load)}")
     print(
         f"{rows:,} JSON rows keyed by customer, {partitions} stream partitions, window {window}, {master}, "
-        f"{rounds} interleaved rounds (medians), dev server out of process, NATS path"
+        f"{rounds} interleaved rounds (medians), "
+        f"{'server at ' + brokers if brokers else 'dev server out of process'}, NATS path"
     )
     print()
 
@@ -681,16 +706,16 @@ def per_core(
     if "read" in cases:
         print(
             "| code | Spark read (count) rows/s | client sync subscribe msgs/s | per core | µs/row Python worker "
-            "| µs/row JVM | µs/row client |"
+            "| µs/row JVM | µs/row client | read function alone, no Spark: rows/s, µs/row |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for label, r in results:
             sp, cl = med(r["read"], rate), med(r["subscribe"], rate)
             py, jvm = med(r["read"], per_row("python_cpu")), med(r["read"], per_row("jvm_cpu"))
             cpu = med(r["subscribe"], per_row("cpu"))
-            print(
-                f"| {label} ({r['code']}) | {sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} |"
-            )
+            alone = f"{med(r['read_function'], rate):,.0f}, {med(r['read_function'], per_row('cpu')):.1f}"
+            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {alone}"
+            print(f"| {label} ({r['code']}) | {cells} |")
         print()
     if "sink" in cases:
         print(
@@ -708,9 +733,9 @@ def per_core(
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--per-core-child"]:
-        address, nats_url, n, rounds, window, partitions, cases = sys.argv[2:9]
+        address, nats_url, n, rounds, window, partitions, cases, master = sys.argv[2:10]
         child = per_core_child(
-            address, nats_url, int(n), int(rounds), int(window), int(partitions), set(cases.split(","))
+            address, nats_url, int(n), int(rounds), int(window), int(partitions), set(cases.split(",")), master
         )
         print(json.dumps(child))
     elif sys.argv[1:2] == ["--per-core"]:
@@ -726,12 +751,16 @@ if __name__ == "__main__":
         per_core_parser.add_argument(
             "--master", default="local[1]", help="e.g. local[2]: tasks side by side (the sink's tasks then interleave)"
         )
+        per_core_parser.add_argument("--brokers", default="", help="host:port of a running server (no dev server)")
+        per_core_parser.add_argument("--nats", default="", help="its NATS URL (with --brokers)")
         a = per_core_parser.parse_args(sys.argv[2:])
         trees = [tuple(c.split("=", 1)) for c in a.code] or [("this", str(Path(__file__).resolve().parents[1]))]
         chosen = {c.strip() for c in a.cases.split(",") if c.strip()}
         if not chosen or chosen - {"publish", "read", "sink"}:
             sys.exit(f"--cases takes publish, read and sink, comma-separated; got {a.cases!r}")
-        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master)  # type: ignore[arg-type]
+        if bool(a.brokers) != bool(a.nats):
+            sys.exit("--brokers and --nats go together")
+        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master, a.brokers, a.nats)  # type: ignore[arg-type]
     elif sys.argv[1:2] == ["--cluster-child"]:
         address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
         runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))

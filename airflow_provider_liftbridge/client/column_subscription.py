@@ -3,11 +3,12 @@ partition's messages ``rows`` at a time as lists (offsets, keys, values, timesta
 no :class:`~.types.Message` per message, for readers that build columnar data (Spark's Arrow
 batches, Parquet) and would otherwise take each message apart again.
 
-Each delivered message is only held (its protobuf, as gRPC made it) and its offset checked; the
-columns are pulled out of a full batch in one pass each (``map`` over the batch, at C speed), and
-its headers are stored once per distinct set: almost every Liftbridge message carries just the
-server's ``subject`` / ``reply`` headers, the same on every message of a partition (see
-:meth:`.SubscriptionState.take`), so a batch usually holds one header set that every row points to.
+Each delivered message is only held (its protobuf, as gRPC made it) and its offset checked; every
+:data:`HELD_MESSAGES` messages the columns are pulled out of the held ones in one pass each
+(``map``, at C speed) and the protobufs let go, and the headers are stored once per distinct set:
+almost every Liftbridge message carries just the server's ``subject`` / ``reply`` headers, the
+same on every message of a partition (see :meth:`.SubscriptionState.take`), so a batch usually
+holds one header set that every row points to.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ __all__ = ["DEFAULT_COLUMN_ROWS", "MessageColumns", "subscribe_columns"]
 
 #: Messages per delivered :class:`MessageColumns` unless the caller says otherwise.
 DEFAULT_COLUMN_ROWS = 8192
+#: Protobufs held at most before their columns are pulled out. Holding a whole batch's cost
+#: ~0.7 µs per message more than building a Message each (``subscribe``): thousands of live
+#: protobufs, each with its own arena, leave the CPU caches and feed the cyclic GC's young
+#: generation; a few hundred are pulled out while still warm (bench/RESULTS.md, issue 57).
+HELD_MESSAGES = 256
 
 _OFFSET = operator.attrgetter("offset")
 _KEY = operator.attrgetter("key")
@@ -86,6 +92,17 @@ class ColumnSubscriptionState(SubscriptionState):
             raise InvalidArgumentError(f"rows must be an int >= 1, got {rows!r}")
         self._rows = rows
         self._held: list[api_pb2.Message] = []
+        self._new_batch()
+
+    def _new_batch(self) -> None:
+        self._offsets: list[int] = []
+        self._keys: list[bytes] = []
+        self._values: list[bytes] = []
+        self._timestamps: list[int] = []
+        self._sets: list[Mapping[str, bytes]] = []
+        self._set_at: dict[int, int] = {}  # id() of a set in ``_sets`` -> its index there
+        self._index: list[int] = []
+        self._pull_at = min(HELD_MESSAGES, self._rows)
 
     # The offset bookkeeping of SubscriptionState.take, inline: this runs once per message and a
     # method call more would cost as much as the rest of it.
@@ -105,27 +122,56 @@ class ColumnSubscriptionState(SubscriptionState):
         if offset == self._stop_offset:
             self.done = True
             return self.flush()
-        if len(held) >= self._rows:
-            return self.flush()
+        if len(held) >= self._pull_at:
+            self._pull()
+            if len(self._offsets) >= self._rows:
+                return self.flush()
         return None
 
     def flush(self) -> MessageColumns | None:
-        """The messages held so far as columns (``None`` if there are none); holds none after."""
-        held, self._held = self._held, []
-        if not held:
+        """The messages taken so far as columns (``None`` if there are none); holds none after."""
+        self._pull()
+        if not self._offsets:
             return None
-        values = list(map(_VALUE, held))
-        header_sets, header_index = self._headers(held, values)
-        return MessageColumns(
+        columns = MessageColumns(
             self.stream,
             self.partition,
-            list(map(_OFFSET, held)),
-            list(map(_KEY, held)),
-            values,
-            list(map(_TIMESTAMP, held)),
-            header_sets,
-            header_index,
+            self._offsets,
+            self._keys,
+            self._values,
+            self._timestamps,
+            self._sets,
+            self._index,
         )
+        self._new_batch()
+        return columns
+
+    def _pull(self) -> None:
+        """Add the held messages to the batch's columns and let their protobufs go."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        values = list(map(_VALUE, held))
+        sets, index = self._headers(held, values)
+        self._offsets += map(_OFFSET, held)
+        self._keys += map(_KEY, held)
+        self._values += values
+        self._timestamps += map(_TIMESTAMP, held)
+        self._pull_at = min(HELD_MESSAGES, self._rows - len(self._offsets))
+        if not sets:
+            self._index += index  # all -1
+            return
+        at = []  # where each of ``sets`` is in the batch's sets: the shared one recurs in every pull
+        for entries in sets:
+            where = self._set_at.get(id(entries))
+            if where is None:
+                where = self._set_at[id(entries)] = len(self._sets)
+                self._sets.append(entries)
+            at.append(where)
+        if len(at) == 1 and index.count(0) == len(index):
+            self._index += [at[0]] * len(index)
+        else:
+            self._index += [-1 if which < 0 else at[which] for which in index]
 
     def _headers(self, held: list[api_pb2.Message], values: list[bytes]) -> tuple[list[Mapping[str, bytes]], list[int]]:
         """The distinct header sets of ``held`` and each message's set (-1: none); a compressed

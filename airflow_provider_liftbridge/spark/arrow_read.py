@@ -123,6 +123,10 @@ def _headers(columns: MessageColumns) -> pa.Array:
     per_set = pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(names, pa.string()), pa.array(items, pa.binary()), type=map_type
     )
+    if len(sets) == 1 and index[0] == 0 and index.count(0) == len(index):
+        # The usual batch: the server's two headers on every row. One index array of zeros
+        # without a Python int per row.
+        return per_set.take(pa.repeat(pa.scalar(0, pa.int64()), len(index)))
     which = pa.array(index, pa.int64())
     if min(index) < 0:
         which = pc.if_else(pc.less(which, 0), pa.scalar(None, pa.int64()), which)

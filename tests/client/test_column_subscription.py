@@ -12,6 +12,7 @@ from airflow_provider_liftbridge.client import (
     MessageColumns,
     Record,
 )
+from airflow_provider_liftbridge.client.column_subscription import HELD_MESSAGES
 
 
 def rows_of(batches: list[MessageColumns]) -> list[tuple[Any, ...]]:
@@ -64,3 +65,27 @@ def test_rows_must_be_a_positive_int(client: Any, stream_name: str, rows: Any) -
     client.create_stream(stream_name, stream_name)
     with pytest.raises(InvalidArgumentError, match="rows must be an int >= 1"):
         next(client.subscribe_columns(stream_name, stop_at=0, rows=rows))
+
+
+def test_batches_larger_than_what_is_held_at_once(client: Any, stream_name: str) -> None:
+    # More rows per batch than HELD_MESSAGES: each batch's columns are pulled out in several goes,
+    # and the server's shared header set stays one entry across them.
+    client.create_stream(stream_name, stream_name)
+    plain = HELD_MESSAGES + 44
+    client.publish_many(stream_name, [b"p%d" % i for i in range(plain)])
+    client.publish_many(stream_name, [Record(b"h%d" % i, headers={"n": b"%d" % i}) for i in range(5)])
+    client.publish_many(stream_name, [b"q%d" % i for i in range(plain)])
+    last = 2 * plain + 4
+
+    batches = list(client.subscribe_columns(stream_name, stop_at=last, rows=2 * plain))
+    messages = list(client.subscribe(stream_name, stop_at=last))
+
+    assert [len(b) for b in batches] == [2 * plain, 5]
+    assert rows_of(batches) == [
+        (m.stream, m.partition, m.offset, m.key, m.value, m.timestamp, dict(m.headers)) for m in messages
+    ]
+    first = batches[0]
+    assert len(first.header_sets) == 1 + 5  # the shared set once, one per message with its own
+    assert first.header_index[:plain] == [0] * plain
+    assert first.header_index[plain : plain + 5] == [1, 2, 3, 4, 5]
+    assert first.header_index[plain + 5 :] == [0] * (plain - 5)
