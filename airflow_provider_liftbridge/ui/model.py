@@ -25,6 +25,7 @@ from airflow_provider_liftbridge.client import (
     Message,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PartitionInfo,
     PartitionPausedError,
 )
 from airflow_provider_liftbridge.client.reading import (
@@ -77,6 +78,20 @@ def render_time(nanos: int) -> str | None:
 
 
 _iso = render_time
+
+
+def partition_summary(p: PartitionInfo) -> dict[str, Any]:
+    """What the metadata says of a partition: leader, replicas, ISR, offsets and flags."""
+    return {
+        "id": p.id,
+        "leader": p.leader,
+        "replicas": list(p.replicas),
+        "isr": list(p.isr),
+        "high_watermark": p.high_watermark,
+        "newest_offset": p.newest_offset,
+        "paused": p.paused,
+        "readonly": p.readonly,
+    }
 
 
 def render_bytes(data: bytes | None) -> dict[str, Any] | None:
@@ -164,19 +179,7 @@ def cluster(client: LiftbridgeClient) -> dict[str, Any]:
                 "name": name,
                 "subject": info.subject,
                 "created": _iso(info.creation_timestamp),
-                "partitions": [
-                    {
-                        "id": p.id,
-                        "leader": p.leader,
-                        "replicas": list(p.replicas),
-                        "isr": list(p.isr),
-                        "high_watermark": p.high_watermark,
-                        "newest_offset": p.newest_offset,
-                        "paused": p.paused,
-                        "readonly": p.readonly,
-                    }
-                    for _, p in sorted(info.partitions.items())
-                ],
+                "partitions": [partition_summary(p) for _, p in sorted(info.partitions.items())],
             }
             for name, info in sorted(metadata.streams.items())
         ],

@@ -14,7 +14,6 @@ never of the whole cluster.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,6 +26,8 @@ from airflow_provider_liftbridge.client import (
     StartPosition,
     StreamInfo,
 )
+
+from .model import partition_summary, render_time
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "SORTS", "NOT_RETURNED", "page"]
 
@@ -49,12 +50,6 @@ NOT_RETURNED = (
 )
 
 
-def _iso(nanos: int) -> str | None:
-    if nanos <= 0:
-        return None
-    return dt.datetime.fromtimestamp(nanos / 1e9, dt.UTC).isoformat(timespec="milliseconds")
-
-
 def _committed(p: PartitionInfo) -> int:
     """Messages ever committed to a partition: offsets 0 to its high watermark."""
     return max(p.high_watermark + 1, 0)
@@ -67,13 +62,13 @@ def _summary(info: StreamInfo) -> dict[str, Any]:
     return {
         "name": info.name,
         "subject": info.subject,
-        "created": _iso(info.creation_timestamp),
+        "created": render_time(info.creation_timestamp),
         "partitions": len(parts),
         "replication": max((len(p.replicas) for p in parts), default=0),
         "committed": sum(_committed(p) for p in parts),
         "newest_offset": max((p.newest_offset for p in parts), default=-1),
-        "first_message": _iso(min(firsts)) if firsts else None,
-        "latest_message": _iso(latest),
+        "first_message": render_time(min(firsts)) if firsts else None,
+        "latest_message": render_time(latest),
         "paused": sum(p.paused for p in parts),
         "readonly": sum(p.readonly for p in parts),
         "internal": info.name.startswith("__"),
@@ -115,23 +110,15 @@ def _oldest(client: LiftbridgeClient, p: PartitionInfo) -> tuple[int | None, str
 
 def _partition(p: PartitionInfo, oldest: tuple[int | None, str | None]) -> dict[str, Any]:
     first, why = oldest
-    return {
-        "id": p.id,
-        "leader": p.leader,
-        "replicas": list(p.replicas),
-        "isr": list(p.isr),
-        "high_watermark": p.high_watermark,
-        "newest_offset": p.newest_offset,
+    return partition_summary(p) | {
         "oldest_offset": first,
         "oldest_unknown": why if first is None and why != "empty" else None,
         # Offsets from the oldest retained to the high watermark: the messages retained, at most
         # (compaction leaves gaps: Liftbridge does not say how many are left in them).
         "retained": (p.high_watermark - first + 1) if first is not None else (0 if p.high_watermark < 0 else None),
         "committed": _committed(p),
-        "first_message": _iso(p.first_message_timestamp),
-        "latest_message": _iso(p.latest_message_timestamp),
-        "paused": p.paused,
-        "readonly": p.readonly,
+        "first_message": render_time(p.first_message_timestamp),
+        "latest_message": render_time(p.latest_message_timestamp),
     }
 
 
