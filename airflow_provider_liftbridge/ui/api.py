@@ -170,7 +170,15 @@ def _liftbridge_connections(readable: set[str] | None) -> list[str]:
 # -- the app -------------------------------------------------------------------------------------
 def create_app() -> FastAPI:
     """The view's FastAPI app (routes under ``/api``, the page at ``/``)."""
-    api = FastAPI(title="Liftbridge view", description="Streams, pipelines, dead letters and messages of a cluster.")
+    # No /docs, /redoc or /openapi.json: they would be served to anyone (a plugin's app gets no
+    # auth of Airflow's), and the routes are the page's, not an API promised to others.
+    api = FastAPI(
+        title="Liftbridge view",
+        description="Streams, pipelines, dead letters and messages of a cluster.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     connection_read, messages_read = CONNECTION_READ, MESSAGES_READ
 
     @api.get("/", include_in_schema=False)

@@ -269,6 +269,8 @@ def test_requests_without_a_user_are_refused(airflow_app: Any, connections: Any)
     for path in paths:
         assert nobody.get(path, expect=401)["detail"] == "Not authenticated"
         forged.get(path, expect=403)
+    for path in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's schema pages are not served at all
+        nobody.get(path, expect=404)
 
 
 def test_a_viewer_may_not_read_the_cluster_an_op_may_with_a_cookie(airflow_app: Any, connections: Any) -> None:
