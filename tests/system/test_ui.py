@@ -36,19 +36,25 @@ def logged_in_page(url: str, user: str = USERNAME, password: str = PASSWORD) -> 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(60_000)
-            from playwright.sync_api import expect
-
-            expect.set_options(timeout=60_000)  # a busy machine: wait for conditions, longer than 5 s
-            page.goto(f"{url}/auth/login")
-            page.locator("input").nth(0).fill(user)
-            page.locator("input[type=password]").fill(password)
-            page.locator("button[type=submit]").click()
-            page.wait_for_url(lambda at: "/auth/login" not in at)
-            yield page
+            yield log_in(browser, url, user, password)
         finally:
             browser.close()
+
+
+def log_in(browser: Any, url: str, user: str = USERNAME, password: str = PASSWORD) -> Any:
+    """A new page of ``browser`` (a context of its own: its own cookies), logged in at ``url``
+    through the simple auth manager's login form."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(60_000)
+    expect.set_options(timeout=60_000)  # a busy machine: wait for conditions, longer than 5 s
+    page.goto(f"{url}/auth/login")
+    page.locator("input").nth(0).fill(user)
+    page.locator("input[type=password]").fill(password)
+    page.locator("button[type=submit]").click()
+    page.wait_for_url(lambda at: "/auth/login" not in at)
+    return page
 
 
 @pytest.fixture(scope="module")

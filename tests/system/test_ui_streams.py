@@ -1,10 +1,11 @@
 """The Streams tab, the Pipelines tab's verdicts, the charts' links to their runs and the contrast
 of every tab (docs/ui.md, "Streams", "Contrast"; issue 58 items 4 and 7) in the system tier's
-deployment, in headless Chromium inside Airflow's frame, light and dark: 120 streams of their own
-are sorted by a heading and paged by the server, the sort and page last in the address; a chart's
-point names its run and a click on the plot opens that run in Airflow; every visible text of
-every tab is at least 4.5:1 (``tests/system/contrast.py``). Screenshots of the Streams tab go to
-the deployment's log folder (and to ``docs/`` with ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``)."""
+deployment, in headless Chromium inside Airflow's frame (every tab also behind a path prefix),
+light and dark: 120 streams of their own are sorted by a heading and paged by the server, the
+sort and page last in the address; a chart's point names its run and a click on the plot opens
+that run in Airflow; every visible text of every tab is at least 4.5:1
+(``tests/system/contrast.py``). Screenshots of the Streams tab go to the deployment's log folder
+(and to ``docs/`` with ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from scripts.deployment import Deployment
 from tests.system.conftest import ARCHIVE_DAG
 from tests.system.contrast import low_contrast
-from tests.system.test_ui import logged_in_page
+from tests.system.test_ui import log_in, logged_in_page
+from tests.system.test_ui_base_url import prefixed  # noqa: F401  (the second api-server behind the prefix)
 from tests.system.test_ui_liftbridge_view import shoot
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1200)]
@@ -108,36 +110,58 @@ def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page:
         page.emulate_media(color_scheme="light")
 
 
+def every_tab_low_contrast(page: Any, base: str, mode: str) -> dict[str, list[Any]]:
+    """Open every tab of the view at ``base`` in ``mode`` (each loads its data without an error;
+    the browser opens a message) and return what each shows under 4.5:1."""
+    from playwright.sync_api import expect
+
+    page.emulate_media(color_scheme=mode)
+    page.goto(f"{base}/plugin/liftbridge?tab=cluster")  # the short form: the same inside and behind a prefix
+    frame = page.frame_locator("iframe")
+    expect(frame.locator("html")).to_have_attribute("data-theme", mode)
+    found = {}
+    for tab in TABS:
+        count = frame.locator("#updated").get_attribute("data-count") or "0"
+        frame.locator(f'nav button[data-tab="{tab}"]').click()
+        if tab == "browse":
+            frame.locator("#b-stream").fill("shop-orders-clean")
+            frame.locator("#b-go").click()
+            expect(frame.locator("#b-status[data-reason]")).to_be_visible()
+            frame.locator("#messages tr.message button").first.click()  # View
+            expect(frame.locator("#b-view-value")).to_be_visible()
+        else:
+            expect(frame.locator("#updated")).not_to_have_attribute("data-count", count)
+            expect(frame.locator("#error")).to_have_count(0)
+        found[tab] = low_contrast(frame)
+    return found
+
+
 @pytest.mark.parametrize("mode", ["light", "dark"])
 def test_every_tab_is_readable_in_both_modes(
     deployment: Deployment, page: Any, archive_runs: list[str], mode: str
 ) -> None:
     """Every visible text of every tab (the bar, the tabs' tables, badges, charts' legends, the
     browser's form and results, a message open) at least 4.5:1 against what is behind it."""
-    from playwright.sync_api import expect
-
-    page.emulate_media(color_scheme=mode)
     try:
-        page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=cluster")
-        frame = page.frame_locator("iframe")
-        expect(frame.locator("html")).to_have_attribute("data-theme", mode)
-        found = {}
-        for tab in TABS:
-            count = frame.locator("#updated").get_attribute("data-count") or "0"
-            frame.locator(f'nav button[data-tab="{tab}"]').click()
-            if tab == "browse":
-                frame.locator("#b-stream").fill("shop-orders-clean")
-                frame.locator("#b-go").click()
-                expect(frame.locator("#b-status[data-reason]")).to_be_visible()
-                frame.locator("#messages tr.message button").first.click()  # View
-                expect(frame.locator("#b-view-value")).to_be_visible()
-            else:
-                expect(frame.locator("#updated")).not_to_have_attribute("data-count", count)
-                expect(frame.locator("#error")).to_have_count(0)
-            found[tab] = low_contrast(frame)
-        assert found == {tab: [] for tab in TABS}
+        assert every_tab_low_contrast(page, deployment.url, mode) == {tab: [] for tab in TABS}
     finally:
         page.emulate_media(color_scheme="light")
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_every_tab_loads_and_is_readable_behind_the_prefix(
+    page: Any,
+    prefixed: str,  # noqa: F811  (the fixture imported below)
+    mode: str,
+) -> None:
+    """The same behind a path prefix (the proxy refuses anything outside it, and the fixture checks
+    that it refused nothing): every tab loads its data and reads at 4.5:1 or more. The page is
+    another of the module's browser (Playwright's sync API runs one per thread)."""
+    prefixed_page = log_in(page.context.browser, prefixed)
+    try:
+        assert every_tab_low_contrast(prefixed_page, prefixed, mode) == {tab: [] for tab in TABS}
+    finally:
+        prefixed_page.close()
 
 
 def test_pipelines_show_verdicts_and_chart_points_open_their_runs(
