@@ -41,6 +41,20 @@ def logged_in_page(url: str, user: str = USERNAME, password: str = PASSWORD) -> 
             browser.close()
 
 
+def assert_refused_without_a_session(url: str) -> None:
+    """``url`` answers 401 without a session or token, and 403 to a forged Bearer token."""
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=60)
+    assert refused.value.code == 401
+    forged = urllib.request.Request(url, headers={"Authorization": "Bearer not-a-jwt"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(forged, timeout=60)
+    assert refused.value.code == 403
+
+
 def log_in(browser: Any, url: str, user: str = USERNAME, password: str = PASSWORD) -> Any:
     """A new page of ``browser`` (a context of its own: its own cookies), logged in at ``url``
     through the simple auth manager's login form."""

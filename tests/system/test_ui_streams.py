@@ -10,8 +10,6 @@ that run in Airflow; every visible text of every tab is at least 4.5:1
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +21,7 @@ from airflow_provider_liftbridge.client import LiftbridgeClient
 from scripts.deployment import Deployment
 from tests.system.conftest import ARCHIVE_DAG
 from tests.system.contrast import low_contrast
-from tests.system.test_ui import log_in, logged_in_page
+from tests.system.test_ui import assert_refused_without_a_session, log_in, logged_in_page
 from tests.system.test_ui_base_url import prefixed  # noqa: F401  (the second api-server behind the prefix)
 from tests.system.test_ui_liftbridge_view import shoot
 
@@ -209,13 +207,7 @@ def test_the_streams_route_is_refused_without_a_session_and_messages_names_a_bad
     deployment: Deployment, page: Any
 ) -> None:
     url = f"{deployment.url}/liftbridge/api/connections/liftbridge_default/streams"
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(url, timeout=60)
-    assert refused.value.code == 401
-    forged = urllib.request.Request(url, headers={"Authorization": "Bearer not-a-jwt"})
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(forged, timeout=60)
-    assert refused.value.code == 403
+    assert_refused_without_a_session(url)
     assert page.request.get(url).status == 200  # the browser's session
     bad = page.request.get(f"{url}/shop-orders/partitions/first/messages")
     assert bad.status == 400
