@@ -61,7 +61,10 @@ class SubscribeApi:
         elif pos == api_pb2.TIMESTAMP:
             start = log_.earliest_offset_after_timestamp(req.startTimestamp)
         elif pos == api_pb2.EARLIEST:
-            start = log_.oldest_offset
+            # Liftbridge's OldestOffset is its first segment's first offset: -1 when that segment
+            # holds no record (a new log, or one emptied by retention down to an empty active
+            # segment), so the start is 0 there, and a stop below the next offset is accepted.
+            start = -1 if log_.is_empty else log_.oldest_offset
         elif pos == api_pb2.LATEST:
             start = newest
         elif pos == api_pb2.NEW_ONLY:

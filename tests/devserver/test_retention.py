@@ -135,6 +135,44 @@ def test_a_log_emptied_by_retention_and_where_subscriptions_start(stub: Stub, st
     assert subscribe(stub, req, count=1).offsets == [6]
 
 
+def test_an_emptied_log_takes_earliest_to_latest_and_reads_on_past_the_stop(stub: Stub, stream_name: str) -> None:
+    # Liftbridge (server/partition.go getStartOffset / getStopOffset, commitlog OldestOffset): with
+    # every record removed, the oldest offset is -1, so EARLIEST starts at 0 and STOP_LATEST stops at
+    # the newest offset 5: accepted. Its reader waits for the next record (6), which is past the stop,
+    # so nothing ends the subscription: it reads on as with no stop. Refused before ("Stop offset is
+    # before start offset: 5 < 6").
+    create(
+        stub,
+        stream_name,
+        retentionMaxMessages=pb.NullableInt64(value=2),
+        segmentMaxBytes=SEGMENT,
+        cleanerInterval=CLEANER,
+    )
+    _publish_big(stub, stream_name, 6)
+    margins.wait_until(
+        lambda: partition_meta(stub, stream_name).messagesReceivedTimestamps.firstTimestamp == 0,
+        WAIT,
+        "every message expired",
+        interval=0.1,
+    )
+    req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
+    offsets = []
+    call = stub.Subscribe(req, timeout=TIMEOUT)
+    try:
+        for msg in call:
+            if msg.ByteSize() == 0:
+                publish(stub, stream_name, b"6")  # the handshake: accepted, and nothing to send yet
+                continue
+            offsets.append(msg.offset)
+            if len(offsets) == 1:
+                publish(stub, stream_name, b"7")
+            else:
+                break
+    finally:
+        call.cancel()
+    assert offsets == [6, 7]  # past the stop offset 5, never "Stop offset reached"
+
+
 def test_a_stop_offset_that_retention_removed_is_never_reached(stub: Stub, stream_name: str) -> None:
     # Liftbridge (server/partition.go, newSubscribeLoop) ends a subscription only on the message whose
     # offset equals the stop offset, and a reader below the oldest offset starts at the oldest: with
