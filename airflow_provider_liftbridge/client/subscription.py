@@ -14,7 +14,7 @@ from .conversion import MESSAGE_SETTERS, LazyHeaders
 from .effects import END, Cancel, Emit, Op, OpenStream, Pump, Read, ReadTimeout, RpcFailure, Sleep
 from .error_mapping import map_rpc_error
 from .errors import NoSuchPartitionError, NoSuchStreamError, NotLeaderError, PartitionPausedError, UnavailableError
-from .operations import ROUTING_ERRORS, ensure_partition, missing_confirmed_op
+from .operations import ROUTING_ERRORS, ensure_partition, fetch_partition_metadata, missing_confirmed_op
 from .requests import StartAt, StopAt, check_name, check_partition, start_fields, stop_fields
 from .retry import is_end_of_stream, is_transient
 from .routing import ClientCore
@@ -78,6 +78,22 @@ class SubscriptionState:
             **start,
             **self._stop,
         )
+
+    @property
+    def stops_at_latest(self) -> bool:
+        """True while the stop is ``StopPosition.LATEST`` with no offset known for it yet."""
+        return self._stop_offset == _NO_OFFSET_LIMIT and self._stop.get("stopPosition") == api_pb2.STOP_LATEST
+
+    def pin_latest(self, newest_offset: int) -> None:
+        """End at the first message past ``newest_offset``, the partition's newest offset read just
+        before subscribing (-1, an empty partition: the server's "Stream is empty" answers).
+
+        The request keeps ``STOP_LATEST``: a stop offset sent instead would be refused as before the
+        start when a record lands between this read and the subscription on an emptied log (EARLIEST
+        is then that record). The server's LATEST is never below this offset, so the server ends
+        the subscription at this one or the client does, at the first message past it."""
+        if newest_offset >= 0:
+            self._stop_offset = newest_offset
 
     @property
     def finished(self) -> bool:
@@ -206,6 +222,13 @@ def follow(core: ClientCore, state: SubscriptionState) -> Op[None]:
     attempt = 0
     connected = False  # has any (re)subscription got its handshake?
     incarnation: int | None = None  # the stream's creation timestamp when the subscription first worked
+    if state.stops_at_latest:
+        # Liftbridge ends a subscription only on the record at its stop offset. On a log that
+        # retention emptied, LATEST is an offset no record has any more and the server reads on for
+        # good; with the offset known here, take() ends at the first record past it. A
+        # resubscription also keeps this stop instead of asking for a later LATEST.
+        info = yield from fetch_partition_metadata(core, stream, partition)
+        state.pin_latest(info.newest_offset)
     while True:
         try:
             # The cache will do: on a resubscription the end of this loop has just refreshed it.

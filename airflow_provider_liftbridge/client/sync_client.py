@@ -270,7 +270,9 @@ class LiftbridgeClient(ClientBase):
         ``start_at``: ``StartPosition.EARLIEST`` / ``LATEST`` / ``NEW_ONLY``, an ``int`` offset, an
         aware ``datetime`` (first message at or after it) or a ``timedelta`` (that long ago).
         ``stop_at``: ``None`` (never stop), an ``int`` offset (inclusive), ``StopPosition.LATEST``
-        (the newest message when subscribing) or an aware ``datetime``.
+        (the newest message when subscribing: the partition's newest offset, read as it starts) or an
+        aware ``datetime``. A stop that retention has removed ends the iteration at the first message
+        past it, which on a log emptied by retention means waiting for the next message.
 
         Reaching the stop position, or the end of a read-only partition, ends the iteration cleanly.
         After a transient failure (connection lost, broker restarted, leader changed) the client

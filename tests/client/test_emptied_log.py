@@ -1,0 +1,94 @@
+"""``subscribe(stop_at=StopPosition.LATEST)`` and ``subscribe_columns`` on a log that retention
+emptied, on both clients (``client`` fixture). Liftbridge accepts EARLIEST to LATEST there (its
+oldest offset is -1, so the start is 0; the stop is the newest offset) and never ends the
+subscription: no record has the stop offset any more (docs/devserver.md, "An emptied log"). The
+client ends it at the first record past the stop instead of reading on for good."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_liftbridge.client import StartPosition, StopPosition, StreamOptions
+from tests import margins
+
+BIG = b"x" * 1000
+#: Three records of BIG a segment, one kept segment, the cleaner on every dev-server tick: six
+#: records leave only an empty active segment at offset 6 (tests/devserver/test_retention.py).
+OPTIONS = StreamOptions(retention_max_messages=2, segment_max_bytes=2500, cleaner_interval=timedelta(milliseconds=100))
+WAIT = 30.0
+
+
+def _emptied(client: Any, stream: str) -> None:
+    client.create_stream(stream, stream, OPTIONS)
+    for i in range(6):
+        client.publish(stream, BIG + b"%d" % i)
+    margins.wait_until(
+        lambda: client.fetch_partition_metadata(stream).first_message_timestamp == 0,
+        WAIT,
+        "every record expired",
+        interval=0.1,
+    )
+
+
+def _read_while_publishing(client: Any, stream: str, read: Any) -> list[int]:
+    """Run ``read()`` (the offsets it delivers) in a thread while records go on arriving, one per
+    poll from the second poll on, until it ends; return its offsets. The records keep coming
+    because the read can only end on a record past its stop.
+
+    When the read opens is not observable: if the first record lands before it reads the newest
+    offset, that record is its LATEST and it ends there with it ([6]), on any client. Otherwise the
+    log is still empty when it opens, and it must end on the first record without delivering it
+    ([]). Only that case tells the clients apart, and it is the usual one: the first record comes a
+    poll after the read started."""
+    got: list[int] = []
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            got.extend(read())
+        except BaseException as err:  # noqa: BLE001 - handed to the test below
+            failed.append(err)
+        finally:
+            done.set()
+
+    polls = [0]
+
+    def publish_one() -> bool:
+        polls[0] += 1
+        if polls[0] > 1 and not done.is_set():
+            client.publish(stream, b"more")
+        return done.is_set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    margins.wait_until(publish_one, WAIT, "the read to end on a record past LATEST", interval=0.2)
+    thread.join(WAIT)
+    assert not failed, f"the read raised: {failed[0]!r}"
+    return got
+
+
+def test_subscribe_to_latest_on_an_emptied_log_ends_past_the_stop(client: Any, stream_name: str) -> None:
+    _emptied(client, stream_name)
+
+    def read() -> list[int]:
+        found = client.subscribe(stream_name, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST)
+        return [m.offset for m in found]
+
+    # It ends, with nothing past the newest offset it started with (before: it read on for good,
+    # delivering every later record, and the wait above ran out).
+    assert _read_while_publishing(client, stream_name, read) in ([], [6])
+
+
+def test_columns_to_latest_on_an_emptied_log_end_past_the_stop(client: Any, stream_name: str) -> None:
+    _emptied(client, stream_name)
+
+    def read() -> list[int]:
+        batches = client.subscribe_columns(
+            stream_name, start_at=StartPosition.EARLIEST, stop_at=StopPosition.LATEST, rows=4
+        )
+        return [offset for batch in batches for offset in batch.offsets]
+
+    assert _read_while_publishing(client, stream_name, read) in ([], [6])
