@@ -41,7 +41,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from airflow_provider_liftbridge.client import InvalidArgumentError, LiftbridgeClient, LiftbridgeError, StartPosition
+from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
+from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
@@ -285,21 +286,11 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _earliest(self, client: LiftbridgeClient, partition: str, now: PartitionNow) -> int:
         """The earliest offset retention left in ``partition`` (its next offset when it holds none).
 
-        Liftbridge's metadata does not report it: a subscription from EARLIEST to the high
-        watermark gets the first message, or INVALID_ARGUMENT when EARLIEST is past the high
-        watermark (every committed message was removed).
+        Liftbridge's metadata does not report it. ``oldest_retained`` finds it without waiting for
+        a new message, as a subscription from EARLIEST on a log that retention emptied would. That
+        case costs it the client's ``timeout``.
         """
-        if now.next_offset == 0:
-            return 0
-        try:
-            messages = client.subscribe(
-                self.stream, partition=int(partition), start_at=StartPosition.EARLIEST, stop_at=now.next_offset - 1
-            )
-            for message in messages:
-                return min(message.offset, now.next_offset)
-        except InvalidArgumentError:
-            pass
-        return now.next_offset
+        return oldest_retained(client, self.stream, int(partition), now.next_offset - 1)
 
     def _time_offsets(self, time_ns: int, latest: Offsets) -> Offsets:
         """Per partition, the offset of the first committed message at or after ``time_ns`` (else latest)."""

@@ -14,18 +14,17 @@ never of the whole cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
     LiftbridgeError,
-    Message,
     PartitionInfo,
-    StartPosition,
     StreamInfo,
 )
+from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 
 from .model import partition_summary, render_time
 
@@ -96,16 +95,14 @@ def _oldest(client: LiftbridgeClient, p: PartitionInfo) -> tuple[int | None, str
         return None, "empty"
     if p.paused:
         return None, "paused (the view does not resume it)"
-    messages: Iterator[Message] = client.subscribe(
-        p.stream, partition=p.id, start_at=StartPosition.EARLIEST, stop_at=p.high_watermark
-    )
     try:
-        first = next(messages, None)
+        # Not a subscription from EARLIEST: on a log that retention emptied it would wait for the
+        # next message (Liftbridge's start there is offset 0), and the page with it. This one
+        # takes the client's timeout there.
+        first = oldest_retained(client, p.stream, p.id, p.high_watermark)
     except LiftbridgeError as exc:
         return None, str(exc)
-    finally:
-        messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
-    return (first.offset, None) if first is not None else (None, "nothing retained")
+    return (first, None) if first <= p.high_watermark else (None, "nothing retained")
 
 
 def _partition(p: PartitionInfo, oldest: tuple[int | None, str | None]) -> dict[str, Any]:

@@ -10,8 +10,10 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_liftbridge.client import StartPosition, StopPosition, StreamOptions
+from airflow_provider_liftbridge.client import LiftbridgeClient, StartPosition, StopPosition, StreamOptions
+from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 from tests import margins
+from tests.aged_segments import rolled_partition
 
 BIG = b"x" * 1000
 #: Three records of BIG a segment, one kept segment, the cleaner on every dev-server tick: six
@@ -92,3 +94,34 @@ def test_columns_to_latest_on_an_emptied_log_end_past_the_stop(client: Any, stre
         return [offset for batch in batches for offset in batch.offsets]
 
     assert _read_while_publishing(client, stream_name, read) in ([], [6])
+
+
+def test_the_oldest_retained_offset_is_found_without_waiting_for_a_new_record(
+    lb_address: str, stream_name: str
+) -> None:
+    # The probe of the Spark stream reader and the UI's Streams tab. A subscription from EARLIEST
+    # waits here until a new record comes (nothing is published in this test). The helper asks
+    # the time lookup instead, which answers at once that nothing is kept: the next offset.
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name, OPTIONS)
+        assert oldest_retained(client, stream_name, 0, -1) == 0  # nothing was ever published
+        for i in range(6):
+            client.publish(stream_name, BIG + b"%d" % i)
+        assert oldest_retained(client, stream_name, 0, 5) in range(6)  # not yet cleaned: a kept one
+        margins.wait_until(
+            lambda: client.fetch_partition_metadata(stream_name).first_message_timestamp == 0,
+            WAIT,
+            "every record expired",
+            interval=0.1,
+        )
+        assert oldest_retained(client, stream_name, 0, 5) == 6
+
+
+def test_the_oldest_retained_offset_where_the_time_lookup_answers_past_the_records(
+    lb_address: str, stream_name: str
+) -> None:
+    # One segment of records and an empty newest one (rolled by age): the time lookup answers
+    # "the next offset" for any time, as on an emptied log, but the records are all kept.
+    with LiftbridgeClient(lb_address) as client:
+        rolled_partition(client, stream_name, 5)
+        assert oldest_retained(client, stream_name, 0, 4) == 0

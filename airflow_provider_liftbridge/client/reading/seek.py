@@ -33,10 +33,19 @@ from collections.abc import Generator
 
 from ..async_client import AsyncLiftbridgeClient
 from ..errors import InvalidArgumentError
+from ..subscription import read_committed
 from ..sync_client import LiftbridgeClient
 from ..types import Message, StartPosition
 
-__all__ = ["Probe", "Seen", "first_offset_at", "first_offset_at_async", "first_offset_search", "time_ns"]
+__all__ = [
+    "Probe",
+    "Seen",
+    "first_offset_at",
+    "first_offset_at_async",
+    "first_offset_search",
+    "oldest_retained",
+    "time_ns",
+]
 
 #: Where a probe reads from: a time (the server's time lookup), an offset, or the earliest message.
 Probe = dt.datetime | int | StartPosition
@@ -104,6 +113,38 @@ def _read_one(client: LiftbridgeClient, stream: str, partition: int, probe: Prob
     finally:
         messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
     return None if first is None else (first.offset, first.timestamp)
+
+
+def oldest_retained(
+    client: LiftbridgeClient, stream: str, partition: int, hw: int, *, wait: float | None = None
+) -> int:
+    """The offset of the oldest message that retention left at or below ``hw`` (``hw + 1`` when it
+    left none), in at most ``wait`` seconds (default: the client's ``timeout``) plus three reads,
+    never waiting for a new message.
+
+    No API reports it, and EARLIEST cannot simply be read: on a log that retention emptied (only an
+    empty segment left), Liftbridge takes EARLIEST as offset 0 and waits for the next message,
+    which is past ``hw``. Its time lookup from the epoch answers at once: the oldest message, or
+    the next offset (a start past ``hw``, refused). It answers the next offset in two cases: when
+    nothing is kept, and for one segment of messages with an empty one after it (the flaw above).
+    The message at ``hw`` tells those apart. A kept one is sent at once, so it is read with a wait
+    of ``wait``, and EARLIEST is read only after it came. So an emptied log costs ``wait`` seconds.
+
+    :raises PartitionPausedError: the partition is paused.
+    :raises NoSuchStreamError: / :raises NoSuchPartitionError: the partition went away.
+    """
+    if hw < 0:
+        return 0
+    seen = _read_one(client, stream, partition, _EPOCH + dt.timedelta(microseconds=1), hw, False)
+    if seen is not None:
+        return seen[0]
+    core = client._core
+    bound = core.timeout if wait is None else wait
+    newest = client._transport.run(read_committed(core, stream, partition, hw, hw, bound))
+    if not newest:
+        return hw + 1
+    seen = _read_one(client, stream, partition, StartPosition.EARLIEST, hw, False)
+    return hw + 1 if seen is None else seen[0]
 
 
 def first_offset_at(
