@@ -42,6 +42,7 @@ from tests.reliability.campaign import (  # noqa: E402
     EXTRA_PATHS,
     LINK_KINDS,
     LINK_TARGETS,
+    METADATA_READY_WITHIN,
     PATHS,
     TARGETS,
     DevRig,
@@ -105,6 +106,14 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=env("LIFTBRIDGE_TEST_METADATA_LEADER_CMD", ""),
         help="a shell command printing the metadata leader (index, id or address), run before each strike of it",
     )
+    p.add_argument(
+        "--ready-within",
+        type=float,
+        default=METADATA_READY_WITHIN,
+        help="external cluster: how long each run waits for the cluster to create a probe stream, and tries"
+        " --metadata-leader-cmd again while it fails, before the run is not judged"
+        f" (default {METADATA_READY_WITHIN:g} s)",
+    )
     return p.parse_args(argv)
 
 
@@ -127,10 +136,19 @@ def _rigs(args: argparse.Namespace) -> tuple[Any, tuple[str, ...], tuple[str, ..
     with LiftbridgeClient(addresses, timeout=5.0) as client:
         brokers = match_brokers(addresses, client.fetch_metadata().brokers)
     leader = find_broker(args.metadata_leader, brokers) if args.metadata_leader else None
-    cluster = ExternalFreezable(brokers, args.freeze_cmd, args.thaw_cmd, leader, args.metadata_leader_cmd)
+    cluster = ExternalFreezable(
+        brokers, args.freeze_cmd, args.thaw_cmd, leader, args.metadata_leader_cmd, leader_within=args.ready_within
+    )
     nats = [u for u in args.nats.split(",") if u]
     rig = ExternalRig(
-        cluster, nats, args.kill_cmd, args.start_cmd, cut_cmd=args.cut_cmd, heal_cmd=args.heal_cmd, link_targets=links
+        cluster,
+        nats,
+        args.kill_cmd,
+        args.start_cmd,
+        cut_cmd=args.cut_cmd,
+        heal_cmd=args.heal_cmd,
+        link_targets=links,
+        metadata_within=args.ready_within,
     )
     return (lambda: rig), rig.targets(), rig.actions()
 

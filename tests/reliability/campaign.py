@@ -96,7 +96,7 @@ from tests.margins import bounded
 from tests.netfaults import Link, link_unavailable
 from tests.processes import nats_cluster, restart_nats, sigstop
 
-from .freezing import ExternalFreezable, run_command
+from .freezing import ExternalFreezable, MetadataLeaderUnknown, run_command
 from .interval_path import PATH as INTERVAL_PATH
 from .interval_path import ends_again, interval_call
 
@@ -417,6 +417,51 @@ def replica_of(
             time.sleep(0.5)
 
 
+#: How long an external run waits, before it starts, for the cluster to take a metadata change
+#: again: after a long one-way cut of the NATS routes Liftbridge had no metadata leader for
+#: minutes, and each next run's CreateStream timed out (seeds 59906-59910, docs/reliability.md).
+METADATA_READY_WITHIN = 120.0
+
+
+def _say(line: str) -> None:
+    print(f"fault_campaign: {line}", flush=True)
+
+
+def await_metadata(
+    addresses: Sequence[str], within: float = METADATA_READY_WITHIN, say: Callable[[str], None] = _say
+) -> None:
+    """Return once the cluster creates a probe stream (then deleted), tried again for ``within``
+    s; ``say`` gets a line when the first try fails and one when a later try succeeds.
+
+    :raises Unsettled: no probe stream was created in ``within`` s ("the cluster had no metadata
+        leader for N s", with the last error).
+    """
+    started = time.monotonic()
+    probes: list[str] = []
+    last = ""
+    while True:
+        probe = f"campaign-probe-{uuid.uuid4().hex[:8]}"
+        probes.append(probe)
+        try:
+            with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=0) as prober:
+                prober.create_stream(probe, probe, replication_factor=1)
+                for name in probes:  # a create that timed out may have been applied later
+                    with suppress(LiftbridgeError):
+                        prober.delete_stream(name)
+        except LiftbridgeError as exc:
+            waited = time.monotonic() - started
+            if not last:
+                say(f"the cluster takes no metadata change ({type(exc).__name__}); waiting up to {within:g} s")
+            last = f"{type(exc).__name__}: {exc}"
+            if waited >= within:
+                raise Unsettled(f"the cluster had no metadata leader for {waited:.0f} s (last: {last})") from exc
+            time.sleep(min(1.0, within - waited))
+            continue
+        if last:
+            say(f"the cluster took a metadata change again after {time.monotonic() - started:.0f} s")
+        return
+
+
 class ExternalRig:
     """An external cluster (``LIFTBRIDGE_TEST_BROKERS``): brokers stopped and continued with the
     freeze and thaw command templates, killed and started with the kill and start templates
@@ -441,8 +486,10 @@ class ExternalRig:
         cut_cmd: str = "",
         heal_cmd: str = "",
         link_targets: Sequence[str] = (),
+        metadata_within: float = METADATA_READY_WITHIN,
     ) -> None:
         self.cluster, self.kill_cmd, self.start_cmd = cluster, kill_cmd, start_cmd
+        self.metadata_within = metadata_within
         self.client_nats = list(nats)
         self.cut_cmd, self.heal_cmd, self.link_targets = cut_cmd, heal_cmd, tuple(link_targets)
         if self.link_targets and not (cut_cmd and heal_cmd):
@@ -450,6 +497,12 @@ class ExternalRig:
 
     def __enter__(self) -> ExternalRig:
         return self
+
+    def await_ready(self) -> None:
+        """Wait until the cluster takes metadata changes (:func:`await_metadata`).
+
+        :raises Unsettled: it did not in ``metadata_within`` s."""
+        await_metadata(self.addresses, self.metadata_within)
 
     def __exit__(self, *exc: object) -> None:
         if self.heal_cmd:  # whatever the run left struck
@@ -474,7 +527,10 @@ class ExternalRig:
         if target == "cluster":
             indices = list(range(len(self.cluster.brokers)))
         elif target == "metadata-leader":
-            leader = self.cluster.metadata_leader
+            try:
+                leader = self.cluster.metadata_leader
+            except MetadataLeaderUnknown as exc:  # the run is not judged; the campaign goes on
+                raise Unsettled(str(exc)) from exc
             assert leader is not None
             indices = [leader]
         else:
@@ -746,6 +802,11 @@ def run(schedule: Schedule, rig: DevRig | Any) -> Verdict:
     records = _records(schedule, tag)
     outcome = Outcome(records)
     occ = schedule.path == "exactly-once-occ"
+    if rig.external:
+        try:
+            rig.await_ready()
+        except Unsettled as exc:
+            return Verdict(schedule, "unsettled", [], time.monotonic() - started, "", f"seed {schedule.seed}: {exc}")
     try:
         with LiftbridgeClient(rig.addresses, timeout=5.0, max_retries=8) as admin:
             admin.create_stream(

@@ -18,14 +18,15 @@
   the API (``liftbridge-semantics.md``): ``--metadata-leader`` / ``LIFTBRIDGE_TEST_METADATA_LEADER``
   names it (index, id or address), or ``--metadata-leader-cmd`` /
   ``LIFTBRIDGE_TEST_METADATA_LEADER_CMD`` is a shell command printing that, run before each
-  scenario (leadership often moves after the metadata leader was frozen: read it from the brokers'
-  logs, "Server became metadata leader"); without either, the scenarios that freeze the metadata
-  leader are skipped.
+  scenario and tried again while it fails, for up to :data:`LEADER_CMD_WITHIN` s (leadership often
+  moves after the metadata leader was frozen: read it from the brokers' logs, "Server became
+  metadata leader"); without either, the scenarios that freeze the metadata leader are skipped.
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -169,32 +170,60 @@ class DevFreezable:
         self.server.resume_broker(index)
 
 
+#: How long ``--metadata-leader-cmd`` is tried again before the run that needed it gives up: a
+#: cluster after a long cut can take that long to elect a metadata leader the logs name.
+LEADER_CMD_WITHIN = 120.0
+
+
+class MetadataLeaderUnknown(RuntimeError):
+    """``--metadata-leader-cmd`` failed, or named no broker, on every try for its bound."""
+
+
 @dataclass(frozen=True)
 class ExternalFreezable:
     """An external cluster frozen and thawed by command templates (see the module docstring); its
-    metadata leader is ``leader``, or what ``leader_cmd`` prints when asked."""
+    metadata leader is ``leader``, or what ``leader_cmd`` prints when asked (tried again for
+    ``leader_within`` s while it fails)."""
 
     brokers: list[Broker]
     freeze_cmd: str
     thaw_cmd: str
     leader: int | None = None
     leader_cmd: str = ""
+    leader_within: float = LEADER_CMD_WITHIN
     external = True
 
     @property
     def metadata_leader(self) -> int | None:
         """Index of the metadata leader (``None``: unknown).
 
-        :raises RuntimeError: ``leader_cmd`` failed. :raises LookupError: it named no broker.
+        :raises MetadataLeaderUnknown: ``leader_cmd`` exited non-zero, ran over
+            :data:`COMMAND_TIMEOUT` or named no broker on every try for ``leader_within`` s (the
+            message holds the last try's exit status and stderr, or what it printed).
         """
         if not self.leader_cmd:
             return self.leader
-        done = subprocess.run(["sh", "-c", self.leader_cmd], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"--metadata-leader-cmd {self.leader_cmd!r} exited with {done.returncode}: {done.stderr.strip()!r}"
-            )
-        return find_broker(done.stdout.strip(), self.brokers)
+        deadline = time.monotonic() + self.leader_within
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                done = subprocess.run(
+                    ["sh", "-c", self.leader_cmd], capture_output=True, text=True, timeout=COMMAND_TIMEOUT
+                )
+                if done.returncode == 0:
+                    return find_broker(done.stdout.strip(), self.brokers)
+                failure = f"exited with {done.returncode}; stderr: {done.stderr.strip()!r}"
+            except subprocess.TimeoutExpired:
+                failure = f"ran over {COMMAND_TIMEOUT:g} s"
+            except LookupError as exc:
+                failure = str(exc)
+            if time.monotonic() >= deadline:
+                raise MetadataLeaderUnknown(
+                    f"--metadata-leader-cmd {self.leader_cmd!r} failed {tries} time(s) in "
+                    f"{self.leader_within:g} s; last: {failure}"
+                )
+            time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
 
     @property
     def addresses(self) -> list[str]:

@@ -5,9 +5,6 @@ counted at each end. Skipped where namespaces cannot be made."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,39 +13,9 @@ import pytest
 from tests import netfabric
 from tests.netfabric import KINDS, Fabric, target_pairs
 from tests.netfaults import link_unavailable
+from tests.udp_burst import COUNT, exchange, kind_holds
 
 pytestmark = pytest.mark.timeout(180)
-
-#: Datagrams each side sends, and their size (a burst far over the lossy kind's 6 KB queue).
-COUNT, SIZE = 50, 1400
-#: How long a side waits for datagrams that may never come (a struck direction: nothing arrives
-#: however long it waits, as the qdisc drops them, not delays them).
-QUIET = 3.0
-
-# One end: bind its address, send COUNT datagrams to the other end, count what arrives, print it.
-_END = """
-import socket, sys, time
-me, peer, port, ready, start, count, size, quiet = sys.argv[1:]
-rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind((me, int(port)))
-rx.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
-open(ready, "w").close()
-while not __import__("os").path.exists(start):
-    time.sleep(0.01)
-for _ in range(int(count)):
-    try:
-        rx.sendto(b"x" * int(size), (peer, int(port)))
-    except OSError:
-        pass  # a dropping qdisc may refuse the datagram at once
-got, last = 0, time.monotonic()
-rx.settimeout(0.2)
-while got < int(count) and time.monotonic() - last < float(quiet):
-    try:
-        rx.recv(65536)
-    except TimeoutError:
-        continue
-    got, last = got + 1, time.monotonic()
-print(got)
-"""
 
 _ports = iter(range(21000, 22000))
 
@@ -71,27 +38,8 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
 
 def _exchange(fabric: Fabric, a: str, b: str, tmp: Path) -> tuple[int, int]:
     """Datagrams that reached ``b`` from ``a`` and ``a`` from ``b``, of COUNT each way."""
-    port = next(_ports)
-    start = tmp / f"start-{port}"
-    ends = []
-    for me, peer in ((a, b), (b, a)):
-        ready = tmp / f"ready-{port}-{me}"
-        args = [fabric.address(me), fabric.address(peer), str(port), str(ready), str(start)]
-        args += [str(COUNT), str(SIZE), str(QUIET)]
-        cmd = [*fabric.wrapper(me), sys.executable, "-c", _END, *args]
-        ends.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True), ready))
-    try:
-        deadline = time.monotonic() + 60
-        while not all(ready.exists() for _, ready in ends):
-            assert all(p.poll() is None for p, _ in ends) and time.monotonic() < deadline, "an end did not start"
-            time.sleep(0.05)
-        start.touch()
-        got_a, got_b = (int(p.communicate(timeout=60)[0]) for p, _ in ends)
-        return got_b, got_a
-    finally:
-        for p, _ in ends:
-            p.kill()
-            p.wait()
+    ends = [(fabric.wrapper(end), fabric.address(end)) for end in (a, b)]
+    return exchange(ends[0], ends[1], next(_ports), tmp)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -102,14 +50,9 @@ def test_a_kind_strikes_its_pair_only_and_in_its_direction(fabric: Fabric, tmp_p
         beside = _exchange(fabric, "nats0", "broker0", tmp_path)
     finally:
         fabric.heal()
-    expected = {
-        "cut": lambda i, o: i == 0 and o == 0,
-        "cut-in": lambda i, o: i == 0 and o == COUNT,
-        "cut-out": lambda i, o: i == COUNT and o == 0,
-        "slow": lambda i, o: i > 0 and o > 0,  # 256 kbit/s with 5 s of queue: a burst mostly waits
-        "lossy": lambda i, o: 0 < i < COUNT and 0 < o < COUNT,  # the burst over the queue is dropped
-    }[kind]
-    assert expected(to_broker, to_client), f"{kind}: {to_broker} of {COUNT} reached broker0, {to_client} the client"
+    assert kind_holds(kind, to_broker, to_client), (
+        f"{kind}: {to_broker} of {COUNT} reached broker0, {to_client} the client"
+    )
     assert beside == (COUNT, COUNT), f"{kind} on client-broker0 also struck nats0-broker0: {beside}"
     assert _exchange(fabric, "client", "broker0", tmp_path) == (COUNT, COUNT), "not healed"
 
