@@ -124,10 +124,16 @@ class _ExactlyOncePublisher:
             f"{producer_id}/spark-{spark_partition}",
             options=plan.publish_options(),
             batch=1 << 30,  # each group of Arrow batches is one call already
+            # Tasks write side by side: the driver reads what no task was acknowledged for
+            # (check_between_tasks) instead of each task reading its siblings' records.
+            defer_check=True,
         )
 
     def send(self, records: RecordColumns) -> Any:
         return self._publisher.publish(records)
+
+    def unread(self) -> dict[str, Any]:
+        return self._publisher.unread().to_json()
 
     def close(self) -> None:
         self._publisher.close()
@@ -152,6 +158,7 @@ def publish_partition(
     :param producer_id: publish exactly once as this producer (see :class:`_ExactlyOncePublisher`).
     :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error",
         "write_stats"}`` (plus ``"skipped"``: rows an earlier try had published, with ``producer_id``;
+        ``"unread"``: with ``producer_id``, what :func:`check_between_tasks` must read on the driver;
         ``write_stats``: the publisher's :class:`~airflow_provider_liftbridge.client.write_stats.WriteStats` as JSON).
     """
     started = time.monotonic()
@@ -186,7 +193,9 @@ def publish_partition(
         if sender is not None:
             sender.close()
     stats = sender.publisher.stats if isinstance(sender, _PlainSender) else None
+    unread = sender.unread() if isinstance(sender, _ExactlyOncePublisher) and tally.error is None else None
     return {
+        "unread": unread,
         "write_stats": stats.to_json() if stats is not None and stats.acks else None,
         "spark_partition": spark_partition,
         "skipped": tally.skipped,
@@ -407,6 +416,29 @@ def merge_summaries(
     return totals
 
 
+def check_between_tasks(settings: ConnectionSettings, stream: str, summaries: Sequence[dict[str, Any]]) -> int:
+    """Exactly-once: read, on the driver, what the Spark partitions' producers left unread between
+    their acknowledged records and none of them was acknowledged for (ADR 8 rule 5, done once for
+    the job: an offset holds one record, so a sibling's offset holds no copy of ours). Returns how
+    many records were read (none when only these tasks wrote there).
+
+    :raises SparkPublishError: a record of one of these producers is stored twice (a zombie try or
+        a late copy), or those offsets did not commit in time.
+    """
+    from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublishError
+    from airflow_provider_liftbridge.client.exactly_once.between import Unread, check_unread, residual
+
+    unread = [Unread.from_json(s["unread"]) for s in summaries if s.get("unread")]
+    if not residual(unread):
+        return 0
+    rows = sum(s["rows"] for s in summaries)
+    with LiftbridgeClient.from_settings(settings) as client:
+        try:
+            return check_unread(client, stream, unread)
+        except ExactlyOncePublishError as exc:
+            raise SparkPublishError(stream, [f"{type(exc).__name__}: {exc}"], rows) from exc
+
+
 def _publish_udf(
     plan: PublishPlan, settings: ConnectionSettings, producer_id: str | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[Any]:
@@ -491,15 +523,17 @@ def publish_dataframe(
     def publish_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
         return _publish_udf(plan, settings, producer, batches)
 
-    summaries = projected.mapInArrow(publish_batches, SUMMARY_SCHEMA).collect()
-    seconds = time.monotonic() - started
-    return merge_summaries(
-        stream, plan.ack_policy, (json.loads(row["summary"]) for row in summaries), seconds, producer
-    )
+    summaries = [json.loads(row["summary"]) for row in projected.mapInArrow(publish_batches, SUMMARY_SCHEMA).collect()]
+    totals = merge_summaries(stream, plan.ack_policy, summaries, time.monotonic() - started, producer)
+    if producer is not None:
+        check_between_tasks(settings, stream, summaries)
+        totals.seconds = time.monotonic() - started
+    return totals
 
 
 __all__ = [
     "LiftbridgeSparkError",
+    "check_between_tasks",
     "merge_summaries",
     "publish_dataframe",
     "publish_partition",

@@ -46,7 +46,7 @@ from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
-from .publish import merge_summaries, publish_partition, resolve_plan, stream_info
+from .publish import check_between_tasks, merge_summaries, publish_partition, resolve_plan, stream_info
 from .reading import LiftbridgeSplit, ReadBounds, datetime_of_ns, parse_time_ns, read_split, requested_partitions
 from .settings import from_options
 from .stream_offsets import (
@@ -510,6 +510,8 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         summaries = [m.summary for m in messages if isinstance(m, _BatchSummary)]
         summary = merge_summaries(self.plan.stream, self.plan.ack_policy, summaries, 0.0)
+        if self.exactly_once:  # the batch is committed only once no row of it is stored twice
+            check_between_tasks(self.settings, self.plan.stream, summaries)
         log.info(
             "micro-batch %d: %d row(s) published to %s, %d skipped (already there)",
             batchId,

@@ -4,13 +4,15 @@ died after one batch is resumed by the second try."""
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
 from airflow_provider_liftbridge.spark.errors import SparkOptionError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
-from airflow_provider_liftbridge.spark.publish import merge_summaries, publish_partition
+from airflow_provider_liftbridge.spark.publish import check_between_tasks, merge_summaries, publish_partition
 from airflow_provider_liftbridge.spark.settings import ConnectionSettings
 
 from .scenarios import count, read_stream, values
@@ -54,3 +56,31 @@ def test_exactly_once_needs_a_producer_id_and_acks() -> None:
             producer_id="p",
             options=PublishOptions(ack_policy=AckPolicy.NONE),
         )
+
+
+def test_spark_partitions_side_by_side_leave_nothing_to_read(
+    liftbridge_client: LiftbridgeClient, stream_name: str, lb_address: str, nats_url: str
+) -> None:
+    # Two exactly-once Spark partitions write the same stream partitions at once; each leaves the
+    # offsets between its records to the driver, which reads only those no task was acknowledged for.
+    liftbridge_client.create_stream(stream_name, stream_name, partitions=2)
+    plan = PublishPlan(stream=stream_name, value_col="value", partitioner="round_robin", partitions=2)
+    settings = ConnectionSettings(brokers=(lb_address,), nats_servers=(nats_url,))
+    rows = values(40_000)
+    halves = {0: rows[:20_000], 1: rows[20_000:]}
+    summaries: dict[int, dict[str, object]] = {}
+
+    def task(n: int) -> None:
+        summaries[n] = publish_partition(_batches(halves[n], 1000), plan, settings, n, producer_id="dag/t/run")
+
+    threads = [threading.Thread(target=task, args=(n,)) for n in halves]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert [summaries[n]["error"] for n in halves] == [None, None]
+    assert all(summaries[n]["unread"] for n in halves)
+    assert check_between_tasks(settings, stream_name, list(summaries.values())) == 0
+    in_stream, lost, dup = count(rows, read_stream(liftbridge_client, stream_name, (0, 1)))
+    assert (in_stream, lost, dup) == (40_000, 0, 0)

@@ -169,6 +169,56 @@ def test_sink_replayed_batch(
         assert sum(published.values()) == 200 + 2 * 20
 
 
+def _die_on_first_attempt(at: int) -> Callable[[str], str]:
+    """A UDF passing values through that ends its Python worker (as a lost executor would) on the
+    first attempt of a task, at the value ``at``."""
+
+    def udf(value: str) -> str:
+        import os
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if value == str(at) and context is not None and context.attemptNumber() == 0:
+            os._exit(1)
+        return "x" + value
+
+    return udf
+
+
+def test_exactly_once_sink_task_killed_mid_batch(
+    spark: SparkSession, lb_settings: ConnectionSettings, lb_address: str, tmp_path: Path, stream_name: str
+) -> None:
+    # Two tasks side by side write the same target partitions; one task's first attempt dies after
+    # its first group of rows (65,536) was handed to the publisher. Spark runs the task again, the
+    # retry resumes that producer, and the commit reads what no task was acknowledged for.
+    source_stream, target = f"{stream_name}-in", f"{stream_name}-out"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(source_stream, source_stream, partitions=2)
+        client.create_stream(target, target, partitions=2)
+    total = 180_000
+    publish(lb_address, source_stream, range(total), 2)
+    passing = F.udf(_die_on_first_attempt(at=total - 2))  # partition 0's last value
+    query = (
+        source(spark, lb_settings, source_stream, startingOffsets="earliest")
+        .select(passing(F.col("value").cast("string")).alias("v"))
+        .writeStream.format("liftbridge")
+        .options(**to_options(lb_settings))
+        .option("stream", target)
+        .option("valueColumn", "v")
+        .option("partitioner", "round_robin")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    assert query.exception() is None
+
+    published: Counter[bytes] = Counter(read_all(lb_address, target, 2))
+    assert set(published) == {f"x{i}".encode() for i in range(total)}
+    assert set(published.values()) == {1}
+
+
 def test_sink_refuses_a_bad_guarantee(
     spark: SparkSession, lb_settings: ConnectionSettings, make_stream: Callable[[int], str], tmp_path: Path
 ) -> None:

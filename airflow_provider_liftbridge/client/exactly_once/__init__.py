@@ -9,7 +9,10 @@ through the caller's client. Its rooms:
 - :mod:`.state`: what the producer knows: sequence numbers seen, per-partition progress, results;
 - :mod:`.tail`: the tail reader: reads the partitions and waits until reading them is safe;
 - :mod:`.decision`: the resend decision: resume or stop, which broker may still deliver;
+- :mod:`.sender`: what it needs of the publisher it wraps, and how it reads its input;
 - :mod:`.publisher`: :class:`ExactlyOncePublisher`, which ties them together;
+- :mod:`.between`: rule 5 of ADR 8 done once for publishers side by side (the tasks of a Spark
+  job): the offsets between their records that none of them was acknowledged for;
 - :mod:`.errors`: its errors.
 
 No Airflow, no PySpark. See ``docs/exactly-once.md``.
@@ -23,7 +26,8 @@ from .errors import (
     UncommittedTailError,
 )
 from .identity import CURSOR_PREFIX, PRODUCER_HEADER, SEQ_HEADER, producer_cursor_id, producer_id_for
-from .publisher import ExactlyOncePublisher, Sender
+from .publisher import ExactlyOncePublisher
+from .sender import Sender
 from .state import ExactlyOnceResult, SeqSet
 from .tail import read_producer_records
 

@@ -33,11 +33,10 @@ No Airflow, no PySpark. See ``docs/exactly-once.md`` for the guarantee and its l
 
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from airflow_provider_liftbridge.codec import header_field
 
@@ -51,9 +50,11 @@ from ..publishing.resend import NO_RESEND
 from ..publishing.summary import PartitionRange
 from ..sync_client import LiftbridgeClient
 from ..types import Ack, AckPolicy, Record, StreamInfo
+from .between import Unread, unread_of
 from .decision import Resumption, suspects_after, suspects_at_start, unwrap
 from .errors import ExactlyOncePublishError
 from .identity import PRODUCER_HEADER, SeqWires, check_producer_id, producer_cursor_id, record_wire
+from .sender import Sender, chunks
 from .state import Batch, ExactlyOnceResult, PartitionState, ProducerState, merge, note
 from .tail import TailReader, Timer, Waits
 
@@ -63,27 +64,6 @@ log = logging.getLogger("airflow_provider_liftbridge.client.exactly_once")
 
 _OFFSET = operator.attrgetter("offset")
 _PARTITION = operator.attrgetter("partition")
-
-
-class Sender(Protocol):
-    """What exactly-once publishing needs of the publisher it wraps: publish one batch of records
-    (each with its partition and expected offset set) and return their acks in input order,
-    raising :class:`PublishError` when some record got no ack or was refused.
-
-    It must never re-send a record on its own (a ``BatchPublisher`` opened with
-    ``resend=NO_RESEND``): whether a record whose ack is missing is in the stream is for the
-    exactly-once publisher to find out by reading.
-    """
-
-    def send(self, records: Sequence[Record]) -> Sequence[Ack]: ...
-
-    def reset(self) -> bool | None:
-        """Drop connections after a failure, so nothing queued in them is delivered later;
-        return ``True`` when everything sent is known to have reached the server. Otherwise
-        the resumption watches the partitions ``quiet`` seconds for records still on the way.
-        (A ``BatchPublisher`` is asked to flush its NATS connection first.)"""
-
-    def close(self) -> None: ...
 
 
 class ExactlyOncePublisher:
@@ -124,6 +104,10 @@ class ExactlyOncePublisher:
     :param zombie_wait: how long to wait for another writer of this producer id (a zombie try)
         to stop before failing with :class:`ConcurrentProducerError`, seconds (the operators pass
         the task's ``execution_timeout`` when it has one).
+    :param defer_check: leave the read between this publisher's acknowledged records (ADR 8 rule 5)
+        to the caller, who gathers :meth:`unread` of every publisher writing beside this one and
+        hands them to :func:`.between.check_unread` (the tasks of a Spark job); a call then does not
+        report success on its own.
     :raises InvalidArgumentError: an empty or overlong producer id, ack policy ``NONE``, a
         non-positive batch, window, timeout or wait, an unknown compression, or a publisher that
         re-sends.
@@ -144,6 +128,7 @@ class ExactlyOncePublisher:
         tail_wait: float = 30.0,
         quiet: float = 1.0,
         zombie_wait: float = 600.0,
+        defer_check: bool = False,
     ) -> None:
         if not stream:
             raise InvalidArgumentError("stream must be a non-empty stream name")
@@ -172,7 +157,8 @@ class ExactlyOncePublisher:
         self.batch = batch
         #: The clock of every wait (a scripted test swaps in a virtual one).
         self.timer = Timer()
-        self.state = ProducerState(self.producer_id)
+        self.state = ProducerState(self.producer_id, keep_acked=defer_check)
+        self.defer_check = defer_check
         waits = Waits(settle, options.wait, float(tail_wait), float(quiet), float(zombie_wait))
         self.reader = TailReader(client, stream, self.state, waits, self.timer)
         self.resumption = Resumption(
@@ -245,7 +231,7 @@ class ExactlyOncePublisher:
             if not self._resumed:
                 self.resumption.run(result, self._resume, "reading the stream to resume")
             arrivals = self.reader.arrivals
-            for chunk in _chunks(records, self.batch):
+            for chunk in chunks(records, self.batch):
                 read += len(chunk)
                 batch = self._batch_of(chunk, result)
                 if batch:
@@ -267,6 +253,11 @@ class ExactlyOncePublisher:
             if self._own_sender:
                 self.close()
         return result
+
+    def unread(self) -> Unread:
+        """What this publisher left unread between its acknowledged records, and the offsets it
+        was acknowledged for (with ``defer_check``: the caller's :func:`.between.check_unread`)."""
+        return unread_of(self.state)
 
     def close(self) -> None:
         """Close the sender's connections if this publisher opened it (a later :meth:`publish`
@@ -357,6 +348,8 @@ class ExactlyOncePublisher:
         """
         parts = self.state.parts
         if not others_seen:
+            if self.defer_check:
+                return  # the caller reads the gaps no sibling was acknowledged for (unread)
             gaps = [p for p, state in sorted(parts.items()) if state.unread_own >= 0]
             if not gaps or not self.reader.read_between_own(gaps):
                 return
@@ -527,6 +520,7 @@ class ExactlyOncePublisher:
             result.written += 1
             note(result.partitions, ack.partition, ack.offset)
             parts[ack.partition].acked(ack.offset)
+            self.state.note_acked(ack.partition, ack.offset, ack.offset, (ack.offset,))
         return pending.take(left)
 
     def _account_run(self, first: int, last: int, acks: Sequence[Ack | None], result: ExactlyOnceResult) -> None:
@@ -544,6 +538,7 @@ class ExactlyOncePublisher:
         for partition, got in by_partition.items():
             low, high = min(got), max(got)
             merge(result.partitions, partition, PartitionRange(low, high, len(got)))
+            self.state.note_acked(partition, low, high, got)
             state = self.state.parts[partition]
             if not state.acked_run(low, high, len(got)):  # other writers' records lie between ours
                 for offset in got:
@@ -589,12 +584,3 @@ class ExactlyOncePublisher:
             return missing_confirmed(self.client.fetch_metadata(), self.stream)
         except LiftbridgeError:  # no answer: the cluster is not back yet
             return False
-
-
-def _chunks(records: Iterable[Record | bytes], size: int) -> Iterable[Sequence[Any]]:
-    """``records`` ``size`` at a time: slices of columns (kept as columns), else lists read lazily."""
-    if records.__class__ is RecordColumns:
-        columns: RecordColumns = records
-        return (columns[i : i + size] for i in range(0, len(columns), size))
-    iterator = iter(records)
-    return iter(lambda: list(itertools.islice(iterator, size)), [])

@@ -78,6 +78,20 @@ class SeqSet:
             self._ends.append(last)
         self._size += last - first + 1
 
+    def add_ascending(self, values: Sequence[int]) -> None:
+        """Add ``values``, given in ascending order, a run at a time where they lie above :meth:`top`."""
+        i, n = 0, len(values)
+        while i < n:
+            j = i
+            while j + 1 < n and values[j + 1] == values[j] + 1:
+                j += 1
+            if values[i] > self.top():
+                self.add_run_above(values[i], values[j])
+            else:
+                for value in values[i : j + 1]:
+                    self.add(value)
+            i = j + 1
+
     def runs(self) -> list[tuple[int, int]]:
         """The runs, as inclusive ``(start, end)`` pairs in order."""
         return list(zip(self._starts, self._ends, strict=True))
@@ -209,15 +223,28 @@ class ProducerState:
     :ivar parts: the partitions this producer has a scan start in.
     :ivar found: offsets of this producer's records written by someone else (earlier attempts).
     :ivar duplicates_seen: sequence numbers found more than once.
+    :ivar acked: with ``keep_acked``, by partition, every offset acknowledged to this publisher
+        (its siblings' check skips them: :mod:`.between`); else ``None``.
     """
 
-    def __init__(self, producer_id: str) -> None:
+    def __init__(self, producer_id: str, *, keep_acked: bool = False) -> None:
         self.producer_id = producer_id
         self.producer = producer_id.encode()
         self.seen = SeqSet()
         self.parts: dict[int, PartitionState] = {}
         self.found: dict[int, PartitionRange] = {}
         self.duplicates_seen = 0
+        self.acked: dict[int, SeqSet] | None = {} if keep_acked else None
+
+    def note_acked(self, partition: int, low: int, high: int, offsets: Sequence[int]) -> None:
+        """Keep ``offsets`` (from ``low`` to ``high``, ascending) as acknowledged, if asked to."""
+        if self.acked is None:
+            return
+        kept = self.acked.setdefault(partition, SeqSet())
+        if high - low + 1 == len(offsets) and low > kept.top():
+            kept.add_run_above(low, high)
+        else:
+            kept.add_ascending(offsets if offsets == sorted(offsets) else sorted(offsets))
 
     def take(
         self, partition: int, offset: int, headers: Mapping[str, bytes], wanted: Container[int],
