@@ -33,8 +33,10 @@ from typing import Any
 
 from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
+    LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PartitionPausedError,
 )
 from airflow_provider_liftbridge.client.exactly_once import PRODUCER_HEADER, SEQ_HEADER, ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
@@ -54,6 +56,7 @@ from .search_input import SearchInputError, parse_offset, parse_time
 __all__ = [
     "MAX_REPLAY",
     "MAX_REPLAY_BYTES",
+    "PausedLettersError",
     "REPLAYED_FROM_HEADER",
     "ReplaySelection",
     "move_cursor",
@@ -205,12 +208,30 @@ def _letters(client: LiftbridgeClient, selection: ReplaySelection) -> list[Messa
     return found
 
 
+class PausedLettersError(LiftbridgeError):
+    """A dead-letter partition is paused: its letters cannot be read, so nothing is replayed (the
+    text says how to resume it). The API answers 409 with this text alone."""
+
+
 def _read(client: LiftbridgeClient, stream: str, partition: int, first: int, last: int) -> list[Message]:
-    messages: Iterator[Message] = client.subscribe(stream, partition=partition, start_at=first, stop_at=last)
+    """The letters ``first`` to ``last`` of a dead-letter partition.
+
+    :raises PausedLettersError: the partition is paused (the view does not resume it on its own).
+    """
     try:
-        return [m for m in messages if first <= m.offset <= last]
-    finally:
-        messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+        messages: Iterator[Message] = client.subscribe(stream, partition=partition, start_at=first, stop_at=last)
+        try:
+            return [m for m in messages if first <= m.offset <= last]
+        finally:
+            messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+    except PartitionPausedError:
+        raise PausedLettersError(
+            f"dead-letter stream {stream!r} partition {partition} is paused (by an operator, or by the stream's"
+            " auto-pause when idle), so its letters cannot be read and nothing was replayed. Resume it, then"
+            f" replay again: subscribe to it asking to resume (Python: client.subscribe({stream!r},"
+            f" partition={partition}, resume=True); go-liftbridge: the Resume() option). Publishing to it would"
+            " resume it too, but adds a message that is no letter"
+        ) from None
 
 
 def _target(letter: Message) -> tuple[str, int]:

@@ -156,3 +156,26 @@ def test_a_replay_that_died_after_its_claim_is_finished_by_a_later_one(
     finish = op.post(url, {"through": {"0": 7}})
     assert (finish["replayed"], finish["already_replayed"], finish["finished_for_earlier"]) == (0, 8, 0)
     assert _origins(stream_name, lb_address) == Counter(_ids(dlq, range(8)))
+
+
+def test_a_paused_dead_letter_partition_is_refused_with_what_to_do(
+    op: ActionApi, stream_name: str, lb_address: str
+) -> None:
+    """The dialog's plan and the replay answer 409 saying the dead-letter partition is paused and
+    how to resume it (not "the view reads only"); nothing is replayed and the partition stays
+    paused. Resumed as the answer says, the replay goes through."""
+    dlq = _letters(stream_name, lb_address, 2)
+    with LiftbridgeClient(lb_address) as client:
+        client.pause_stream(dlq, [0])
+    for path, body in [("replay-plan", {}), ("replay", {"letters": ["0:0"]})]:
+        detail = op.post(f"{BASE}/dead-letters/{dlq}/{path}", body, expect=409)["detail"]
+        assert f"dead-letter stream {dlq!r} partition 0 is paused" in detail, detail
+        assert "nothing was replayed" in detail and "resume=True" in detail and "reads only" not in detail
+    with LiftbridgeClient(lb_address) as client:
+        assert client.fetch_metadata([dlq]).streams[dlq].partitions[0].paused
+        assert _origins(stream_name, lb_address) == Counter()
+        resumed = client.subscribe(dlq, partition=0, start_at=0, stop_at=0, resume=True)
+        assert [m.offset for m in resumed] == [0]
+    done = op.post(f"{BASE}/dead-letters/{dlq}/replay", {"letters": ["0:0", "0:1"]})
+    assert done["replayed"] == 2
+    assert _origins(stream_name, lb_address) == Counter(_ids(dlq, range(2)))
