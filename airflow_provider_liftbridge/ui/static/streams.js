@@ -63,7 +63,8 @@
   function rateCell(s) {
     if (s.rate == null) return num("…", {"data-rate": "", title: "measuring: shown from the next refresh (the view compares two looks at the cluster)"});
     const text = s.rate === 0 ? "0/s" : s.rate < 10 ? `${s.rate.toFixed(2)}/s` : `${Math.round(s.rate).toLocaleString()}/s`;
-    return num(text, {"data-rate": String(s.rate), title: `${s.rate_messages} message(s) in the last ${Math.round(s.rate_span_s)} s`});
+    return num(text, {"data-rate": String(s.rate), "data-rate-messages": String(s.rate_messages),
+      title: `${s.rate_messages} message(s) in the last ${Math.round(s.rate_span_s)} s`});
   }
   function streamRow(s) {
     const open = view.open.has(s.name);
