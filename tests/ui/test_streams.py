@@ -201,3 +201,31 @@ def test_every_stream_has_a_message_rate_from_the_views_own_samples(
     assert (got[busy]["rate_messages"], got[idle]["rate_messages"]) == (30, 0)
     assert got[busy]["rate_span_s"] >= MIN_SPAN
     assert got[busy]["rate"] == pytest.approx(30 / got[busy]["rate_span_s"])
+
+
+def test_rates_compare_with_the_newest_look_old_enough_and_forget_a_recreated_stream() -> None:
+    """The sampler with a clock of its own: a look kept at most every SAMPLE_EVERY seconds, a rate
+    against the newest look at least MIN_SPAN old, none for a stream created again in between, and
+    none once every look is older than KEEP_FOR."""
+    from airflow_provider_liftbridge.client import PartitionInfo, StreamInfo
+    from airflow_provider_liftbridge.ui.rates import KEEP_FOR, SAMPLE_EVERY, RateSampler
+
+    def cluster(hw: int, created: int = 1) -> dict[str, StreamInfo]:
+        part = PartitionInfo("s", 0, "b", ("b",), ("b",), hw, hw, False, False, 0, 0)
+        return {"s": StreamInfo("s", "s", created, {0: part})}
+
+    now = [0.0]
+    sampler = RateSampler(clock=lambda: now[0])
+    assert sampler.rates("c", cluster(-1))["s"]["rate"] is None  # kept: the first look
+    now[0] = MIN_SPAN / 2
+    assert sampler.rates("c", cluster(9))["s"]["rate"] is None  # too soon to compare, and not kept
+    now[0] = max(MIN_SPAN, SAMPLE_EVERY)
+    got = sampler.rates("c", cluster(19))["s"]  # 20 messages since the first look
+    assert (got["rate_messages"], got["rate_span_s"], got["rate"]) == (20, now[0], 20 / now[0])
+    now[0] += max(MIN_SPAN, SAMPLE_EVERY)
+    assert sampler.rates("c", cluster(29))["s"]["rate_messages"] == 10  # against the newer look
+    now[0] += max(MIN_SPAN, SAMPLE_EVERY)
+    assert sampler.rates("c", cluster(4, created=2))["s"]["rate"] is None  # deleted and created again
+    now[0] += KEEP_FOR + 1
+    assert sampler.rates("c", cluster(99, created=2))["s"]["rate"] is None  # every look forgotten
+    assert sampler.rates("other", cluster(0))["s"]["rate"] is None  # another cluster: its own looks
