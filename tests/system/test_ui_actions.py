@@ -227,3 +227,31 @@ def test_a_viewer_sees_no_action_and_every_action_route_refuses_them(deployment:
     with logged_in_page(deployment.url) as page:
         page.goto(f"{deployment.url}/liftbridge/?tab=dead-letters&filter={STREAM}")
         expect(page.locator(f'[data-replay-all="{DLQ}"]')).to_be_visible()
+
+
+def test_a_paused_dead_letter_partition_refuses_a_replay_saying_what_to_do(
+    deployment: Deployment, letters: None
+) -> None:
+    """The dialog of Replay all on a paused dead-letter partition says it is paused, that nothing
+    was replayed and how to resume it (not "the view reads only"); nothing goes back."""
+    from playwright.sync_api import expect
+
+    before = Counter(replayed(deployment))
+    with LiftbridgeClient(deployment.devserver.address) as client:
+        client.pause_stream(DLQ, [0])
+    try:
+        with logged_in_page(deployment.url) as page:
+            page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=dead-letters&filter={STREAM}")
+            frame = page.frame_locator("iframe")
+            frame.locator(f'[data-replay-all="{DLQ}"]').click()
+            error = frame.locator("#action-dialog p.error").first
+            expect(error).to_contain_text(f"409: dead-letter stream '{DLQ}' partition 0 is paused")
+            expect(error).to_contain_text("nothing was replayed")
+            expect(error).to_contain_text("resume=True")
+            expect(error).not_to_contain_text("reads only")
+            page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-replay-paused.png"), full_page=True)
+        assert Counter(replayed(deployment)) == before
+    finally:
+        with LiftbridgeClient(deployment.devserver.address) as client:
+            resumed = client.subscribe(DLQ, partition=0, start_at=0, stop_at=0, resume=True)
+            assert [m.offset for m in resumed] == [0]
