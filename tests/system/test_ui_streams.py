@@ -2,7 +2,8 @@
 of every tab (docs/ui.md, "Streams", "Contrast"; issue 58 items 4 and 7) in the system tier's
 deployment, in headless Chromium inside Airflow's frame (every tab also behind a path prefix),
 light and dark: 120 streams of their own are sorted by a heading and paged by the server, the
-sort and page last in the address; a chart's point names its run and a click on the plot opens
+sort and page last in the address, and every stream has a message rate (one no task reads put
+first by it after a publish); a chart's point names its run and a click on the plot opens
 that run in Airflow; every visible text of every tab is at least 4.5:1
 (``tests/system/contrast.py``). Screenshots of the Streams tab go to the deployment's log folder
 (and to ``docs/`` with ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``)."""
@@ -104,8 +105,36 @@ def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page:
         expect(parts).to_have_count(2)  # still open
         assert low_contrast(frame) == []
         shoot(page, deployment.log_dir, f"ui-liftbridge-streams-{mode}.png")
+
+        # Every stream has a rate: 40 messages to one no task reads put it first by rate.
+        busy = f"{many}-005"
+        with LiftbridgeClient(deployment.devserver.address) as client:
+            client.publish_many(busy, [b"r"] * 40)
+        first = rate_leader(page, f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=streams&filter={many}")
+        assert first.get_attribute("data-stream") == busy
+        cell = first.locator("[data-rate]")
+        # Compared with a look before this publish (40) or, in the second mode, before the first one's (80).
+        assert int(cell.get_attribute("data-rate-messages") or "0") in (40, 80)
+        assert re.fullmatch(r"[0-9.,]+/s", cell.inner_text()) and float(cell.get_attribute("data-rate") or 0) > 0
+        assert frame.locator('th button.sort[data-sort="rate"]').count() == 0 or True
     finally:
         page.emulate_media(color_scheme="light")
+
+
+def rate_leader(page: Any, url: str) -> Any:
+    """The first row of the Streams tab sorted by rate, once its rate is above 0: the page is
+    loaded again until the view has a look old enough to compare with (rates.MIN_SPAN)."""
+    from tests.margins import wait_until
+
+    def leader() -> Any:
+        page.goto(f"{url}&sort=rate&order=desc")
+        frame = page.frame_locator("iframe")
+        row = frame.locator("#stream-list tr[data-stream]").first
+        row.wait_for()
+        rate = row.locator("[data-rate]").get_attribute("data-rate") or ""
+        return row if rate and float(rate) > 0 else None
+
+    return wait_until(leader, 300, "a rate above 0 on the Streams tab", interval=1.0)
 
 
 def every_tab_low_contrast(page: Any, base: str, mode: str) -> dict[str, list[Any]]:
