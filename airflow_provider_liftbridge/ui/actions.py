@@ -2,16 +2,16 @@
 move a pipeline's cursor. Both check everything they can before they change anything, so a bad
 offset, a letter that is not a dead letter or a stream deleted meanwhile changes nothing.
 
-**Replay, idempotent.** A replay publishes each selected letter's value, key and own headers (the
-``dead-letter-*`` headers left out, :data:`REPLAYED_FROM_HEADER` added) to its source stream and
-partition with the client's exactly-once publisher (``client/exactly_once``). Its producer id is
-derived from the dead-letter stream and the selection (:func:`producer_id`), so the same request
-sent again, a retry after a lost answer or a second click, finds the letters the first one put
-back and skips them: each is put back once. A selection is pinned to offsets: "all" is every
-letter up to the high watermarks the dialog showed (:func:`plan_replay` answers them), so letters
-arriving later make a different selection. Two requests of one selection in one api-server wait
-for each other (:data:`_RUNNING`); in two api-servers the exactly-once publisher sees the other
-writer and waits or refuses (``ConcurrentProducerError``).
+**Replay, each letter at most once.** A replay publishes each selected letter's value, key and own
+headers (the ``dead-letter-*`` headers left out, :data:`REPLAYED_FROM_HEADER` added) to its source
+stream and partition. Whatever the selection and whoever sends it, a letter goes back once: the
+replay claims the letters no earlier replay claimed in the view's ledger stream, the first claim
+of a letter wins, and the winner publishes with the client's exactly-once publisher
+(``client/exactly_once``) under its claim's producer id, so a crash midway is finished by a later
+replay without a duplicate (:mod:`.replay_ledger`). Replays of one dead-letter stream in one
+api-server run one after the other (:data:`_RUNNING`); in two api-servers the ledger's order
+decides. A selection is pinned to offsets: "all" is every letter up to the high watermarks the
+dialog showed (:func:`plan_replay` answers them).
 
 **Cursor move.** A pipeline's position cursor holds the offset of the last message processed; the
 next run plans from the one after it (``client/reading/plan.py``). Moving to offset ``n`` stores
@@ -23,19 +23,20 @@ Imports Airflow nowhere: the routes (:mod:`.actions_api`) check the user and wri
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
 from airflow_provider_liftbridge.client import (
     LiftbridgeClient,
+    LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PartitionPausedError,
 )
 from airflow_provider_liftbridge.client.exactly_once import PRODUCER_HEADER, SEQ_HEADER, ExactlyOncePublisher
 from airflow_provider_liftbridge.client.publishing.options import PublishOptions
@@ -48,17 +49,19 @@ from airflow_provider_liftbridge.client.reading.plan import NO_PLAN, first_offse
 from airflow_provider_liftbridge.client.reading.registry import PipelineEntry, read_pipelines
 from airflow_provider_liftbridge.client.types import AckPolicy, Message, Record
 
+from .replay_ledger import STALE_AFTER, Claim, Ledger, new_producer, read_ledger
+from .replay_ledger import append as ledger_append
 from .search_input import SearchInputError, parse_offset, parse_time
 
 __all__ = [
     "MAX_REPLAY",
     "MAX_REPLAY_BYTES",
+    "PausedLettersError",
     "REPLAYED_FROM_HEADER",
     "ReplaySelection",
     "move_cursor",
     "parse_target",
     "plan_replay",
-    "producer_id",
     "replay",
     "selection_from",
 ]
@@ -71,12 +74,17 @@ MAX_REPLAY_BYTES = 64 * 1024 * 1024
 REPLAYED_FROM_HEADER = "dead-letter-replayed-from"
 #: A plan run tag no run has (run tags are non-negative): the next try of any run plans afresh.
 VOID_TAG = -1
+#: Letters named in an answer's ``skipped`` / ``in_progress`` lists, at most (the counts are whole).
+MAX_LISTED = 50
+#: Seconds a replay waits for another writer of the same claim (a replay finishing a claim whose
+#: own replay turns out to be alive) before it is refused.
+ZOMBIE_WAIT = 60.0
 
 #: Headers a replayed message does not carry: the dead letter's own, the ones Liftbridge adds to
 #: every message, and an earlier exactly-once producer's (the replay numbers it as its own).
 _NOT_REPLAYED = frozenset({*DEAD_LETTER_HEADERS, "subject", "reply", PRODUCER_HEADER, SEQ_HEADER})
 
-_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)
+_RUNNING: dict[str, threading.Lock] = defaultdict(threading.Lock)  # per dead-letter stream
 _RUNNING_GUARD = threading.Lock()
 
 
@@ -134,14 +142,6 @@ def selection_from(stream: str, body: Mapping[str, Any]) -> ReplaySelection:
         assert p is not None and o is not None
         pinned.append((p, o))
     return ReplaySelection(stream, through=tuple(sorted(pinned)))
-
-
-def producer_id(selection: ReplaySelection) -> str:
-    """The exactly-once producer id of a replay: the same for the same selection, whoever sends it
-    and however often, different for any other (a digest of the stream and the offsets)."""
-    canon = json.dumps([selection.stream, selection.letters, selection.through], separators=(",", ":"))
-    digest = hashlib.blake2b(canon.encode(), digest_size=16).hexdigest()
-    return f"liftbridge-view/replay/{selection.stream}/{digest}"
 
 
 # -- reading the letters --------------------------------------------------------------------------
@@ -208,12 +208,30 @@ def _letters(client: LiftbridgeClient, selection: ReplaySelection) -> list[Messa
     return found
 
 
+class PausedLettersError(LiftbridgeError):
+    """A dead-letter partition is paused: its letters cannot be read, so nothing is replayed (the
+    text says how to resume it). The API answers 409 with this text alone."""
+
+
 def _read(client: LiftbridgeClient, stream: str, partition: int, first: int, last: int) -> list[Message]:
-    messages: Iterator[Message] = client.subscribe(stream, partition=partition, start_at=first, stop_at=last)
+    """The letters ``first`` to ``last`` of a dead-letter partition.
+
+    :raises PausedLettersError: the partition is paused (the view does not resume it on its own).
+    """
     try:
-        return [m for m in messages if first <= m.offset <= last]
-    finally:
-        messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+        messages: Iterator[Message] = client.subscribe(stream, partition=partition, start_at=first, stop_at=last)
+        try:
+            return [m for m in messages if first <= m.offset <= last]
+        finally:
+            messages.close()  # type: ignore[attr-defined]  # a generator: ends the subscription
+    except PartitionPausedError:
+        raise PausedLettersError(
+            f"dead-letter stream {stream!r} partition {partition} is paused (by an operator, or by the stream's"
+            " auto-pause when idle), so its letters cannot be read and nothing was replayed. Resume it, then"
+            f" replay again: subscribe to it asking to resume (Python: client.subscribe({stream!r},"
+            f" partition={partition}, resume=True); go-liftbridge: the Resume() option). Publishing to it would"
+            " resume it too, but adds a message that is no letter"
+        ) from None
 
 
 def _target(letter: Message) -> tuple[str, int]:
@@ -264,12 +282,18 @@ def plan_replay(client: LiftbridgeClient, stream: str, letters: list[str] | None
         hws = _hws(client, stream, "dead-letter stream")
         selection = ReplaySelection(stream, through=tuple(sorted((p, hw) for p, hw in hws.items() if hw >= 0)))
     grouped = _grouped(client, selection) if selection.letters or selection.through else {}
+    selected = {(m.partition, m.offset) for letters in grouped.values() for m in letters}
+    earlier = _earlier(_ledger_of(client, stream), selected, time.time()) if selected else {}
+    skipped = set().union(*earlier.values()) if earlier else set()
     return {
         "stream": stream,
-        "count": sum(len(v) for v in grouped.values()),
+        "count": len(selected),
         "targets": {s: len(v) for s, v in grouped.items()},
         "letters": [f"{p}:{o}" for p, o in selection.letters] or None,
         "through": {str(p): o for p, o in selection.through} or None,
+        # Put back by an earlier replay (or being put back): a replay skips them.
+        "already_replayed": len(skipped),
+        "skipped": _listed(skipped),
     }
 
 
@@ -279,37 +303,119 @@ def _record(letter: Message, source: str, partition: int) -> Record:
     return Record(letter.value, key=letter.key, headers=headers, partition=partition)
 
 
+def _publish(
+    client: LiftbridgeClient, stream: str, producer: str, letters: Sequence[Message]
+) -> dict[str, dict[str, int]]:
+    """Publish ``letters`` (in this order) to their sources under ``producer``, exactly once; per
+    source stream, the records written and skipped (found there: put back by an earlier attempt)."""
+    by_stream: dict[str, list[Message]] = defaultdict(list)
+    for letter in letters:
+        by_stream[_target(letter)[0]].append(letter)
+    options = PublishOptions(ack_policy=AckPolicy.ALL)
+    targets: dict[str, dict[str, int]] = {}
+    for source, group in sorted(by_stream.items()):
+        records = [_record(m, stream, _target(m)[1]) for m in group]
+        with ExactlyOncePublisher(client, source, producer, options=options, zombie_wait=ZOMBIE_WAIT) as publisher:
+            result = publisher.publish(records)
+        targets[source] = {"written": result.written, "skipped": result.skipped}
+    return targets
+
+
+def _finish(client: LiftbridgeClient, stream: str, ledger: Ledger, claim: Claim) -> int:
+    """Finish an open claim a crashed replay left (its letters it won, under its producer id, in
+    the order it used); the letters written now.
+
+    :raises SearchInputError: a letter of it is no longer kept (it cannot be finished as it began).
+    """
+    won = sorted(claim.won)
+    try:
+        letters = _letters(client, ReplaySelection(stream, letters=tuple(won)))
+    except SearchInputError as exc:
+        raise SearchInputError(
+            "letters",
+            f"a replay claimed letters {_listed(won)[0]} to {_listed(won)[-1]} and died before it ended; it cannot be"
+            f" finished ({exc}): leave its letters out of the selection",
+        ) from None
+    targets = _publish(client, stream, claim.producer, letters)
+    ledger_append(client, ledger, "done", claim.producer)
+    claim.done = True
+    return sum(t["written"] for t in targets.values())
+
+
+def _listed(letters: Iterable[tuple[int, int]]) -> list[str]:
+    return [f"{p}:{o}" for p, o in sorted(letters)][:MAX_LISTED]
+
+
+def _ledger_of(client: LiftbridgeClient, stream: str) -> Ledger:
+    info = client.fetch_metadata([stream]).streams.get(stream)
+    if info is None:
+        raise NoSuchStreamError(
+            f"dead-letter stream {stream!r} does not exist (deleted meanwhile?): nothing was changed"
+        )
+    return read_ledger(client, stream, info.creation_timestamp)
+
+
+def _earlier(ledger: Ledger, selected: Iterable[tuple[int, int]], now: float) -> dict[str, set[tuple[int, int]]]:
+    """The selected letters an earlier replay claimed: ``done`` (put back), ``stale`` (its replay
+    crashed: to finish) and ``running`` (its replay may still be at work)."""
+    found: dict[str, set[tuple[int, int]]] = {"done": set(), "stale": set(), "running": set()}
+    for letter in selected:
+        claim = ledger.owner.get(letter)
+        if claim is not None:
+            kind = "done" if claim.done else "stale" if now - claim.at >= STALE_AFTER else "running"
+            found[kind].add(letter)
+    return found
+
+
 def replay(client: LiftbridgeClient, selection: ReplaySelection) -> dict[str, Any]:
-    """Put each selected letter back into its source stream and partition, exactly once per
-    selection (see the module docstring): written now, or skipped as put back by an earlier
-    request of the same selection.
+    """Put each selected letter back into its source stream and partition unless a replay (of any
+    selection, by anyone) claimed it before (see :mod:`.replay_ledger`): claimed now and written,
+    or skipped as put back earlier (or being put back by a replay still at work).
 
     :raises SearchInputError: a letter that does not exist, is no longer kept, lacks the
         dead-letter headers, or too many; nothing was sent.
     :raises NoSuchStreamError: / :raises NoSuchPartitionError: the dead-letter stream or a source
         is gone; nothing was sent.
-    :raises LiftbridgeError: publishing failed midway (sending the same request again finishes it).
+    :raises LiftbridgeError: publishing failed midway (the claim stays open: a replay of its
+        letters after :data:`.replay_ledger.STALE_AFTER` finishes it).
     """
-    pid = producer_id(selection)
     with _RUNNING_GUARD:
-        lock = _RUNNING[pid]
-    with lock:  # the same selection twice at once (a double click): one after the other
+        lock = _RUNNING[selection.stream]
+    with lock:  # replays of one dead-letter stream in this api-server: one after the other
         grouped = _grouped(client, selection)
+        by_letter = {(m.partition, m.offset): m for letters in grouped.values() for m in letters}
+        ledger = _ledger_of(client, selection.stream)
+        earlier = _earlier(ledger, by_letter, time.time())
+        finished = 0
+        for claim in {id(ledger.owner[x]): ledger.owner[x] for x in earlier["stale"]}.values():
+            finished += _finish(client, selection.stream, ledger, claim)
+        fresh = sorted(x for x in by_letter if x not in ledger.owner)
         targets: dict[str, dict[str, int]] = {}
-        options = PublishOptions(ack_policy=AckPolicy.ALL)
-        for stream, letters in grouped.items():
-            records = [_record(m, selection.stream, _target(m)[1]) for m in letters]
-            with ExactlyOncePublisher(client, stream, pid, options=options) as publisher:
-                result = publisher.publish(records)
-            targets[stream] = {"written": result.written, "skipped": result.skipped}
+        producer = None
+        if fresh:
+            producer = new_producer(selection.stream)
+            ledger_append(client, ledger, "claim", producer, fresh)
+            read_ledger(client, selection.stream, ledger.created, ledger)  # up to our claim: who came first
+            mine = ledger.claim_of(producer)
+            won = sorted(mine.won) if mine is not None else []
+            targets = _publish(client, selection.stream, producer, [by_letter[x] for x in won])
+            ledger_append(client, ledger, "done", producer)
+            if mine is not None:
+                mine.done = True
+        # After our claim: every letter has its first claim (ours, or one that beat us to it).
+        ours = {x for x in by_letter if producer is not None and ledger.owner[x].producer == producer}
+        before = _earlier(ledger, set(by_letter) - ours, time.time())
     return {
         "stream": selection.stream,
         "selection": selection.describe(),
-        "count": sum(len(v) for v in grouped.values()),
+        "count": len(by_letter),
         "replayed": sum(t["written"] for t in targets.values()),
-        "already_replayed": sum(t["skipped"] for t in targets.values()),
+        "already_replayed": len(by_letter) - len(ours),
+        "skipped": _listed(set(by_letter) - ours),
+        "in_progress": _listed(before["running"]),
+        "finished_for_earlier": finished,
         "targets": targets,
-        "producer_id": pid,
+        "producer_id": producer,
     }
 
 

@@ -50,7 +50,7 @@ from airflow_provider_liftbridge.connection_fields import CONN_TYPE
 from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgeConnectionConfigError
 from airflow_provider_liftbridge.hooks.connection import settings_from_connection
 
-from . import actions_api, charts, lag_api, messages, model, streams, verdicts
+from . import actions, actions_api, charts, lag_api, messages, model, streams, verdicts
 from .search_input import SearchInputError, parse_count, parse_offset, parse_time
 
 __all__ = ["MESSAGES_RESOURCE", "app", "create_app"]
@@ -125,6 +125,7 @@ def _connection_settings(conn_id: str) -> tuple[Any, list[str]]:
 _ANSWERS: list[tuple[tuple[type[Exception], ...], int, str]] = [
     ((LiftbridgeArgumentError, InvalidArgumentError), status.HTTP_400_BAD_REQUEST, ""),
     ((NoSuchStreamError, NoSuchPartitionError), status.HTTP_404_NOT_FOUND, ""),
+    ((actions.PausedLettersError,), status.HTTP_409_CONFLICT, ""),  # a replay: says what to do
     ((PartitionPausedError,), status.HTTP_409_CONFLICT, " (the view reads only; it does not resume a partition)"),
     ((CursorsDisabledError,), status.HTTP_409_CONFLICT, ""),
     ((RequestTimeoutError,), status.HTTP_504_GATEWAY_TIMEOUT, ""),

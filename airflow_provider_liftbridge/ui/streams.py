@@ -27,6 +27,7 @@ from airflow_provider_liftbridge.client import (
 from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 
 from .model import partition_summary, render_time
+from .rates import SAMPLER
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "SORTS", "NOT_RETURNED", "page"]
 
@@ -85,6 +86,7 @@ SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "newest_offset": lambda s: s["newest_offset"],
     "latest_message": lambda s: s["latest_message"] or "",
     "paused": lambda s: s["paused"] + s["readonly"],
+    "rate": lambda s: -1.0 if s["rate"] is None else s["rate"],
 }
 
 
@@ -131,8 +133,8 @@ def page(
     """One page of the cluster's streams (the internal ``__cursors`` too), those whose name or
     subject contains ``text`` (any case), sorted by ``sort`` (a key of :data:`SORTS`), from
     ``offset``, at most ``limit``; each with its partitions and, for them, the oldest retained
-    offset. One metadata call, then one bounded read per partition of the page (``_READERS`` at
-    a time).
+    offset, and its message rate (:mod:`.rates`, from this metadata and earlier answers'). One
+    metadata call, then one bounded read per partition of the page (``_READERS`` at a time).
 
     :raises ValueError: an unknown ``sort``, a negative ``offset``, ``limit`` outside 1 to
         :data:`MAX_PAGE` (the API checks them first and answers 400).
@@ -143,7 +145,9 @@ def page(
     if offset < 0 or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"offset must be 0 or more and limit 1 to {MAX_PAGE}; got {offset}, {limit}")
     metadata = client.fetch_metadata()
-    rows = [_summary(info) for info in metadata.streams.values()]
+    cluster = ",".join(sorted(f"{b.id}@{b.address}" for b in metadata.brokers))
+    rates = SAMPLER.rates(cluster, metadata.streams)  # from this metadata: no call of its own
+    rows = [_summary(info) | rates[info.name] for info in metadata.streams.values()]
     wanted = (text or "").strip().lower()
     matched = [s for s in rows if not wanted or wanted in s["name"].lower() or wanted in s["subject"].lower()]
     matched.sort(key=lambda s: s["name"])

@@ -2,7 +2,8 @@
 of every tab (docs/ui.md, "Streams", "Contrast"; issue 58 items 4 and 7) in the system tier's
 deployment, in headless Chromium inside Airflow's frame (every tab also behind a path prefix),
 light and dark: 120 streams of their own are sorted by a heading and paged by the server, the
-sort and page last in the address; a chart's point names its run and a click on the plot opens
+sort and page last in the address, and every stream has a message rate (one no task reads put
+first by it after a publish); a chart's point names its run and a click on the plot opens
 that run in Airflow; every visible text of every tab is at least 4.5:1
 (``tests/system/contrast.py``). Screenshots of the Streams tab go to the deployment's log folder
 (and to ``docs/`` with ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``)."""
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -104,8 +105,37 @@ def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page:
         expect(parts).to_have_count(2)  # still open
         assert low_contrast(frame) == []
         shoot(page, deployment.log_dir, f"ui-liftbridge-streams-{mode}.png")
+
+        # Every stream has a rate: a stream of its own that no task reads (not one of the 120, whose
+        # counts the other mode checks), first 0/s, then counting the 40 messages published.
+        busy = f"ui-rate-{mode}-{uuid.uuid4().hex[:6]}"
+        with LiftbridgeClient(deployment.devserver.address) as client:
+            client.create_stream(busy, busy)
+        url = f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=streams&filter={busy}"
+        assert rate_of(page, url, lambda rate: rate == 0).get_attribute("data-stream") == busy
+        with LiftbridgeClient(deployment.devserver.address) as client:
+            client.publish_many(busy, [b"r"] * 40)
+        first = rate_of(page, url, lambda rate: rate > 0)
+        cell = first.locator("[data-rate]")
+        assert cell.get_attribute("data-rate-messages") == "40"  # compared with a look before the publish
+        assert re.fullmatch(r"[0-9.,]+/s", cell.inner_text())
     finally:
         page.emulate_media(color_scheme="light")
+
+
+def rate_of(page: Any, url: str, wanted: Callable[[float], bool]) -> Any:
+    """The first row of the Streams tab at ``url`` sorted by rate, once its rate is ``wanted``:
+    the page is loaded again until the view has a look old enough to compare with (rates.MIN_SPAN)."""
+    from tests.margins import wait_until
+
+    def first() -> Any:
+        page.goto(f"{url}&sort=rate&order=desc")
+        row = page.frame_locator("iframe").locator("#stream-list tr[data-stream]").first
+        row.wait_for()
+        rate = row.locator("[data-rate]").get_attribute("data-rate") or ""
+        return row if rate and wanted(float(rate)) else None
+
+    return wait_until(first, 300, "the wanted rate on the Streams tab", interval=1.0)
 
 
 def every_tab_low_contrast(page: Any, base: str, mode: str) -> dict[str, list[Any]]:

@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
 from airflow_provider_liftbridge.ui.lag_api import THRESHOLDS_VARIABLE
+from airflow_provider_liftbridge.ui.rates import MIN_SPAN
 from tests.airflow_support import conn_env_name
 from tests.exact_retention import ONE_MESSAGE_SEGMENTS, publish_each, wait_for_earliest
 from tests.ui.test_api import PASSWORD, TOKEN, Api, airflow_app, connections, op_api, pipeline_of, run_consume, token  # noqa: F401
@@ -160,3 +161,71 @@ def test_pipelines_carry_the_lag_tabs_verdicts_and_charts_link_their_runs(
     [run] = charted["runs"]
     assert run["run_id"] == dag_run.run_id
     assert run["link"] == f"dags/ui_{stream_name}/runs/{quote(dag_run.run_id, safe='')}"
+
+
+def test_every_stream_has_a_message_rate_from_the_views_own_samples(
+    op_api: Api, connections: Any, lb_address: str
+) -> None:
+    """Two streams no task reads: the first look has no rate yet; once the view has a look at
+    least rates.MIN_SPAN seconds old to compare with, both have one (0 while nothing is published);
+    after 30 messages to one of them, the next answer counts exactly those 30 over the span it
+    names, and sorting by rate puts that stream first."""
+    from tests.margins import wait_until
+
+    prefix = f"ui-rates-{uuid.uuid4().hex[:10]}"
+    busy, idle = f"{prefix}-busy", f"{prefix}-idle"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(busy, busy, partitions=2)
+        client.create_stream(idle, idle)
+
+    def rows() -> dict[str, dict[str, Any]]:
+        return {s["name"]: s for s in op_api.get(f"{BASE}/streams", filter=prefix)["streams"]}
+
+    first = rows()
+    assert [first[n]["rate"] for n in (busy, idle)] == [None, None]  # nothing to compare with yet
+    measured = wait_until(
+        lambda: (found := rows()) and all(found[n]["rate"] is not None for n in (busy, idle)) and found,
+        120,
+        "a look at the cluster old enough to give a rate",
+        interval=0.5,
+    )
+    assert [(measured[n]["rate"], measured[n]["rate_messages"]) for n in (busy, idle)] == [(0.0, 0), (0.0, 0)]
+
+    with LiftbridgeClient(lb_address) as client:
+        client.publish_many(busy, [b"m"] * 20, partition=0)
+        client.publish_many(busy, [b"m"] * 10, partition=1)
+    # Every look the view kept was taken before the publishes: this answer counts all 30.
+    body = op_api.get(f"{BASE}/streams", filter=prefix, sort="rate", order="desc")
+    got = {s["name"]: s for s in body["streams"]}
+    assert names_of(body) == [busy, idle]
+    assert (got[busy]["rate_messages"], got[idle]["rate_messages"]) == (30, 0)
+    assert got[busy]["rate_span_s"] >= MIN_SPAN
+    assert got[busy]["rate"] == pytest.approx(30 / got[busy]["rate_span_s"])
+
+
+def test_rates_compare_with_the_newest_look_old_enough_and_forget_a_recreated_stream() -> None:
+    """The sampler with a clock of its own: a look kept at most every SAMPLE_EVERY seconds, a rate
+    against the newest look at least MIN_SPAN old, none for a stream created again in between, and
+    none once every look is older than KEEP_FOR."""
+    from airflow_provider_liftbridge.client import PartitionInfo, StreamInfo
+    from airflow_provider_liftbridge.ui.rates import KEEP_FOR, SAMPLE_EVERY, RateSampler
+
+    def cluster(hw: int, created: int = 1) -> dict[str, StreamInfo]:
+        part = PartitionInfo("s", 0, "b", ("b",), ("b",), hw, hw, False, False, 0, 0)
+        return {"s": StreamInfo("s", "s", created, {0: part})}
+
+    now = [0.0]
+    sampler = RateSampler(clock=lambda: now[0])
+    assert sampler.rates("c", cluster(-1))["s"]["rate"] is None  # kept: the first look
+    now[0] = MIN_SPAN / 2
+    assert sampler.rates("c", cluster(9))["s"]["rate"] is None  # too soon to compare, and not kept
+    now[0] = max(MIN_SPAN, SAMPLE_EVERY)
+    got = sampler.rates("c", cluster(19))["s"]  # 20 messages since the first look
+    assert (got["rate_messages"], got["rate_span_s"], got["rate"]) == (20, now[0], 20 / now[0])
+    now[0] += max(MIN_SPAN, SAMPLE_EVERY)
+    assert sampler.rates("c", cluster(29))["s"]["rate_messages"] == 10  # against the newer look
+    now[0] += max(MIN_SPAN, SAMPLE_EVERY)
+    assert sampler.rates("c", cluster(4, created=2))["s"]["rate"] is None  # deleted and created again
+    now[0] += KEEP_FOR + 1
+    assert sampler.rates("c", cluster(99, created=2))["s"]["rate"] is None  # every look forgotten
+    assert sampler.rates("other", cluster(0))["s"]["rate"] is None  # another cluster: its own looks

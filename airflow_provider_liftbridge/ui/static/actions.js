@@ -95,6 +95,13 @@ const liftbridgeActions = (function () {
     all.addEventListener("click", () => replayDialog(s.stream, null));
     return el("div", {class: "bar actions", "data-actions-of": s.stream}, some, all);
   }
+  // "were already replayed (0:3, 0:4, …)": the letters an earlier replay put back, or is putting back.
+  function skippedWords(a) {
+    const listed = a.skipped || [];
+    const more = a.already_replayed > listed.length ? `, and ${a.already_replayed - listed.length} more` : "";
+    const running = a.in_progress && a.in_progress.length ? ` (${a.in_progress.join(", ")} by a replay still at work)` : "";
+    return `were already replayed (${listed.join(", ")}${more})${running}`;
+  }
   async function replayDialog(stream, letters) {
     let plan;
     try { plan = await post(`/dead-letters/${encodeURIComponent(stream)}/replay-plan`, letters ? {letters} : {}); }
@@ -105,12 +112,13 @@ const liftbridgeActions = (function () {
       el("p", {}, letters ? `The ${plan.count} selected letter(s) go back to the partition each came from:`
         : `Every letter up to offset ${Object.entries(plan.through || {}).map(([p, o]) => `${o} of partition ${p}`).join(", ")} goes back to the partition it came from:`),
       el("ul", {id: "replay-targets"}, ...where),
-      el("p", {class: "muted"}, "Each letter is put back once, even if this is sent again; the letters stay in the dead-letter stream. "
+      ...(plan.already_replayed ? [el("p", {id: "replay-skipped"}, `${plan.already_replayed} of them ${skippedWords(plan)}: they are skipped.`)] : []),
+      el("p", {class: "muted"}, "Each letter is put back at most once, whatever the selection and whoever sends it; the letters stay in the dead-letter stream. "
         + "Recorded in Airflow's audit log."),
     ], `Replay ${plan.count}`, async () => {
       const done = await post(`/dead-letters/${encodeURIComponent(stream)}/replay`, selection);
       if (letters) chosen(stream).clear();
-      return `Put back ${done.replayed} letter(s)` + (done.already_replayed ? `; ${done.already_replayed} were put back by an earlier request of this selection.` : ".");
+      return `Put back ${done.replayed} letter(s)` + (done.already_replayed ? `; skipped ${done.already_replayed} that ${skippedWords(done)}.` : ".");
     });
   }
 

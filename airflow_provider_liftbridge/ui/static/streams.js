@@ -9,7 +9,7 @@
   const COLUMNS = [
     ["name", "Stream", false], ["subject", "Subject", false], ["partitions", "Partitions", true],
     ["replication", "Replicas", true], ["committed", "Committed", true], [null, "Retained", true],
-    ["newest_offset", "Newest offset", true], ["latest_message", "Last message", false],
+    ["newest_offset", "Newest offset", true], ["rate", "Rate", true], ["latest_message", "Last message", false],
     ["created", "Created", false], ["paused", "Flags", false],
   ];
   const SIZES = [25, 50, 100, 200];
@@ -56,8 +56,15 @@
       el("td", {}, `partition ${p.id}`), el("td", {}, `leader ${p.leader}, ISR ${p.isr.join(", ")}`), num(""), num(p.replicas.length),
       num(p.committed), num(p.retained ?? "?", {title: p.oldest_unknown || `oldest retained offset ${p.oldest_offset ?? "—"}`,
         "data-oldest": p.oldest_offset ?? ""}),
-      num(p.newest_offset), el("td", {}, ago(p.latest_message)), el("td", {}, p.first_message ? `first kept ${p.first_message}` : ""),
+      num(p.newest_offset), num(""), el("td", {}, ago(p.latest_message)), el("td", {}, p.first_message ? `first kept ${p.first_message}` : ""),
       el("td", {}, p.paused ? badge("paused", "paused") : "", p.readonly ? badge("readonly", "read-only") : "")));
+  }
+  // Messages per second since the view's earlier look at the cluster (docs/ui.md, "Streams").
+  function rateCell(s) {
+    if (s.rate == null) return num("…", {"data-rate": "", title: "measuring: shown from the next refresh (the view compares two looks at the cluster)"});
+    const text = s.rate === 0 ? "0/s" : s.rate < 10 ? `${s.rate.toFixed(2)}/s` : `${Math.round(s.rate).toLocaleString()}/s`;
+    return num(text, {"data-rate": String(s.rate), "data-rate-messages": String(s.rate_messages),
+      title: `${s.rate_messages} message(s) in the last ${Math.round(s.rate_span_s)} s`});
   }
   function streamRow(s) {
     const open = view.open.has(s.name);
@@ -67,7 +74,7 @@
     const row = el("tr", {"data-stream": s.name, "data-committed": s.committed},
       el("td", {}, s.name), el("td", {}, s.subject), el("td", {class: "num"}, toggle), num(s.replication),
       num(s.committed), num(s.retained ?? "?", {"data-retained": s.retained ?? ""}), num(s.newest_offset),
-      el("td", {}, ago(s.latest_message)), el("td", {}, ago(s.created)), el("td", {}, flags(s)));
+      rateCell(s), el("td", {}, ago(s.latest_message)), el("td", {}, ago(s.created)), el("td", {}, flags(s)));
     return open ? [row, ...partitionRows(s)] : [row];
   }
   function pager(d) {
