@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_times import expected_seconds, read_table, unit_of
+from tests.unit_times import TABLE, expected_seconds, read_table, unit_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,13 @@ def test_a_unit_the_table_does_not_know_is_placed_by_its_number_of_tests():
 def test_with_no_table_the_units_are_ordered_by_their_number_of_tests():
     seconds = expected_seconds(["tests/a.py::t1", "tests/b.py::t1", "tests/b.py::t2"], {})
     assert seconds["tests/b.py"] > seconds["tests/a.py"]
+
+
+def test_the_committed_table_names_only_units_that_exist():
+    table = read_table(TABLE)
+    assert table, f"{TABLE} is empty or missing"
+    missing = [unit for unit in table if not (ROOT / unit).exists()]
+    assert not missing, f"{TABLE.name} names units that are gone (refresh it: docs/testing.md, 'Wall time'): {missing}"
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
