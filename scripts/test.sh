@@ -10,8 +10,9 @@
 # tests share that one CPU with all of them while the other CPUs stay free for the machine's other
 # work. The harshest load for the least CPU taken from others (docs/testing.md, "Flakes").
 # The tests run on LIFTBRIDGE_TEST_WORKERS pytest-xdist workers (default 2; 0 runs them in this
-# process), a test file per worker at a time (tests/conftest.py): most of a test's time is spent
-# waiting on servers and processes, not on the CPU.
+# process), a test file per worker at a time, the longest first (tests/conftest.py,
+# tests/unit_durations.tsv): most of a test's time is spent waiting on servers and processes, not
+# on the CPU. LIFTBRIDGE_UNIT_TIMES=FILE writes each file's seconds (tests/unit_times.py).
 # Every run writes the margin report (tests/margins.py) to LIFTBRIDGE_MARGIN_LOG (default: a new
 # file in /tmp) and prints the ten waits that used the largest share of their deadline.
 set -euo pipefail

@@ -44,7 +44,13 @@ from airflow_provider_liftbridge.devserver import ClusterTimings, DevServer  # n
 
 # The Spark cluster, Spark Connect server and SparkSession: session fixtures shared by tests/spark
 # and tests/dags (one SparkContext per process), defined once.
-pytest_plugins = ["tests.spark_fixtures", "tests.stall_watch", "tests.gc_between_tests", "tests.margins"]
+pytest_plugins = [
+    "tests.spark_fixtures",
+    "tests.stall_watch",
+    "tests.gc_between_tests",
+    "tests.margins",
+    "tests.unit_times",
+]
 
 
 #: An external cluster to test against instead of the dev server (see the module docstring).
@@ -94,28 +100,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """How ``scripts/test.sh`` shares the suite between its pytest-xdist workers: a test file at a
-    time, so a file's module fixtures start once and its tests keep their order, as in a run of
-    one process; and ``tests/system`` as one unit, because its Airflow deployment is a package
-    fixture (split, each worker would start a deployment of its own). pytest-xdist's own
-    ``loadgroup`` cannot do it on pytest 9.2: its group suffix is written to an attribute pytest
-    no longer reads."""
+    """How ``scripts/test.sh`` shares the suite between its pytest-xdist workers: a unit at a
+    time (``tests/unit_times.py``: a test file, so a file's module fixtures start once and its
+    tests keep their order, as in a run of one process; ``tests/system`` as one, because its
+    Airflow deployment is a package fixture), in the order the workers collected them (longest
+    first, below) rather than xdist's order by number of tests. pytest-xdist's own ``loadgroup``
+    cannot do it on pytest 9.2: its group suffix is written to an attribute pytest no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class FileScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tests/system" if path.startswith("tests/system/") else path
+    from tests.unit_times import unit_of  # here: pytest_plugins imports it first, for assertion rewriting
 
-    return FileScheduling(config, log)
+    config.option.loadscopereorder = False
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return UnitScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a pytest-xdist worker, collect the system tier first: it is the longest unit of work,
-    so it starts at once rather than last beside an idle worker. Against an external cluster, skip
-    what needs a server of its own (the reason says so)."""
+    """On a pytest-xdist worker, collect the units longest first (``tests/unit_durations.tsv``,
+    a run's figures): a long file that starts last runs on beside an idle worker. Against an
+    external cluster, skip what needs a server of its own (the reason says so)."""
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: not item.nodeid.startswith("tests/system/"))  # stable: else unchanged
+        from tests.unit_times import expected_seconds, unit_of
+
+        seconds = expected_seconds(item.nodeid for item in items)
+        items.sort(key=lambda item: -seconds[unit_of(item.nodeid)])  # stable: a file keeps its order
     if not EXTERNAL_BROKERS:
         return
     skip = pytest.mark.skip(reason=f"this test {_OWN_SERVER}")
