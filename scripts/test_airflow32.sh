@@ -5,6 +5,9 @@
 # parsing and the lifecycle DAG with dag.test(), the core operators, partitioned runs: 3.2 gives a
 # run no partition date, so the key is read with the timetable's key_format) and one example DAG with
 # `airflow dags test` (scripts/demo.py). Tests that need Airflow 3.3 are skipped with the reason.
+# Not here: tests/ui (the view's API and app under Airflow's auth). It passes on 3.2.2 (2026-12-06:
+# 87 tests, none skipped) but took 768 s serially beside other engineers' runs (load 35 on 2 cores,
+# niced); `bash scripts/test_airflow32.sh tests/ui` adds it to the run.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

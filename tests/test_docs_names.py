@@ -1,6 +1,7 @@
 """``docs/architecture.md`` names only what exists: every ``path/module.py`` it names is a file,
 every class it names (``PublishOptions``) is a class of the package, and every
-``Class.attribute`` is defined in that class."""
+``Class.attribute`` is defined in that class. The table of ``docs/ui.md`` that says which browser
+test covers what names only tests that exist."""
 
 from __future__ import annotations
 
@@ -64,3 +65,27 @@ def test_every_class_and_member_named_exists() -> None:
 def test_the_check_sees_a_name_that_does_not_exist() -> None:
     assert not _exists("client/publishing/nowhere.py")
     assert "LiftbridgePublishRecordsOperator" not in _classes()
+
+
+def _coverage_table() -> str:
+    """The section "What the browser tests cover" of ``docs/ui.md``."""
+    text = (ROOT / "docs" / "ui.md").read_text(encoding="utf-8")
+    return text.split("## What the browser tests cover", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_ui_coverage_table_names_only_system_tests_that_exist() -> None:
+    """Every ``test_ui*.py`` module and ``test_*`` function the table of ``docs/ui.md`` names is in
+    ``tests/system`` (the table says which test covers a cell: a renamed test must not leave it stale)."""
+    system = ROOT / "tests" / "system"
+    table = _coverage_table()
+    modules = set(re.findall(r"\b(test_ui\w*)\.py", table))
+    tests = set(re.findall(r"\b(test_\w+)\b(?!\.py)", table))
+    defined = {
+        node.name
+        for path in system.glob("test_ui*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert len(tests) > 10 and modules
+    assert sorted(m for m in modules if not (system / f"{m}.py").is_file()) == []
+    assert sorted(tests - defined) == []

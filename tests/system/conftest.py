@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.deployment import EXAMPLE_DAGS, Deployment, wait_until
+from scripts.deployment import EXAMPLE_DAGS, Component, Deployment, free_port, wait_until
+from tests.system.prefix_proxy import prefix_proxy
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = [
@@ -135,3 +136,45 @@ def archive_runs(deployment: Deployment) -> list[str]:
             return runs
         # An hour turned between the last look and the pause: let its run finish too.
         deployment.api("PATCH", f"/dags/{ARCHIVE_DAG}", {"is_paused": False})
+
+
+#: The path under which the second api-server (:func:`prefixed`) serves Airflow.
+PREFIX = "/airflow"
+#: The second api-server's own settings: providers' plugins loaded as well as entry-point plugins,
+#: so the view must be registered once (``test_ui_base_url.py``).
+EAGER = {"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"}
+_PREFIXED = "api-server-prefixed"
+
+
+@pytest.fixture(scope="package")  # one for every module that looks behind the prefix: a start costs seconds
+def prefixed(deployment: Deployment) -> Iterator[str]:
+    """The proxy's address of Airflow (``http://127.0.0.1:<port>/airflow``): a second api-server of
+    the deployment (same home, database and JWT secret) with that ``[api] base_url`` and
+    :data:`EAGER`, behind :func:`tests.system.prefix_proxy.prefix_proxy`, which answers 404 outside
+    the prefix. Stopped once ``tests/system`` is done, after checking that the proxy refused
+    nothing (every page and fetch stayed under the prefix)."""
+    import urllib.request
+
+    upstream = free_port(exclude={deployment.api_port, deployment.execution_api_port})
+    with prefix_proxy(PREFIX, upstream) as proxy:
+        base = f"http://127.0.0.1:{proxy.server_address[1]}{PREFIX}"
+        args = ["api-server", "--host", "127.0.0.1", "--port", str(upstream), "--apps", "core"]
+        env = EAGER | {"AIRFLOW__API__BASE_URL": base, "AIRFLOW__API__PORT": str(upstream)}
+        deployment.components[_PREFIXED] = Component(_PREFIXED, args, deployment.log_dir / f"{_PREFIXED}.log", env=env)
+        deployment.start_component(_PREFIXED)
+
+        def up() -> bool:
+            deployment.check_running()
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=30) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        try:
+            wait_until("the prefixed api-server", up, timeout=180)
+            yield base
+            assert not [p for p in proxy.refused if "favicon" not in p], f"requests left {PREFIX}: {proxy.refused}"
+        finally:
+            deployment.stop_component(_PREFIXED)
+            del deployment.components[_PREFIXED]

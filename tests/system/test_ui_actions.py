@@ -20,9 +20,9 @@ import pytest
 from airflow_provider_liftbridge.client import LiftbridgeClient, StreamExistsError
 from airflow_provider_liftbridge.ui.actions import REPLAYED_FROM_HEADER
 from scripts.deployment import VIEWER, VIEWER_PASSWORD, Deployment
+from tests.system.contrast import low_contrast
 from tests.system.scheduled_reads import xcom
 from tests.system.test_ui import logged_in_page
-from tests.system.test_ui_base_url import prefixed  # noqa: F401  (the second api-server behind the prefix)
 from tests.system.test_ui_liftbridge_view import open_from_browse_menu, shoot
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
@@ -95,6 +95,7 @@ def replay_newest_letter(frame: Any, deployment: Deployment, shots: Any) -> str:
     button.click()
     dialog = frame.locator("#action-dialog")
     expect(dialog.locator("#replay-targets")).to_have_text(f"1 to {STREAM}")
+    assert low_contrast(frame, "#action-dialog") == []  # the dialog over the page, every text in it
     shots("replay")
     dialog.locator("#action-confirm").click()
     expect(dialog.locator("#action-result")).to_have_text(
@@ -156,6 +157,7 @@ def test_replay_and_move_a_cursor_in_their_dialogs(deployment: Deployment, lette
         dialog.locator("#action-confirm").click()
         expect(dialog.locator("#action-error")).to_contain_text("offset must be a whole number, 0 or more")
         expect(dialog.locator("#move-offset")).to_have_attribute("aria-invalid", "true")
+        assert low_contrast(frame, "#action-dialog") == []  # the refusal's words too
         dialog.locator("#move-offset").fill("0")
         shots("move-cursor")
         dialog.locator("#action-confirm").click()
@@ -177,21 +179,22 @@ def test_replay_and_move_a_cursor_in_their_dialogs(deployment: Deployment, lette
     assert replays[0]["stream"] == DLQ and replays[2]["selection"] == "1 selected"
 
 
+@pytest.mark.parametrize("mode", ["light", "dark"])
 def test_under_the_prefix_a_source_opens_its_message_and_a_replay_works(
-    deployment: Deployment,
-    letters: None,
-    prefixed: str,  # noqa: F811
+    deployment: Deployment, letters: None, prefixed: str, mode: str
 ) -> None:
     """Behind the prefix (the proxy refuses anything outside it; the fixture checks it refused nothing)."""
     from playwright.sync_api import expect
 
     with logged_in_page(prefixed) as page:
+        page.emulate_media(color_scheme=mode)
 
         def shots(name: str) -> None:
-            page.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-prefixed-{name}.png"), full_page=True)
+            page.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-prefixed-{name}-{mode}.png"), full_page=True)
 
         try:
             frame = open_from_browse_menu(page, prefixed)
+            expect(frame.locator("html")).to_have_attribute("data-theme", mode)
             frame.locator("nav button[data-tab=dead-letters]").click()
             replay_newest_letter(frame, deployment, shots)
             source = letters_of(frame).locator("a[data-source-link]").first

@@ -2,73 +2,37 @@
 http://127.0.0.1:<proxy>/airflow``), behind a small reverse proxy that serves that path only
 (:mod:`tests.system.prefix_proxy`: anything outside it is a 404, as behind a company's proxy).
 
-A second api-server of the system tier's deployment (same home, database and JWT secret) runs
-for this module with that base URL and with ``[core] lazy_discover_providers = False`` (then
+A second api-server of the system tier's deployment (same home, database and JWT secret; the
+``prefixed`` fixture of ``conftest.py``, shared by every module that looks behind the prefix) runs
+with that base URL and with ``[core] lazy_discover_providers = False`` (then
 Airflow loads providers' plugins as well as entry-point plugins: the view must be registered
 once). In headless Chromium: log in through the proxy, Browse → Liftbridge, the view's data in
-Airflow's frame, its links to Airflow staying under the prefix; no plugin import error.
+Airflow's frame, its links to Airflow staying under the prefix; no plugin import error. The
+screenshots of a view reloaded from its address (light and dark) go to ``docs/`` with
+``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from scripts.deployment import Deployment, airflow_command, free_port, wait_until
+from scripts.deployment import Deployment, airflow_command
 from tests.processes import run_child
-from tests.system.conftest import ARCHIVE_DAG
-from tests.system.prefix_proxy import prefix_proxy
+from tests.system.conftest import ARCHIVE_DAG, EAGER
 from tests.system.test_ui import logged_in_page
 from tests.system.test_ui_address import check_the_address_lasts
-from tests.system.test_ui_liftbridge_view import PIPELINE, open_from_browse_menu
+from tests.system.test_ui_liftbridge_view import PIPELINE, open_from_browse_menu, shoot
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
-PREFIX = "/airflow"
-NAME = "api-server-prefixed"
-#: The second api-server's own settings.
-EAGER = {"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"}
-
-
-@pytest.fixture(scope="module")
-def prefixed(deployment: Deployment) -> Iterator[str]:
-    """The proxy's address of Airflow (``http://127.0.0.1:<port>/airflow``), a second api-server
-    behind it; stopped after the module."""
-    import urllib.request
-
-    from scripts.deployment import Component
-
-    upstream = free_port(exclude={deployment.api_port, deployment.execution_api_port})
-    with prefix_proxy(PREFIX, upstream) as proxy:
-        base = f"http://127.0.0.1:{proxy.server_address[1]}{PREFIX}"
-        args = ["api-server", "--host", "127.0.0.1", "--port", str(upstream), "--apps", "core"]
-        env = EAGER | {"AIRFLOW__API__BASE_URL": base, "AIRFLOW__API__PORT": str(upstream)}
-        deployment.components[NAME] = Component(NAME, args, deployment.log_dir / f"{NAME}.log", env=env)
-        deployment.start_component(NAME)
-
-        def up() -> bool:
-            deployment.check_running()
-            try:
-                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=30) as response:
-                    return response.status == 200
-            except OSError:
-                return False
-
-        try:
-            wait_until("the prefixed api-server", up, timeout=180)
-            yield base
-            assert not [p for p in proxy.refused if "favicon" not in p], f"requests left {PREFIX}: {proxy.refused}"
-        finally:
-            deployment.stop_component(NAME)
-            del deployment.components[NAME]
 
 
 def test_browse_menu_opens_the_view_under_the_prefix(
     deployment: Deployment, prefixed: str, archive_runs: list[str]
 ) -> None:
     """Everything the page and its frame load stays under the prefix (the proxy refuses the rest,
-    and the module checks it refused nothing); a DAG link of the view opens Airflow's DAG page
+    and the fixture checks it refused nothing); a DAG link of the view opens Airflow's DAG page
     there."""
     from playwright.sync_api import expect
 
@@ -85,17 +49,28 @@ def test_browse_menu_opens_the_view_under_the_prefix(
             page.screenshot(path=str(deployment.log_dir / "ui-liftbridge-prefixed.png"), full_page=True)
 
 
+@pytest.mark.parametrize("mode", ["light", "dark"])
 def test_a_reload_and_a_shared_link_open_the_same_view_under_the_prefix(
-    deployment: Deployment, prefixed: str, archive_runs: list[str]
+    deployment: Deployment, prefixed: str, archive_runs: list[str], mode: str
 ) -> None:
-    """The address keeps the view's state under the prefix too (see ``test_ui_address.py``)."""
+    """The address keeps the view's state under the prefix too (see ``test_ui_address.py``): the
+    message browser's search by a JSON path, its paging and a message open, in either colour mode."""
+    from playwright.sync_api import expect
+
     with logged_in_page(prefixed) as page:
+        page.emulate_media(color_scheme=mode)
 
         def shots(p: Any, name: str) -> None:
-            p.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-prefixed-address-{name}.png"), full_page=True)
+            if name == "reloaded":  # for docs/ui.md, "The address"
+                shoot(p, deployment.log_dir, f"ui-liftbridge-address-{mode}.png")
+            else:
+                p.screenshot(
+                    path=str(deployment.log_dir / f"ui-liftbridge-prefixed-address-{name}-{mode}.png"), full_page=True
+                )
 
         try:
             check_the_address_lasts(page, prefixed, shots)
+            expect(page.frame_locator("iframe").locator("html")).to_have_attribute("data-theme", mode)
         finally:
             shots(page, "last")
 

@@ -1,9 +1,10 @@
 """The Lag and Groups tabs (docs/ui.md, "Lag as a verdict", "Consumer groups") in the system tier's
-deployment, in headless Chromium inside Airflow's frame, light and dark: a threshold set as an
-Airflow Variable is shown beside the example's pipeline; a consumer group of two members of this
-test process (one partition each) shows its epoch, its members and who holds which partition;
-the member that stopped reading is STALL, the one over the group's threshold WARN; the address
-keeps the tab across a reload; every text of both tabs has a contrast of at least 4.5:1
+deployment, in headless Chromium inside Airflow's frame and behind a path prefix, light and dark: a
+threshold set as an Airflow Variable is shown beside the example's pipeline; a consumer group of
+two members of this test process (one partition each) shows its epoch, its members and who holds
+which partition, its lag and the age of its oldest unread message; the member that stopped
+reading is STALL, the one over the group's threshold WARN; the address keeps the tab across a
+reload; every text of both tabs has a contrast of at least 4.5:1
 (``tests/system/contrast.py``). Screenshots go to the deployment's log folder (and to ``docs/`` with
 ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``).
 
@@ -18,6 +19,7 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -81,16 +83,21 @@ def group(deployment: Deployment, archive_runs: list[str]) -> Iterator[dict[str,
         deployment.api("DELETE", f"/variables/{THRESHOLDS_VARIABLE}")
 
 
+@pytest.mark.parametrize("where", ["inside", "prefix"])
 @pytest.mark.parametrize("mode", ["light", "dark"])
 def test_lag_and_groups_tabs_show_verdicts_thresholds_and_members(
-    deployment: Deployment, group: dict[str, int], mode: str
+    deployment: Deployment, group: dict[str, int], mode: str, where: str, request: pytest.FixtureRequest
 ) -> None:
+    """Inside Airflow, or behind the path prefix (``prefixed``: the proxy refuses anything outside
+    it, and the fixture checks it refused nothing)."""
     from playwright.sync_api import expect
 
-    with logged_in_page(deployment.url) as page:
+    base = deployment.url if where == "inside" else str(request.getfixturevalue("prefixed"))
+    shot = f"ui-liftbridge-{{}}-{mode}.png" if where == "inside" else f"ui-liftbridge-prefixed-{{}}-{mode}.png"
+    with logged_in_page(base) as page:
         page.emulate_media(color_scheme=mode)
         try:
-            page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=lag")
+            page.goto(f"{base}/plugin/liftbridge{urlsplit(base).path}/liftbridge/?tab=lag")
             frame = page.frame_locator("iframe")
             expect(frame.locator("html")).to_have_attribute("data-theme", mode)
             pipeline = frame.locator(f'#lag-table tr[data-reader="{PIPELINE}"]')
@@ -99,15 +106,19 @@ def test_lag_and_groups_tabs_show_verdicts_thresholds_and_members(
             reader = frame.locator(f'#lag-table tr[data-reader="{GROUP}"]')
             expect(reader).to_have_attribute("data-status", "STALL")
             expect(reader.locator("[data-lag]")).to_have_text("4")
+            # Lag as time: the oldest unread message (beta's offset 1) was published seconds ago.
+            expect(reader.locator("[data-lag-age]")).to_have_attribute("data-lag-age", re.compile(r"^\d+(\.\d+)?$"))
             expect(frame.locator("#lag-rules")).to_contain_text(THRESHOLDS_VARIABLE)
             expect(frame.locator(f'[data-chart="lag-history"][data-reader="{GROUP}"] canvas')).to_have_count(1)
             assert low_contrast(frame) == []  # the whole tab
-            shoot(page, deployment.log_dir, f"ui-liftbridge-lag-{mode}.png")
+            shoot_here(page, deployment, shot.format("lag"))
 
             frame.locator('nav button[data-tab="groups"]').click()
             heading = frame.locator(f'h2[data-group="{GROUP}"]')
             expect(heading).to_have_attribute("data-epoch", str(group["epoch"]))
             expect(heading).to_have_attribute("data-status", "STALL")
+            expect(heading.locator("[data-lag]")).to_have_text("4")
+            expect(heading.locator("[data-lag-age]")).to_have_attribute("data-lag-age", re.compile(r"^\d+(\.\d+)?$"))
             members = frame.locator(f'table[data-members-of="{GROUP}"]')
             for member in ("alpha", "beta"):
                 row = members.locator(f'tr[data-member="{member}"]')
@@ -123,14 +134,22 @@ def test_lag_and_groups_tabs_show_verdicts_thresholds_and_members(
             expect(beta).to_have_attribute("data-status", "STALL")
             page.wait_for_url(lambda at: "tab=groups" in at)
             assert low_contrast(frame) == []  # the whole tab
-            shoot(page, deployment.log_dir, f"ui-liftbridge-groups-{mode}.png")
+            shoot_here(page, deployment, shot.format("groups"))
 
             page.reload()  # the address keeps the tab
             frame = page.frame_locator("iframe")
             expect(frame.locator('nav button[data-tab="groups"]')).to_have_class(re.compile(r"\bactive\b"))
             expect(frame.locator(f'h2[data-group="{GROUP}"]')).to_be_visible()
         finally:
-            page.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-lag-groups-last-{mode}.png"), full_page=True)
+            page.screenshot(path=str(deployment.log_dir / shot.format("lag-groups-last")), full_page=True)
+
+
+def shoot_here(page: Any, deployment: Deployment, name: str) -> None:
+    """The screenshot ``name``: for ``docs/`` too when taken inside Airflow (:func:`shoot`)."""
+    if name.startswith("ui-liftbridge-prefixed-"):
+        page.screenshot(path=str(deployment.log_dir / name), full_page=True)
+    else:
+        shoot(page, deployment.log_dir, name)
 
 
 def test_the_new_routes_are_refused_without_a_session(deployment: Deployment) -> None:

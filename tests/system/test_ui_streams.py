@@ -1,10 +1,10 @@
 """The Streams tab, the Pipelines tab's verdicts, the charts' links to their runs and the contrast
 of every tab (docs/ui.md, "Streams", "Contrast"; issue 58 items 4 and 7) in the system tier's
-deployment, in headless Chromium inside Airflow's frame (every tab also behind a path prefix),
-light and dark: 120 streams of their own are sorted by a heading and paged by the server, the
-sort and page last in the address, and every stream has a message rate (one no task reads put
-first by it after a publish); a chart's point names its run and a click on the plot opens
-that run in Airflow; every visible text of every tab is at least 4.5:1
+deployment, in headless Chromium inside Airflow's frame and behind a path prefix, light and dark:
+120 streams of their own are sorted by a heading and paged by the server, the sort and page last
+in the address, and every stream has a message rate (inside Airflow: one no task reads put first
+by it after a publish); a chart's point names its run and its link opens that run in Airflow
+(inside and behind the prefix, light); every visible text of every tab is at least 4.5:1
 (``tests/system/contrast.py``). Screenshots of the Streams tab go to the deployment's log folder
 (and to ``docs/`` with ``LIFTBRIDGE_UI_SCREENSHOTS_TO_DOCS=1``)."""
 
@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -23,7 +23,6 @@ from scripts.deployment import Deployment
 from tests.system.conftest import ARCHIVE_DAG
 from tests.system.contrast import low_contrast
 from tests.system.test_ui import assert_refused_without_a_session, log_in, logged_in_page
-from tests.system.test_ui_base_url import prefixed  # noqa: F401  (the second api-server behind the prefix)
 from tests.system.test_ui_liftbridge_view import shoot
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(1200)]
@@ -52,17 +51,43 @@ def page(deployment: Deployment, archive_runs: list[str], many: str) -> Iterator
         yield logged_in
 
 
+@pytest.fixture(scope="module")
+def prefixed_page(page: Any, prefixed: str) -> Iterator[Any]:
+    """Another page of the module's browser (Playwright's sync API runs one per thread), logged
+    in behind the path prefix."""
+    behind = log_in(page.context.browser, prefixed)
+    yield behind
+    behind.close()
+
+
+@pytest.fixture(params=["inside", "prefix"])
+def where(request: pytest.FixtureRequest, deployment: Deployment, page: Any) -> tuple[Any, str]:
+    """A logged-in page and Airflow's address: inside Airflow (its own address), or behind the path
+    prefix (the proxy refuses anything outside it; the ``prefixed`` fixture checks it refused nothing)."""
+    if request.param == "inside":
+        return page, deployment.url
+    return request.getfixturevalue("prefixed_page"), request.getfixturevalue("prefixed")
+
+
+def in_frame(base: str, query: str) -> str:
+    """The view's address in Airflow's frame at ``base`` (``<base>/plugin/liftbridge<base path>/liftbridge/?…``)."""
+    return f"{base}/plugin/liftbridge{urlsplit(base).path}/liftbridge/?{query}"
+
+
 def committed(frame: Any) -> list[int]:
     return [int(r.get_attribute("data-committed")) for r in frame.locator("#stream-list tr[data-stream]").all()]
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page: Any, many: str, mode: str) -> None:
+def test_streams_tab_sorts_and_pages_on_the_server(
+    deployment: Deployment, where: tuple[Any, str], many: str, mode: str
+) -> None:
     from playwright.sync_api import expect
 
+    page, base = where
     page.emulate_media(color_scheme=mode)
     try:
-        page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=streams&filter={many}")
+        page.goto(in_frame(base, f"tab=streams&filter={many}"))
         frame = page.frame_locator("iframe")
         expect(frame.locator("html")).to_have_attribute("data-theme", mode)
         expect(frame.locator("#streams-count")).to_have_attribute("data-matched", str(COUNT))
@@ -104,21 +129,24 @@ def test_streams_tab_sorts_and_pages_on_the_server(deployment: Deployment, page:
         expect(frame.locator("#streams-pager")).to_have_attribute("data-pages", "5")
         expect(parts).to_have_count(2)  # still open
         assert low_contrast(frame) == []
-        shoot(page, deployment.log_dir, f"ui-liftbridge-streams-{mode}.png")
+        if base == deployment.url:
+            shoot(page, deployment.log_dir, f"ui-liftbridge-streams-{mode}.png")
 
-        # Every stream has a rate: a stream of its own that no task reads (not one of the 120, whose
-        # counts the other mode checks), first 0/s, then counting the 40 messages published.
-        busy = f"ui-rate-{mode}-{uuid.uuid4().hex[:6]}"
-        with LiftbridgeClient(deployment.devserver.address) as client:
-            client.create_stream(busy, busy)
-        url = f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=streams&filter={busy}"
-        assert rate_of(page, url, lambda rate: rate == 0).get_attribute("data-stream") == busy
-        with LiftbridgeClient(deployment.devserver.address) as client:
-            client.publish_many(busy, [b"r"] * 40)
-        first = rate_of(page, url, lambda rate: rate > 0)
-        cell = first.locator("[data-rate]")
-        assert cell.get_attribute("data-rate-messages") == "40"  # compared with a look before the publish
-        assert re.fullmatch(r"[0-9.,]+/s", cell.inner_text())
+            # Every stream has a rate: a stream of its own that no task reads (not one of the 120, whose
+            # counts the other mode checks), first 0/s, then counting the 40 messages published.
+            busy = f"ui-rate-{mode}-{uuid.uuid4().hex[:6]}"
+            with LiftbridgeClient(deployment.devserver.address) as client:
+                client.create_stream(busy, busy)
+            url = f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=streams&filter={busy}"
+            assert rate_of(page, url, lambda rate: rate == 0).get_attribute("data-stream") == busy
+            with LiftbridgeClient(deployment.devserver.address) as client:
+                client.publish_many(busy, [b"r"] * 40)
+            first = rate_of(page, url, lambda rate: rate > 0)
+            cell = first.locator("[data-rate]")
+            assert cell.get_attribute("data-rate-messages") == "40"  # compared with a look before the publish
+            assert re.fullmatch(r"[0-9.,]+/s", cell.inner_text())
+        else:
+            page.screenshot(path=str(deployment.log_dir / f"ui-liftbridge-prefixed-streams-{mode}.png"), full_page=True)
     finally:
         page.emulate_media(color_scheme="light")
 
@@ -177,27 +205,22 @@ def test_every_tab_is_readable_in_both_modes(
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_every_tab_loads_and_is_readable_behind_the_prefix(
-    page: Any,
-    prefixed: str,  # noqa: F811  (the fixture imported below)
-    mode: str,
-) -> None:
+def test_every_tab_loads_and_is_readable_behind_the_prefix(prefixed_page: Any, prefixed: str, mode: str) -> None:
     """The same behind a path prefix (the proxy refuses anything outside it, and the fixture checks
-    that it refused nothing): every tab loads its data and reads at 4.5:1 or more. The page is
-    another of the module's browser (Playwright's sync API runs one per thread)."""
-    prefixed_page = log_in(page.context.browser, prefixed)
+    that it refused nothing): every tab loads its data and reads at 4.5:1 or more."""
     try:
         assert every_tab_low_contrast(prefixed_page, prefixed, mode) == {tab: [] for tab in TABS}
     finally:
-        prefixed_page.close()
+        prefixed_page.emulate_media(color_scheme="light")
 
 
 def test_pipelines_show_verdicts_and_chart_points_open_their_runs(
-    deployment: Deployment, page: Any, archive_runs: list[str]
+    where: tuple[Any, str], archive_runs: list[str]
 ) -> None:
     from playwright.sync_api import expect
 
-    page.goto(f"{deployment.url}/plugin/liftbridge/liftbridge/?tab=pipelines")
+    page, base = where
+    page.goto(in_frame(base, "tab=pipelines"))
     frame = page.frame_locator("iframe")
     heading = frame.locator(PIPELINE)
     expect(heading.locator(".badge.status")).to_have_attribute("data-status", re.compile(r"^(OK|WARN|STALL|STOP|ERR)$"))
@@ -210,7 +233,7 @@ def test_pipelines_show_verdicts_and_chart_points_open_their_runs(
     lag = frame.locator(f'h2[data-chart-pipeline="{ARCHIVE_DAG}.clean_orders"] + div [data-chart="lag"]')
     caption = lag.locator("[data-run-caption]")
     # The chart's points in the order the run history has them (the order the runs ended).
-    history = page.request.get(f"{deployment.url}/liftbridge/api/connections/liftbridge_default/history").json()
+    history = page.request.get(f"{base}/liftbridge/api/connections/liftbridge_default/history").json()
     [charted] = [p for p in history["pipelines"] if (p["dag_id"], p["task_id"]) == (ARCHIVE_DAG, "clean_orders")]
     runs = [r["run_id"] for r in charted["runs"]]
     assert sorted(runs) == sorted(archive_runs)
@@ -229,7 +252,7 @@ def test_pipelines_show_verdicts_and_chart_points_open_their_runs(
     expect(caption).to_have_attribute("data-run-id", runs[0])
     expect(caption).to_contain_text(f"run {runs[0]}")
     caption.locator("a").click()  # the run's page, in Airflow's window
-    page.wait_for_url(lambda at: f"/dags/{ARCHIVE_DAG}/runs/" in at and "/plugin/" not in at)
+    page.wait_for_url(lambda at: at.startswith(f"{base}/dags/{ARCHIVE_DAG}/runs/"))
     assert quote(runs[0], safe="") in page.url or runs[0] in page.url
 
 

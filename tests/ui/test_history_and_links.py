@@ -129,9 +129,15 @@ def test_a_task_process_loads_the_plugin_without_the_views_app(tmp_path: Any) ->
         names = [p.name for p in plugins_manager._get_plugins()[0]]
         print("LOADED", "liftbridge_ui" in names)
         print("APP", sorted(m for m in sys.modules if m.startswith("airflow_provider_liftbridge.ui.")))
+        print("FROM", sys.modules["airflow_provider_liftbridge"].__file__)
         """
     )
-    env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PATH": "/usr/bin:/bin"}
+    env = {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),  # this checkout, whatever an editable install points at
+    }
     # -P: the working directory is not on sys.path, as for the airflow command. A source
     # checkout's *.egg-info there is a second copy of this distribution, whose entry point
     # would register the plugin again.
@@ -141,6 +147,7 @@ def test_a_task_process_loads_the_plugin_without_the_views_app(tmp_path: Any) ->
     assert "APP ['airflow_provider_liftbridge.ui.paths', 'airflow_provider_liftbridge.ui.plugin']" in done.stdout, (
         done.stdout[-2000:]
     )
+    assert f"FROM {REPO / 'airflow_provider_liftbridge' / '__init__.py'}" in done.stdout, done.stdout[-2000:]
 
 
 def test_the_page_loads_everything_from_the_package_by_relative_addresses(airflow_app: Any) -> None:  # noqa: F811
