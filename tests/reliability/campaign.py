@@ -605,9 +605,12 @@ def _records(schedule: Schedule, run: str) -> list[Record]:
 
 def read_back(addresses: Sequence[str], stream: str, partitions: int, within: float = 90.0) -> list[Any]:
     """Every message of ``stream``, once the cluster answers again and every partition has
-    committed what its leader holds (tried for ``within`` s). After a full restart a partition's
-    high watermark reads -1 for a while although its log holds messages (liftbridge-semantics.md):
-    reading then would see an empty stream.
+    committed what its leader holds, and every broker that answers names the same leader for each
+    partition (tried for ``within`` s). After a full restart a partition's high watermark reads -1
+    for a while although its log holds messages (liftbridge-semantics.md): reading then would see
+    an empty stream. A deposed leader that has not applied the leader change yet still names itself
+    and serves its own, shorter, committed log (seed 59968 again, docs/reliability.md): reading
+    from it would miss what the new leader committed.
 
     :raises Unsettled: the stream could not be read whole within ``within`` s (a partition kept
         committing less than its leader holds, or no broker would lead it); the error names the
@@ -617,6 +620,9 @@ def read_back(addresses: Sequence[str], stream: str, partitions: int, within: fl
         deadline = time.monotonic() + within
         while True:
             try:
+                disagreement = leaders_disagree(addresses, stream, partitions)
+                if disagreement:
+                    raise _NotSettled(disagreement)
                 with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
                     out: list[Any] = []
                     for p in range(partitions):
@@ -639,6 +645,25 @@ def read_back(addresses: Sequence[str], stream: str, partitions: int, within: fl
                         f"partitions: {partition_states(addresses, stream, partitions)}"
                     ) from exc
                 time.sleep(0.5)
+
+
+def leaders_disagree(addresses: Sequence[str], stream: str, partitions: int) -> str:
+    """Empty when every broker of ``addresses`` that answers names the same leader for each
+    partition of ``stream``; else which brokers name which leader (a broker that does not answer,
+    or does not know the stream, is left out: a stopped one must not hold the read back)."""
+    named: dict[int, dict[str, list[str]]] = {p: {} for p in range(partitions)}
+    for address in addresses:
+        with suppress(LiftbridgeError), LiftbridgeClient([address], timeout=2.0, max_retries=0) as one:
+            listed = one.fetch_metadata([stream]).streams.get(stream)
+            for p in range(partitions):
+                part = listed.partitions.get(p) if listed is not None else None
+                if part is not None:
+                    named[p].setdefault(part.leader or "none", []).append(address)
+    return "; ".join(
+        f"partition {p}: " + ", ".join(f"{' and '.join(who)} name {leader}" for leader, who in sorted(by.items()))
+        for p, by in named.items()
+        if len(by) > 1
+    )
 
 
 class _NotSettled(Exception):
