@@ -1,0 +1,69 @@
+"""The campaign's read-back and a deposed leader (seed 59968 again, docs/reliability.md).
+
+A broker that cannot reach the metadata log still names itself leader of what it led and serves
+reads up to its own high watermark. On Liftbridge it went on doing so for 16 s after its link
+healed, and the read-back, asking it first, took its shorter log for the stream. Here the dev
+cluster's cut broker (devserver/isolation.py), still cut, stands in for it: the read-back must
+not return while the brokers disagree on the leader, and must read everything once they agree.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, LiftbridgeError, Record
+from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
+from tests import margins
+
+from .campaign import Unsettled, leaders_disagree, read_back, replica_of
+
+pytestmark = [pytest.mark.timeout(300)]
+
+TIMINGS = ClusterTimings.fast(
+    replica_max_leader_timeout=3.0, replica_max_lag_time=3.0, replica_max_idle_wait=1.0, min_insync_replicas=2
+)
+
+
+@pytest.fixture
+def cluster() -> Iterator[DevServerProcess]:
+    with (
+        tempfile.TemporaryDirectory(prefix="read-back-") as data,
+        DevServerProcess(Path(data), brokers=3, timings=TIMINGS) as server,
+    ):
+        yield server
+
+
+def test_the_read_back_waits_while_a_deposed_leader_names_itself(cluster: DevServerProcess, stream_name: str) -> None:
+    addresses = cluster.addresses
+    with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
+        admin.create_stream(stream_name, stream_name, replication_factor=3)
+        admin.publish_many(stream_name, [Record(b"before the cut")], ack_policy=AckPolicy.ALL)
+    leader = cluster.broker_ids.index(replica_of(addresses, stream_name, 0, "leader"))
+    majority = [a for i, a in enumerate(addresses) if i != leader]
+    cluster.cut_broker_from_nats(leader, "cut")
+    margins.wait_until(
+        lambda: replica_of(majority, stream_name, 0, "leader") != cluster.broker_ids[leader],
+        30.0,
+        "the majority elected a new leader",
+        interval=0.1,
+    )
+    with LiftbridgeClient(majority, timeout=5.0, max_retries=8) as client:
+        client.publish_many(stream_name, [Record(b"after the election")], ack_policy=AckPolicy.ALL)
+    # Its first FetchMetadata waits for its peers' answers until the caller's deadline (the
+    # broker survey, devserver/faults.py); what it gathered is kept, so the next ones answer at
+    # once, from the metadata it last knew: as b0 answered right after its link healed.
+    with suppress(LiftbridgeError), LiftbridgeClient([addresses[leader]], timeout=1.0, max_retries=0) as cut:
+        cut.fetch_metadata([stream_name])
+    # The deposed leader first, as b0 was in the campaign's address list.
+    seeds = [addresses[leader], *majority]
+    assert leaders_disagree(seeds, stream_name, 1).startswith("partition 0: ")
+    with pytest.raises(Unsettled, match="name"):
+        read_back(seeds, stream_name, 1, within=2.0)
+    cluster.heal_broker(leader)
+    values = [m.value for m in read_back(seeds, stream_name, 1)]
+    assert values == [b"before the cut", b"after the election"]
