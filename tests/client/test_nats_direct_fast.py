@@ -310,9 +310,13 @@ def _until_a_ping_is_buffered(nc: NatsClient, timeout: float = 30.0) -> None:
     ``nc``'s socket. A bound for a wait that normally ends in 200 ms."""
     fd = nc._transport._io_writer.get_extra_info("socket").fileno()  # type: ignore[union-attr]
     with socket.socket(fileno=os.dup(fd)) as sock:
+        # poll, not select: a long-lived test worker can hold over 1024 descriptors, and select()
+        # refuses any numbered 1024 or more ("filedescriptor out of range", seen in CI).
+        readable = select.poll()
+        readable.register(sock, select.POLLIN)
         with bounded("a PING from the server", timeout):
             deadline = time.monotonic() + timeout
-            while b"PING" not in (sock.recv(4096, socket.MSG_PEEK) if select.select([sock], [], [], 0.01)[0] else b""):
+            while b"PING" not in (sock.recv(4096, socket.MSG_PEEK) if readable.poll(10) else b""):
                 assert time.monotonic() < deadline, "no PING from the server"
 
 
