@@ -59,14 +59,7 @@ def test_overlapping_selections_put_each_letter_back_once(op: ActionApi, stream_
     plan = op.post(f"{BASE}/dead-letters/{dlq}/replay-plan", {"letters": ["0:4", "0:5"]})
     assert (plan["count"], plan["already_replayed"], plan["skipped"]) == (2, 1, ["0:4"])
 
-    answers: list[dict[str, Any]] = []
-    selections = [["0:5", "0:6", "0:7"], ["0:6", "0:7", "0:8", "0:9"]]
-    clicks = [threading.Thread(target=lambda s=s: answers.append(op.post(url, {"letters": s}))) for s in selections]
-    for c in clicks:
-        c.start()
-    for c in clicks:
-        c.join()
-    assert len(answers) == 2
+    answers = _at_once(op, url, [["0:5", "0:6", "0:7"], ["0:6", "0:7", "0:8", "0:9"]])
     assert sum(a["replayed"] for a in answers) == 5  # 0:5 to 0:9, each by one of them
     assert sorted(a["already_replayed"] for a in answers) == [0, 2]  # one waited for the other: 0:6, 0:7 skipped
     # "all", after them: nothing left to put back.
@@ -99,15 +92,8 @@ def test_two_api_servers_claiming_the_same_letters_at_once_put_each_back_once(
         return append(client, ledger, kind, producer, letters)
 
     monkeypatch.setattr(actions, "ledger_append", held)
-    answers: list[dict[str, Any]] = []
     url = f"{BASE}/dead-letters/{dlq}/replay"
-    selections = [["0:0", "0:1", "0:2", "0:3"], ["0:2", "0:3", "0:4", "0:5"]]
-    clicks = [threading.Thread(target=lambda s=s: answers.append(op.post(url, {"letters": s}))) for s in selections]
-    for c in clicks:
-        c.start()
-    for c in clicks:
-        c.join()
-    assert len(answers) == 2
+    answers = _at_once(op, url, [["0:0", "0:1", "0:2", "0:3"], ["0:2", "0:3", "0:4", "0:5"]])
     assert sorted((a["replayed"], a["already_replayed"]) for a in answers) == [(2, 2), (4, 0)]
     loser = next(a for a in answers if a["already_replayed"])
     assert loser["skipped"] == ["0:2", "0:3"]
@@ -179,3 +165,15 @@ def test_a_paused_dead_letter_partition_is_refused_with_what_to_do(
     done = op.post(f"{BASE}/dead-letters/{dlq}/replay", {"letters": ["0:0", "0:1"]})
     assert done["replayed"] == 2
     assert _origins(stream_name, lb_address) == Counter(_ids(dlq, range(2)))
+
+
+def _at_once(op: ActionApi, url: str, selections: list[list[str]]) -> list[dict[str, Any]]:
+    """Each selection replayed from a thread of its own, all at once (clicks in two browsers): the answers."""
+    answers: list[dict[str, Any]] = []
+    clicks = [threading.Thread(target=lambda s=s: answers.append(op.post(url, {"letters": s}))) for s in selections]
+    for c in clicks:
+        c.start()
+    for c in clicks:
+        c.join()
+    assert len(answers) == len(selections)  # every request answered
+    return answers
