@@ -97,6 +97,8 @@ def recount(reader: TailReader, partitions: Sequence[int]) -> None:
             if info.high_watermark < min(part.next_offset - 1, info.newest_offset):
                 behind.append(info)
                 continue
+            if info.high_watermark < part.scan_start:
+                continue  # nothing committed there since the scan start: nothing of ours to count
             read[p] = (part.scan_start, info.high_watermark)
             for pb in reader.stored(p, part.scan_start, info.high_watermark):
                 counted.take(p, pb.headers)
