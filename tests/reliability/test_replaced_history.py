@@ -17,6 +17,7 @@ Before either, each of these calls returned success with 50 acknowledged records
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 import pytest
@@ -122,3 +123,20 @@ def test_a_call_that_saw_the_leader_change_reads_its_records_again_and_fails_on_
     assert error.result.written == FIRST  # the second call's records: each sent and acknowledged once
     text = str(error)
     assert f"found {len(gone)} sequence number(s) counted as stored missing and 0 stored twice" in text
+
+
+def test_a_call_that_saw_the_leader_change_and_lost_nothing_returns_after_reading_again(
+    fast_cluster: DevServer, stream_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ordinary failover: the read after it finds every record once, and the call returns.
+    caplog.set_level(logging.INFO, logger="airflow_provider_liftbridge.client.exactly_once")
+    with LiftbridgeClient(fast_cluster.addresses, timeout=5.0, max_retries=8) as client:
+        client.create_stream(stream_name, stream_name, replication_factor=3)
+        with _publisher(client, stream_name, AckPolicy.ALL) as publisher:
+            assert publisher.publish(_values(0, FIRST)).written == FIRST
+            _, leader = _follower_and_leader(fast_cluster, client, stream_name)
+            fast_cluster.kill_broker(leader)
+            assert publisher.publish(_values(FIRST, FIRST)).written == FIRST
+        assert _seqs(client, stream_name, "replaced") == Counter(range(2 * FIRST))
+    (line,) = [r.getMessage() for r in caplog.records if "read its records again" in r.getMessage()]
+    assert line.endswith(f"(partition 0 offsets 0-{2 * FIRST - 1}): 0 missing, 0 twice")

@@ -17,6 +17,7 @@ that saw a leader change. :class:`Recount` is the counting, with no I/O; :func:`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from .errors import RecountMismatch, TailNotSettled
@@ -25,6 +26,8 @@ from .state import SeqSet
 from .tail import TailReader
 
 __all__ = ["Recount", "overlap", "recount"]
+
+log = logging.getLogger("airflow_provider_liftbridge.client.exactly_once")
 
 
 def overlap(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
@@ -108,5 +111,12 @@ def recount(reader: TailReader, partitions: Sequence[int]) -> None:
         if left:
             reader.timer.sleep(reader.waits.settle if reader.waits.settle > 0 else 0.2)
     missing = counted.missing
+    log.info(
+        "Producer %r: a partition's leader changed during the call; read its records again (%s): %d missing, %d twice",
+        state.producer_id,
+        ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(read.items())),
+        missing,
+        counted.twice,
+    )
     if missing or counted.twice:
         raise RecountMismatch(counted.twice_in, missing, counted.twice, read)
