@@ -110,8 +110,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ready-within",
         type=float,
         default=METADATA_READY_WITHIN,
-        help="external cluster: how long each run waits for the cluster to create a probe stream, and tries"
-        " --metadata-leader-cmd again while it fails, before the run is not judged"
+        help="external cluster: how long each run waits for the cluster to create a probe stream and"
+        " acknowledge one record published to it with ack ALL, and tries --metadata-leader-cmd again while it"
+        " fails, before the run is not judged"
         f" (default {METADATA_READY_WITHIN:g} s)",
     )
     return p.parse_args(argv)

@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         "metadata-leader I, cut-nats I, cut-peers I, heal I (a broker cut off from NATS / from its peers "
         "while clients still reach it, and healed), restart [DOWN_SECONDS], clock STREAM TIME|real "
         "(the reception clock of a stream's "
-        "new messages); each is answered on stdout with 'ok COMMAND' or "
+        "new messages), replace-history STREAM PARTITION I KEEP_TO (a test hook: broker I cuts its log after "
+        "KEEP_TO and leads); each is answered on stdout with 'ok COMMAND' or "
         "'error COMMAND: REASON'; 'metadata-leader' alone is answered 'ok metadata-leader: I'; "
         "the server stops when stdin closes",
     )
@@ -216,6 +217,11 @@ async def run_control(core: ServerCore, line: str) -> str:
     try:
         if name == "metadata-leader" and not args:  # a question, not a fault: which broker leads
             return f"ok metadata-leader: {core.metadata_leader()}"
+        if name == "replace-history":  # a test hook: a model of Liftbridge's wrong truncation
+            if len(args) != 4:
+                raise ValueError("give a stream, a partition, a broker index and the last offset to keep")
+            cut = await core.replace_history(args[0], int(args[1]), int(args[2]), int(args[3]))
+            return f"ok {line.strip()}: {cut}"
         if name == "clock":  # a test hook, not a fault: one stream's reception clock (clock.py)
             if len(args) != 2:
                 raise ValueError("give a stream and an ISO 8601 time with a time zone, or 'real'")

@@ -418,6 +418,34 @@ class Cluster:
             repl.update_hw()
             part.notify()
 
+    def history_replaced(self, part: Partition, broker: BrokerSlot, keep_to: int) -> int:
+        """A test hook, a model of Liftbridge v1.9.0-72's wrong truncation (docs/devserver.md, "A
+        replaced history"): ``broker``'s replica of ``part``, a running follower, cuts its log after
+        offset ``keep_to`` (its fallback to a lagging high watermark), committed records included,
+        and is elected leader at once, in a new epoch starting after ``keep_to``. The other replicas
+        follow its history, so they cut back there too. Returns how many records its log lost.
+
+        :raises ValueError: ``broker`` holds no replica of ``part``, leads it, or is not running.
+        """
+        repl = replication_of(part)
+        rep = repl.replicas.get(broker.id)
+        if rep is None or part.leader == broker.id or not rep.serving:
+            raise ValueError(
+                f"broker {broker.index} must be a running follower of {part.stream.name}/{part.id} "
+                f"(replicas {part.replicas}, leader {part.leader})"
+            )
+        rep.log.flush()
+        cut = rep.log.truncate(keep_to + 1)
+        if broker.id not in part.isr:
+            part.isr.append(broker.id)
+        log.warning("replica %s of %s/%d cut %d records and leads now", broker.id, part.stream.name, part.id, cut)
+        self._lead(part, repl, rep)
+        for other in repl.replicas.values():  # no replica knows a high watermark past its own log now
+            other.hw = min(other.hw, other.log.newest_offset)
+        self.store.save()
+        part.notify()
+        return cut
+
     def broker_resumed(self, broker: BrokerSlot) -> None:
         """A stalled broker runs again: parked work of partitions it still leads goes through."""
         broker.stalled = False

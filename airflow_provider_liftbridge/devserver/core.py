@@ -312,6 +312,22 @@ class ServerCore:
         """
         self._cluster("heal a broker").broker_rejoined(self.brokers[index])
 
+    async def replace_history(self, stream: str, partition: int, index: int, keep_to: int) -> int:
+        """A test hook, a model of Liftbridge's wrong truncation: broker ``index``, a follower of
+        the partition, cuts its log after ``keep_to`` (committed records included) and leads it at
+        once; the other replicas follow (cluster mode; see ``Cluster.history_replaced``). Returns how
+        many records its log lost.
+
+        :raises IndexError: no such broker.
+        :raises ValueError: no such partition, or the broker is not a running follower of it.
+        :raises ServerStateError: a single-broker server.
+        """
+        cluster = self._cluster("replace a partition's history")
+        part = self.store.get_partition(stream, partition)
+        if part is None:
+            raise ValueError(f"no partition {partition} of stream {stream!r}")
+        return cluster.history_replaced(part, self.brokers[index], keep_to)
+
     def metadata_leader(self) -> int:
         """Index of the broker that is the metadata (Raft) leader.
 

@@ -252,6 +252,10 @@ class DevServerProcess:
         """Make broker ``index`` the metadata leader (see :meth:`DevServer.move_metadata_leader`)."""
         self._command(f"metadata-leader {index}")
 
+    def replace_history(self, stream: str, partition: int, index: int, keep_to: int) -> int:
+        """Replace a partition's history from broker ``index`` (see :meth:`DevServer.replace_history`)."""
+        return int(self._command(f"replace-history {stream} {partition} {index} {keep_to}"))
+
     @property
     def metadata_leader(self) -> int:
         """Index of the metadata leader, asked of the child (see :meth:`DevServer.metadata_leader`).

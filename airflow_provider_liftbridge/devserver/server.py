@@ -312,6 +312,19 @@ class DevServer:
         """
         self._run(self._running_core().heal_broker(index))
 
+    def replace_history(self, stream: str, partition: int, index: int, keep_to: int) -> int:
+        """A test hook, no upstream call: a model of Liftbridge v1.9.0-72's wrong truncation (issue
+        59, seed 59919). Broker ``index``, a running follower of the partition, cuts its log after
+        offset ``keep_to``, committed records included (Liftbridge's fallback to a lagging high
+        watermark), and is elected leader at once; the other replicas follow its history. Returns
+        how many records its log lost (docs/devserver.md, "A replaced history").
+
+        :raises IndexError: no such broker.
+        :raises ValueError: no such partition, or the broker is not a running follower of it.
+        :raises ServerStateError: a single-broker server.
+        """
+        return int(self._run(self._running_core().replace_history(stream, partition, index, keep_to)))
+
     @property
     def metadata_leader(self) -> int:
         """Index of the broker that is the metadata (Raft) leader (broker 0 at start; another one

@@ -48,7 +48,9 @@ def _schedule(seed: int, target: str) -> Schedule:
     return Schedule(seed, "grpc", target, "stop", "before", 0.5, 0.3, 0.0, 20, 1)
 
 
-def test_the_wait_lasts_until_the_cluster_creates_a_stream_again(server: DevServer) -> None:
+def _wait_through_a_stall(server: DevServer, index: int) -> list[str]:
+    """Stall broker ``index``, wait for the cluster in a thread until it says it waits, check it is
+    still waiting, resume the broker, and return what the wait said once it has returned."""
     lines: list[str] = []
     failed: list[BaseException] = []
 
@@ -58,23 +60,40 @@ def test_the_wait_lasts_until_the_cluster_creates_a_stream_again(server: DevServ
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             failed.append(exc)
 
-    leader = server.metadata_leader
-    server.stall_broker(leader)
+    server.stall_broker(index)
     waiter = threading.Thread(target=wait, daemon=True)
     try:
         waiter.start()
         deadline = time.monotonic() + 120.0
         while not lines and waiter.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert lines and "takes no metadata change" in lines[0] and "waiting up to 240 s" in lines[0]
-        assert waiter.is_alive()  # still waiting: the probe cannot be created
+        assert lines and "takes no metadata change or ack-ALL publish" in lines[0]
+        assert "waiting up to 240 s" in lines[0]
+        assert waiter.is_alive()  # still waiting
     finally:
-        server.resume_broker(leader)
+        server.resume_broker(index)
     waiter.join(120.0)
     assert not waiter.is_alive() and failed == []
-    assert "took a metadata change again after" in lines[-1]
+    assert "took a metadata change and an ack-ALL publish again after" in lines[-1]
     with LiftbridgeClient(server.addresses, timeout=5.0) as client:
         assert not [s for s in client.fetch_metadata().streams if s.startswith("campaign-probe-")]
+    return lines
+
+
+def test_the_wait_lasts_until_the_cluster_creates_a_stream_again(server: DevServer) -> None:
+    _wait_through_a_stall(server, server.metadata_leader)  # the probe stream cannot be created
+
+
+def test_the_wait_lasts_until_the_cluster_acknowledges_a_probe_record_with_ack_all() -> None:
+    # Seeds 59939-59941: the cluster took CreateStream, but a run's set-up records got no ALL ack.
+    # Here a stalled follower leaves the ISR below its minimum (3), so nothing commits: before the
+    # probe published, the wait returned at once.
+    if EXTERNAL_BROKERS:
+        pytest.skip("needs a 3-broker dev server of its own")
+    with DevServer(
+        brokers=3, timings=ClusterTimings.fast(metadata_election_timeout=3600.0, min_insync_replicas=3)
+    ) as srv:
+        _wait_through_a_stall(srv, next(i for i in range(3) if i != srv.metadata_leader))
 
 
 def test_a_run_on_a_cluster_that_never_got_a_metadata_leader_is_not_judged(server: DevServer) -> None:

@@ -38,32 +38,52 @@ def cluster() -> Iterator[DevServerProcess]:
         yield server
 
 
-def test_the_read_back_waits_while_a_deposed_leader_names_itself(cluster: DevServerProcess, stream_name: str) -> None:
+def _deposed(cluster: DevServerProcess, stream: str) -> tuple[int, list[str]]:
+    """Cut the leader of ``stream``'s partition 0 off from NATS until the majority has elected
+    another and taken a record; return the cut broker's index and the addresses, the deposed
+    leader (still naming itself) first, as b0 was in the campaign's address list."""
     addresses = cluster.addresses
     with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
-        admin.create_stream(stream_name, stream_name, replication_factor=3)
-        admin.publish_many(stream_name, [Record(b"before the cut")], ack_policy=AckPolicy.ALL)
-    leader = cluster.broker_ids.index(replica_of(addresses, stream_name, 0, "leader"))
+        admin.create_stream(stream, stream, replication_factor=3)
+        admin.publish_many(stream, [Record(b"before the cut")], ack_policy=AckPolicy.ALL)
+    leader = cluster.broker_ids.index(replica_of(addresses, stream, 0, "leader"))
     majority = [a for i, a in enumerate(addresses) if i != leader]
     cluster.cut_broker_from_nats(leader, "cut")
     margins.wait_until(
-        lambda: replica_of(majority, stream_name, 0, "leader") != cluster.broker_ids[leader],
+        lambda: replica_of(majority, stream, 0, "leader") != cluster.broker_ids[leader],
         30.0,
         "the majority elected a new leader",
         interval=0.1,
     )
     with LiftbridgeClient(majority, timeout=5.0, max_retries=8) as client:
-        client.publish_many(stream_name, [Record(b"after the election")], ack_policy=AckPolicy.ALL)
+        client.publish_many(stream, [Record(b"after the election")], ack_policy=AckPolicy.ALL)
     # Its first FetchMetadata waits for its peers' answers until the caller's deadline (the
     # broker survey, devserver/faults.py); what it gathered is kept, so the next ones answer at
     # once, from the metadata it last knew: as b0 answered right after its link healed.
     with suppress(LiftbridgeError), LiftbridgeClient([addresses[leader]], timeout=1.0, max_retries=0) as cut:
-        cut.fetch_metadata([stream_name])
-    # The deposed leader first, as b0 was in the campaign's address list.
-    seeds = [addresses[leader], *majority]
+        cut.fetch_metadata([stream])
+    return leader, [addresses[leader], *majority]
+
+
+def test_the_read_back_waits_while_a_deposed_leader_names_itself(cluster: DevServerProcess, stream_name: str) -> None:
+    leader, seeds = _deposed(cluster, stream_name)
     assert leaders_disagree(seeds, stream_name, 1).startswith("partition 0: ")
     with pytest.raises(Unsettled, match="name"):
         read_back(seeds, stream_name, 1, within=2.0)
     cluster.heal_broker(leader)
     values = [m.value for m in read_back(seeds, stream_name, 1)]
     assert values == [b"before the cut", b"after the election"]
+
+
+def test_a_strike_is_not_aimed_at_a_deposed_leader_that_names_itself(
+    cluster: DevServerProcess, stream_name: str
+) -> None:
+    # The campaign's "recovery" strike aims at the partition leader again: asking the deposed
+    # leader first, it cut b0 a second time and never touched the leader of the time (seed 59968).
+    leader, seeds = _deposed(cluster, stream_name)
+    with pytest.raises(Unsettled, match=r"the leader of .* was not found in 2 s"):
+        replica_of(seeds, stream_name, 0, "leader", within=2.0)  # before the fix: the deposed leader
+    cluster.heal_broker(leader)
+    new_leader = replica_of(seeds, stream_name, 0, "leader")
+    assert new_leader != cluster.broker_ids[leader]
+    assert replica_of(seeds[1:], stream_name, 0, "leader") == new_leader

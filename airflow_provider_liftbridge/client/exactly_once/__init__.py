@@ -11,6 +11,7 @@ through the caller's client. Its rooms:
 - :mod:`.decision`: the resend decision: resume or stop, which broker may still deliver;
 - :mod:`.sender`: what it needs of the publisher it wraps, and how it reads its input;
 - :mod:`.publisher`: :class:`ExactlyOncePublisher`, which ties them together;
+- :mod:`.recount`: the read after a leader change: each record counted as stored is there once;
 - :mod:`.between`: rule 5 of ADR 8 done once for publishers side by side (the tasks of a Spark
   job): the offsets between their records that none of them was acknowledged for;
 - :mod:`.errors`: its errors.
@@ -22,7 +23,10 @@ from .errors import (
     ConcurrentProducerError,
     ExactlyOnceError,
     ExactlyOncePublishError,
+    HistoryMismatchError,
+    ReplacedHistoryError,
     SilentBrokerError,
+    TruncatedLogError,
     UncommittedTailError,
 )
 from .identity import CURSOR_PREFIX, PRODUCER_HEADER, SEQ_HEADER, producer_cursor_id, producer_id_for
@@ -40,9 +44,12 @@ __all__ = [
     "ExactlyOncePublishError",
     "ExactlyOncePublisher",
     "ExactlyOnceResult",
+    "HistoryMismatchError",
+    "ReplacedHistoryError",
     "SeqSet",
     "Sender",
     "SilentBrokerError",
+    "TruncatedLogError",
     "UncommittedTailError",
     "producer_cursor_id",
     "producer_id_for",

@@ -38,9 +38,13 @@ from .errors import (
     ConcurrentProducerError,
     ExactlyOnceError,
     ExactlyOncePublishError,
+    HistoryMismatchError,
+    LogShorter,
     ProducerStillWriting,
+    RecountMismatch,
     SilentBrokerError,
     TailNotSettled,
+    TruncatedLogError,
     UncommittedTailError,
 )
 from .state import ExactlyOnceResult
@@ -161,6 +165,10 @@ class Resumption:
             raise self.silent(result, what, exc) from None
         if isinstance(exc, ProducerStillWriting):
             raise self.concurrent(result, what, exc) from None
+        if isinstance(exc, LogShorter):
+            raise self.truncated(result, what, exc) from None
+        if isinstance(exc, RecountMismatch):
+            raise self.mismatch(result, what, exc) from None
         if isinstance(exc, MISSING) and self.missing_for_sure():
             raise self.failed(result, what, exc) from exc
         if isinstance(exc, ExactlyOnceError) or not isinstance(exc, RESUMABLE + MISSING):
@@ -224,6 +232,55 @@ class Resumption:
             result,
             partition=exc.partition,
             duplicates=exc.duplicates,
+        )
+
+    #: What a caller can do about a replaced history (TruncatedLogError, HistoryMismatchError).
+    _REPLACED_ADVICE = (
+        "Nothing more was sent. Publishing again with the same producer id sends again whatever the partition's "
+        "current leader lacks; first check that every broker names the same leader (a deposed one answers from its "
+        "own, shorter, log until it learns of the change) and that the replicas hold the same records: on "
+        "Liftbridge v1.9.0-72 a follower cut to a lagging high watermark can be elected after fast leader changes "
+        "(docs/reliability.md, seed 59919), and a replica that kept the other history may lead later, with those "
+        "records then stored twice."
+    )
+
+    def truncated(self, result: ExactlyOnceResult, what: str, exc: LogShorter) -> TruncatedLogError:
+        """The error for a partition that lost records seen committed (ack policy ALL)."""
+        if exc.how == "ack":
+            seen = (
+                f"an ack put one of this producer's records at offset {exc.newest_offset}, at or below offset "
+                f"{exc.committed_offset}, which this publisher had already seen committed"
+            )
+        else:
+            seen = (
+                f"the partition now ends at offset {exc.newest_offset}, below offset {exc.committed_offset}, which "
+                "this publisher had seen committed"
+            )
+        return TruncatedLogError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} stopped while {what}: "
+            f"partition {exc.partition}: {seen} (acknowledged with ack policy ALL, or below a high watermark it "
+            f"read). So records acknowledged with ALL are no longer there: the replicas' histories diverged, or a "
+            f"deposed leader answered. {self._so_far(result)}. {self._REPLACED_ADVICE}",
+            result,
+            partition=exc.partition,
+            newest_offset=exc.newest_offset,
+            committed_offset=exc.committed_offset,
+        )
+
+    def mismatch(self, result: ExactlyOnceResult, what: str, exc: RecountMismatch) -> HistoryMismatchError:
+        """The error for a read after a leader change that did not find each record exactly once."""
+        read = ", ".join(f"partition {p} offsets {a} to {b}" for p, (a, b) in sorted(exc.read.items()))
+        return HistoryMismatchError(
+            f"exactly-once publish of producer {self.producer_id!r} to stream {self.stream!r} failed while {what}: "
+            f"a partition's leader changed during the call, and reading this producer's records again ({read}) "
+            f"found {exc.missing} sequence number(s) counted as stored missing and {exc.twice} stored twice. The "
+            f"stream's history was replaced under the call (with ack policy LEADER, records acknowledged by a "
+            f"failed leader alone are lost this way; with ALL, the replicas diverged). {self._so_far(result)}. "
+            f"{self._REPLACED_ADVICE}",
+            result,
+            partition=exc.partition,
+            missing=exc.missing,
+            twice=exc.twice,
         )
 
     def failed(

@@ -11,7 +11,10 @@ __all__ = [
     "ConcurrentProducerError",
     "ExactlyOnceError",
     "ExactlyOncePublishError",
+    "HistoryMismatchError",
+    "ReplacedHistoryError",
     "SilentBrokerError",
+    "TruncatedLogError",
     "UncommittedTailError",
 ]
 
@@ -93,6 +96,57 @@ class ConcurrentProducerError(ExactlyOncePublishError):
         self.duplicates = duplicates
 
 
+class ReplacedHistoryError(ExactlyOncePublishError):
+    """A partition no longer holds what this publisher saw committed there: the replicas' histories
+    diverged (Liftbridge v1.9.0-72 can cut a follower to a lagging high watermark and elect it,
+    losing records acknowledged with ack policy ALL: seed 59919, docs/reliability.md), or a
+    deposed leader that has not learnt of the change answered from its own, shorter, log.
+
+    Nothing more was sent after it was seen: a re-send would store a second copy wherever a
+    replica with the other history leads later. The client cannot undo the loss.
+
+    :ivar partition: the partition.
+    """
+
+    def __init__(self, message: str, result: ExactlyOnceResult, *, partition: int) -> None:
+        super().__init__(message, result)
+        self.partition = partition
+
+
+class TruncatedLogError(ReplacedHistoryError):
+    """With ack policy ALL, a partition's log was found ending below an offset this publisher had
+    seen committed (acknowledged with ALL, or below a high watermark it read), or an ack put one
+    of its records at such an offset.
+
+    :ivar newest_offset: the partition's newest offset as read (or the offset the ack named).
+    :ivar committed_offset: the offset this publisher had seen committed before.
+    """
+
+    def __init__(
+        self, message: str, result: ExactlyOnceResult, *, partition: int, newest_offset: int, committed_offset: int
+    ) -> None:
+        super().__init__(message, result, partition=partition)
+        self.newest_offset = newest_offset
+        self.committed_offset = committed_offset
+
+
+class HistoryMismatchError(ReplacedHistoryError):
+    """The read after a leader change (every record of this producer from its scan start to the
+    high watermark) did not find each sequence number this publisher counted as stored exactly
+    once.
+
+    :ivar missing: sequence numbers counted as stored and not found.
+    :ivar twice: sequence numbers found more than once (beyond copies an earlier try left).
+    :ivar partition: the first partition where a difference was found (-1: only missing ones,
+        which cannot be placed).
+    """
+
+    def __init__(self, message: str, result: ExactlyOnceResult, *, partition: int, missing: int, twice: int) -> None:
+        super().__init__(message, result, partition=partition)
+        self.missing = missing
+        self.twice = twice
+
+
 class TailNotSettled(ExactlyOnceError):
     """Internal: the wait for a partition's tail ran out (turned into :class:`UncommittedTailError`)."""
 
@@ -129,3 +183,33 @@ class ProducerStillWriting(ExactlyOnceError):
         self.offsets = offsets
         self.duplicates = duplicates
         self.waited = waited
+
+
+class LogShorter(ExactlyOnceError):
+    """Internal: with ack policy ALL, a partition ends below (or acknowledged a record at) an
+    offset seen committed before (turned into :class:`TruncatedLogError`).
+
+    :ivar how: what was read: ``"newest offset"`` or ``"ack"``.
+    """
+
+    def __init__(self, partition: int, newest_offset: int, committed_offset: int, how: str) -> None:
+        super().__init__(f"partition {partition}: {how} {newest_offset}, committed offset {committed_offset}")
+        self.partition = partition
+        self.newest_offset = newest_offset
+        self.committed_offset = committed_offset
+        self.how = how
+
+
+class RecountMismatch(ExactlyOnceError):
+    """Internal: the read after a leader change found sequence numbers missing or twice (turned
+    into :class:`HistoryMismatchError`).
+
+    :ivar read: by partition, the offsets read (first, last), for the message.
+    """
+
+    def __init__(self, partition: int, missing: int, twice: int, read: dict[int, tuple[int, int]]) -> None:
+        super().__init__(f"{missing} sequence number(s) missing and {twice} stored twice")
+        self.partition = partition
+        self.missing = missing
+        self.twice = twice
+        self.read = read

@@ -54,6 +54,7 @@ from .between import Unread, unread_of
 from .decision import Resumption, suspects_after, suspects_at_start, unwrap
 from .errors import ExactlyOncePublishError
 from .identity import PRODUCER_HEADER, SeqWires, check_producer_id, producer_cursor_id, record_wire
+from .recount import recount
 from .sender import Sender, chunks
 from .state import Batch, ExactlyOnceResult, PartitionState, ProducerState, merge, note
 from .tail import TailReader, Timer, Waits
@@ -160,7 +161,8 @@ class ExactlyOncePublisher:
         self.state = ProducerState(self.producer_id, keep_acked=defer_check)
         self.defer_check = defer_check
         waits = Waits(settle, options.wait, float(tail_wait), float(quiet), float(zombie_wait))
-        self.reader = TailReader(client, stream, self.state, waits, self.timer)
+        acks_all = options.policy is AckPolicy.ALL
+        self.reader = TailReader(client, stream, self.state, waits, self.timer, acks_all=acks_all)
         self.resumption = Resumption(
             self.producer_id,
             stream,
@@ -230,13 +232,16 @@ class ExactlyOncePublisher:
         try:
             if not self._resumed:
                 self.resumption.run(result, self._resume, "reading the stream to resume")
-            arrivals = self.reader.arrivals
+            arrivals, changes = self.reader.arrivals, self.reader.leader_changes
             for chunk in chunks(records, self.batch):
                 read += len(chunk)
                 batch = self._batch_of(chunk, result)
                 if batch:
                     self._send_and_record(batch, result)
             self.resumption.run(result, lambda: self._verify(self.reader.arrivals > arrivals), "checking the writes")
+            if self.reader.leader_changes > changes and self.state.parts:  # a history may have been replaced
+                step = lambda: recount(self.reader, sorted(self.state.parts))  # noqa: E731
+                self.resumption.run(result, step, "reading its records again after a leader change")
             if result.count != read:
                 # The contract at this level: every input record written now or found written.
                 raise ExactlyOncePublishError(
@@ -516,6 +521,7 @@ class ExactlyOncePublisher:
             if ack is None:
                 left.append(k)
                 continue
+            self.reader.check_acks(ack.partition, ack.offset)
             seen.add(seqs[k])
             result.written += 1
             note(result.partitions, ack.partition, ack.offset)
@@ -537,6 +543,7 @@ class ExactlyOncePublisher:
                 by_partition.setdefault(partition, []).append(offset)
         for partition, got in by_partition.items():
             low, high = min(got), max(got)
+            self.reader.check_acks(partition, low)
             merge(result.partitions, partition, PartitionRange(low, high, len(got)))
             self.state.note_acked(partition, low, high, got)
             state = self.state.parts[partition]

@@ -223,6 +223,7 @@ class ProducerState:
     :ivar parts: the partitions this producer has a scan start in.
     :ivar found: offsets of this producer's records written by someone else (earlier attempts).
     :ivar duplicates_seen: sequence numbers found more than once.
+    :ivar doubled: which ones (a later read of the same records does not count them again).
     :ivar acked: with ``keep_acked``, by partition, every offset acknowledged to this publisher
         (its siblings' check skips them: :mod:`.between`); else ``None``.
     """
@@ -234,6 +235,7 @@ class ProducerState:
         self.parts: dict[int, PartitionState] = {}
         self.found: dict[int, PartitionRange] = {}
         self.duplicates_seen = 0
+        self.doubled = SeqSet()
         self.acked: dict[int, SeqSet] | None = {} if keep_acked else None
 
     def note_acked(self, partition: int, low: int, high: int, offsets: Sequence[int]) -> None:
@@ -260,6 +262,7 @@ class ProducerState:
             return Found.MINE
         if not self.seen.add(seq):
             self.duplicates_seen += 1
+            self.doubled.add(seq)
             log.warning(
                 "Producer %r: sequence number %d is in stream partition %d more than once (offset %d); two "
                 "writers of this producer (a zombie try, or a late copy from a stopped broker) stored it",

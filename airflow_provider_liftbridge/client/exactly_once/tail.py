@@ -30,7 +30,7 @@ from ..column_subscription import subscribe_stored
 from ..diagnostics import probe_port
 from ..sync_client import LiftbridgeClient
 from ..types import PartitionInfo
-from .errors import BrokerStillSilent, ProducerStillWriting, TailNotSettled
+from .errors import BrokerStillSilent, LogShorter, ProducerStillWriting, TailNotSettled
 from .identity import seq_of
 from .state import Found, PartitionState, ProducerState
 
@@ -127,10 +127,16 @@ class TailReader:
     :param state: the producer's state, updated by every scan.
     :param waits: the wait bounds.
     :param timer: the clock.
+    :param acks_all: the records are sent with ack policy ALL: an offset seen acknowledged or read is
+        committed, so a log found ending below it lost committed records (:meth:`check_length`).
     """
 
-    def __init__(self, client: LiftbridgeClient, stream: str, state: ProducerState, waits: Waits, timer: Timer) -> None:
+    def __init__(
+        self, client: LiftbridgeClient, stream: str, state: ProducerState, waits: Waits, timer: Timer,
+        *, acks_all: bool = False,
+    ) -> None:  # fmt: skip
         self.client = client
+        self.acks_all = acks_all
         self.stream = stream
         self.state = state
         self.waits = waits
@@ -143,6 +149,9 @@ class TailReader:
         #: Whether a reading found a partition led by another broker than before (the client's
         #: routing cache may still name the old one: see ExactlyOncePublisher._recover).
         self.leader_moved = False
+        #: How many times a reading found a partition led by another broker than before (a call
+        #: that saw it change reads its records again before it returns: :mod:`.recount`).
+        self.leader_changes = 0
 
     def scan(
         self, partition: int, wanted: Container[int], info: PartitionInfo, watch: _Watch | None = None
@@ -155,23 +164,14 @@ class TailReader:
         """
         state = self.state.parts[partition]
         found: dict[int, int] = {}
-        if info.newest_offset < state.scanned_to:
-            # The log is shorter than what we knew of it: a new leader truncated records that only
-            # the old leader had, acknowledged ones included (ack policy LEADER). Read again from
-            # the high watermark; the lost ones cannot be told apart and stay counted as written.
-            log.warning(
-                "Producer %r: stream %r partition %d now ends at offset %d, below offset %d this producer had "
-                "seen acknowledged; records acknowledged by the old leader alone were lost (use ack policy ALL)",
-                self.state.producer_id,
-                self.stream,
-                partition,
-                info.newest_offset,
-                state.scanned_to,
-            )
+        if self.check_length(partition, info):
+            # A new leader truncated records that only the old leader had, acknowledged ones
+            # included (ack policy LEADER). Read again from the high watermark; the lost ones cannot
+            # be told apart and stay counted as written.
             state.scanned_to = info.high_watermark
         take = self.state.take
         for first, last in unread_ranges(state, info.high_watermark):
-            for pb in self._stored(partition, first, last):
+            for pb in self.stored(partition, first, last):
                 offset = pb.offset
                 if offset > state.scanned_to:
                     state.scanned_to = offset
@@ -186,7 +186,40 @@ class TailReader:
         state.next_offset = state.scanned_to + 1
         return found
 
-    def _stored(self, partition: int, first: int, last: int) -> Iterator[api_pb2.Message]:
+    def check_length(self, partition: int, info: PartitionInfo) -> bool:
+        """Whether ``info`` shows ``partition`` ending below the last offset this publisher read or
+        was acknowledged for there (the log is shorter than what it knew of it).
+
+        :raises LogShorter: so, with ack policy ALL: that offset was committed, so the partition
+            lost committed records (or a deposed leader answered from its own, shorter, log).
+        """
+        state = self.state.parts[partition]
+        if info.newest_offset >= state.scanned_to:
+            return False
+        if self.acks_all:
+            raise LogShorter(partition, info.newest_offset, state.scanned_to, "newest offset")
+        log.warning(
+            "Producer %r: stream %r partition %d now ends at offset %d, below offset %d this producer had "
+            "seen acknowledged; records acknowledged by the old leader alone were lost (use ack policy ALL)",
+            self.state.producer_id,
+            self.stream,
+            partition,
+            info.newest_offset,
+            state.scanned_to,
+        )
+        return True
+
+    def check_acks(self, partition: int, low: int) -> None:
+        """Check acks that put records of this publisher in ``partition`` at offsets from ``low``.
+
+        :raises LogShorter: with ack policy ALL, ``low`` is at or below an offset already read or
+            acknowledged there: that offset was committed with another record, which is gone.
+        """
+        scanned_to = self.state.parts[partition].scanned_to
+        if self.acks_all and low <= scanned_to:
+            raise LogShorter(partition, low, scanned_to, "ack")
+
+    def stored(self, partition: int, first: int, last: int) -> Iterator[api_pb2.Message]:
         """The messages of offsets ``first`` to ``last`` as stored: no Message each, since a scan
         looks at two headers only (which compression leaves plain), and after a publish beside
         other producers it reads about as many of their records as this publisher wrote."""
@@ -254,7 +287,9 @@ class TailReader:
 
     def _note_leader(self, state: PartitionState, info: PartitionInfo) -> None:
         if info.leader and info.leader != state.leader:
-            self.leader_moved = self.leader_moved or bool(state.leader)
+            if state.leader:
+                self.leader_moved = True
+                self.leader_changes += 1
             state.leader = info.leader
 
     def read_between_own(self, partitions: Sequence[int]) -> bool:
