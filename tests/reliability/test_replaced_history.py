@@ -81,7 +81,12 @@ def test_under_ack_all_a_log_shorter_than_what_was_committed_fails_the_call(
             # leader's shorter log; without, the new leader acknowledges records at offsets 50-149.
             with pytest.raises(TruncatedLogError) as caught:
                 publisher.publish(_values(FIRST, FIRST))
+        stored = _seqs(client, stream_name, "replaced")
     error = caught.value
+    # Every record the error does not count as written is not stored: each ack is counted
+    # before the breach is raised (it stopped at the first ack below a committed offset).
+    assert error.result.written == sum(1 for seq in stored if seq >= FIRST)
+    assert error.result.written == (0 if occ else FIRST)
     assert error.partition == 0 and error.committed_offset == FIRST - 1
     assert error.newest_offset == (KEEP_TO if occ else KEEP_TO + 1)
     text = str(error)

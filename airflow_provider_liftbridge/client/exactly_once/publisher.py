@@ -517,16 +517,23 @@ class ExactlyOncePublisher:
                 return Batch()
         left: list[int] = []
         seen, parts = self.state.seen, self.state.parts
+        lows: dict[int, int] = {}
+        for ack in acks:
+            if ack is not None and lows.get(ack.partition, ack.offset) >= ack.offset:
+                lows[ack.partition] = ack.offset
+        # Checked before counting (counting moves what was seen), raised after: every ack counts.
+        shorter = self.reader.check_acks(lows)
         for k, ack in enumerate(list(acks) + [None] * (len(seqs) - len(acks))):
             if ack is None:
                 left.append(k)
                 continue
-            self.reader.check_acks(ack.partition, ack.offset)
             seen.add(seqs[k])
             result.written += 1
             note(result.partitions, ack.partition, ack.offset)
             parts[ack.partition].acked(ack.offset)
             self.state.note_acked(ack.partition, ack.offset, ack.offset, (ack.offset,))
+        if shorter is not None:
+            raise shorter
         return pending.take(left)
 
     def _account_run(self, first: int, last: int, acks: Sequence[Ack | None], result: ExactlyOnceResult) -> None:
@@ -541,15 +548,17 @@ class ExactlyOncePublisher:
         else:
             for partition, offset in zip(partitions, offsets, strict=True):
                 by_partition.setdefault(partition, []).append(offset)
+        shorter = self.reader.check_acks({partition: min(got) for partition, got in by_partition.items()})
         for partition, got in by_partition.items():
             low, high = min(got), max(got)
-            self.reader.check_acks(partition, low)
             merge(result.partitions, partition, PartitionRange(low, high, len(got)))
             self.state.note_acked(partition, low, high, got)
             state = self.state.parts[partition]
             if not state.acked_run(low, high, len(got)):  # other writers' records lie between ours
                 for offset in got:
                     state.acked(offset)
+        if shorter is not None:
+            raise shorter  # after counting every ack, as in _account_partial
 
     def _recover(self, pending: Batch, result: ExactlyOnceResult, suspects: dict[int, set[str]]) -> Batch:
         """After a failed send: let the partitions settle, read what was added, drop what landed."""

@@ -209,15 +209,21 @@ class TailReader:
         )
         return True
 
-    def check_acks(self, partition: int, low: int) -> None:
-        """Check acks that put records of this publisher in ``partition`` at offsets from ``low``.
+    def check_acks(self, lows: Mapping[int, int]) -> LogShorter | None:
+        """Check acks that put records of this publisher in partitions at offsets from ``lows``
+        (partition -> its lowest acknowledged offset), before they are counted.
 
-        :raises LogShorter: with ack policy ALL, ``low`` is at or below an offset already read or
-            acknowledged there: that offset was committed with another record, which is gone.
+        :returns: with ack policy ALL, the breach of the first partition whose lowest ack is at or
+            below an offset already read or acknowledged there (that offset was committed with
+            another record, which is gone); else None. The caller counts every ack, then raises it.
         """
-        scanned_to = self.state.parts[partition].scanned_to
-        if self.acks_all and low <= scanned_to:
-            raise LogShorter(partition, low, scanned_to, "ack")
+        if not self.acks_all:
+            return None
+        parts = self.state.parts
+        for partition, low in lows.items():
+            if low <= parts[partition].scanned_to:
+                return LogShorter(partition, low, parts[partition].scanned_to, "ack")
+        return None
 
     def stored(self, partition: int, first: int, last: int) -> Iterator[api_pb2.Message]:
         """The messages of offsets ``first`` to ``last`` as stored: no Message each, since a scan
