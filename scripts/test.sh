@@ -65,6 +65,12 @@ stop_hogs
 LC_ALL=C sort -t "$(printf '\t')" -k1,1gr -o "$LIFTBRIDGE_MARGIN_LOG" "$LIFTBRIDGE_MARGIN_LOG"
 echo "test.sh: the tightest waits (share of the deadline used, seconds used / deadline; all of them in $LIFTBRIDGE_MARGIN_LOG):"
 LC_ALL=C awk -F '\t' '$4 == "ok" && n < 10 { n++; printf "  %5.1f %%  %6.2f / %6.2f s  %s  %s\n", 100 * $1, $2, $3, $5, $6 }' "$LIFTBRIDGE_MARGIN_LOG"
+if [ -s "${LIFTBRIDGE_UNIT_TIMES:-}" ]; then
+  # Its last two columns: the descriptors a unit's test process held at its first and last result.
+  echo "test.sh: units whose test process kept over ${LIFTBRIDGE_FD_GROWTH:-20} more descriptors (first -> last; all in $LIFTBRIDGE_UNIT_TIMES):"
+  LC_ALL=C awk -F '\t' -v limit="${LIFTBRIDGE_FD_GROWTH:-20}" \
+    '$7 ~ /^[0-9]+$/ && $8 - $7 > limit { printf "  %+5d  %4d -> %4d  %s  %s\n", $8 - $7, $7, $8, $4, $2 }' "$LIFTBRIDGE_UNIT_TIMES"
+fi
 if [ "$busy" = 1 ]; then
   echo "test.sh --busy: $(wc -l < "$LIFTBRIDGE_STALL_LOG") stall(s) of over a second written down in $LIFTBRIDGE_STALL_LOG:"
   cat "$LIFTBRIDGE_STALL_LOG"

@@ -64,7 +64,35 @@ def init_db() -> None:
     from airflow.utils import db
 
     db.initdb()
+    _close_in_process_selectors()
     _db_ready = True
+
+
+def _close_in_process_selectors() -> None:
+    """Have ``dag.test()``'s supervisors close their epoll selector when their comms thread ends.
+
+    ``dag.test()`` runs each task try under an ``InProcessTestSupervisor`` whose selector Airflow
+    never closes (3.2, 3.3): it goes when the supervisor is collected. The supervisor's comms thread
+    keeps it alive for up to a second after ``dag.test()`` returns, so the collection and
+    ``gc.freeze()`` after each test (``tests/gc_between_tests.py``) often freeze it for good: one
+    descriptor per task try, kept for the worker's life. The thread is the selector's last user.
+    """
+    try:
+        from airflow.sdk.execution_time.supervisor import InProcessTestSupervisor
+    except ImportError:  # another Airflow: nothing to mend
+        return
+    handle = InProcessTestSupervisor.__dict__.get("_handle_socket_comms")
+    if handle is None or getattr(handle, "closes_selector", False):
+        return
+
+    def handle_then_close(self: Any) -> None:
+        try:
+            handle(self)
+        finally:
+            self.selector.close()
+
+    handle_then_close.closes_selector = True  # type: ignore[attr-defined]
+    InProcessTestSupervisor._handle_socket_comms = handle_then_close  # type: ignore[method-assign]
 
 
 def conn_env_name(conn_id: str) -> str:

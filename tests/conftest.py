@@ -181,10 +181,11 @@ def nats_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def stream_name(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A stream name no other test uses (valid as a NATS subject too). A stream of that name on the
-    session dev server is deleted after the test: the server keeps a file open per segment of every
-    stream it holds, and a worker that kept the streams of hundreds of tests went over 1,024 open
-    descriptors, past what ``select()`` (py4j's callback server) can watch."""
+    """A stream name no other test uses (valid as a NATS subject too). Streams of that name and of
+    names made from it (``{name}-dlq``) on the session dev server are deleted after the test: the
+    server keeps a file open per segment of every stream it holds, and a worker that kept the
+    streams of hundreds of tests went over 1,024 open descriptors, past what ``select()`` (py4j's
+    callback server) can watch."""
     name = f"test-{uuid.uuid4().hex[:12]}"
     yield name
     if EXTERNAL_BROKERS or "lb_address" not in request.fixturenames:
@@ -192,7 +193,9 @@ def stream_name(request: pytest.FixtureRequest) -> Iterator[str]:
     from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
 
     with contextlib.suppress(LiftbridgeError), LiftbridgeClient(request.getfixturevalue("lb_address")) as client:
-        client.delete_stream(name)
+        for stream in client.fetch_metadata().streams:
+            if stream == name or stream.startswith(f"{name}-"):
+                client.delete_stream(stream)
 
 
 @pytest.fixture

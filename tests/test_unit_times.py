@@ -78,3 +78,4 @@ def test_a_run_writes_each_units_seconds_and_tests_longest_first(tmp_path, worke
     assert seconds == sorted(seconds, reverse=True)
     assert [row[2] for row in rows.values()] == ["2", "2"]
     assert {row[3] for row in rows.values()} <= ({"main"} if workers == "0" else {"gw0", "gw1"})
+    assert all(int(row[6]) > 2 and int(row[7]) > 2 for row in rows.values())  # stdin, stdout, stderr and more

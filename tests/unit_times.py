@@ -11,8 +11,12 @@ does not start last and leave the other worker idle at the end.
 - With ``LIFTBRIDGE_UNIT_TIMES=FILE``, the process that reports the results (the xdist controller,
   or the one process of ``-n 0``) sums each unit's setup, call and teardown durations and writes,
   at the end, one line per unit, longest first: seconds, tests, worker, when its first and last
-  results came (seconds since the session's start), and the unit. Its first two columns are the
-  table's; copy them over ``tests/unit_durations.tsv`` to refresh it (docs/testing.md, "Wall time").
+  results came (seconds since the session's start), the unit, and the descriptors its test
+  process held at its first and last result (after the first test's setup, after the last one's
+  teardown). Its first two columns are the table's; copy them over ``tests/unit_durations.tsv``
+  to refresh it (docs/testing.md, "Wall time"). A unit whose descriptors grew much left something
+  open: a worker that reaches 1,024 fails ``select()`` and, under a soft limit of 1,024, every
+  open (``scripts/test.sh`` names those that grew by over ``LIFTBRIDGE_FD_GROWTH``, default 20).
 """
 
 from __future__ import annotations
@@ -60,12 +64,30 @@ def expected_seconds(nodeids: Iterable[str], table: dict[str, float] | None = No
 
 
 _started = time.monotonic()
-_units: dict[str, list[Any]] = {}  # unit: [seconds, tests, worker, first, last]
+_units: dict[str, list[Any]] = {}  # unit: [seconds, tests, worker, first, last, fds first, fds last]
 _reporting = [False]  # this process gets every result: the xdist controller or a run of -n 0
+_FDS = "open_descriptors"  # the user property carrying them from a worker to the controller
 
 
 def pytest_configure(config: pytest.Config) -> None:
     _reporting[0] = bool(_LOG) and not hasattr(config, "workerinput")
+
+
+def _open_descriptors() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    except OSError:  # no /proc
+        return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """Each report carries the descriptors the test process holds (where the test ran)."""
+    report: pytest.TestReport = yield
+    if _LOG:
+        # A list of its own: the report's is the item's, shared by its three reports.
+        report.user_properties = [*report.user_properties, (_FDS, _open_descriptors())]
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -74,10 +96,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     node = getattr(report, "node", None)  # pytest-xdist: the worker's controller
     worker = node.gateway.id if node is not None else "main"
     now = time.monotonic() - _started
-    entry = _units.setdefault(unit_of(report.nodeid), [0.0, 0, worker, now, now])
+    fds = dict(report.user_properties).get(_FDS)
+    entry = _units.setdefault(unit_of(report.nodeid), [0.0, 0, worker, now, now, fds, fds])
     entry[0] += report.duration
     entry[1] += report.when == "call" or (report.when == "setup" and not report.passed)
-    entry[2], entry[4] = worker, now
+    entry[2], entry[4], entry[6] = worker, now, fds
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -85,5 +108,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     rows = sorted(_units.items(), key=lambda kv: -kv[1][0])
     with open(_LOG, "w") as out:
-        for unit, (seconds, tests, worker, first, last) in rows:
-            out.write(f"{seconds:.1f}\t{unit}\t{tests}\t{worker}\t{first:.0f}\t{last:.0f}\n")
+        for unit, (seconds, tests, worker, first, last, fds_first, fds_last) in rows:
+            out.write(f"{seconds:.1f}\t{unit}\t{tests}\t{worker}\t{first:.0f}\t{last:.0f}\t{fds_first}\t{fds_last}\n")

@@ -21,7 +21,7 @@ from airflow_provider_liftbridge._proto import api_pb2_grpc
 from .. import effects
 from ..base import SubscriptionReader
 from ..errors import ClientClosedError, UnavailableError
-from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns, StubCache
+from .channels import ASYNC_REGISTRY, SYNC_REGISTRY, ChannelFactory, SlotTurns, StubCache, end_call
 from .nats import NatsLink
 
 __all__ = ["AsyncTransport"]
@@ -179,10 +179,11 @@ class _ThreadedStream:
             stop = _Stop(effects.RpcFailure.of(exc))
         except BaseException as exc:  # handed to the consumer, whatever it is
             if isinstance(exc, RuntimeError) and self._loop.is_closed():  # nobody is left to read
-                if self._call is not None:
-                    self._call.cancel()
                 return
             stop = _Stop(exc)
+        finally:
+            if self._call is not None:
+                end_call(self._call)  # this thread is the call's reader: only it can free the connection
         append(stop)
         try:
             self._loop.call_soon_threadsafe(self._wake)

@@ -39,6 +39,7 @@ __all__ = [
     "SlotTurns",
     "SyncChannelPool",
     "SyncChannelRegistry",
+    "end_call",
 ]
 
 # Reconnect quickly after a broker restart (gRPC's default backoff grows to two minutes, far
@@ -129,6 +130,32 @@ class ChannelFactory:
         if self.tls is None:
             return grpc.aio.insecure_channel(address, options=self.options(slot))
         return grpc.aio.secure_channel(address, self.credentials(), options=self.options(slot))
+
+
+def end_call(call: Any) -> None:
+    """Cancel ``call`` (a no-op once it has ended) and take in what gRPC still owes it.
+
+    A server-streaming call of a blocking channel (``SingleThreadedUnaryStream``: every blocking
+    Subscribe) is read on its caller's thread from a completion queue of its own, and only a read
+    takes events from it. Cancelled while an operation is still due (its status, a read), it
+    keeps those events there, and gRPC keeps the call, and the connection it was made on, for
+    the life of the process: closing the channel frees neither. A worker then holds one more
+    socket per subscription it stopped early (a plan read to its end, a failed batch, a read
+    that timed out). A cancelled call's events come at once, so this waits for nothing.
+
+    Call it from the thread that reads ``call``, never while another thread is in ``next()`` of
+    it. Other calls (grpc.aio; bidi calls, read by the channel's own thread) need only the
+    cancel, and get only that.
+    """
+    call.cancel()
+    # grpc's _SingleThreadedRendezvous; a gRPC without these private names leaks as before
+    # (tests/client/test_descriptors.py notices).
+    take = getattr(call, "_consume_next_event", None)
+    state = getattr(call, "_state", None)
+    if take is None or state is None:
+        return
+    while state.due:
+        take()
 
 
 class SlotTurns:

@@ -16,7 +16,7 @@ import grpc
 
 from .. import effects
 from ..errors import UnavailableError
-from .channels import StubCache, SyncChannelPool
+from .channels import StubCache, SyncChannelPool, end_call
 from .nats import NatsLink
 
 __all__ = ["LoopThread", "SyncTransport"]
@@ -89,9 +89,10 @@ class _SyncStream:
             self._pending = None
 
     def cancel(self) -> None:
+        """End the call (also one the watchdog cancelled) and free its connection (``end_call``)."""
         self._ended.set()
         self.close_write()
-        self.call.cancel()
+        end_call(self.call)
 
 
 class LoopThread:
