@@ -9,18 +9,16 @@ not return while the brokers disagree on the leader, and must read everything on
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, LiftbridgeError, Record
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
-from tests import margins
 
-from .campaign import Unsettled, leaders_disagree, read_back, replica_of
+from .campaign import Unsettled, leaders_disagree, read_back
+from .cut_leader import replicated_stream, three_brokers, wait_for_new_leader
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -31,27 +29,17 @@ TIMINGS = ClusterTimings.fast(
 
 @pytest.fixture
 def cluster() -> Iterator[DevServerProcess]:
-    with (
-        tempfile.TemporaryDirectory(prefix="read-back-") as data,
-        DevServerProcess(Path(data), brokers=3, timings=TIMINGS) as server,
-    ):
+    with three_brokers("read-back-", TIMINGS) as server:
         yield server
 
 
 def test_the_read_back_waits_while_a_deposed_leader_names_itself(cluster: DevServerProcess, stream_name: str) -> None:
     addresses = cluster.addresses
+    leader, majority = replicated_stream(cluster, stream_name)
     with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
-        admin.create_stream(stream_name, stream_name, replication_factor=3)
         admin.publish_many(stream_name, [Record(b"before the cut")], ack_policy=AckPolicy.ALL)
-    leader = cluster.broker_ids.index(replica_of(addresses, stream_name, 0, "leader"))
-    majority = [a for i, a in enumerate(addresses) if i != leader]
     cluster.cut_broker_from_nats(leader, "cut")
-    margins.wait_until(
-        lambda: replica_of(majority, stream_name, 0, "leader") != cluster.broker_ids[leader],
-        30.0,
-        "the majority elected a new leader",
-        interval=0.1,
-    )
+    wait_for_new_leader(cluster, majority, stream_name, leader)
     with LiftbridgeClient(majority, timeout=5.0, max_retries=8) as client:
         client.publish_many(stream_name, [Record(b"after the election")], ack_policy=AckPolicy.ALL)
     # Its first FetchMetadata waits for its peers' answers until the caller's deadline (the
