@@ -23,6 +23,14 @@ BIG = b"x" * 1000
 #: records leave only an empty active segment at offset 6 (tests/devserver/test_retention.py).
 OPTIONS = StreamOptions(retention_max_messages=2, segment_max_bytes=2500, cleaner_interval=timedelta(milliseconds=100))
 WAIT = 30.0
+#: ``oldest_retained``'s wait for the record at offset 5 while polling for the emptied log. Its
+#: time lookup answers "offset 6" only once nothing is kept here: the cleaner's last two runs go
+#: from two full segments (the lookup answers 0) to a rolled empty one, then to nothing kept
+#: (tests/devserver/test_retention.py). So this wait decides nothing, and each look at an emptied
+#: log costs it: the client's default (10 s) would be paid by every test here. The default (the
+#: client's ``timeout``) is what the Spark source's probe uses, with a 3 s client, in
+#: tests/spark/test_stream_reader.py.
+PROBE_WAIT = 1.0
 
 
 def _wait_emptied(lb_address: str, stream: str) -> None:
@@ -30,7 +38,10 @@ def _wait_emptied(lb_address: str, stream: str) -> None:
     Liftbridge keeps that as the time its leader first received a message, retention or not."""
     with LiftbridgeClient(lb_address) as probe:
         margins.wait_until(
-            lambda: oldest_retained(probe, stream, 0, 5) == 6, WAIT, "every record expired", interval=0.1
+            lambda: oldest_retained(probe, stream, 0, 5, wait=PROBE_WAIT) == 6,
+            WAIT,
+            "every record expired",
+            interval=0.1,
         )
 
 
@@ -124,7 +135,7 @@ def test_the_oldest_retained_offset_is_found_without_waiting_for_a_new_record(
             "every record expired (the dev server's sign of it)",
             interval=0.1,
         )
-        assert oldest_retained(client, stream_name, 0, 5) == 6
+        assert oldest_retained(client, stream_name, 0, 5, wait=PROBE_WAIT) == 6
 
 
 def test_the_oldest_retained_offset_where_the_time_lookup_answers_past_the_records(

@@ -38,6 +38,21 @@ def _publish_big(stub: Stub, stream: str, count: int, partition: int = 0) -> Non
         publish(stub, stream, BIG + b"%d" % i, partition=partition)
 
 
+def _emptied(stub: Stub, stream: str) -> None:
+    """Create ``stream`` keeping two messages, publish six (two full segments) and wait until
+    retention removed them all (the dev server's sign: its first timestamp is zeroed)."""
+    create(
+        stub, stream, retentionMaxMessages=pb.NullableInt64(value=2), segmentMaxBytes=SEGMENT, cleanerInterval=CLEANER
+    )
+    _publish_big(stub, stream, 6)
+    margins.wait_until(
+        lambda: partition_meta(stub, stream).messagesReceivedTimestamps.firstTimestamp == 0,
+        WAIT,
+        "every message expired",
+        interval=0.1,
+    )
+
+
 def test_retention_by_messages_keeps_whole_segments_only(stub: Stub, stream_name: str) -> None:
     create(
         stub,
@@ -103,20 +118,7 @@ def test_a_log_emptied_by_retention_and_where_subscriptions_start(stub: Stub, st
     # As measured on Liftbridge v1.9.0-72: the cleaner rolls the full active segment (a run that
     # rolls does not clean), the next run deletes every older segment, and only an empty segment
     # at the next offset is left; the high watermark stays.
-    create(
-        stub,
-        stream_name,
-        retentionMaxMessages=pb.NullableInt64(value=2),
-        segmentMaxBytes=SEGMENT,
-        cleanerInterval=CLEANER,
-    )
-    _publish_big(stub, stream_name, 6)  # two full segments
-    margins.wait_until(
-        lambda: partition_meta(stub, stream_name).messagesReceivedTimestamps.firstTimestamp == 0,
-        WAIT,
-        "every message expired",
-        interval=0.1,
-    )
+    _emptied(stub, stream_name)
     meta = partition_meta(stub, stream_name)
     assert (meta.newestOffset, meta.highWatermark) == (5, 5)
     offsets = []
@@ -141,20 +143,7 @@ def test_an_emptied_log_takes_earliest_to_latest_and_reads_on_past_the_stop(stub
     # the newest offset 5: accepted. Its reader waits for the next record (6), which is past the stop,
     # so nothing ends the subscription: it reads on as with no stop. Refused before ("Stop offset is
     # before start offset: 5 < 6").
-    create(
-        stub,
-        stream_name,
-        retentionMaxMessages=pb.NullableInt64(value=2),
-        segmentMaxBytes=SEGMENT,
-        cleanerInterval=CLEANER,
-    )
-    _publish_big(stub, stream_name, 6)
-    margins.wait_until(
-        lambda: partition_meta(stub, stream_name).messagesReceivedTimestamps.firstTimestamp == 0,
-        WAIT,
-        "every message expired",
-        interval=0.1,
-    )
+    _emptied(stub, stream_name)
     req = pb.SubscribeRequest(stream=stream_name, startPosition=pb.EARLIEST, stopPosition=pb.STOP_LATEST)
     offsets = []
     call = stub.Subscribe(req, timeout=TIMEOUT)

@@ -9,18 +9,16 @@ not return while the brokers disagree on the leader, and must read everything on
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, LiftbridgeError, Record
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
-from tests import margins
 
 from .campaign import Unsettled, leaders_disagree, read_back, replica_of
+from .cut_leader import replicated_stream, three_brokers, wait_for_new_leader
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -31,10 +29,7 @@ TIMINGS = ClusterTimings.fast(
 
 @pytest.fixture
 def cluster() -> Iterator[DevServerProcess]:
-    with (
-        tempfile.TemporaryDirectory(prefix="read-back-") as data,
-        DevServerProcess(Path(data), brokers=3, timings=TIMINGS) as server,
-    ):
+    with three_brokers("read-back-", TIMINGS) as server:
         yield server
 
 
@@ -43,18 +38,11 @@ def _deposed(cluster: DevServerProcess, stream: str) -> tuple[int, list[str]]:
     another and taken a record; return the cut broker's index and the addresses, the deposed
     leader (still naming itself) first, as b0 was in the campaign's address list."""
     addresses = cluster.addresses
+    leader, majority = replicated_stream(cluster, stream)
     with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as admin:
-        admin.create_stream(stream, stream, replication_factor=3)
         admin.publish_many(stream, [Record(b"before the cut")], ack_policy=AckPolicy.ALL)
-    leader = cluster.broker_ids.index(replica_of(addresses, stream, 0, "leader"))
-    majority = [a for i, a in enumerate(addresses) if i != leader]
     cluster.cut_broker_from_nats(leader, "cut")
-    margins.wait_until(
-        lambda: replica_of(majority, stream, 0, "leader") != cluster.broker_ids[leader],
-        30.0,
-        "the majority elected a new leader",
-        interval=0.1,
-    )
+    wait_for_new_leader(cluster, majority, stream, leader)
     with LiftbridgeClient(majority, timeout=5.0, max_retries=8) as client:
         client.publish_many(stream, [Record(b"after the election")], ack_policy=AckPolicy.ALL)
     # Its first FetchMetadata waits for its peers' answers until the caller's deadline (the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -47,16 +48,35 @@ DIFFERING: dict[str, tuple[str, str, str]] = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(DIFFERING))
-def test_spark_writes_this_json_where_python_would_differ(
-    kind: str,
-    spark: SparkSession,
-    lb_settings: ConnectionSettings,
-    lb_address: str,
-    make_stream: Callable[[int], str],
-) -> None:
-    expr, spark_json, _python = DIFFERING[kind]
-    assert one_row_json(spark, lb_settings, lb_address, make_stream(1), expr) == spark_json
+KINDS = sorted(DIFFERING)
+
+
+@pytest.fixture(scope="module")
+def differing_json(_spark_driver: Callable[[], SparkSession], lb_address: str, nats_url: str) -> str:
+    """The message of one row holding every :data:`DIFFERING` expression, column ``k<i>`` for the
+    i-th of :data:`KINDS`, published as whole-row JSON: one Spark job for all the cases."""
+    from airflow_provider_liftbridge.spark import register
+
+    spark = _spark_driver()
+    register(spark)
+    stream = f"publish-json-differing-{uuid.uuid4().hex[:12]}"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream, stream)
+    settings = ConnectionSettings(brokers=lb_address, nats_servers=[nats_url], timeout=10.0)
+    row = spark.range(1).selectExpr(*(f"{DIFFERING[kind][0]} as k{i}" for i, kind in enumerate(KINDS)))
+    publish_dataframe(row, stream, settings=settings)
+    (message,) = published(lb_address, stream)
+    return message.value.decode()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_spark_writes_this_json_where_python_would_differ(kind: str, differing_json: str) -> None:
+    _expr, spark_json, _python = DIFFERING[kind]
+    value = spark_json.removeprefix('{"v":').removesuffix("}")
+    # No value here holds a comma, so the row's fields are its text split at commas.
+    fields = differing_json.removeprefix("{").removesuffix("}").split(",")
+    assert len(fields) == len(KINDS), differing_json
+    assert fields[KINDS.index(kind)] == f'"k{KINDS.index(kind)}":{value}', differing_json
 
 
 def test_timestamps_carry_microseconds_and_the_zone_offset(
