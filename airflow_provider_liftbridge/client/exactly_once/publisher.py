@@ -517,12 +517,9 @@ class ExactlyOncePublisher:
                 return Batch()
         left: list[int] = []
         seen, parts = self.state.seen, self.state.parts
-        lows: dict[int, int] = {}
-        for ack in acks:
-            if ack is not None and lows.get(ack.partition, ack.offset) >= ack.offset:
-                lows[ack.partition] = ack.offset
         # Checked before counting (counting moves what was seen), raised after: every ack counts.
-        shorter = self.reader.check_acks(lows)
+        got = sorted(((a.partition, a.offset) for a in acks if a is not None), reverse=True)
+        shorter = self.reader.check_acks(dict(got))  # offsets fall: each partition's lowest stays
         for k, ack in enumerate(list(acks) + [None] * (len(seqs) - len(acks))):
             if ack is None:
                 left.append(k)
