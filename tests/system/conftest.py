@@ -83,12 +83,6 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     # The partitioned example's daily roll-up starts after three archived hours, not 24
     # (dags_examples/liftbridge_partitioned_lake.py; tests/system/test_partitioned_lake.py archives three).
     isolation["LIFTBRIDGE_ROLLUP_MIN_HOURS"] = "3"
-    # The DAG files do not change while the tier runs, and at Airflow's default (each file parsed
-    # again every 30 s) the dag-processor's two parsing processes were busy all the time (14 files,
-    # 2.5-5 s each at load 15: about 51 s of parsing every 30 s, most of a core of two, and a write
-    # to SQLite per file). Every 120 s still parses a file that failed at the start again within
-    # wait_for_dags' 180 s.
-    isolation["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = "120"
     deployment = Deployment(home / "airflow", dags_folder=dags, config=isolation)
     with holding_ports(AIRFLOW_DEFAULT_LOG_PORTS):
         try:
