@@ -62,6 +62,7 @@ LOCAL_SPARK = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",  # a day of views is small: not Spark's 200 tasks per group-by
 }
 
 

@@ -90,6 +90,20 @@ class Publisher(threading.Thread):
         return stamped
 
 
+def publish_past_edges(publisher: Publisher, first: dt.datetime, edges: int, around: float) -> None:
+    """Run the publisher on the stream's clock for ``around`` seconds on each side of ``edges``
+    edges a ``publisher.step`` apart from ``first`` (a past edge), then on the real clock: past
+    intervals as busy around their edges as live ones, in seconds rather than their length."""
+    for k in range(edges):
+        edge = first + dt.timedelta(seconds=k * publisher.step)
+        publisher.shift_to(edge - dt.timedelta(seconds=around))
+        if not publisher.is_alive() and publisher.error is None:
+            publisher.start()  # after the first shift: a partition's timestamps never go back
+        # A wait for the stream's clock, not for a state (it runs at the real clock's pace).
+        time.sleep(max(0.0, edge.timestamp() + around - publisher.stream_time()))
+    publisher.shift_to(None)
+
+
 def set_variable(deployment: Deployment, key: str, value: str) -> None:
     try:
         deployment.api("POST", "/variables", {"key": key, "value": value})

@@ -52,6 +52,7 @@ from tests.system.scheduled_reads import (
     finish_and_pause,
     iso,
     mismatch,
+    publish_past_edges,
     set_paused,
     set_variable,
     xcom,
@@ -89,19 +90,6 @@ def past_minutes() -> dt.datetime:
     return (now - dt.timedelta(days=pick.randint(3, 700))).replace(hour=pick.randrange(24), minute=pick.randint(0, 56))
 
 
-def publish_past_edges(publisher: Publisher, first: dt.datetime) -> None:
-    """Run the publisher on the stream's clock for AROUND_EDGE seconds on each side of the four
-    edges of the three minutes from ``first``, then on the real clock."""
-    for k in range(4):
-        edge = first + k * MINUTE
-        publisher.shift_to(edge - dt.timedelta(seconds=AROUND_EDGE))
-        if not publisher.is_alive() and publisher.error is None:
-            publisher.start()  # after the first shift: a partition's timestamps never go back
-        # A wait for the stream's clock, not for a state (it runs at the real clock's pace).
-        time.sleep(max(0.0, edge.timestamp() + AROUND_EDGE - publisher.stream_time()))
-    publisher.shift_to(None)
-
-
 def folder_of(minute: dt.datetime) -> str:
     return f"dt={minute:%Y-%m-%d}/hour={minute:%H}/minute={minute:%M}"
 
@@ -133,7 +121,7 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
     rollup: dict[str, Any] = {}
     began = time.time()
     try:
-        publish_past_edges(publisher, first)
+        publish_past_edges(publisher, first, edges=4, around=AROUND_EDGE)
         set_paused(deployment, ROLLUP_DAG, False)  # events of a paused consumer are not queued for it
         made_by = create_backfill(deployment, MINUTES_DAG, first.isoformat(), (first + 2 * MINUTE).isoformat())
         backfill = sorted(
@@ -144,6 +132,16 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         set_paused(deployment, MINUTES_DAG, False)  # the backfill starts; the scheduler adds a run a minute
         for run_id in backfill:
             assert deployment.wait_for_run(MINUTES_DAG, run_id, timeout=600) == "success", deployment.log_dir
+        # A manual run for a partition that is still open when its archive first looks: the minute
+        # ends 45 to 105 s from now. Triggered once the backfill's tasks are done, so it does not
+        # queue behind them for worker slots; its archive waits in the triggerer (no worker slot)
+        # while the roll-up and the clear run: their minutes and its minute's wait overlap.
+        open_minute = (time.time() + OPEN_AHEAD) // 60 * 60
+        manual = deployment.api(
+            "POST",
+            f"/dags/{MINUTES_DAG}/dagRuns",
+            {"logical_date": None, "partition_key": iso(open_minute)[:19]},
+        )["dag_run_id"]
 
         def rolled_up() -> str | None:
             deployment.check_running()
@@ -160,16 +158,6 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         files_before = sorted(f["path"] for f in xcom(deployment, MINUTES_DAG, cleared, "archive")["files"])
         before_clear = archived_rows(files_before)
         clear_run(deployment, MINUTES_DAG, cleared)
-
-        # A manual run for a partition that is still open when its archive first looks: the minute
-        # ends 45 to 105 s from now. Triggered once the clear is done, so it does not queue behind
-        # the backfill's tasks for worker slots.
-        open_minute = (time.time() + OPEN_AHEAD) // 60 * 60
-        manual = deployment.api(
-            "POST",
-            f"/dags/{MINUTES_DAG}/dagRuns",
-            {"logical_date": None, "partition_key": iso(open_minute)[:19]},
-        )["dag_run_id"]
         runs = [r for r in finish_and_pause(deployment, MINUTES_DAG) if r["dag_run_id"] not in earlier]
         rollups = [r for r in finish_and_pause(deployment, ROLLUP_DAG) if r["dag_run_id"] not in earlier_rollups]
     finally:

@@ -27,18 +27,50 @@ def chromium_path() -> str:
     return path
 
 
+#: The tier's one headless chromium (Playwright and the browser), started by the first
+#: :func:`logged_in_page` and stopped by :func:`close_browser` once ``tests/system`` is done: a
+#: start of both took seconds, and the UI modules asked for about 25 of them.
+_BROWSER: dict[str, Any] = {}
+
+
+def shared_browser() -> Any:
+    """The tier's headless chromium (started now if it is not running)."""
+    browser = _BROWSER.get("browser")
+    if browser is None or not browser.is_connected():
+        from playwright.sync_api import sync_playwright
+
+        close_browser()
+        _BROWSER["playwright"] = sync_playwright().start()
+        _BROWSER["browser"] = _BROWSER["playwright"].chromium.launch(
+            executable_path=chromium_path(), args=["--no-sandbox"], headless=True
+        )
+    return _BROWSER["browser"]
+
+
+def close_browser() -> None:
+    """Stop the tier's chromium and Playwright, if started."""
+    browser, playwright = _BROWSER.pop("browser", None), _BROWSER.pop("playwright", None)
+    try:
+        if browser is not None and browser.is_connected():
+            browser.close()
+    finally:
+        if playwright is not None:
+            playwright.stop()
+
+
 @contextmanager
 def logged_in_page(url: str, user: str = USERNAME, password: str = PASSWORD) -> Iterator[Any]:
-    """A page of a fresh headless chromium, logged in (as ``user``, the admin by default) through
-    the simple auth manager's login form at ``url`` as a user would; the browser is closed afterwards."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"], headless=True)
-        try:
-            yield log_in(browser, url, user, password)
-        finally:
-            browser.close()
+    """A page of the tier's headless chromium in a browser context of its own (its own cookies and
+    storage, as a fresh browser's), logged in (as ``user``, the admin by default) through the
+    simple auth manager's login form at ``url`` as a user would; every context opened in the block
+    is closed afterwards."""
+    browser = shared_browser()
+    before = set(browser.contexts)
+    try:
+        yield log_in(browser, url, user, password)
+    finally:
+        for context in [c for c in browser.contexts if c not in before]:
+            context.close()
 
 
 def assert_refused_without_a_session(url: str) -> None:

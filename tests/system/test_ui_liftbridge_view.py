@@ -1,7 +1,7 @@
 """The Liftbridge view (docs/ui.md) in the system tier's deployment, in headless Chromium, as a
 person uses it, with Airflow's default configuration (the plugin loads from its entry point):
-Browse → Liftbridge opens it inside Airflow; after the runs of the stream-archive example (three,
-four when an hour turns meanwhile: the ``archive_runs`` fixture) its ``clean_orders`` pipeline
+Browse → Liftbridge opens it inside Airflow; after the runs of the stream-archive example (two,
+three when an hour turns meanwhile: the ``archive_runs`` fixture) its ``clean_orders`` pipeline
 shows lag 0, then N after N more orders are published; the charts show those runs; the
 dead-letter page shows the order the example could not parse; the browser shows a cleaned order's
 JSON; the task instance's "Liftbridge pipeline" link opens the pipeline.
