@@ -3,12 +3,17 @@
     python bench/spark_bench.py [--rows 1000000] [--partitions 2] [--driver-memory 512m]
     python bench/spark_bench.py --per-core [--code before=/path/to/main --code after=.] [--rows 200000]
 
-``--per-core`` (``--cases publish,read,sink``, all by default): on local[1], interleaved rounds,
-with CPU per row of the Python worker, the JVM and the client: Spark's ``publish_dataframe``
-against the client's ``publish_many`` of the same rows (and ``publish_dataframe(exactly_once=True)``
-beside it); ``spark.read.format("liftbridge")...count()`` against the client's sync ``subscribe``
-of the same stream; the Structured Streaming sink exactly-once against at-least-once. Each
-``--code`` tree is measured in its own child process (one run compares two commits).
+``--per-core`` (``--cases publish,read,sink,cluster``, all by default; ``--brokers``/``--nats``
+for any running cluster instead of a dev server): interleaved rounds, with CPU per row of the
+executors' Python workers, the JVM and the client, and apart the CPU per run of the driver's
+Python planner processes (a fixed cost per query): on local[1] (``--master``), Spark's
+``publish_dataframe`` against the client's ``publish_many`` of the same rows (and
+``publish_dataframe(exactly_once=True)`` beside it); ``spark.read.format("liftbridge")...count()``
+against the client's sync ``subscribe`` of the same stream; the Structured Streaming sink
+exactly-once against at-least-once; and (``cluster``) ``publish_dataframe`` with 2 executors on a
+standalone cluster of this machine against local[2]. Each ``--code`` tree is measured in its own
+child processes, run in that tree (one run compares two commits); a child or case that fails is
+named below the tables and the rest is printed.
 
 Starts an out-of-process dev server (so the server does not share this process's GIL), then:
 1. publishes ``--small-rows`` rows on local[2] (warm-up, and the driver-memory baseline),
@@ -425,31 +430,52 @@ def streaming_cases(
 # --- Spark against the client alone, per core (issue 57) ---------------------------------------
 
 
-class SplitCpu:
-    """CPU seconds of the Spark driver JVM (local mode: the executor too) and, apart, of its
-    Python workers (its python descendants), sampled so that workers that end are still counted."""
+#: The worker modules of the Python processes Spark starts on the driver to plan, commit or run a
+#: streaming source or sink (``python -m pyspark.daemon <module>`` and its forks): a fixed cost per
+#: query or micro-batch, not per row. Every other Python process under a JVM is an executor's
+#: worker (``pyspark.worker``: the data source's read and write, ``mapInArrow``).
+PLANNER_MODULES = ("pyspark.sql.worker.", "pyspark.sql.streaming.")
 
-    def __init__(self) -> None:
+
+def python_role(cmdline: list[str]) -> str:
+    """``"planner"`` or ``"worker"`` for a Python process under a Spark JVM, from its command line."""
+    return "planner" if any(arg.startswith(PLANNER_MODULES) for arg in cmdline) else "worker"
+
+
+class SplitCpu:
+    """CPU seconds of Spark's JVMs (local mode: the driver, which is the executor too; on a
+    cluster also the workers' executors) and, apart, of their Python processes: the executors'
+    workers and the driver's planners (:func:`python_role`). Sampled every 0.1 s, so processes
+    that end are counted up to their last sample.
+
+    :param roots: the processes whose trees are counted; by default this process's JVMs.
+    """
+
+    def __init__(self, roots: list[int] | None = None) -> None:
         me = psutil.Process()
-        self._java = [c for c in me.children(recursive=True) if c.name() == "java"]
-        self._jvm: dict[int, float] = {}
-        self._python: dict[int, float] = {}
+        if roots is None:
+            self._roots = [c for c in me.children(recursive=True) if c.name() == "java"]
+        else:
+            self._roots = [psutil.Process(pid) for pid in roots]
+        self._cpu: dict[int, float] = {}
+        self._kind: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        for java in self._java:
+        for root in self._roots:
             try:
-                t = java.cpu_times()
-                self._jvm[java.pid] = t.user + t.system
-                workers = java.children(recursive=True)
+                tree = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 continue
-            for proc in workers:
+            for proc in tree:
                 try:
+                    if proc.pid not in self._kind:
+                        name = proc.name()
+                        self._kind[proc.pid] = "jvm" if name == "java" else python_role(proc.cmdline())
                     t = proc.cpu_times()
-                    self._python[proc.pid] = t.user + t.system
-                except psutil.NoSuchProcess:
+                    self._cpu[proc.pid] = t.user + t.system
+                except psutil.Error:
                     pass
 
     def _run(self) -> None:
@@ -458,7 +484,7 @@ class SplitCpu:
 
     def __enter__(self) -> SplitCpu:
         self._sample()
-        self._start = {**self._jvm, **self._python}
+        self._start = dict(self._cpu)
         self._thread.start()
         return self
 
@@ -467,10 +493,17 @@ class SplitCpu:
         self._thread.join()
         self._sample()
 
-    def seconds(self) -> tuple[float, float]:
-        """(JVM, Python workers) CPU seconds since the start."""
-        jvm = sum(v - self._start.get(pid, 0.0) for pid, v in self._jvm.items())
-        return jvm, sum(v - self._start.get(pid, 0.0) for pid, v in self._python.items())
+    def by_kind(self) -> dict[str, float]:
+        """CPU seconds since the start: ``jvm``, ``worker`` (executors' Python) and ``planner``."""
+        out = {"jvm": 0.0, "worker": 0.0, "planner": 0.0}
+        for pid, cpu in self._cpu.items():
+            out[self._kind.get(pid, "worker")] += cpu - self._start.get(pid, 0.0)
+        return out
+
+    def fields(self) -> dict[str, float]:
+        """:meth:`by_kind` under the names the per-core results use."""
+        kinds = self.by_kind()
+        return {"jvm_cpu": kinds["jvm"], "python_cpu": kinds["worker"], "planner_cpu": kinds["planner"]}
 
 
 def per_core_child(
@@ -497,7 +530,7 @@ def per_core_child(
     import airflow_provider_liftbridge
     from airflow_provider_liftbridge.client import Record, partition_for_key
 
-    settings = ConnectionSettings(brokers=address, nats_servers=[nats_url], timeout=30.0)
+    settings = ConnectionSettings(brokers=address, nats_servers=nats_url, timeout=30.0)
     spark = build_spark_session(
         master, app_name="liftbridge-per-core", config={"spark.ui.enabled": "false", "spark.driver.memory": "1g"}
     )
@@ -518,7 +551,7 @@ def per_core_child(
 
     def new_stream() -> str:
         name = f"bench-{uuid.uuid4().hex[:8]}"
-        with LiftbridgeClient(address) as client:
+        with LiftbridgeClient.from_settings(settings) as client:
             client.create_stream(name, name, partitions=partitions)
         return name
 
@@ -531,12 +564,11 @@ def per_core_child(
                 data, stream, settings=settings, key_field="customer", options=PublishOptions(window=window), **once
             ).count
             seconds = time.monotonic() - started
-        jvm, python = cpu.seconds()
-        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+        return {"rows": count, "seconds": seconds, **cpu.fields()}
 
     def client_run(batch: list[Any]) -> dict[str, float]:
         stream = new_stream()
-        with LiftbridgeClient(address, nats_servers=[nats_url]) as client:
+        with LiftbridgeClient.from_settings(settings) as client:
             client.fetch_metadata([stream])
             cpu0, started = time.process_time(), time.monotonic()
             count = len(client.publish_many(stream, batch, window=window))
@@ -549,12 +581,11 @@ def per_core_child(
             started = time.monotonic()
             count = reader.load().count()
             seconds = time.monotonic() - started
-        jvm, python = cpu.seconds()
-        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+        return {"rows": count, "seconds": seconds, **cpu.fields()}
 
     def subscribe_run(stream: str) -> dict[str, float]:
         """The client alone reading the same rows: a sync subscription per partition to its high watermark."""
-        with LiftbridgeClient(address) as client:
+        with LiftbridgeClient.from_settings(settings) as client:
             stops = [client.fetch_partition_metadata(stream, p).high_watermark for p in range(partitions)]
             cpu0, started = time.process_time(), time.monotonic()
             count = 0
@@ -595,41 +626,156 @@ def per_core_child(
             query = writer.start()
             query.awaitTermination()
             seconds = time.monotonic() - started
-        jvm, python = cpu.seconds()
         count = sum(p.numInputRows for p in query.recentProgress)
-        return {"rows": count, "seconds": seconds, "jvm_cpu": jvm, "python_cpu": python}
+        return {"rows": count, "seconds": seconds, **cpu.fields()}
 
     out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
     names = ("spark", "client", "exactly_once", "read", "subscribe", "read_function")
     for name in (*names, "at_least_once_sink", "exactly_once_sink"):
         out[name] = []
-    if "publish" in cases:
+    out["errors"] = {}
+
+    def case(name: str, run: Callable[[], None]) -> None:
+        """Run one case; a failure is recorded under its name and the other cases still run."""
+        try:
+            run()
+        except Exception as exc:  # noqa: BLE001 -- reported by the parent, beside the other cases' rows
+            out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+            print(f"case {name} failed: {exc!r}", file=sys.stderr)
+
+    def publish_case() -> None:
         spark_run(df.limit(max(rows // 10, 1)))  # warm-up: JIT, Python workers, connections
         client_run(records[: max(rows // 10, 1)])
         for _ in range(rounds):
             out["spark"].append(spark_run(df))
             out["client"].append(client_run(records))
             out["exactly_once"].append(spark_run(df, exactly_once=True))
-    if "read" in cases or "sink" in cases:
+
+    source = ""
+
+    def source_case() -> None:
+        nonlocal source
         source = new_stream()
-        with LiftbridgeClient(address, nats_servers=[nats_url]) as client:
+        with LiftbridgeClient.from_settings(settings) as client:
             client.fetch_metadata([source])
             client.publish_many(source, records, window=window)
         read_run(source)  # warm-up
         subscribe_run(source)
         read_function_run(source)
-    if "read" in cases:
+
+    def read_case() -> None:
         for _ in range(rounds):
             out["read"].append(read_run(source))
             out["subscribe"].append(subscribe_run(source))
             out["read_function"].append(read_function_run(source))
-    if "sink" in cases:
+
+    def sink_case() -> None:
         with tempfile.TemporaryDirectory() as checkpoints:
             sink_run(source, "atLeastOnce", checkpoints)  # warm-up
             for _ in range(rounds):  # A B B A ...: the two interleaved
                 out["at_least_once_sink"].append(sink_run(source, "atLeastOnce", checkpoints))
                 out["exactly_once_sink"].append(sink_run(source, "exactlyOnce", checkpoints))
+
+    if "publish" in cases:
+        case("publish", publish_case)
+    if "read" in cases or "sink" in cases:
+        case("read" if "read" in cases else "sink", source_case)
+    if source and "read" in cases:
+        case("read", read_case)
+    if source and "sink" in cases:
+        case("sink", sink_case)
     spark.stop()
+    return out
+
+
+def driver_jvm() -> int:
+    """The PID of this process's Spark driver JVM (started by PySpark through ``SparkSubmit``)."""
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name() == "java" and "org.apache.spark.deploy.SparkSubmit" in proc.cmdline():
+                return proc.pid
+        except psutil.Error:
+            pass
+    raise RuntimeError("no Spark driver JVM under this process")
+
+
+def cluster_per_core_child(
+    address: str, nats_url: str, rows: int, rounds: int, window: int, partitions: int
+) -> dict[str, Any]:
+    """The issue's last row: ``publish_dataframe`` of the same rows with 2 executors of 1 core on a
+    standalone cluster of this machine (a master and 2 workers started from the installed pyspark,
+    executors on the Airflow-free archive) against local[2]; ``rounds`` runs of each, alternating,
+    a fresh session per run (one JVM: the driver JVM must start in the archive's directory, so
+    this runs in a fresh interpreter). CPU of Spark's JVMs and Python processes per run."""
+    import airflow_provider_liftbridge
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: tests/spark_cluster.py
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, spark_config
+    from tests.spark_cluster import StandaloneCluster
+
+    settings = ConnectionSettings(brokers=address, nats_servers=nats_url, timeout=60.0)
+    out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
+    out.update(cluster=[], local=[], errors={})
+
+    def new_stream() -> str:
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        with LiftbridgeClient.from_settings(settings) as client:
+            client.create_stream(name, name, partitions=partitions)
+        return name
+
+    def run(master: str, config: dict[str, str], cluster: StandaloneCluster | None) -> dict[str, float]:
+        spark = build_spark_session(master, app_name="liftbridge-cluster-per-core", config=config)
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            df = spark.range(rows, numPartitions=4).selectExpr(
+                "concat('customer-', cast(id % 1000 as string)) as customer",
+                "id as order_id",
+                "cast(id % 97 as double) * 1.25 as amount",
+            )
+            df = df.cache()
+            df.count()  # the rows exist (and the executors are up) before the clock starts
+            stream = new_stream()
+            roots = [driver_jvm(), *(cluster.worker_pids if cluster else [])]
+            with SplitCpu(roots) as cpu:
+                started = time.monotonic()
+                count = publish_dataframe(
+                    df, stream, settings=settings, key_field="customer", options=PublishOptions(window=window)
+                ).count
+                seconds = time.monotonic() - started
+            return {"rows": count, "seconds": seconds, **cpu.fields()}
+        finally:
+            spark.stop()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        archive = build_executor_env(root / "liftbridge-executor.tar.gz", compresslevel=1)
+        cluster = StandaloneCluster(root / "cluster", workers=2, cores=1, memory="1g").start()
+        on_cluster = {
+            **spark_config(archive),
+            "spark.cores.max": "2",
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "768m",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+        }
+        local = {"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"}
+        try:
+            for n in range(rounds + 1):  # the first of each is a warm-up
+                for name, master, config in (
+                    ("cluster", cluster.master_url, on_cluster),
+                    ("local", "local[2]", local),
+                ):
+                    try:
+                        result = run(master, config, cluster if name == "cluster" else None)
+                    except Exception as exc:  # noqa: BLE001 -- reported by the parent
+                        out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+                        print(f"{name} failed: {exc!r}", file=sys.stderr)
+                        continue
+                    if n:
+                        out[name].append(result)
+        finally:
+            cluster.stop()
     return out
 
 
@@ -643,28 +789,46 @@ def per_core(
     master: str = "local[1]",
     brokers: str = "",
     nats: str = "",
-) -> None:
-    """Run :func:`per_core_child` for each ``(label, code tree)`` in turn against one dev server
-    out of process (or the server at ``brokers`` / ``nats``), and print a markdown table: medians
-    of the rounds."""
+) -> int:
+    """Run :func:`per_core_child` (and :func:`cluster_per_core_child` for the ``cluster`` case) for
+    each ``(label, code tree)`` in turn against one dev server out of process (or the server at
+    ``brokers`` / ``nats``), and print markdown tables: medians of the rounds. A child that fails,
+    or a case that fails in it, is named below the tables; the others' rows are printed.
+
+    :returns: the exit status: 1 if anything failed, else 0.
+    """
     import statistics
 
     here = Path(__file__).resolve()
-    results = []
+    results: list[tuple[str, dict[str, Any]]] = []
+    failures: list[str] = []
     load = [os.getloadavg()[0]]
 
+    def child(label: str, code: str, args: list[str]) -> dict[str, Any]:
+        # The child, and so its driver JVM and every Python worker, runs in the code tree: PySpark's
+        # workers put their working directory first on sys.path, ahead of PYTHONPATH.
+        tree = Path(code).resolve()
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        done = subprocess.run([sys.executable, str(here), *args], env=env, cwd=tree, capture_output=True, text=True)
+        load.append(os.getloadavg()[0])
+        lines = done.stdout.strip().splitlines()
+        if done.returncode or not lines:
+            failures.append(f"{label} ({args[0]}): the child exited {done.returncode}:\n{done.stderr[-3000:]}")
+            return {}
+        found: dict[str, Any] = json.loads(lines[-1])
+        failures.extend(f"{label}: case {case} failed: {error}" for case, error in found.pop("errors", {}).items())
+        return found
+
     def run_children(address: str, nats_url: str) -> None:
+        common = [address, nats_url, str(rows), str(rounds), str(window), str(partitions)]
+        spark_cases = cases - {"cluster"}
         for label, code in codes:
-            env = dict(os.environ, PYTHONPATH=str(Path(code).resolve()))
-            args = [address, nats_url, str(rows), str(rounds), str(window), str(partitions)]
-            args += [",".join(sorted(cases)), master]
-            done = subprocess.run(
-                [sys.executable, str(here), "--per-core-child", *args], env=env, capture_output=True, text=True
-            )
-            if done.returncode:
-                sys.exit(f"{label}: the child failed:\n{done.stderr[-4000:]}")
-            results.append((label, json.loads(done.stdout.strip().splitlines()[-1])))
-            load.append(os.getloadavg()[0])
+            found: dict[str, Any] = {}
+            if spark_cases:
+                found |= child(label, code, ["--per-core-child", *common, ",".join(sorted(spark_cases)), master])
+            if "cluster" in cases:
+                found |= child(label, code, ["--cluster-per-core-child", *common])
+            results.append((label, found))
 
     if brokers:
         run_children(brokers, nats)
@@ -681,6 +845,10 @@ def per_core(
         f"{rounds} interleaved rounds (medians), "
         f"{'server at ' + brokers if brokers else 'dev server out of process'}, NATS path"
     )
+    print(
+        "µs/row Python worker: the executors' Python workers only; planner s/run: CPU seconds per run of "
+        "the driver's Python planner processes (plan, commit, streaming source/sink), a fixed cost per query"
+    )
     print()
 
     def rate(x: dict[str, float]) -> float:
@@ -689,46 +857,69 @@ def per_core(
     def per_row(key: str) -> Callable[[dict[str, float]], float]:
         return lambda x: 1e6 * x[key] / x["rows"]
 
+    def planner(x: dict[str, float]) -> float:
+        return x.get("planner_cpu", 0.0)
+
+    def rows_of(*keys: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(label, r) for label, r in results if all(r.get(k) for k in keys)]
+
     if "publish" in cases:
         print(
             "| code | Spark rows/s | client publish_many msgs/s | per core | µs/row Python worker | µs/row JVM "
-            "| µs/row client | Spark exactly-once rows/s | exactly-once / at-least-once |"
+            "| µs/row client | planner s/run | Spark exactly-once rows/s | exactly-once / at-least-once |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for label, r in results:
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, r in rows_of("spark", "client", "exactly_once"):
             sp, cl, eo = med(r["spark"], rate), med(r["client"], rate), med(r["exactly_once"], rate)
             py, jvm = med(r["spark"], per_row("python_cpu")), med(r["spark"], per_row("jvm_cpu"))
             cpu = med(r["client"], per_row("cpu"))
-            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {eo:,.0f}"
-            cells += f" | {eo / sp:.2f}×"
+            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f}"
+            cells += f" | {med(r['spark'], planner):.2f} | {eo:,.0f} | {eo / sp:.2f}×"
             print(f"| {label} ({r['code']}) | {cells} |")
         print()
     if "read" in cases:
         print(
             "| code | Spark read (count) rows/s | client sync subscribe msgs/s | per core | µs/row Python worker "
-            "| µs/row JVM | µs/row client | read function alone, no Spark: rows/s, µs/row |"
+            "| µs/row JVM | µs/row client | planner s/run | read function alone, no Spark: rows/s, µs/row |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for label, r in results:
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, r in rows_of("read", "subscribe", "read_function"):
             sp, cl = med(r["read"], rate), med(r["subscribe"], rate)
             py, jvm = med(r["read"], per_row("python_cpu")), med(r["read"], per_row("jvm_cpu"))
             cpu = med(r["subscribe"], per_row("cpu"))
             alone = f"{med(r['read_function'], rate):,.0f}, {med(r['read_function'], per_row('cpu')):.1f}"
-            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f} | {alone}"
-            print(f"| {label} ({r['code']}) | {cells} |")
+            cells = f"{sp:,.0f} | {cl:,.0f} | {sp / cl:.2f}× | {py:.1f} | {jvm:.1f} | {cpu:.1f}"
+            print(f"| {label} ({r['code']}) | {cells} | {med(r['read'], planner):.2f} | {alone} |")
         print()
     if "sink" in cases:
         print(
             "| code | streaming sink at-least-once rows/s | exactly-once rows/s | exactly / at-least | "
-            "µs/row Python at-least / exactly | µs/row JVM at-least / exactly |"
+            "µs/row Python at-least / exactly | µs/row JVM at-least / exactly | planner s/run at-least / exactly |"
         )
-        print("|---|---:|---:|---:|---:|---:|")
-        for label, r in results:
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for label, r in rows_of("at_least_once_sink", "exactly_once_sink"):
             alo, eo = r["at_least_once_sink"], r["exactly_once_sink"]
             a, e = med(alo, rate), med(eo, rate)
             py = f"{med(alo, per_row('python_cpu')):.1f} / {med(eo, per_row('python_cpu')):.1f}"
             jvm = f"{med(alo, per_row('jvm_cpu')):.1f} / {med(eo, per_row('jvm_cpu')):.1f}"
-            print(f"| {label} ({r['code']}) | {a:,.0f} | {e:,.0f} | {e / a:.2f}× | {py} | {jvm} |")
+            plan = f"{med(alo, planner):.2f} / {med(eo, planner):.2f}"
+            print(f"| {label} ({r['code']}) | {a:,.0f} | {e:,.0f} | {e / a:.2f}× | {py} | {jvm} | {plan} |")
+        print()
+    if "cluster" in cases:
+        print(
+            "| code | publish_dataframe, standalone cluster, 2 executors of 1 core: rows/s | local[2] rows/s | "
+            "cluster / local[2] | µs/row Python worker cluster / local | µs/row JVM cluster / local |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, r in rows_of("cluster", "local"):
+            c, lo = med(r["cluster"], rate), med(r["local"], rate)
+            py = f"{med(r['cluster'], per_row('python_cpu')):.1f} / {med(r['local'], per_row('python_cpu')):.1f}"
+            jvm = f"{med(r['cluster'], per_row('jvm_cpu')):.1f} / {med(r['local'], per_row('jvm_cpu')):.1f}"
+            print(f"| {label} ({r['code']}) | {c:,.0f} | {lo:,.0f} | {c / lo:.2f}× | {py} | {jvm} |")
+        print()
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
@@ -738,6 +929,10 @@ if __name__ == "__main__":
             address, nats_url, int(n), int(rounds), int(window), int(partitions), set(cases.split(",")), master
         )
         print(json.dumps(child))
+    elif sys.argv[1:2] == ["--cluster-per-core-child"]:
+        address, nats_url, n, rounds, window, partitions = sys.argv[2:8]
+        child = cluster_per_core_child(address, nats_url, int(n), int(rounds), int(window), int(partitions))
+        print(json.dumps(child))
     elif sys.argv[1:2] == ["--per-core"]:
         per_core_parser = argparse.ArgumentParser(prog="spark_bench.py --per-core")
         per_core_parser.add_argument("--code", action="append", default=[], help="LABEL=DIR: a code tree to measure")
@@ -746,7 +941,9 @@ if __name__ == "__main__":
         per_core_parser.add_argument("--window", type=int, default=4096)
         per_core_parser.add_argument("--partitions", type=int, default=2)
         per_core_parser.add_argument(
-            "--cases", default="publish,read,sink", help="comma-separated: publish, read, sink (default: all)"
+            "--cases",
+            default="publish,read,sink,cluster",
+            help="comma-separated: publish, read, sink, cluster (default: all)",
         )
         per_core_parser.add_argument(
             "--master", default="local[1]", help="e.g. local[2]: tasks side by side (the sink's tasks then interleave)"
@@ -755,12 +952,15 @@ if __name__ == "__main__":
         per_core_parser.add_argument("--nats", default="", help="its NATS URL (with --brokers)")
         a = per_core_parser.parse_args(sys.argv[2:])
         trees = [tuple(c.split("=", 1)) for c in a.code] or [("this", str(Path(__file__).resolve().parents[1]))]
+        for tree in trees:
+            if len(tree) != 2 or not (Path(tree[1]) / "airflow_provider_liftbridge").is_dir():
+                sys.exit(f"--code takes LABEL=DIR, DIR holding airflow_provider_liftbridge/; got {'='.join(tree)!r}")
         chosen = {c.strip() for c in a.cases.split(",") if c.strip()}
-        if not chosen or chosen - {"publish", "read", "sink"}:
-            sys.exit(f"--cases takes publish, read and sink, comma-separated; got {a.cases!r}")
+        if not chosen or chosen - {"publish", "read", "sink", "cluster"}:
+            sys.exit(f"--cases takes publish, read, sink and cluster, comma-separated; got {a.cases!r}")
         if bool(a.brokers) != bool(a.nats):
             sys.exit("--brokers and --nats go together")
-        per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master, a.brokers, a.nats)  # type: ignore[arg-type]
+        sys.exit(per_core(trees, a.rows, a.rounds, a.window, a.partitions, chosen, a.master, a.brokers, a.nats))  # type: ignore[arg-type]
     elif sys.argv[1:2] == ["--cluster-child"]:
         address, nats_url, pid, n, stream_n, window = sys.argv[2:8]
         runs = cluster_cases(address, nats_url, int(pid), int(n), int(stream_n), int(window))

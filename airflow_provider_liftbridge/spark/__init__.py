@@ -7,15 +7,14 @@
 - ``python -m airflow_provider_liftbridge.spark.submit``: the publish as a ``spark-submit`` job.
 
 This package imports PySpark lazily where it can, but never imports Airflow: executors and
-``spark-submit`` jobs run it without Airflow installed.
+``spark-submit`` jobs run it without Airflow installed. Its names are imported on first use, so
+importing the package (or :mod:`.datasource`) costs little.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from airflow_provider_liftbridge.client import AckPolicy, PublishOptions, PublishSummary
-from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
 
 from .errors import (
     LiftbridgeSparkError,
@@ -25,14 +24,17 @@ from .errors import (
     SparkReadError,
     SparkStreamError,
 )
-from .plan import PublishPlan
-from .publish import publish_dataframe
-from .session import build_spark_session
-from .settings import ConnectionSettings, from_options, to_options
-from .sources import DataFrameSource
 
 if TYPE_CHECKING:
+    from airflow_provider_liftbridge.client import AckPolicy, PublishOptions, PublishSummary
+    from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
+
     from .datasource import LiftbridgeDataSource, register
+    from .plan import PublishPlan
+    from .publish import publish_dataframe
+    from .session import build_spark_session
+    from .settings import ConnectionSettings, from_options, to_options
+    from .sources import DataFrameSource
 
 __all__ = [
     "AckPolicy",
@@ -56,11 +58,33 @@ __all__ = [
     "register",
 ]
 
+# Where each name lives, imported on first use: Spark's planner processes import this package
+# (to unpickle the data source) once per query each, and most of them need none of the client
+# (issue 57: the read's fixed cost per query).
+_LAZY = {
+    "AckPolicy": "airflow_provider_liftbridge.client",
+    "PublishOptions": "airflow_provider_liftbridge.client",
+    "PublishSummary": "airflow_provider_liftbridge.client",
+    "PartitionRange": "airflow_provider_liftbridge.client.publishing.summary",
+    "LiftbridgeDataSource": f"{__name__}.datasource",
+    "register": f"{__name__}.datasource",
+    "PublishPlan": f"{__name__}.plan",
+    "publish_dataframe": f"{__name__}.publish",
+    "build_spark_session": f"{__name__}.session",
+    "ConnectionSettings": f"{__name__}.settings",
+    "from_options": f"{__name__}.settings",
+    "to_options": f"{__name__}.settings",
+    "DataFrameSource": f"{__name__}.sources",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # The data source subclasses pyspark classes: import it only when asked for.
-    if name in ("LiftbridgeDataSource", "register"):
-        from . import datasource
-
-        return getattr(datasource, name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -34,19 +34,16 @@ with needs_extra("spark", "the liftbridge Spark data source"):
         WriterCommitMessage,
     )
 
-from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
-
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
-from .plan import plan_from_options
-from .publish import merge_summaries, publish_partition, resolve_plan, stream_partition_count
-from .reading import LiftbridgeSplit, ReadBounds, read_split, requested_partitions
-from .settings import from_options
-from .streaming import LiftbridgeStreamReader, LiftbridgeStreamWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+# What this module imports at its top is all that Spark's planner processes need to unpickle the
+# data source and answer name() and schema(): each is a fresh Python process per query. The
+# client, PyArrow and the publishing code are imported by the methods that use them (issue 57).
 
 FORMAT_NAME = "liftbridge"
 READ_SCHEMA = (
@@ -88,6 +85,8 @@ class LiftbridgeDataSource(DataSource):
         return LiftbridgeReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .streaming import LiftbridgeStreamReader
+
         return LiftbridgeStreamReader(self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -95,6 +94,8 @@ class LiftbridgeDataSource(DataSource):
             raise SparkOptionError(
                 "a Liftbridge stream is an append-only log: use outputMode('append'), not 'complete'"
             )
+        from .streaming import LiftbridgeStreamWriter
+
         return LiftbridgeStreamWriter(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> LiftbridgeWriter:
@@ -118,6 +119,10 @@ class LiftbridgeWriter(DataSourceArrowWriter):
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        from .plan import plan_from_options
+        from .publish import resolve_plan
+        from .settings import from_options
+
         self.settings = from_options(options)
         plan = plan_from_options(options)
         plan.validate_schema(schema)
@@ -126,11 +131,15 @@ class LiftbridgeWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _PartitionSummary:
         from pyspark import TaskContext
 
+        from .publish import publish_partition
+
         context = TaskContext.get()
         spark_partition = context.partitionId() if context is not None else 0
         return _PartitionSummary(publish_partition(iterator, self.plan, self.settings, spark_partition))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from .publish import merge_summaries
+
         summaries = [m.summary for m in messages if isinstance(m, _PartitionSummary)]
         merge_summaries(self.plan.stream, self.plan.ack_policy, summaries, 0.0)
 
@@ -147,6 +156,9 @@ class LiftbridgeReader(DataSourceReader):
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
+        from .reading import ReadBounds
+        from .settings import from_options
+
         lowered = {key.lower(): value for key, value in options.items()}
         stream = lowered.get("stream")
         if not stream:
@@ -156,6 +168,11 @@ class LiftbridgeReader(DataSourceReader):
         self.bounds = ReadBounds.from_options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
+        from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
+
+        from .publish import stream_partition_count
+        from .reading import LiftbridgeSplit, requested_partitions
+
         try:
             with LiftbridgeClient.from_settings(self.settings) as client:
                 count = stream_partition_count(client, self.stream)
@@ -172,6 +189,8 @@ class LiftbridgeReader(DataSourceReader):
         return splits or [LiftbridgeSplit(0, 0, -1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from .reading import LiftbridgeSplit, read_split
+
         assert isinstance(partition, LiftbridgeSplit)
         if partition.stop_offset < partition.start_offset:
             return

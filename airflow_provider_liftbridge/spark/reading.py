@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
-from airflow_provider_liftbridge.client import LiftbridgeClient
-
-from .arrow_read import columns_batch
 from .errors import SparkOptionError, SparkStreamError
-from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from .settings import ConnectionSettings
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Rows per Arrow batch handed to Spark by the reader.
@@ -162,6 +160,11 @@ def requested_partitions(stream: str, count: int, wanted: tuple[int, ...] | None
 def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:
     """The messages of ``split`` as Arrow batches of the read schema (batch reads and micro-batches),
     built from the subscription's columns (:mod:`.arrow_read`)."""
+    # Imported here, not at the top: Spark's planner processes import this module only to plan.
+    from airflow_provider_liftbridge.client import LiftbridgeClient
+
+    from .arrow_read import columns_batch
+
     start_at: Any = split.start_offset
     if split.start_time_ns is not None:
         start_at = datetime_of_ns(split.start_time_ns)

@@ -1,6 +1,7 @@
-"""The JSON ``publish_dataframe`` publishes, written by Spark's ``to_json`` in the JVM: one test
-per type where it differs from the Python encoder (``plan.json_values``, used by the data source
-writer and the streaming sink), and the keys and partitions computed in the JVM."""
+"""The JSON ``publish_dataframe`` publishes, written by Spark's ``to_json`` in the JVM, and the JSON
+the Python encoder (``plan.json_values``: the data source writer, the streaming sink) publishes for
+the same row: one test per type where they differ (docs/spark.md, "The JSON published"), the
+types both write alike, and the keys and partitions computed in the JVM."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_liftbridge.client import LiftbridgeClient, Message, partition_for_key
-from airflow_provider_liftbridge.spark import ConnectionSettings, publish_dataframe
+from airflow_provider_liftbridge.spark import ConnectionSettings, publish_dataframe, to_options
 
 pytestmark = pytest.mark.spark
 
@@ -31,19 +32,32 @@ def published(lb_address: str, stream: str, partitions: int = 1) -> list[Message
 
 
 def one_row_json(spark: SparkSession, settings: ConnectionSettings, lb_address: str, stream: str, expr: str) -> str:
-    """The message text of one row ``select <expr> as v``, published as whole-row JSON."""
+    """The message text of one row ``select <expr> as v``, published as whole-row JSON by
+    ``publish_dataframe`` (Spark's ``to_json``)."""
     publish_dataframe(spark.range(1).selectExpr(f"{expr} as v"), stream, settings=settings)
     (message,) = published(lb_address, stream)
     return message.value.decode()
 
 
-# (Spark SQL expression, the exact JSON text Spark writes, what the Python encoder writes instead)
+def written(df: DataFrame, settings: ConnectionSettings, lb_address: str, stream: str) -> list[Message]:
+    """The messages of ``df`` written as whole-row JSON by the data source writer (the Python encoder)."""
+    df.write.format("liftbridge").mode("append").options(**to_options(settings)).option("stream", stream).save()
+    return published(lb_address, stream)
+
+
+# (Spark SQL expression, the exact JSON text Spark writes, the exact text the Python encoder writes)
 DIFFERING: dict[str, tuple[str, str, str]] = {
     "decimal": ("cast('12.50' as decimal(10,2))", '{"v":12.50}', '{"v":"12.50"}'),
-    "timestamp_ntz": ("timestamp_ntz'2024-01-02 03:04:05'", '{"v":"2024-01-02T03:04:05.000000"}', "no fraction"),
+    "timestamp_ntz": (
+        "timestamp_ntz'2024-01-02 03:04:05'",
+        '{"v":"2024-01-02T03:04:05.000000"}',
+        '{"v":"2024-01-02T03:04:05"}',
+    ),
     "large double": ("cast(1e20 as double)", '{"v":1.0E20}', '{"v":1e+20}'),
-    "NaN": ("cast('NaN' as double)", '{"v":"NaN"}', "bare NaN, not JSON"),
-    "Infinity": ("cast('Infinity' as double)", '{"v":"Infinity"}', "bare Infinity, not JSON"),
+    "small double": ("cast(1e-20 as double)", '{"v":1.0E-20}', '{"v":1e-20}'),
+    "NaN": ("cast('NaN' as double)", '{"v":"NaN"}', '{"v":NaN}'),
+    "Infinity": ("cast('Infinity' as double)", '{"v":"Infinity"}', '{"v":Infinity}'),
+    "-Infinity": ("cast('-Infinity' as double)", '{"v":"-Infinity"}', '{"v":-Infinity}'),
     "float": ("cast(0.1 as float)", '{"v":0.1}', '{"v":0.10000000149011612}'),
 }
 
@@ -79,6 +93,19 @@ def test_spark_writes_this_json_where_python_would_differ(kind: str, differing_j
     assert fields[KINDS.index(kind)] == f'"k{KINDS.index(kind)}":{value}', differing_json
 
 
+@pytest.mark.parametrize("kind", sorted(DIFFERING))
+def test_the_python_encoder_writes_this_json_where_spark_differs(
+    kind: str,
+    spark: SparkSession,
+    lb_settings: ConnectionSettings,
+    lb_address: str,
+    make_stream: Callable[[int], str],
+) -> None:
+    expr, spark_json, python_json = DIFFERING[kind]
+    (message,) = written(spark.range(1).selectExpr(f"{expr} as v"), lb_settings, lb_address, make_stream(1))
+    assert message.value.decode() == python_json != spark_json
+
+
 def test_timestamps_carry_microseconds_and_the_zone_offset(
     spark: SparkSession, lb_settings: ConnectionSettings, lb_address: str, make_stream: Callable[[int], str]
 ) -> None:
@@ -89,12 +116,22 @@ def test_timestamps_carry_microseconds_and_the_zone_offset(
     assert dt.datetime.fromisoformat(value) == dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
 
 
-def test_null_fields_binary_dates_and_maps_are_written_as_python_does(
+def test_the_python_encoder_writes_timestamps_in_utc_with_its_offset(
+    spark: SparkSession, lb_settings: ConnectionSettings, lb_address: str, make_stream: Callable[[int], str]
+) -> None:
+    df = spark.range(1).selectExpr("timestamp_micros(1704164645123456) as v")
+    (message,) = written(df, lb_settings, lb_address, make_stream(1))
+    assert message.value.decode() == '{"v":"2024-01-02T03:04:05.123456+00:00"}'
+
+
+def test_null_fields_binary_dates_maps_and_nesting_are_written_alike_by_both(
     spark: SparkSession, lb_settings: ConnectionSettings, lb_address: str, make_stream: Callable[[int], str]
 ) -> None:
     stream = make_stream(1)
     df = spark.range(1).selectExpr(
         "cast(null as string) as missing",
+        "cast(null as double) as no_number",
+        "named_struct('a', cast(null as int)) as inner_null",
         "unhex('00FF') as raw",
         "date'2024-01-02' as day",
         "map('a', 1) as tags",
@@ -102,13 +139,23 @@ def test_null_fields_binary_dates_and_maps_are_written_as_python_does(
     )
     publish_dataframe(df, stream, settings=lb_settings)
     (message,) = published(lb_address, stream)
-    assert json.loads(message.value) == {
-        "missing": None,
-        "raw": "AP8=",
-        "day": "2024-01-02",
-        "tags": {"a": 1},
-        "nested": {"x": 1, "y": [1.5, None]},
-    }
+    other = f"{stream}-python"
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(other, other)
+    (by_python,) = written(df, lb_settings, lb_address, other)
+    assert (
+        json.loads(message.value)
+        == json.loads(by_python.value)
+        == {
+            "missing": None,
+            "no_number": None,
+            "inner_null": {"a": None},
+            "raw": "AP8=",
+            "day": "2024-01-02",
+            "tags": {"a": 1},
+            "nested": {"x": 1, "y": [1.5, None]},
+        }
+    )
 
 
 def test_a_type_spark_cannot_write_as_documented_is_encoded_in_python(
