@@ -12,6 +12,7 @@ those records were reported acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from airflow_provider_liftbridge.client import (
     AckedThenLostError,
     AckPolicy,
+    AsyncLiftbridgeClient,
     LiftbridgeClient,
     PublishError,
     ResendUnacked,
@@ -32,10 +34,32 @@ RECORDS = 200_000  # far more than can be acknowledged before the strike lands
 COMMITTED, KEEP_TO = 999, 499  # strike once offsets 0..COMMITTED are committed; the follower keeps 0..KEEP_TO
 
 
-def _struck_publish(cluster: DevServer, stream: str, *, replace: bool) -> tuple[PublishError, int | None]:
-    """Publish RECORDS with ALL over gRPC (no re-sends) while another thread, once the first
-    COMMITTED + 1 records are committed, hangs the leader and (``replace``) has a follower cut the
-    log after KEEP_TO and lead. Returns the call's error and how many records the cut removed."""
+def _publish(addresses: list[str], stream: str, *, asynchronous: bool) -> None:
+    """The call under test: RECORDS with ALL over gRPC, no re-sends, on the blocking or the
+    asyncio client (both run the same operation). The client reads the metadata first, so that it
+    sends to the leader (the broker the strike hangs), as a client that published before does."""
+    values = [b"r%06d" % i for i in range(RECORDS)]
+    options = {"path": "grpc", "ack_policy": AckPolicy.ALL, "timeout": 5.0, "resend": ResendUnacked(0)}
+    if not asynchronous:
+        with LiftbridgeClient(addresses, timeout=5.0, max_retries=8) as client:
+            client.fetch_metadata([stream])
+            client.publish_many(stream, values, **options)  # type: ignore[arg-type]
+        return
+
+    async def run() -> None:
+        async with AsyncLiftbridgeClient(addresses, timeout=5.0, max_retries=8) as client:
+            await client.fetch_metadata([stream])
+            await client.publish_many(stream, values, **options)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+
+
+def _struck_publish(
+    cluster: DevServer, stream: str, *, replace: bool, asynchronous: bool = False
+) -> tuple[PublishError, int | None]:
+    """Publish (:func:`_publish`) while another thread, once the first COMMITTED + 1 records are
+    committed, hangs the leader and (``replace``) has a follower cut the log after KEEP_TO and
+    lead. Returns the call's error and how many records the cut removed."""
     with LiftbridgeClient(cluster.addresses, timeout=5.0, max_retries=8) as client:
         client.create_stream(stream, stream, replication_factor=3)
         part = client.fetch_metadata([stream]).streams[stream].partitions[0]
@@ -66,14 +90,7 @@ def _struck_publish(cluster: DevServer, stream: str, *, replace: bool) -> tuple[
         striker.start()
         try:
             with pytest.raises(PublishError) as raised:
-                client.publish_many(
-                    stream,
-                    [b"r%06d" % i for i in range(RECORDS)],
-                    path="grpc",
-                    ack_policy=AckPolicy.ALL,
-                    timeout=5.0,
-                    resend=ResendUnacked(0),
-                )
+                _publish(cluster.addresses, stream, asynchronous=asynchronous)
         finally:
             striker.join()
             if stalled.is_set():
@@ -88,8 +105,11 @@ def _account(exc: PublishError) -> None:
         assert (ack is None) == (i in exc.errors), f"record {i}: ack {ack}, error {exc.errors.get(i)!r}"
 
 
-def test_acked_records_the_partition_lost_are_reported_lost(fast_cluster: DevServer, stream_name: str) -> None:
-    exc, cut = _struck_publish(fast_cluster, stream_name, replace=True)
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["blocking", "asyncio"])
+def test_acked_records_the_partition_lost_are_reported_lost(
+    fast_cluster: DevServer, stream_name: str, asynchronous: bool
+) -> None:
+    exc, cut = _struck_publish(fast_cluster, stream_name, replace=True, asynchronous=asynchronous)
     _account(exc)
     lost = {i: e for i, e in exc.errors.items() if isinstance(e, AckedThenLostError)}
     assert lost, f"no record reported lost: {exc}"
