@@ -9,6 +9,7 @@ from .async_client import AsyncLiftbridgeClient
 from .column_subscription import MessageColumns
 from .consumer import ConsumerGroupError, MaxPollIntervalExceededError
 from .errors import (
+    AckedThenLostError,
     AckTimeoutError,
     ClientClosedError,
     CursorsDisabledError,
@@ -74,6 +75,7 @@ __all__ = [
     "LiftbridgeClient",
     "AckPolicy",
     "AckTimeoutError",
+    "AckedThenLostError",
     "BrokerInfo",
     "ClientClosedError",
     "ConnectionSettings",

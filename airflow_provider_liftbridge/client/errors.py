@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AckTimeoutError",
+    "AckedThenLostError",
     "ClientClosedError",
     "CursorsDisabledError",
     "EncryptionError",
@@ -93,6 +94,27 @@ class NotSentError(LiftbridgeError):
     """A record of a publishing call was never handed to the connection: the call stopped at an
     earlier record's failure first. It is certainly not stored, so publishing it again cannot
     store it twice."""
+
+
+class AckedThenLostError(LiftbridgeError):
+    """A record was acknowledged with ack policy ALL during the call, and by the time the call
+    failed the partition's leader (agreed on by the replicas that answered) held no record at its
+    offset: the log ends below it. Liftbridge v1.9 can do that (a follower cuts its log to its own
+    lagging high watermark and is elected; docs/reliability.md, seed 59961). The record is not
+    stored: publish it again, and check the cluster (its brokers' logs, the partition's ISR).
+
+    :ivar stream: the stream.
+    :ivar partition: the partition.
+    :ivar offset: the offset the ack named.
+    :ivar newest_offset: the partition's newest offset as its leader reported it (-1: empty).
+    """
+
+    def __init__(self, message: str, *, stream: str, partition: int, offset: int, newest_offset: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.newest_offset = newest_offset
 
 
 class UnaccountedRecordError(LiftbridgeError):

@@ -45,8 +45,10 @@ The checker (:func:`check`) holds every path to the same invariants:
 - a call that returned success has every one of its records in the stream;
 - every ack, returned or carried by a ``PublishError``, points at a stored message with the
   record's payload;
-- a ``PublishError`` accounts for every record (an ack or a typed error each), and a record it
-  names ``NotSentError`` is not in the stream;
+- a ``PublishError`` accounts for every record (an ack or a typed error each, never both), and a
+  record it names ``NotSentError`` is not in the stream; a record it names ``AckedThenLostError``
+  (acknowledged, then lost by the partition before the call raised) counts as not acknowledged,
+  and is not in the stream either;
 - exactly-once never stores a record twice (the retries included), and after its retries every
   record is in the stream;
 - a consume run never skips a message: every offset up to the planned end was handed to the
@@ -77,6 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_liftbridge.client import (
+    AckedThenLostError,
     AckPolicy,
     AckTimeoutError,
     LiftbridgeClient,
@@ -739,13 +742,15 @@ def failure_summary(exc: BaseException) -> str:
     kinds = Counter(type(e).__name__ for e in exc.errors.values())
     timed_out = sum(isinstance(e, AckTimeoutError) for e in exc.errors.values())
     not_sent = sum(isinstance(e, NotSentError) for e in exc.errors.values())
+    lost = sum(isinstance(e, AckedThenLostError) for e in exc.errors.values())
     cause = exc.__cause__ or exc.__context__
     causes = ", ".join(f"{name} x{n}" for name, n in sorted(kinds.items())) or "no record error"
     if cause is not None:
         causes += f"; cause {type(cause).__name__}"
     return (
         f"PublishError({causes}: {exc.acked} of {len(exc.acks)} acked, {timed_out} timed out, "
-        f"{not_sent} not sent, records {exc.start}..{exc.start + len(exc.acks) - 1})"
+        f"{not_sent} not sent{f', {lost} lost after their ack' if lost else ''}, "
+        f"records {exc.start}..{exc.start + len(exc.acks) - 1})"
     )
 
 
@@ -819,6 +824,16 @@ def _contract_violations(
     ]
     if stored_not_sent:
         bad.append(f"{len(stored_not_sent)} record(s) named NotSentError are in the stream, e.g. {stored_not_sent[:3]}")
+    both = [i for i in exc.errors if 0 <= i < n and exc.acks[i] is not None]
+    if both:
+        bad.append(f"PublishError gives {len(both)} record(s) an ack and an error, e.g. {both[:3]}")
+    # A record reported lost after its ack has no ack any more (so _ack_violations skips it); one
+    # that is in the stream all the same was a false alarm, which invites a duplicate.
+    stored_lost = [
+        i for i, e in exc.errors.items() if isinstance(e, AckedThenLostError) and seen[records[start + i].value]
+    ]
+    if stored_lost:
+        bad.append(f"{len(stored_lost)} record(s) named AckedThenLostError are in the stream, e.g. {stored_lost[:3]}")
     bad += _ack_violations(list(exc.acks), records[start : start + n], at)
     return bad
 

@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_liftbridge.client import (
     Ack,
+    AckedThenLostError,
     AckPolicy,
     AckTimeoutError,
     LiftbridgeClient,
@@ -210,6 +211,31 @@ def test_the_checker_holds_a_publish_error_to_the_contract() -> None:
     ]
 
 
+def _lost(i: int, offset: int) -> AckedThenLostError:
+    return AckedThenLostError(f"record {i} lost", stream="s", partition=0, offset=offset, newest_offset=0)
+
+
+def test_the_checker_counts_a_record_reported_lost_after_its_ack_as_not_acknowledged() -> None:
+    # Seed 59961: b and c were acknowledged at offsets 1 and 2, then the partition's log was cut
+    # after offset 0. Reported as lost, they are no violation; left acknowledged, they are.
+    stored = [_Stored(0, 0, b"a")]
+    reported = PublishError("x", acks=[_ack(0, 0), None, None], index=1, errors={1: _lost(1, 1), 2: _lost(2, 2)})
+    assert check(_BULK, Outcome(_RECORDS, errors=[reported]), stored) == []
+    hidden = PublishError("x", acks=[_ack(0, 0), _ack(0, 1), _ack(0, 2)], index=None)
+    assert check(_BULK, Outcome(_RECORDS, errors=[hidden]), stored) == [
+        "2 ack(s) point at no stored record with that payload, e.g. [1, 2]"
+    ]
+
+
+def test_the_checker_calls_a_false_loss_or_an_ack_with_an_error_a_violation() -> None:
+    stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"c")]
+    wrong = PublishError("x", acks=[_ack(0, 0), _ack(0, 1), None], index=1, errors={1: _lost(1, 1), 2: _lost(2, 2)})
+    assert check(_BULK, Outcome(_RECORDS, errors=[wrong]), stored) == [
+        "PublishError gives 1 record(s) an ack and an error, e.g. [1]",
+        "2 record(s) named AckedThenLostError are in the stream, e.g. [1, 2]",
+    ]
+
+
 def test_the_checker_calls_a_duplicate_of_exactly_once_a_violation() -> None:
     schedule = Schedule(1, "exactly-once", "leader", "kill", "during", 0.5, 1.0, 0.0, 3, 1)
     stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"b"), _Stored(0, 3, b"c")]
@@ -337,3 +363,8 @@ def test_a_publish_error_is_reported_with_its_cause_and_counts() -> None:
         "2 timed out, 1 not sent, records 10..14)"
     )
     assert failure_summary(RuntimeError("x")) == "RuntimeError"
+    lost = PublishError("x", acks=[_ack(0, 0), None], index=1, errors={1: _lost(1, 1)})
+    assert failure_summary(lost) == (
+        "PublishError(AckedThenLostError x1: 1 of 2 acked, 0 timed out, 0 not sent, 1 lost after their ack, "
+        "records 0..1)"
+    )

@@ -47,6 +47,7 @@ from . import grpc_engine
 from .columns import RecordColumns, as_record
 from .contract import accounted, accounted_failure, name_unacknowledged
 from .correlation import CorrelationIds, correlation_ids
+from .lost_acks import lost_since_acked
 from .nats_engine import (
     BulkOutcome,
     outcome_acks,
@@ -187,6 +188,8 @@ def send_batch(
         engine_acks = yield from _send_batch(core, stream, options, route, items, sent_ns, stats)
     except PublishError as exc:
         checked = accounted_failure(exc, n, where, expects_acks=expects_acks)
+        # Only a failing call pays for this look at the partitions (never the success path).
+        checked = yield from lost_since_acked(core, stream, options, checked)
         if checked is exc:
             raise
         raise checked from exc
