@@ -114,20 +114,22 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
         set_paused(deployment, DAG_ID, False)  # the backfill's runs start; scheduled runs come every 20 s
 
         cleared = backfill[1]
-        states = {run_id: deployment.wait_for_run(DAG_ID, run_id, timeout=600) for run_id in backfill}
-        assert states[cleared] == "success", deployment.log_dir
+        assert deployment.wait_for_run(DAG_ID, cleared, timeout=600) == "success", deployment.log_dir
+        clear_run(deployment, DAG_ID, cleared)
+        for run_id in backfill:
+            deployment.wait_for_run(DAG_ID, run_id, timeout=600)
         # A manual run for an interval that is still open when its tasks first look: it ends 45 to
-        # 65 s from now. Triggered once the backfill is done, so its tasks do not queue behind the
-        # backfill's for worker slots and the DAG's max_active_runs (busy run of this test: created
-        # beside the backfill at load 14, its tasks started 112 s later, after its interval). Its
-        # tasks wait in the triggerer (no worker slot) while the cleared run runs again.
+        # 65 s from now. Triggered once the backfill and the cleared run's second run are done, so
+        # its tasks do not queue behind theirs for worker slots and the DAG's max_active_runs (busy
+        # run of this test: created beside the backfill at load 14, its tasks started 112 s later,
+        # after its interval; session 22's CI, triggered before the clear at load 10-17: its tasks
+        # started after its interval too).
         start = grid_floor(time.time() + OPEN_AHEAD)
         manual = deployment.api(
             "POST",
             f"/dags/{DAG_ID}/dagRuns",
             {"logical_date": iso(start), "data_interval_start": iso(start), "data_interval_end": iso(start + STEP)},
         )["dag_run_id"]
-        clear_run(deployment, DAG_ID, cleared)
         runs = [r for r in finish_and_pause(deployment, DAG_ID) if r["dag_run_id"] not in earlier]
     finally:
         set_paused(deployment, DAG_ID, True)  # no runs of this DAG during the rest of the tier

@@ -132,16 +132,6 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         set_paused(deployment, MINUTES_DAG, False)  # the backfill starts; the scheduler adds a run a minute
         for run_id in backfill:
             assert deployment.wait_for_run(MINUTES_DAG, run_id, timeout=600) == "success", deployment.log_dir
-        # A manual run for a partition that is still open when its archive first looks: the minute
-        # ends 45 to 105 s from now. Triggered once the backfill's tasks are done, so it does not
-        # queue behind them for worker slots; its archive waits in the triggerer (no worker slot)
-        # while the roll-up and the clear run: their minutes and its minute's wait overlap.
-        open_minute = (time.time() + OPEN_AHEAD) // 60 * 60
-        manual = deployment.api(
-            "POST",
-            f"/dags/{MINUTES_DAG}/dagRuns",
-            {"logical_date": None, "partition_key": iso(open_minute)[:19]},
-        )["dag_run_id"]
 
         def rolled_up() -> str | None:
             deployment.check_running()
@@ -158,6 +148,18 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         files_before = sorted(f["path"] for f in xcom(deployment, MINUTES_DAG, cleared, "archive")["files"])
         before_clear = archived_rows(files_before)
         clear_run(deployment, MINUTES_DAG, cleared)
+
+        # A manual run for a partition that is still open when its archive first looks: the minute
+        # ends 45 to 105 s from now. Triggered once the roll-up and the clear are done, so it does
+        # not queue behind the backfill's tasks and the roll-up's Spark job for worker slots (its
+        # interval twin in test_interval_backfill, triggered before the clear, started after its
+        # interval at load 10-17).
+        open_minute = (time.time() + OPEN_AHEAD) // 60 * 60
+        manual = deployment.api(
+            "POST",
+            f"/dags/{MINUTES_DAG}/dagRuns",
+            {"logical_date": None, "partition_key": iso(open_minute)[:19]},
+        )["dag_run_id"]
         runs = [r for r in finish_and_pause(deployment, MINUTES_DAG) if r["dag_run_id"] not in earlier]
         rollups = [r for r in finish_and_pause(deployment, ROLLUP_DAG) if r["dag_run_id"] not in earlier_rollups]
     finally:
