@@ -60,7 +60,7 @@ STEP = int(INTERVAL.total_seconds())
 #: Seconds of the stream's clock published on each side of a past interval edge.
 AROUND_EDGE = 3
 #: The manual run's interval ends at least this many seconds after it is triggered.
-OPEN_AHEAD = 45
+OPEN_AHEAD = 75
 
 
 def grid_floor(moment: float) -> int:
@@ -118,12 +118,13 @@ def test_backfill_clear_and_an_open_interval_hand_over_each_interval_once(
         clear_run(deployment, DAG_ID, cleared)
         for run_id in backfill:
             deployment.wait_for_run(DAG_ID, run_id, timeout=600)
-        # A manual run for an interval that is still open when its tasks first look: it ends 45 to
-        # 65 s from now. Triggered once the backfill and the cleared run's second run are done, so
-        # its tasks do not queue behind theirs for worker slots and the DAG's max_active_runs (busy
-        # run of this test: created beside the backfill at load 14, its tasks started 112 s later,
-        # after its interval; session 22's CI, triggered before the clear at load 10-17: its tasks
-        # started after its interval too).
+        # A manual run for an interval that is still open when its tasks first look: it ends 75 to
+        # 95 s from now. In session 22's fresh-clone CI (load 9-12) a task of it first looked 54 s
+        # after the run was made (34 s to be scheduled, 18 s parsing the DAG file), after an
+        # interval ending 51 s out. Triggered once the backfill and the cleared run's second run
+        # are done, so its tasks do not queue behind theirs for worker slots and the DAG's
+        # max_active_runs (busy run of this test: created beside the backfill at load 14, its
+        # tasks started 112 s later, after its interval).
         start = grid_floor(time.time() + OPEN_AHEAD)
         manual = deployment.api(
             "POST",

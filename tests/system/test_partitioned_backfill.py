@@ -66,7 +66,7 @@ MINUTE = dt.timedelta(minutes=1)
 AROUND_EDGE = 3
 KEY = "%Y-%m-%dT%H:%M:%S"
 #: The manual run's partition ends at least this many seconds after it is triggered.
-OPEN_AHEAD = 45
+OPEN_AHEAD = 75
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,8 @@ def test_backfill_clear_open_partition_and_rollup_hand_over_each_partition_once(
         clear_run(deployment, MINUTES_DAG, cleared)
 
         # A manual run for a partition that is still open when its archive first looks: the minute
-        # ends 45 to 105 s from now. Triggered once the roll-up and the clear are done, so it does
+        # ends 75 to 135 s from now (a task of its interval twin first looked 54 s after its run was
+        # made, at load 9-12: test_interval_backfill). Triggered once the roll-up and the clear are done, so it does
         # not queue behind the backfill's tasks and the roll-up's Spark job for worker slots (its
         # interval twin in test_interval_backfill, triggered before the clear, started after its
         # interval at load 10-17).
