@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from .errors import RecountMismatch, TailNotSettled
+from ..types import PartitionInfo
+from .errors import RecountMismatch
 from .identity import seq_of
 from .state import SeqSet
 from .tail import TailReader
@@ -88,28 +89,19 @@ def recount(reader: TailReader, partitions: Sequence[int]) -> None:
     """
     state = reader.state
     counted = Recount(state.producer, state.seen, state.doubled)
-    now, started = reader.timer.now, reader.timer.now()
-    left = list(partitions)
     read: dict[int, tuple[int, int]] = {}
-    while left:
-        behind = []
-        for p in left:
-            part = state.parts[p]
-            info = reader.client.fetch_partition_metadata(reader.stream, p)
-            reader.check_length(p, info)
-            if info.high_watermark < min(part.next_offset - 1, info.newest_offset):
-                behind.append(info)
-                continue
-            if info.high_watermark < part.scan_start:
-                continue  # nothing committed there since the scan start: nothing of ours to count
-            read[p] = (part.scan_start, info.high_watermark)
-            for pb in reader.stored(p, part.scan_start, info.high_watermark):
-                counted.take(p, pb.headers)
-        if behind and now() - started >= reader.waits.tail_wait:
-            raise TailNotSettled(max(behind, key=lambda i: i.newest_offset - i.high_watermark), reader.waits.tail_wait)
-        left = [i.id for i in behind]
-        if left:
-            reader.timer.sleep(reader.waits.settle if reader.waits.settle > 0 else 0.2)
+
+    def ready(p: int, info: PartitionInfo) -> bool:
+        reader.check_length(p, info)
+        return info.high_watermark >= min(state.parts[p].next_offset - 1, info.newest_offset)
+
+    for p, info in reader.when_committed(partitions, ready):
+        start = state.parts[p].scan_start
+        if info.high_watermark < start:
+            continue  # nothing committed there since the scan start: nothing of ours to count
+        read[p] = (start, info.high_watermark)
+        for pb in reader.stored(p, start, info.high_watermark):
+            counted.take(p, pb.headers)
     missing = counted.missing
     log.info(
         "Producer %r: a partition's leader changed during the call; read its records again (%s): %d missing, %d twice",

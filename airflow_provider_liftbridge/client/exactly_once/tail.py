@@ -57,6 +57,11 @@ class Waits:
     quiet: float = 1.0
     zombie_wait: float = 600.0
 
+    @property
+    def poll(self) -> float:
+        """The pause between two rounds of readings in a wait: ``settle``, or 0.2 s when that is 0."""
+        return self.settle if self.settle > 0 else 0.2
+
 
 @dataclass
 class _Watch:
@@ -132,9 +137,15 @@ class TailReader:
     """
 
     def __init__(
-        self, client: LiftbridgeClient, stream: str, state: ProducerState, waits: Waits, timer: Timer,
-        *, acks_all: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        client: LiftbridgeClient,
+        stream: str,
+        state: ProducerState,
+        waits: Waits,
+        timer: Timer,
+        *,
+        acks_all: bool = False,
+    ) -> None:
         self.client = client
         self.acks_all = acks_all
         self.stream = stream
@@ -289,7 +300,7 @@ class TailReader:
             if not waiting:
                 return found
             self._check_bounds(waiting, watches, suspected, now() - started)
-            self.timer.sleep(waits.settle if waits.settle > 0 else 0.2)
+            self.timer.sleep(waits.poll)
 
     def _note_leader(self, state: PartitionState, info: PartitionInfo) -> None:
         if info.leader and info.leader != state.leader:
@@ -308,34 +319,52 @@ class TailReader:
         :raises ProducerStillWriting: a sequence number of this producer was found twice.
         :raises TailNotSettled: a high watermark did not reach those records within ``tail_wait``.
         """
-        now = self.timer.now
-        started, arrived = now(), False
-        left = [p for p in partitions if self.state.parts[p].unread_own >= 0]
+        arrived = False
+
+        def ready(p: int, info: PartitionInfo) -> bool:
+            state = self.state.parts[p]
+            self._note_leader(state, info)
+            # Wait while records of ours may still commit (acknowledged by the leader alone), or
+            # the high watermark reads below one read before (a cluster still loading). A log
+            # that ends below them, all committed, was truncated: the scan says so.
+            tail = info.high_watermark < min(state.unread_own, info.newest_offset)
+            return not (tail or info.high_watermark < state.hw_seen)
+
+        own = [p for p in partitions if self.state.parts[p].unread_own >= 0]
+        for p, info in self.when_committed(own, ready):
+            state = self.state.parts[p]
+            state.hw_seen = max(state.hw_seen, info.high_watermark)
+            watch = _Watch()
+            self._read(p, (), info, watch, {}, history=False)
+            arrived = arrived or bool(watch.offsets)
+        return arrived
+
+    def when_committed(
+        self, partitions: Sequence[int], ready: Callable[[int, PartitionInfo], bool]
+    ) -> Iterator[tuple[int, PartitionInfo]]:
+        """Yield each of ``partitions`` with its metadata as soon as ``ready`` (which may note or
+        check the reading, and raise) finds its high watermark where the caller needs it; read the
+        others again every ``settle`` seconds.
+
+        :raises TailNotSettled: one was not ready within ``tail_wait``.
+        """
+        started = self.timer.now()
+        left = list(partitions)
         while left:
             behind: list[PartitionInfo] = []
             for p in left:
-                state = self.state.parts[p]
                 info = self.client.fetch_partition_metadata(self.stream, p)
-                self._note_leader(state, info)
-                # Wait while records of ours may still commit (acknowledged by the leader alone), or
-                # the high watermark reads below one read before (a cluster still loading). A log
-                # that ends below them, all committed, was truncated: the scan says so.
-                tail = info.high_watermark < min(state.unread_own, info.newest_offset)
-                if tail or info.high_watermark < state.hw_seen:
+                if ready(p, info):
+                    yield p, info
+                else:
                     behind.append(info)
-                    continue
-                state.hw_seen = max(state.hw_seen, info.high_watermark)
-                watch = _Watch()
-                self._read(p, (), info, watch, {}, history=False)
-                arrived = arrived or bool(watch.offsets)
-            if behind and now() - started >= self.waits.tail_wait:
+            if behind and self.timer.now() - started >= self.waits.tail_wait:
                 raise TailNotSettled(
                     max(behind, key=lambda i: i.newest_offset - i.high_watermark), self.waits.tail_wait
                 )
             left = [i.id for i in behind]
             if left:
-                self.timer.sleep(self.waits.settle if self.waits.settle > 0 else 0.2)
-        return arrived
+                self.timer.sleep(self.waits.poll)
 
     def _read(
         self, p: int, wanted: Container[int], info: PartitionInfo, watch: _Watch, found: dict[int, int], *,
