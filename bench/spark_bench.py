@@ -857,6 +857,10 @@ def per_core(
     def per_row(key: str) -> Callable[[dict[str, float]], float]:
         return lambda x: 1e6 * x[key] / x["rows"]
 
+    def both(a: list[dict[str, float]], b: list[dict[str, float]], key: str) -> str:
+        """The median µs/row of ``key`` for runs ``a`` and ``b``, as "a / b"."""
+        return f"{med(a, per_row(key)):.1f} / {med(b, per_row(key)):.1f}"
+
     def planner(x: dict[str, float]) -> float:
         return x.get("planner_cpu", 0.0)
 
@@ -900,8 +904,8 @@ def per_core(
         for label, r in rows_of("at_least_once_sink", "exactly_once_sink"):
             alo, eo = r["at_least_once_sink"], r["exactly_once_sink"]
             a, e = med(alo, rate), med(eo, rate)
-            py = f"{med(alo, per_row('python_cpu')):.1f} / {med(eo, per_row('python_cpu')):.1f}"
-            jvm = f"{med(alo, per_row('jvm_cpu')):.1f} / {med(eo, per_row('jvm_cpu')):.1f}"
+            py = both(alo, eo, "python_cpu")
+            jvm = both(alo, eo, "jvm_cpu")
             plan = f"{med(alo, planner):.2f} / {med(eo, planner):.2f}"
             print(f"| {label} ({r['code']}) | {a:,.0f} | {e:,.0f} | {e / a:.2f}× | {py} | {jvm} | {plan} |")
         print()
@@ -913,8 +917,8 @@ def per_core(
         print("|---|---:|---:|---:|---:|---:|")
         for label, r in rows_of("cluster", "local"):
             c, lo = med(r["cluster"], rate), med(r["local"], rate)
-            py = f"{med(r['cluster'], per_row('python_cpu')):.1f} / {med(r['local'], per_row('python_cpu')):.1f}"
-            jvm = f"{med(r['cluster'], per_row('jvm_cpu')):.1f} / {med(r['local'], per_row('jvm_cpu')):.1f}"
+            py = both(r["cluster"], r["local"], "python_cpu")
+            jvm = both(r["cluster"], r["local"], "jvm_cpu")
             print(f"| {label} ({r['code']}) | {c:,.0f} | {lo:,.0f} | {c / lo:.2f}× | {py} | {jvm} |")
         print()
     for failure in failures:
