@@ -33,6 +33,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -768,7 +769,7 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
     import airflow_provider_liftbridge
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: tests/spark_cluster.py
-    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, spark_config
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, driver_directory_path, spark_config
     from tests.spark_cluster import StandaloneCluster
 
     settings = ConnectionSettings(brokers=address, nats_servers=nats_url, timeout=60.0)
@@ -827,6 +828,8 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
         finally:
             if cluster is not None:
                 cluster.stop()
+                # The driver's unpacked copy of the archive (~200 MB, kept by build_spark_session).
+                shutil.rmtree(driver_directory_path(archive), ignore_errors=True)
 
 
 def executor_tasks(spark: Any) -> dict[str, list[int]]:
