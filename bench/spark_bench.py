@@ -11,7 +11,8 @@ Python planner processes (a fixed cost per query): on local[1] (``--master``), S
 ``publish_dataframe(exactly_once=True)`` beside it); ``spark.read.format("liftbridge")...count()``
 against the client's sync ``subscribe`` of the same stream; the Structured Streaming sink
 exactly-once against at-least-once; and (``cluster``) ``publish_dataframe`` with 2 executors on a
-standalone cluster of this machine against local[2]. Each ``--code`` tree is measured in its own
+standalone cluster of this machine against local[2], each on a session held for all its rounds
+(warm JVMs; each session's first, cold run apart). Each ``--code`` tree is measured in its own
 child processes, run in that tree (one run compares two commits); a child or case that fails is
 named below the tables and the rest is printed.
 
@@ -32,6 +33,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -442,11 +444,26 @@ def python_role(cmdline: list[str]) -> str:
     return "planner" if any(arg.startswith(PLANNER_MODULES) for arg in cmdline) else "worker"
 
 
+def jvm_thread_role(pid: int, tid: int) -> str:
+    """``"jit"`` for a HotSpot JIT compiler thread, ``"gc"`` for a garbage collector's, else ``""``
+    (from the thread's name, which Linux cuts to 15 characters: "C2 CompilerThre", "GC Thread#0")."""
+    try:
+        name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
+    if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+        return "jit"
+    if name.startswith(("GC Thread", "G1 ")):
+        return "gc"
+    return ""
+
+
 class SplitCpu:
     """CPU seconds of Spark's JVMs (local mode: the driver, which is the executor too; on a
     cluster also the workers' executors) and, apart, of their Python processes: the executors'
-    workers and the driver's planners (:func:`python_role`). Sampled every 0.1 s, so processes
-    that end are counted up to their last sample.
+    workers and the driver's planners (:func:`python_role`); and, inside the JVMs, the JIT compiler
+    and garbage collector threads (:func:`jvm_thread_role`). Processes are sampled every 0.1 s, JVM
+    threads every 1 s, so those that end are counted up to their last sample.
 
     :param roots: the processes whose trees are counted; by default this process's JVMs.
     """
@@ -459,10 +476,14 @@ class SplitCpu:
             self._roots = [psutil.Process(pid) for pid in roots]
         self._cpu: dict[int, float] = {}
         self._kind: dict[int, str] = {}
+        # JVM threads by (pid, tid): CPU seconds and role ("jit", "gc" or "" for the rest).
+        self._threads: dict[tuple[int, int], float] = {}
+        self._thread_role: dict[tuple[int, int], str] = {}
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
+    def _sample(self, threads: bool = True) -> None:
         for root in self._roots:
             try:
                 tree = [root, *root.children(recursive=True)]
@@ -475,16 +496,29 @@ class SplitCpu:
                         self._kind[proc.pid] = "jvm" if name == "java" else python_role(proc.cmdline())
                     t = proc.cpu_times()
                     self._cpu[proc.pid] = t.user + t.system
+                    if threads and self._kind[proc.pid] == "jvm":
+                        self._sample_threads(proc)
                 except psutil.Error:
                     pass
 
+    def _sample_threads(self, proc: psutil.Process) -> None:
+        for thread in proc.threads():
+            key = (proc.pid, thread.id)
+            if key not in self._thread_role:
+                self._thread_role[key] = jvm_thread_role(proc.pid, thread.id)
+            self._threads[key] = thread.user_time + thread.system_time
+
     def _run(self) -> None:
+        # Threads once a second (a JVM has ~100; reading them all 10 times a second would load the
+        # machine being measured): a compiler thread HotSpot retires meanwhile loses < 1 s of CPU.
         while not self._stop.wait(0.1):
-            self._sample()
+            self._samples += 1
+            self._sample(threads=self._samples % 10 == 0)
 
     def __enter__(self) -> SplitCpu:
         self._sample()
         self._start = dict(self._cpu)
+        self._threads_start = dict(self._threads)
         self._thread.start()
         return self
 
@@ -500,10 +534,25 @@ class SplitCpu:
             out[self._kind.get(pid, "worker")] += cpu - self._start.get(pid, 0.0)
         return out
 
+    def jvm_threads(self) -> dict[str, float]:
+        """CPU seconds since the start of the JVMs' JIT compiler threads and garbage collector threads."""
+        out = {"jit": 0.0, "gc": 0.0}
+        for key, cpu in self._threads.items():
+            role = self._thread_role[key]
+            if role:
+                out[role] += cpu - self._threads_start.get(key, 0.0)
+        return out
+
     def fields(self) -> dict[str, float]:
-        """:meth:`by_kind` under the names the per-core results use."""
-        kinds = self.by_kind()
-        return {"jvm_cpu": kinds["jvm"], "python_cpu": kinds["worker"], "planner_cpu": kinds["planner"]}
+        """:meth:`by_kind` and :meth:`jvm_threads` under the names the per-core results use."""
+        kinds, threads = self.by_kind(), self.jvm_threads()
+        return {
+            "jvm_cpu": kinds["jvm"],
+            "python_cpu": kinds["worker"],
+            "planner_cpu": kinds["planner"],
+            "jit_cpu": threads["jit"],
+            "gc_cpu": threads["gc"],
+        }
 
 
 def per_core_child(
@@ -699,83 +748,193 @@ def driver_jvm() -> int:
     raise RuntimeError("no Spark driver JVM under this process")
 
 
-def cluster_per_core_child(
-    address: str, nats_url: str, rows: int, rounds: int, window: int, partitions: int
-) -> dict[str, Any]:
-    """The issue's last row: ``publish_dataframe`` of the same rows with 2 executors of 1 core on a
-    standalone cluster of this machine (a master and 2 workers started from the installed pyspark,
-    executors on the Airflow-free archive) against local[2]; ``rounds`` runs of each, alternating,
-    a fresh session per run (one JVM: the driver JVM must start in the archive's directory, so
-    this runs in a fresh interpreter). CPU of Spark's JVMs and Python processes per run."""
+#: The two sides of the ``cluster`` case: 2 executors of 1 core on a standalone cluster of this
+#: machine, and local[2].
+HELD_SIDES = ("cluster", "local")
+
+
+def held_session_child(address: str, nats_url: str, rows: int, window: int, partitions: int, side: str) -> None:
+    """One side of the issue's last row (``publish_dataframe`` of the same rows), on one session
+    held for all of its runs: ``cluster`` (a master and 2 one-core workers started from the installed
+    pyspark, 2 executors of 1 core on the Airflow-free archive) or ``local`` (local[2]). Counts the
+    rows once, prints ``READY``, then publishes them to a fresh stream each time ``run`` is read from
+    stdin and prints ``RESULT <json>`` (rows, seconds, CPU of Spark's JVMs and Python processes),
+    until ``stop`` or the end of stdin. Errors go to stderr and end the process.
+
+    The session is held because a session on a standalone cluster is an application with executor
+    JVMs of its own: a session per run would measure the cluster's executors cold (class loading,
+    JIT compilation) against local[2]'s driver JVM, which is also its executor and stays warm across
+    sessions in one process. The parent alternates the two sides' runs; each side's first run is
+    its cold one."""
     import airflow_provider_liftbridge
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: tests/spark_cluster.py
-    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, spark_config
+    from airflow_provider_liftbridge.spark.executor_env import build_executor_env, driver_directory_path, spark_config
     from tests.spark_cluster import StandaloneCluster
 
     settings = ConnectionSettings(brokers=address, nats_servers=nats_url, timeout=60.0)
-    out: dict[str, Any] = {"code": os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))}
-    out.update(cluster=[], local=[], errors={})
-
-    def new_stream() -> str:
-        name = f"bench-{uuid.uuid4().hex[:8]}"
-        with LiftbridgeClient.from_settings(settings) as client:
-            client.create_stream(name, name, partitions=partitions)
-        return name
-
-    def run(master: str, config: dict[str, str], cluster: StandaloneCluster | None) -> dict[str, float]:
-        spark = build_spark_session(master, app_name="liftbridge-cluster-per-core", config=config)
-        spark.sparkContext.setLogLevel("ERROR")
+    code = os.path.dirname(os.path.dirname(airflow_provider_liftbridge.__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster: StandaloneCluster | None = None
+        config = {"spark.ui.enabled": "false"}
+        if side == "cluster":
+            archive = build_executor_env(Path(tmp) / "liftbridge-executor.tar.gz", compresslevel=1)
+            cluster = StandaloneCluster(Path(tmp) / "cluster", workers=2, cores=1, memory="1g").start()
+            master = cluster.master_url
+            config |= {
+                **spark_config(archive),
+                "spark.cores.max": "2",
+                "spark.executor.cores": "1",
+                "spark.executor.memory": "768m",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            }
+        else:
+            master = "local[2]"
+            config["spark.pyspark.python"] = sys.executable
         try:
+            spark = build_spark_session(master, app_name=f"liftbridge-held-{side}", config=config)
+            spark.sparkContext.setLogLevel("ERROR")
             df = spark.range(rows, numPartitions=4).selectExpr(
                 "concat('customer-', cast(id % 1000 as string)) as customer",
                 "id as order_id",
                 "cast(id % 97 as double) * 1.25 as amount",
             )
-            df = df.cache()
-            df.count()  # the rows exist (and the executors are up) before the clock starts
-            stream = new_stream()
+            # Not cached: cached rows make each task wait (spark.locality.wait, 3 s) for the executor
+            # holding its block, and the count below had put 3 of the 4 blocks on one executor, so
+            # one executor published 3/4 of the rows. Generated in the publish stage, on both sides
+            # (a few JVM µs per row), the tasks go to whichever executor is free.
+            df.count()  # the executors are up, and the generation compiled, before any run
             roots = [driver_jvm(), *(cluster.worker_pids if cluster else [])]
-            with SplitCpu(roots) as cpu:
-                started = time.monotonic()
-                count = publish_dataframe(
-                    df, stream, settings=settings, key_field="customer", options=PublishOptions(window=window)
-                ).count
-                seconds = time.monotonic() - started
-            return {"rows": count, "seconds": seconds, **cpu.fields()}
-        finally:
+            print(f"READY {json.dumps(executor_tasks(spark))}", flush=True)
+            for line in sys.stdin:
+                if line.strip() != "run":
+                    break
+                name = f"bench-{uuid.uuid4().hex[:8]}"
+                with LiftbridgeClient.from_settings(settings) as client:
+                    client.create_stream(name, name, partitions=partitions)
+                tasks = executor_tasks(spark)
+                with SplitCpu(roots) as cpu:
+                    started = time.monotonic()
+                    count = publish_dataframe(
+                        df, name, settings=settings, key_field="customer", options=PublishOptions(window=window)
+                    ).count
+                    seconds = time.monotonic() - started
+                done = executor_tasks(spark)
+                result = {"code": code, "rows": count, "seconds": seconds, **cpu.fields()}
+                result["tasks"] = {e: [n - tasks.get(e, [0, 0])[0], blocks] for e, (n, blocks) in done.items()}
+                print("RESULT " + json.dumps(result), flush=True)
             spark.stop()
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        archive = build_executor_env(root / "liftbridge-executor.tar.gz", compresslevel=1)
-        cluster = StandaloneCluster(root / "cluster", workers=2, cores=1, memory="1g").start()
-        on_cluster = {
-            **spark_config(archive),
-            "spark.cores.max": "2",
-            "spark.executor.cores": "1",
-            "spark.executor.memory": "768m",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.ui.enabled": "false",
-        }
-        local = {"spark.pyspark.python": sys.executable, "spark.ui.enabled": "false"}
-        try:
-            for n in range(rounds + 1):  # the first of each is a warm-up
-                for name, master, config in (
-                    ("cluster", cluster.master_url, on_cluster),
-                    ("local", "local[2]", local),
-                ):
-                    try:
-                        result = run(master, config, cluster if name == "cluster" else None)
-                    except Exception as exc:  # noqa: BLE001 -- reported by the parent
-                        out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-                        print(f"{name} failed: {exc!r}", file=sys.stderr)
-                        continue
-                    if n:
-                        out[name].append(result)
         finally:
-            cluster.stop()
+            if cluster is not None:
+                cluster.stop()
+                # The driver's unpacked copy of the archive (~200 MB, kept by build_spark_session).
+                shutil.rmtree(driver_directory_path(archive), ignore_errors=True)
+
+
+def executor_tasks(spark: Any) -> dict[str, list[int]]:
+    """Per executor (``driver`` in local mode), from Spark's status store: tasks completed so far
+    and cached blocks held (how a run's tasks were shared out)."""
+    executors = spark.sparkContext._jsc.sc().statusStore().executorList(True)
+    out = {}
+    for i in range(executors.size()):
+        e = executors.apply(i)
+        out[e.id()] = [e.completedTasks(), e.rddBlocks()]
+    return out
+
+
+class HeldSession:
+    """A :func:`held_session_child` of one side, started in a code tree and driven over its stdin.
+
+    :param side: ``cluster`` or ``local``.
+    :param tree: the code tree the child (and its JVMs and Python workers) runs in.
+    :param args: the child's arguments after its flag.
+    :param log: where its stderr goes.
+    """
+
+    def __init__(self, side: str, tree: Path, args: list[str], log: Path) -> None:
+        self.side = side
+        self._log = log
+        with log.open("w") as err:
+            self._process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--held-session-child", *args, side],
+                env=dict(os.environ, PYTHONPATH=str(tree)),
+                cwd=tree,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self._answer("READY")
+
+    def _answer(self, marker: str) -> str:
+        """The rest of the child's next stdout line that starts with ``marker``.
+
+        :raises RuntimeError: the child exited first (with the tail of its stderr).
+        """
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.startswith(marker):
+                return line[len(marker) :].strip()
+        code = self._process.wait()
+        tail = self._log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the {self.side} side exited {code} before {marker}:\n{tail}")
+
+    def run(self) -> dict[str, Any]:
+        """One publish of the cached rows to a fresh stream: its result."""
+        assert self._process.stdin is not None
+        self._process.stdin.write("run\n")
+        self._process.stdin.flush()
+        found: dict[str, Any] = json.loads(self._answer("RESULT"))
+        return found
+
+    def stop(self) -> None:
+        """Ask the child to stop, and wait for it (killed after 120 s)."""
+        try:
+            assert self._process.stdin is not None
+            self._process.stdin.write("stop\n")
+            self._process.stdin.close()
+        except OSError:
+            pass  # it exited already
+        try:
+            self._process.wait(120)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
+    """The ``cluster`` case for one code tree: both sides' sessions started one after the other
+    (each waits for the other to be ready), then ``rounds + 1`` alternating runs of each; the first
+    run of each side (cold JVMs on the publish path) is kept apart as ``<side>_first``.
+
+    :raises RuntimeError: a side failed (its stderr's tail in the message).
+    """
+    tree = Path(code).resolve()
+    out: dict[str, Any] = {"code": str(tree), **{side: [] for side in HELD_SIDES}}
+    with tempfile.TemporaryDirectory() as logs:
+        sides: list[HeldSession] = []
+        try:
+            for side in HELD_SIDES:
+                sides.append(HeldSession(side, tree, args, Path(logs) / f"{side}.err"))
+            for n in range(rounds + 1):
+                for held in sides:
+                    result = held.run()
+                    keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu")
+                    per_row = {k: 1e6 * result[k] / result["rows"] for k in keys}
+                    print(
+                        f"  {held.side} run {n}: {result['rows'] / result['seconds']:,.0f} rows/s, µs/row "
+                        + ", ".join(f"{k} {v:.1f}" for k, v in per_row.items())
+                        + f"; tasks, cached blocks by executor {result['tasks']}",
+                        file=sys.stderr,
+                    )
+                    if n:
+                        out[held.side].append(result)
+                    else:
+                        out[f"{held.side}_first"] = result
+        finally:
+            for held in sides:
+                held.stop()
     return out
 
 
@@ -790,7 +949,7 @@ def per_core(
     brokers: str = "",
     nats: str = "",
 ) -> int:
-    """Run :func:`per_core_child` (and :func:`cluster_per_core_child` for the ``cluster`` case) for
+    """Run :func:`per_core_child` (and :func:`held_rounds` for the ``cluster`` case) for
     each ``(label, code tree)`` in turn against one dev server out of process (or the server at
     ``brokers`` / ``nats``), and print markdown tables: medians of the rounds. A child that fails,
     or a case that fails in it, is named below the tables; the others' rows are printed.
@@ -827,7 +986,11 @@ def per_core(
             if spark_cases:
                 found |= child(label, code, ["--per-core-child", *common, ",".join(sorted(spark_cases)), master])
             if "cluster" in cases:
-                found |= child(label, code, ["--cluster-per-core-child", *common])
+                try:
+                    found |= held_rounds(code, [address, nats_url, str(rows), str(window), str(partitions)], rounds)
+                except RuntimeError as exc:
+                    failures.append(f"{label} (cluster): {exc}")
+                load.append(os.getloadavg()[0])
             results.append((label, found))
 
     if brokers:
@@ -911,15 +1074,28 @@ def per_core(
         print()
     if "cluster" in cases:
         print(
-            "| code | publish_dataframe, standalone cluster, 2 executors of 1 core: rows/s | local[2] rows/s | "
-            "cluster / local[2] | µs/row Python worker cluster / local | µs/row JVM cluster / local |"
+            "Each side on one session held for all its runs (warm JVMs); the first run of each session apart "
+            "(cold: the executors' JIT and class loading on the publish path). JIT / GC: the JVMs' compiler "
+            "and garbage collector threads, part of the JVM column."
         )
-        print("|---|---:|---:|---:|---:|---:|")
+        print(
+            "| code | publish_dataframe, standalone cluster, 2 executors of 1 core: rows/s | local[2] rows/s | "
+            "cluster / local[2] | µs/row Python worker cluster / local | µs/row JVM cluster / local | "
+            "µs/row JIT cluster / local | µs/row GC cluster / local | first run: rows/s cluster / local, "
+            "µs/row JVM cluster / local |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for label, r in rows_of("cluster", "local"):
             c, lo = med(r["cluster"], rate), med(r["local"], rate)
-            py = both(r["cluster"], r["local"], "python_cpu")
-            jvm = both(r["cluster"], r["local"], "jvm_cpu")
-            print(f"| {label} ({r['code']}) | {c:,.0f} | {lo:,.0f} | {c / lo:.2f}× | {py} | {jvm} |")
+            cells = [f"{c:,.0f}", f"{lo:,.0f}", f"{c / lo:.2f}×"]
+            cells += [both(r["cluster"], r["local"], key) for key in ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu")]
+            first = [r.get("cluster_first"), r.get("local_first")]
+            if all(first):
+                runs = [[f] for f in first]
+                cells.append(f"{rate(first[0]):,.0f} / {rate(first[1]):,.0f}, {both(*runs, 'jvm_cpu')}")
+            else:
+                cells.append("")
+            print(f"| {label} ({r['code']}) | {' | '.join(cells)} |")
         print()
     for failure in failures:
         print(f"FAILED: {failure}")
@@ -933,10 +1109,9 @@ if __name__ == "__main__":
             address, nats_url, int(n), int(rounds), int(window), int(partitions), set(cases.split(",")), master
         )
         print(json.dumps(child))
-    elif sys.argv[1:2] == ["--cluster-per-core-child"]:
-        address, nats_url, n, rounds, window, partitions = sys.argv[2:8]
-        child = cluster_per_core_child(address, nats_url, int(n), int(rounds), int(window), int(partitions))
-        print(json.dumps(child))
+    elif sys.argv[1:2] == ["--held-session-child"]:
+        address, nats_url, n, window, partitions, side = sys.argv[2:8]
+        held_session_child(address, nats_url, int(n), int(window), int(partitions), side)
     elif sys.argv[1:2] == ["--per-core"]:
         per_core_parser = argparse.ArgumentParser(prog="spark_bench.py --per-core")
         per_core_parser.add_argument("--code", action="append", default=[], help="LABEL=DIR: a code tree to measure")

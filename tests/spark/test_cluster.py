@@ -75,13 +75,35 @@ def test_archive_holds_only_the_executor_code_and_its_dependencies(executor_arch
     assert airflow_imports == []
     assert links == []  # Spark refuses to unpack links that leave the archive
     package = [n for n in names if "/site-packages/airflow_provider_liftbridge/" in n]
-    top = {n.split("/airflow_provider_liftbridge/")[1].split("/")[0] for n in package}
+    top = {n.split("/airflow_provider_liftbridge/")[1].split("/")[0] for n in package} - {"__pycache__"}
     assert {"__init__.py", "_proto", "codec", "client", "spark"} <= top
     assert not top & {*AIRFLOW_LAYER, "devserver"}
     assert describe(executor_archive)["package"] == sorted(top)
     assert not [n for n in names if "/site-packages/airflow/" in n or "/site-packages/pyspark/" in n]
     manifest = describe(executor_archive)
     assert [r.split("==")[0] for r in manifest["requirements"]] == list(EXECUTOR_DISTRIBUTIONS)  # type: ignore[union-attr]
+
+
+def test_archive_holds_the_package_bytecode_checked_by_source_hash(executor_archive: Path) -> None:
+    # Each application unpacks the archive afresh: without bytecode, every executor's first Python
+    # worker would compile the package again. Checked by hash, it stays valid whatever file times
+    # the unpacking gives.
+    tag = sys.implementation.cache_tag
+    with tarfile.open(executor_archive) as packed:
+        names = set(packed.getnames())
+        sources = [n for n in names if "/site-packages/airflow_provider_liftbridge/" in n and n.endswith(".py")]
+        missing, flags = [], set()
+        for source in sources:
+            folder, _, name = source.rpartition("/")
+            compiled = f"{folder}/__pycache__/{name[:-3]}.{tag}.pyc"
+            if compiled not in names:
+                missing.append(source)
+                continue
+            header = packed.extractfile(compiled).read(8)  # type: ignore[union-attr]
+            flags.add(int.from_bytes(header[4:8], "little"))
+    assert len(sources) > 100
+    assert missing == []
+    assert flags == {0b11}  # PEP 552: hash-based, checked
 
 
 def test_the_command_refuses_an_archive_name_spark_cannot_unpack(tmp_path: Path) -> None:
