@@ -29,13 +29,14 @@ from airflow_provider_liftbridge.client.write_stats import WriteStats
 from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
 from .plan import SPARK_OPTIONS, PublishPlan, RecordBuilder, ValueFormat
 from .projection import project
+from .reading import stream_info, stream_partition_count
 from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import BatchPublisher, StreamInfo
+    from airflow_provider_liftbridge.client import BatchPublisher
     from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 
 SUMMARY_SCHEMA = "summary string"
@@ -46,29 +47,6 @@ _ACK_ERROR, _PARTITION, _OFFSET = (operator.attrgetter(name) for name in ("ack_e
 #: GROUP_BYTES of Arrow data, whichever comes first (two groups are held at once).
 GROUP_ROWS = 65_536
 GROUP_BYTES = 64 << 20
-
-
-def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
-    """The metadata of ``stream``.
-
-    :raises SparkStreamError: when the stream does not exist (or has no partitions).
-    """
-    metadata = client.fetch_metadata([stream])
-    info = metadata.streams.get(stream)
-    if info is None or not info.partitions:
-        raise SparkStreamError(
-            f"stream {stream!r} does not exist on the Liftbridge cluster: create it first "
-            "(LiftbridgeCreateStreamOperator or client.create_stream)"
-        )
-    return info
-
-
-def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
-    """The number of partitions of ``stream``.
-
-    :raises SparkStreamError: when the stream does not exist (or has no partitions).
-    """
-    return len(stream_info(client, stream).partitions)
 
 
 def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan:
