@@ -3,10 +3,8 @@
 object per message, no per-row loop.
 
 Pure pyarrow (the executors' environment has no numpy): no PySpark, so it is tested without a session.
-Every array and scalar is made from buffers (:func:`_int_array`, :func:`_bytes_array`), never from
-Python values with ``pa.array`` / ``pa.scalar``: those ask pyarrow whether the value is a pandas
-object, and that imports pandas where it is installed, about 170 ms of CPU in each fresh Python
-worker that no other step of the read needs (issue 57). The arrays are the same.
+Arrays and scalars come from :mod:`.arrow_arrays`, never from ``pa.array`` / ``pa.scalar`` of Python
+values, which import pandas (issue 57).
 
 ``headers`` is null for a message without headers, and otherwise its headers as delivered
 (including the ``subject`` / ``reply`` headers Liftbridge adds to every message it stores).
@@ -14,10 +12,9 @@ worker that no other step of the read needs (issue 57). The arrays are the same.
 
 from __future__ import annotations
 
-import array
-import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from .arrow_arrays import bytes_array, int_array
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,19 +55,19 @@ def columns_batch(
 
     rows = len(columns.offsets)
     schema = read_schema()
-    times_ns = _int_array(columns.timestamps)
-    keys = _bytes_array(columns.keys)
+    times_ns = int_array(columns.timestamps)
+    keys = bytes_array(columns.keys)
     if b"" in columns.keys:  # no key: null, as a Message's key is None
-        empty = pc.equal(pc.binary_length(keys), _int_array([0], pa.int32())[0])
+        empty = pc.equal(pc.binary_length(keys), int_array([0], pa.int32())[0])
         keys = pc.if_else(empty, pa.nulls(1, pa.binary())[0], keys)
     batch = pa.RecordBatch.from_arrays(
         [
-            pa.repeat(_bytes_array([columns.stream.encode()], pa.string())[0], rows),
-            pa.repeat(_int_array([columns.partition], pa.int32())[0], rows),
-            _int_array(columns.offsets),
+            pa.repeat(bytes_array([columns.stream.encode()], pa.string())[0], rows),
+            pa.repeat(int_array([columns.partition], pa.int32())[0], rows),
+            int_array(columns.offsets),
             keys,
-            _bytes_array(columns.values),
-            pc.divide(times_ns, _int_array([1000])[0]).cast(pa.timestamp("us", tz="UTC")),
+            bytes_array(columns.values),
+            pc.divide(times_ns, int_array([1000])[0]).cast(pa.timestamp("us", tz="UTC")),
             _headers(columns),
         ],
         schema=schema,
@@ -94,13 +91,13 @@ def _kept(
     offsets = columns.offsets
 
     def bound(value: int) -> pa.Scalar:
-        return _int_array([value])[0]
+        return int_array([value])[0]
 
     conditions = []
     if first_offset is not None and offsets[0] < first_offset:
-        conditions.append(pc.greater_equal(_int_array(offsets), bound(first_offset)))
+        conditions.append(pc.greater_equal(int_array(offsets), bound(first_offset)))
     if last_offset is not None and offsets[-1] > last_offset:
-        conditions.append(pc.less_equal(_int_array(offsets), bound(last_offset)))
+        conditions.append(pc.less_equal(int_array(offsets), bound(last_offset)))
     if start_time_ns is not None:
         conditions.append(pc.greater_equal(times_ns, bound(start_time_ns)))
     if stop_time_ns is not None:
@@ -132,53 +129,17 @@ def _headers(columns: MessageColumns) -> pa.Array:
         items.extend(headers.values())
         offsets.append(len(names))
     per_set = pa.MapArray.from_arrays(
-        _int_array(offsets, pa.int32()),
-        _bytes_array([name.encode() for name in names], pa.string()),
-        _bytes_array(items),
+        int_array(offsets, pa.int32()),
+        bytes_array([name.encode() for name in names], pa.string()),
+        bytes_array(items),
         type=map_type,
     )
-    zero = _int_array([0])[0]
+    zero = int_array([0])[0]
     if len(sets) == 1 and index[0] == 0 and index.count(0) == len(index):
         # The usual batch: the server's two headers on every row. One index array of zeros
         # without a Python int per row.
         return per_set.take(pa.repeat(zero, len(index)))
-    which = _int_array(index)
+    which = int_array(index)
     if min(index) < 0:
         which = pc.if_else(pc.less(which, zero), pa.nulls(1, pa.int64())[0], which)
     return per_set.take(which)
-
-
-# Arrow's buffers are little-endian; array.array's are in the machine's order.
-_NATIVE = sys.byteorder == "little"
-_LARGEST_32_BIT_OFFSET = 2**31 - 1
-
-
-def _int_array(values: Sequence[int], kind: pa.DataType | None = None) -> pa.Array:
-    """``values`` as an int64 (or ``kind``: int32) array.
-
-    :raises OverflowError: a value outside the type's range (as ``pa.array`` would).
-    """
-    import pyarrow as pa
-
-    kind = pa.int64() if kind is None else kind
-    if not _NATIVE:
-        return pa.array(values, kind)
-    data = array.array("q" if kind == pa.int64() else "i", values)
-    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(data)])
-
-
-def _bytes_array(values: Sequence[bytes], kind: pa.DataType | None = None) -> pa.Array:
-    """``values`` as a binary (or ``kind``: string, of UTF-8 bytes) array, none of them null."""
-    import pyarrow as pa
-
-    kind = pa.binary() if kind is None else kind
-    data = b"".join(values)
-    if not _NATIVE or len(data) > _LARGEST_32_BIT_OFFSET:
-        # pyarrow's own conversion: it splits what 32-bit offsets cannot hold.
-        return pa.array([v.decode() for v in values] if kind == pa.string() else values, kind)
-    import pyarrow.compute as pc
-
-    # The offsets: 0 and the running sum of the lengths, summed by Arrow (a Python loop costs more).
-    lengths = _int_array(list(map(len, values)), pa.int32())
-    offsets = pa.concat_arrays([_int_array([0], pa.int32()), pc.cumulative_sum(lengths)])
-    return pa.Array.from_buffers(kind, len(values), [None, offsets.buffers()[1], pa.py_buffer(data)])
