@@ -5,9 +5,9 @@ See ``docs/client.md`` for usage and guarantees.
 
 from __future__ import annotations
 
-from .async_client import AsyncLiftbridgeClient
-from .column_subscription import MessageColumns
-from .consumer import ConsumerGroupError, MaxPollIntervalExceededError
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AckedThenLostError,
     AckTimeoutError,
@@ -33,15 +33,12 @@ from .errors import (
     UnavailableError,
     UnsettledCursorError,
 )
-from .group_consumer import AsyncGroupConsumer, GroupConsumer
 from .partitioners import KeyPartitioner, Partitioner, PartitionerFunc, RoundRobinPartitioner, partition_for_key
 from .publishing.options import PublishOptions
-from .publishing.publisher import BatchPublisher
 from .publishing.resend import NO_RESEND, NoResend, ResendPolicy, ResendUnacked
 from .publishing.summary import PublishSummary
 from .settings import ConnectionSettings
 from .stream_options import StreamOptions
-from .sync_client import LiftbridgeClient
 from .types import (
     Ack,
     AckError,
@@ -56,6 +53,14 @@ from .types import (
     StreamInfo,
     TlsConfig,
 )
+
+if TYPE_CHECKING:
+    from .async_client import AsyncLiftbridgeClient
+    from .column_subscription import MessageColumns
+    from .consumer import ConsumerGroupError, MaxPollIntervalExceededError
+    from .group_consumer import AsyncGroupConsumer, GroupConsumer
+    from .publishing.publisher import BatchPublisher
+    from .sync_client import LiftbridgeClient
 
 __all__ = [
     "NO_RESEND",
@@ -115,3 +120,30 @@ __all__ = [
     "UnsettledCursorError",
     "partition_for_key",
 ]
+
+# Where each of the heavier names lives, imported on first use: the asyncio client, consumer
+# groups and the batch publishing engines (with nats-py) are not needed by a process that only
+# reads over gRPC, such as Spark's read planner and readers (issue 57). The names above are values
+# and errors, cheap to import.
+_LAZY = {
+    "AsyncLiftbridgeClient": f"{__name__}.async_client",
+    "MessageColumns": f"{__name__}.column_subscription",
+    "ConsumerGroupError": f"{__name__}.consumer",
+    "MaxPollIntervalExceededError": f"{__name__}.consumer",
+    "AsyncGroupConsumer": f"{__name__}.group_consumer",
+    "GroupConsumer": f"{__name__}.group_consumer",
+    "BatchPublisher": f"{__name__}.publishing.publisher",
+    "LiftbridgeClient": f"{__name__}.sync_client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import column_subscription, cursors, group_roster, operations, subscription
 from .base import ClientBase
@@ -15,9 +15,8 @@ from .consumer import MAX_POLL_INTERVAL, AutoOffset, GroupMember
 from .effects import Op
 from .group_consumer import GroupConsumer
 from .partitioners import PartitionerFunc
-from .publishing import batch, single
+from .publishing import single
 from .publishing.options import PublishOptions, PublishPath
-from .publishing.publisher import BatchPublisher
 from .publishing.resend import ResendPolicy
 from .requests import StartAt, StopAt
 from .routing import ClientCore
@@ -26,6 +25,13 @@ from .transport.channels import ChannelFactory, SyncChannelPool
 from .transport.nats import NatsLink
 from .transport.sync import SyncTransport
 from .types import Ack, AckPolicy, Message, Metadata, PartitionInfo, Record, StartPosition, StreamInfo
+
+if TYPE_CHECKING:
+    from .publishing.publisher import BatchPublisher
+
+# The batch publishing engines (and nats-py under them) are imported by the methods that publish
+# batches: a process that only reads or asks for metadata (Spark's read planner and readers)
+# would otherwise import them with every client (issue 57).
 
 __all__ = ["LiftbridgeClient"]
 
@@ -166,6 +172,8 @@ class LiftbridgeClient(ClientBase):
         :raises InvalidArgumentError: a bad record, window, path or duplicate correlation id, before
             anything is sent.
         """
+        from .publishing import batch
+
         return self._transport.run(
             batch.publish_many(
                 self._core,
@@ -196,6 +204,9 @@ class LiftbridgeClient(ClientBase):
         :raises InvalidArgumentError: an empty stream, or path ``"nats"`` without NATS servers
             (the options' own values are checked when the value is made).
         """
+        from .publishing import batch
+        from .publishing.publisher import BatchPublisher
+
         resolved = batch.resolve_options(self._core, stream, options or PublishOptions())
         return BatchPublisher(self._transport.run, self._core, stream, resolved, stream_info, write_stats=write_stats)
 

@@ -59,8 +59,8 @@ __all__ = [
 ]
 
 # Where each name lives, imported on first use: Spark's planner processes import this package
-# (to unpickle the data source) once per query each, and most of them need none of the client
-# (issue 57: the read's fixed cost per query).
+# (to unpickle the data source), and most of them need none of the client. PySpark 4.2 starts them
+# on a session's first query and reuses them after, so this is the cold query's cost (issue 57).
 _LAZY = {
     "AckPolicy": "airflow_provider_liftbridge.client",
     "PublishOptions": "airflow_provider_liftbridge.client",

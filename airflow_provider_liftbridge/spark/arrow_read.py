@@ -3,6 +3,8 @@
 object per message, no per-row loop.
 
 Pure pyarrow (the executors' environment has no numpy): no PySpark, so it is tested without a session.
+Arrays and scalars come from :mod:`.arrow_arrays`, never from ``pa.array`` / ``pa.scalar`` of Python
+values, which import pandas (issue 57).
 
 ``headers`` is null for a message without headers, and otherwise its headers as delivered
 (including the ``subject`` / ``reply`` headers Liftbridge adds to every message it stores).
@@ -11,6 +13,8 @@ Pure pyarrow (the executors' environment has no numpy): no PySpark, so it is tes
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from .arrow_arrays import bytes_array, int_array
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,18 +55,19 @@ def columns_batch(
 
     rows = len(columns.offsets)
     schema = read_schema()
-    times_ns = pa.array(columns.timestamps, pa.int64())
-    keys = pa.array(columns.keys, pa.binary())
+    times_ns = int_array(columns.timestamps)
+    keys = bytes_array(columns.keys)
     if b"" in columns.keys:  # no key: null, as a Message's key is None
-        keys = pc.if_else(pc.equal(pc.binary_length(keys), 0), pa.scalar(None, pa.binary()), keys)
+        empty = pc.equal(pc.binary_length(keys), int_array([0], pa.int32())[0])
+        keys = pc.if_else(empty, pa.nulls(1, pa.binary())[0], keys)
     batch = pa.RecordBatch.from_arrays(
         [
-            pa.repeat(pa.scalar(columns.stream, pa.string()), rows),
-            pa.repeat(pa.scalar(columns.partition, pa.int32()), rows),
-            pa.array(columns.offsets, pa.int64()),
+            pa.repeat(bytes_array([columns.stream.encode()], pa.string())[0], rows),
+            pa.repeat(int_array([columns.partition], pa.int32())[0], rows),
+            int_array(columns.offsets),
             keys,
-            pa.array(columns.values, pa.binary()),
-            pc.divide(times_ns, 1000).cast(pa.timestamp("us", tz="UTC")),
+            bytes_array(columns.values),
+            pc.divide(times_ns, int_array([1000])[0]).cast(pa.timestamp("us", tz="UTC")),
             _headers(columns),
         ],
         schema=schema,
@@ -81,19 +86,22 @@ def _kept(
 ) -> pa.Array | None:
     """The mask of the rows within the bounds; ``None`` when every row is (the usual case: the
     subscription starts and stops at the bounds, so only the offsets at the ends are looked at)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     offsets = columns.offsets
+
+    def bound(value: int) -> pa.Scalar:
+        return int_array([value])[0]
+
     conditions = []
     if first_offset is not None and offsets[0] < first_offset:
-        conditions.append(pc.greater_equal(pa.array(offsets, pa.int64()), first_offset))
+        conditions.append(pc.greater_equal(int_array(offsets), bound(first_offset)))
     if last_offset is not None and offsets[-1] > last_offset:
-        conditions.append(pc.less_equal(pa.array(offsets, pa.int64()), last_offset))
+        conditions.append(pc.less_equal(int_array(offsets), bound(last_offset)))
     if start_time_ns is not None:
-        conditions.append(pc.greater_equal(times_ns, start_time_ns))
+        conditions.append(pc.greater_equal(times_ns, bound(start_time_ns)))
     if stop_time_ns is not None:
-        conditions.append(pc.less_equal(times_ns, stop_time_ns))
+        conditions.append(pc.less_equal(times_ns, bound(stop_time_ns)))
     if not conditions:
         return None
     keep = conditions[0]
@@ -121,13 +129,17 @@ def _headers(columns: MessageColumns) -> pa.Array:
         items.extend(headers.values())
         offsets.append(len(names))
     per_set = pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(names, pa.string()), pa.array(items, pa.binary()), type=map_type
+        int_array(offsets, pa.int32()),
+        bytes_array([name.encode() for name in names], pa.string()),
+        bytes_array(items),
+        type=map_type,
     )
+    zero = int_array([0])[0]
     if len(sets) == 1 and index[0] == 0 and index.count(0) == len(index):
         # The usual batch: the server's two headers on every row. One index array of zeros
         # without a Python int per row.
-        return per_set.take(pa.repeat(pa.scalar(0, pa.int64()), len(index)))
-    which = pa.array(index, pa.int64())
+        return per_set.take(pa.repeat(zero, len(index)))
+    which = int_array(index)
     if min(index) < 0:
-        which = pc.if_else(pc.less(which, 0), pa.scalar(None, pa.int64()), which)
+        which = pc.if_else(pc.less(which, zero), pa.nulls(1, pa.int64())[0], which)
     return per_set.take(which)

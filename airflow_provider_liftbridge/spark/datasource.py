@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 # What this module imports at its top is all that Spark's planner processes need to unpickle the
-# data source and answer name() and schema(): each is a fresh Python process per query. The
-# client, PyArrow and the publishing code are imported by the methods that use them (issue 57).
+# data source and answer name() and schema(): each is a fresh Python process on a session's first
+# query (PySpark 4.2 reuses them after). The client, PyArrow and the publishing code are imported
+# by the methods that use them, and the read planner imports no publishing code (issue 57).
 
 FORMAT_NAME = "liftbridge"
 READ_SCHEMA = (
@@ -170,8 +171,7 @@ class LiftbridgeReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from airflow_provider_liftbridge.client import LiftbridgeClient, LiftbridgeError
 
-        from .publish import stream_partition_count
-        from .reading import LiftbridgeSplit, requested_partitions
+        from .reading import LiftbridgeSplit, requested_partitions, stream_partition_count
 
         try:
             with LiftbridgeClient.from_settings(self.settings) as client:

@@ -29,13 +29,14 @@ from airflow_provider_liftbridge.client.write_stats import WriteStats
 from .errors import LiftbridgeSparkError, SparkOptionError, SparkPublishError, SparkStreamError
 from .plan import SPARK_OPTIONS, PublishPlan, RecordBuilder, ValueFormat
 from .projection import project
+from .reading import stream_info, stream_partition_count
 from .settings import ConnectionSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from airflow_provider_liftbridge.client import BatchPublisher, StreamInfo
+    from airflow_provider_liftbridge.client import BatchPublisher
     from airflow_provider_liftbridge.client.publishing.columns import RecordColumns
 
 SUMMARY_SCHEMA = "summary string"
@@ -46,29 +47,6 @@ _ACK_ERROR, _PARTITION, _OFFSET = (operator.attrgetter(name) for name in ("ack_e
 #: GROUP_BYTES of Arrow data, whichever comes first (two groups are held at once).
 GROUP_ROWS = 65_536
 GROUP_BYTES = 64 << 20
-
-
-def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
-    """The metadata of ``stream``.
-
-    :raises SparkStreamError: when the stream does not exist (or has no partitions).
-    """
-    metadata = client.fetch_metadata([stream])
-    info = metadata.streams.get(stream)
-    if info is None or not info.partitions:
-        raise SparkStreamError(
-            f"stream {stream!r} does not exist on the Liftbridge cluster: create it first "
-            "(LiftbridgeCreateStreamOperator or client.create_stream)"
-        )
-    return info
-
-
-def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
-    """The number of partitions of ``stream``.
-
-    :raises SparkStreamError: when the stream does not exist (or has no partitions).
-    """
-    return len(stream_info(client, stream).partitions)
 
 
 def resolve_plan(plan: PublishPlan, settings: ConnectionSettings) -> PublishPlan:
@@ -337,17 +315,25 @@ def _refused(acks: Sequence[Any]) -> str | None:
 
 
 def _count(ranges: dict[int, list[Any]], records: Sequence[Any], acks: Sequence[Any]) -> None:
-    """Add a batch's acks to ``ranges`` (partition -> [first, last, count]), grouped in Arrow."""
+    """Add a batch's acks to ``ranges`` (partition -> [first, last, count]), per partition in Arrow.
+
+    Not ``Table.group_by``: it imports pyarrow's Acero and with it pandas, about 170 ms of CPU in
+    each fresh Python worker (issue 57); a batch goes to few partitions, one filter each.
+    """
     if len(acks) != len(records) or not all(acks):
         # Ack policy NONE: rows went out but nothing was confirmed, so there are no offsets.
         _count_unacked(ranges, records)
         return
-    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    table = pa.table({"p": list(map(_PARTITION, acks)), "o": list(map(_OFFSET, acks))})
-    grouped = table.group_by("p").aggregate([("o", "min"), ("o", "max"), ("o", "count")]).to_pydict()
-    for p, first, last, n in zip(grouped["p"], grouped["o_min"], grouped["o_max"], grouped["o_count"], strict=True):
-        _count_range(ranges, p, first, last, n)
+    from .arrow_arrays import int_array
+
+    partitions = int_array(list(map(_PARTITION, acks)))
+    offsets = int_array(list(map(_OFFSET, acks)))
+    for partition in pc.unique(partitions).to_pylist():
+        mine = offsets.filter(pc.equal(partitions, int_array([partition])[0]))
+        bounds = pc.min_max(mine)
+        _count_range(ranges, partition, bounds["min"].as_py(), bounds["max"].as_py(), len(mine))
 
 
 def _count_range(ranges: dict[int, list[Any]], partition: int, first: int, last: int, n: int) -> None:
@@ -445,10 +431,12 @@ def _publish_udf(
     import pyarrow as pa
     from pyspark import TaskContext
 
+    from .arrow_arrays import bytes_array
+
     context = TaskContext.get()
     spark_partition = context.partitionId() if context is not None else 0
     summary = publish_partition(batches, plan, settings, spark_partition, producer_id)
-    yield pa.RecordBatch.from_pydict({"summary": [json.dumps(summary)]})
+    yield pa.RecordBatch.from_arrays([bytes_array([json.dumps(summary).encode()], pa.string())], names=["summary"])
 
 
 def publish_dataframe(

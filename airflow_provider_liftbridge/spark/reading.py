@@ -1,6 +1,7 @@
 """The read side both ``liftbridge`` sources share (batch reads in :mod:`.datasource`, micro-batches in
 :mod:`.streaming`): a split (one stream partition's offset range), the parsed read bounds, and
-reading one split into Arrow batches.
+reading one split into Arrow batches; and a stream's metadata, which the publishing side uses too (kept
+here so that the read planner does not import the publishing code).
 
 Both source modules import this one and neither imports the other's internals, so the batch
 source can hand out the streaming reader and writer without an import cycle.
@@ -19,6 +20,8 @@ from .errors import SparkOptionError, SparkStreamError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from airflow_provider_liftbridge.client import LiftbridgeClient, StreamInfo
 
     from .settings import ConnectionSettings
 
@@ -155,6 +158,29 @@ def requested_partitions(stream: str, count: int, wanted: tuple[int, ...] | None
             f"stream {stream!r} has partitions 0..{count - 1}; option 'partitions' asks for {missing}"
         )
     return chosen
+
+
+def stream_info(client: LiftbridgeClient, stream: str) -> StreamInfo:
+    """The metadata of ``stream``.
+
+    :raises SparkStreamError: when the stream does not exist (or has no partitions).
+    """
+    metadata = client.fetch_metadata([stream])
+    info = metadata.streams.get(stream)
+    if info is None or not info.partitions:
+        raise SparkStreamError(
+            f"stream {stream!r} does not exist on the Liftbridge cluster: create it first "
+            "(LiftbridgeCreateStreamOperator or client.create_stream)"
+        )
+    return info
+
+
+def stream_partition_count(client: LiftbridgeClient, stream: str) -> int:
+    """The number of partitions of ``stream``.
+
+    :raises SparkStreamError: when the stream does not exist (or has no partitions).
+    """
+    return len(stream_info(client, stream).partitions)
 
 
 def read_split(stream: str, settings: ConnectionSettings, split: LiftbridgeSplit) -> Iterator[pa.RecordBatch]:

@@ -46,8 +46,16 @@ from airflow_provider_liftbridge.client.reading.seek import oldest_retained
 
 from .errors import SparkOptionError, SparkReadError, SparkStreamError
 from .plan import plan_from_options
-from .publish import check_between_tasks, merge_summaries, publish_partition, resolve_plan, stream_info
-from .reading import LiftbridgeSplit, ReadBounds, datetime_of_ns, parse_time_ns, read_split, requested_partitions
+from .publish import check_between_tasks, merge_summaries, publish_partition, resolve_plan
+from .reading import (
+    LiftbridgeSplit,
+    ReadBounds,
+    datetime_of_ns,
+    parse_time_ns,
+    read_split,
+    requested_partitions,
+    stream_info,
+)
 from .settings import from_options
 from .stream_offsets import (
     FAIL_ON_DATA_LOSS,

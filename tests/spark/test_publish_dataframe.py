@@ -125,3 +125,35 @@ def test_without_nats_servers_rows_go_over_grpc(
 
     assert (summary.count, summary.partitions[0].last_offset) == (300, 299)
     assert sorted(int(m.value) for m in read_partition(lb_address, stream, 0)) == list(range(300))
+
+
+def test_an_executor_publish_imports_no_pandas(lb_address: str, nats_url: str, stream_name: str) -> None:
+    """What one Spark partition of a publish runs, in a new interpreter: pyarrow's group_by and
+    pa.array of Python values would import pandas (about 170 ms in a fresh Python worker)."""
+    import subprocess
+    import sys
+
+    with LiftbridgeClient(lb_address) as client:
+        client.create_stream(stream_name, stream_name, partitions=2)
+    code = f"""
+import json, sys
+import pyarrow as pa
+from airflow_provider_liftbridge.spark.arrow_arrays import bytes_array, int_array
+from airflow_provider_liftbridge.spark.plan import plan_from_options
+from airflow_provider_liftbridge.spark.publish import publish_partition, resolve_plan
+from airflow_provider_liftbridge.spark.settings import from_options
+options = {{"stream": {stream_name!r}, "brokers": {lb_address!r}, "natsServers": {nats_url!r}, "keyColumn": "k"}}
+settings = from_options(options)
+plan = resolve_plan(plan_from_options(options), settings)
+keys = bytes_array([b"c%d" % (i % 10) for i in range(100)], pa.string())
+batch = pa.RecordBatch.from_arrays([keys, int_array(list(range(100)))], names=["k", "v"])
+summary = publish_partition(iter([batch]), plan, settings, 0)
+assert summary["error"] is None and summary["rows"] == 100, summary
+print(json.dumps({{"partitions": summary["partitions"], "pandas": "pandas" in sys.modules}}))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["pandas"] is False
+    # partition -> [first, last, count]
+    assert sum(n for _, _, n in out["partitions"].values()) == 100 and set(out["partitions"]) <= {"0", "1"}
