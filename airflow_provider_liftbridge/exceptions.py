@@ -8,7 +8,7 @@ pass through unchanged: they already say what the server refused.
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_liftbridge.connection_fields import field_label
 
@@ -18,6 +18,7 @@ __all__ = [
     "LiftbridgeArgumentError",
     "LiftbridgeUnknownArgumentError",
     "LiftbridgePublishNotAcknowledgedError",
+    "LiftbridgeReplacedHistoryError",
     "LiftbridgeFileError",
     "LiftbridgeTriggerEventError",
 ]
@@ -73,6 +74,34 @@ class LiftbridgePublishNotAcknowledgedError(LiftbridgeAirflowError):
         self.acknowledged = acknowledged
         super().__init__(
             f"publishing to stream {stream!r} failed after {acknowledged} acknowledged record(s): {detail}"
+        )
+
+
+class LiftbridgeReplacedHistoryError(LiftbridgeAirflowError, AirflowFailException):
+    """An exactly-once publish found that Liftbridge replaced a partition's history (the client's
+    ``ReplacedHistoryError``: ``TruncatedLogError`` or ``HistoryMismatchError``, or a Spark task
+    that raised one). An ``AirflowFailException``: the task fails without Airflow's retries,
+    because a retry re-sends what the current leader lacks, and where a replica keeps the other
+    history those records are then stored twice (seed 59919, ADR 8). A human compares the
+    replicas first (docs/exactly-once.md, "A replaced history").
+
+    :param stream: the stream published to.
+    :param producer_id: the exactly-once producer id (a Spark job's: the prefix of its tasks').
+    :param found: what was found: the client's error message.
+    """
+
+    def __init__(self, stream: str, producer_id: str, found: str) -> None:
+        self.stream = stream
+        self.producer_id = producer_id
+        super().__init__(
+            f"exactly-once publishing to stream {stream!r} as producer {producer_id!r} found the stream's history "
+            f"replaced, so the task fails without retries (a retry would send again what the current leader lacks, "
+            f"and a replica that kept the other history would then hold those records twice). What was found: "
+            f"{found.rstrip('.')}. What to do: compare the partition's replicas as docs/exactly-once.md says (every "
+            f"broker names the same leader; each replica holds the same records of producer {producer_id!r}); if "
+            f"they agree, clear the task to resume with the same producer id (it skips what is stored and sends "
+            f"the rest); if they differ, the stream holds two histories: leave the task failed and repair the "
+            f"stream by hand (e.g. republish the input to a new stream), since no publish can make both right."
         )
 
 

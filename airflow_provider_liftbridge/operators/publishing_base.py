@@ -29,12 +29,18 @@ from airflow_provider_liftbridge.client.exactly_once import (
     ExactlyOncePublisher,
     ExactlyOncePublishError,
     ExactlyOnceResult,
+    ReplacedHistoryError,
 )
 from airflow_provider_liftbridge.client.publishing.resend import NO_RESEND
 from airflow_provider_liftbridge.client.publishing.summary import PartitionRange
-from airflow_provider_liftbridge.exceptions import LiftbridgeArgumentError, LiftbridgePublishNotAcknowledgedError
+from airflow_provider_liftbridge.exceptions import (
+    LiftbridgeArgumentError,
+    LiftbridgePublishNotAcknowledgedError,
+    LiftbridgeReplacedHistoryError,
+)
 from airflow_provider_liftbridge.lineage import Datasets, LiftbridgeLineageMixin
 from airflow_provider_liftbridge.nats_security import redact_urls
+from airflow_provider_liftbridge.spark.errors import SparkPublishError
 from airflow_provider_liftbridge.validation import (
     Check,
     bad_argument,
@@ -61,6 +67,7 @@ __all__ = [
     "check_exactly_once_acks",
     "check_options_argument",
     "refuse_option_fields",
+    "replaced_history_failure",
 ]
 
 #: Cap of unacknowledged records in flight (the client's window), whatever the batch size.
@@ -105,6 +112,20 @@ def refuse_option_fields(options: Any, **fixes: str) -> None:
     for field, fix in fixes.items():
         if getattr(options, field) is not None:
             raise bad_argument("options", options, f"the operator says this itself, not options.{field}", f"use {fix}")
+
+
+def replaced_history_failure(stream: str, producer_id: str, exc: Exception) -> LiftbridgeReplacedHistoryError | None:
+    """The task's failure without Airflow's retries when ``exc`` says an exactly-once publish found
+    a replaced history: a client ``ReplacedHistoryError``, or a ``SparkPublishError`` whose tasks
+    raised one (``replaced_history``); ``None`` for any other failure, which the caller raises as a
+    retryable error (shared by every publishing operator, Spark's included: ADR 8, rule 6).
+
+    A retry would send again what the current leader lacks; where a replica kept the other history
+    those records are then stored twice (seed 59919), so a human compares the replicas first.
+    """
+    if isinstance(exc, ReplacedHistoryError) or (isinstance(exc, SparkPublishError) and exc.replaced_history):
+        return LiftbridgeReplacedHistoryError(stream, producer_id, f"{type(exc).__name__}: {exc}")
+    return None
 
 
 #: Keywords the publishing operators took before 0.1.0 was released, and what to write instead.
@@ -316,6 +337,8 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
 
         :raises LiftbridgePublishNotAcknowledgedError: a record was not acknowledged or was refused,
             or fewer records are accounted for than were read from the source.
+        :raises LiftbridgeReplacedHistoryError: with ``exactly_once``, the stream's history was
+            replaced (``ReplacedHistoryError``): the task fails without Airflow's retries.
         """
         if self.exactly_once:
             summary = self._send_exactly_once(publisher, records, on_progress)
@@ -349,7 +372,10 @@ class LiftbridgePublishingOperator(LiftbridgeLineageMixin, LiftbridgeBaseOperato
         try:
             result = eo.publish(records)
         except ExactlyOncePublishError as exc:
-            raise LiftbridgePublishNotAcknowledgedError(self.stream, exc.result.count, str(exc)) from exc
+            raise (
+                replaced_history_failure(self.stream, eo.producer_id, exc)
+                or LiftbridgePublishNotAcknowledgedError(self.stream, exc.result.count, str(exc))
+            ) from exc
         summary = _summary_of(result, publisher.options.policy, eo.found if first_call else {})
         if on_progress is not None:
             on_progress(summary)

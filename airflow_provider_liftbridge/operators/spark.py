@@ -18,8 +18,9 @@ from airflow_provider_liftbridge.operators.publishing_base import (
     check_exactly_once_acks,
     check_options_argument,
     refuse_option_fields,
+    replaced_history_failure,
 )
-from airflow_provider_liftbridge.spark.errors import SparkOptionError
+from airflow_provider_liftbridge.spark.errors import SparkOptionError, SparkPublishError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.session import DEFAULT_MASTER
 from airflow_provider_liftbridge.spark.sources import DataFrameSource
@@ -145,7 +146,9 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
         a literal value, once templates are rendered for a templated one), or a
         ``dataframe_callable`` that cannot be imported on the worker (when the task starts).
     :raises SparkStreamError: the stream does not exist.
-    :raises SparkPublishError: rows were not acknowledged.
+    :raises SparkPublishError: rows were not acknowledged (Airflow retries the task).
+    :raises LiftbridgeReplacedHistoryError: with ``exactly_once``, a task found the stream's history
+        replaced: the task fails without Airflow's retries (docs/exactly-once.md).
     """
 
     template_fields: Sequence[str] = (
@@ -259,19 +262,26 @@ class LiftbridgeSparkPublishOperator(LiftbridgeLineageMixin, LiftbridgeBaseOpera
             app_name=f"{self.dag_id}-{self.task_id}",
             config=config,
         ) as spark:
-            summary = publish_dataframe(
-                self.source.load(spark),
-                self.stream,
-                settings=settings,
-                key_field=self.key_field,
-                value_col=self.value_col,
-                value_format=self.value_format,  # type: ignore[arg-type]
-                header_cols=self.header_cols,
-                partitioner=self.partitioner,
-                options=self.publish_options(),
-                exactly_once=self.exactly_once,
-                producer_id=producer_id_of(context, self.producer_id) if self.exactly_once else None,
-            )
+            producer_id = producer_id_of(context, self.producer_id) if self.exactly_once else None
+            try:
+                summary = publish_dataframe(
+                    self.source.load(spark),
+                    self.stream,
+                    settings=settings,
+                    key_field=self.key_field,
+                    value_col=self.value_col,
+                    value_format=self.value_format,  # type: ignore[arg-type]
+                    header_cols=self.header_cols,
+                    partitioner=self.partitioner,
+                    options=self.publish_options(),
+                    exactly_once=self.exactly_once,
+                    producer_id=producer_id,
+                )
+            except SparkPublishError as exc:
+                failure = replaced_history_failure(self.stream, producer_id, exc) if producer_id else None
+                if failure is not None:
+                    raise failure from exc
+                raise
         self.log.info(
             "Published %d row(s) (%d bytes) to stream %s over %s from %d Spark partition(s) in %.1f s (%.0f rows/s)",
             summary.count - summary.skipped,

@@ -38,12 +38,15 @@ class SparkPublishError(LiftbridgeSparkError):
         rows of that Spark partition had been acknowledged before the failure, and what happened.
     :param acked_rows: rows acknowledged across the whole job (including the failed partitions'
         acknowledged prefix); these are durable in the stream and are not rolled back.
+    :param replaced_history: an exactly-once task found the stream's history replaced (the
+        client's ``ReplacedHistoryError``): the Airflow operator then fails without retries.
     """
 
-    def __init__(self, stream: str, failures: list[str], acked_rows: int) -> None:
+    def __init__(self, stream: str, failures: list[str], acked_rows: int, *, replaced_history: bool = False) -> None:
         self.stream = stream
         self.failures = list(failures)
         self.acked_rows = acked_rows
+        self.replaced_history = replaced_history
         lines = "\n  ".join(self.failures)
         super().__init__(
             f"publishing to stream {stream!r} failed in {len(self.failures)} Spark partition(s) "

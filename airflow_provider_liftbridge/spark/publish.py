@@ -135,7 +135,9 @@ def publish_partition(
     :param spark_partition: the Spark partition id (seeds round-robin, names the partition in errors).
     :param producer_id: publish exactly once as this producer (see :class:`_ExactlyOncePublisher`).
     :returns: ``{"spark_partition", "rows", "bytes", "seconds", "partitions": {id: [first, last, rows]}, "error",
-        "write_stats"}`` (plus ``"skipped"``: rows an earlier try had published, with ``producer_id``;
+        "replaced_history", "write_stats"}`` (``replaced_history``: the error is an exactly-once
+        ``ReplacedHistoryError``, which the operator does not retry; plus ``"skipped"``: rows an
+        earlier try had published, with ``producer_id``;
         ``"unread"``: with ``producer_id``, what :func:`check_between_tasks` must read on the driver;
         ``write_stats``: the publisher's :class:`~airflow_provider_liftbridge.client.write_stats.WriteStats` as JSON).
     """
@@ -182,6 +184,7 @@ def publish_partition(
         "seconds": time.monotonic() - started,
         "partitions": {str(p): r for p, r in tally.ranges.items()},
         "error": tally.error,
+        "replaced_history": tally.replaced_history,
     }
 
 
@@ -206,11 +209,14 @@ class _Tally:
         self.ranges: dict[int, list[Any]] = {}
         self.rows = self.size = self.skipped = 0
         self.error: str | None = None
+        #: The failure is a replaced history (``ReplacedHistoryError``): not to be retried.
+        self.replaced_history = False
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str, *, replaced_history: bool = False) -> None:
         """Note a failure (the first one stands: later ones follow from it)."""
         if self.error is None:
             self.error = f"Spark partition {self.spark_partition}: {what}"
+            self.replaced_history = replaced_history
 
     def settle(self, sender: Any, records: RecordColumns, group_bytes: int, sent: Future[Any]) -> bool:
         """Count a sent group once its send is done; ``False`` (and the failure noted) if it failed."""
@@ -218,7 +224,12 @@ class _Tally:
             try:
                 result = sent.result()
             except Exception as exc:  # ExactlyOncePublishError
-                self.fail(f"{type(exc).__name__}: {exc} ({self.rows} row(s) acknowledged before)")
+                from airflow_provider_liftbridge.client.exactly_once import ReplacedHistoryError
+
+                self.fail(
+                    f"{type(exc).__name__}: {exc} ({self.rows} row(s) acknowledged before)",
+                    replaced_history=isinstance(exc, ReplacedHistoryError),
+                )
                 return False
             for p, span in result.partitions.items():
                 _count_range(self.ranges, p, span.first_offset, span.last_offset, span.count)
@@ -360,10 +371,12 @@ def merge_summaries(
     with ``producer_id``, ``written`` + ``skipped``); ``bytes``, ``seconds`` and
     ``extra["spark_partitions"]`` say what the job did. Raise if any partition failed.
 
-    :raises SparkPublishError: naming each failed Spark partition and what happened.
+    :raises SparkPublishError: naming each failed Spark partition and what happened
+        (``replaced_history`` when any of them found a replaced history).
     """
     rows = size = count = skipped = 0
     failures: list[str] = []
+    replaced = False
     merged: dict[int, list[Any]] = {}
     stats = WriteStats()
     for part in summaries:
@@ -375,6 +388,7 @@ def merge_summaries(
         size += part["bytes"]
         if part.get("error"):
             failures.append(part["error"])
+            replaced = replaced or bool(part.get("replaced_history"))
         for key, (first, last, n) in part["partitions"].items():
             entry = merged.setdefault(int(key), [None, None, 0])
             if first is not None:
@@ -382,7 +396,7 @@ def merge_summaries(
                 entry[1] = last if entry[1] is None else max(entry[1], last)
             entry[2] += n
     if failures:
-        raise SparkPublishError(stream, sorted(failures), rows)
+        raise SparkPublishError(stream, sorted(failures), rows, replaced_history=replaced)
     total = rows + skipped
     totals = PublishSummary(
         stream,
@@ -411,7 +425,7 @@ def check_between_tasks(settings: ConnectionSettings, stream: str, summaries: Se
     :raises SparkPublishError: a record of one of these producers is stored twice (a zombie try or
         a late copy), or those offsets did not commit in time.
     """
-    from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublishError
+    from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublishError, ReplacedHistoryError
     from airflow_provider_liftbridge.client.exactly_once.between import Unread, check_unread, residual
 
     unread = [Unread.from_json(s["unread"]) for s in summaries if s.get("unread")]
@@ -422,7 +436,8 @@ def check_between_tasks(settings: ConnectionSettings, stream: str, summaries: Se
         try:
             return check_unread(client, stream, unread)
         except ExactlyOncePublishError as exc:
-            raise SparkPublishError(stream, [f"{type(exc).__name__}: {exc}"], rows) from exc
+            replaced = isinstance(exc, ReplacedHistoryError)
+            raise SparkPublishError(stream, [f"{type(exc).__name__}: {exc}"], rows, replaced_history=replaced) from exc
 
 
 def _publish_udf(

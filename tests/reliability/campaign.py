@@ -50,7 +50,10 @@ The checker (:func:`check`) holds every path to the same invariants:
   (acknowledged, then lost by the partition before the call raised) counts as not acknowledged,
   and is not in the stream either;
 - exactly-once never stores a record twice (the retries included), and after its retries every
-  record is in the stream;
+  record is in the stream; a try that raised a ``ReplacedHistoryError`` (Liftbridge replaced the
+  partition's history) is not tried again, as the operators fail such a task without retries,
+  and what it stored twice or lost of the records it counted as stored may not exceed what it
+  reported (``twice``, ``missing``);
 - a consume run never skips a message: every offset up to the planned end was handed to the
   function, and the next run has nothing left;
 - the archive holds each message exactly once, and the position is at the end;
@@ -92,7 +95,7 @@ from airflow_provider_liftbridge.client import (
     StopPosition,
     UnaccountedRecordError,
 )
-from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher
+from airflow_provider_liftbridge.client.exactly_once import ExactlyOncePublisher, ReplacedHistoryError
 from airflow_provider_liftbridge.client.reading import RangePlanner, read_plan
 from airflow_provider_liftbridge.client.types import PartitionInfo
 from airflow_provider_liftbridge.devserver import ClusterTimings, DevServerProcess
@@ -774,8 +777,12 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
                 bad.append(f"returned success, but {lost} record(s) are not in the stream")
             bad += _ack_violations(outcome.acks, outcome.records, at)
     elif schedule.path.startswith("exactly-once"):
-        if dup:
-            bad.append(f"{dup} record(s) stored more than once")
+        replaced = _replaced_history(outcome)
+        if replaced is None:
+            if dup:
+                bad.append(f"{dup} record(s) stored more than once")
+        else:
+            bad += _beyond_reported(replaced, len(values), lost, dup)
         if outcome.written is not None:
             if outcome.written != len(values):
                 bad.append(f"the last try accounts for {outcome.written} of {len(values)} records")
@@ -805,6 +812,31 @@ def check(schedule: Schedule, outcome: Outcome, stored: Sequence[Any]) -> list[s
             bad.append(f"a second look at the interval ends elsewhere on {outcome.left_after} partition(s)")
         elif outcome.left_after:
             bad.append(f"a next run would read {outcome.left_after} offset(s) the finished run had planned")
+    return bad
+
+
+def _replaced_history(outcome: Outcome) -> ReplacedHistoryError | None:
+    """The replaced history the exactly-once path's last try raised (after which nothing was
+    tried again), or ``None`` when the path returned or ended otherwise."""
+    last = outcome.errors[-1] if outcome.errors and outcome.written is None else None
+    return last if isinstance(last, ReplacedHistoryError) else None
+
+
+def _beyond_reported(exc: ReplacedHistoryError, records: int, lost: int, dup: int) -> list[str]:
+    """What a run that ended in ``exc`` stored twice or lost beyond what ``exc`` reported: the
+    copies stored twice must be at most its ``twice``, and the records it counted as stored
+    (written or skipped) that are not in the stream at most its ``missing``. Records it never
+    counted (not sent, or not acknowledged) may be missing: the failure said so."""
+    bad: list[str] = []
+    if dup > exc.twice:
+        bad.append(f"{dup} record(s) stored more than once, {type(exc).__name__} reported {exc.twice}")
+    counted = min(exc.result.written + exc.result.skipped, records)
+    gone = counted - (records - lost)  # at least this many of the records it counted as stored
+    if gone > exc.missing:
+        bad.append(
+            f"at least {gone} record(s) counted as stored are not in the stream, {type(exc).__name__} reported "
+            f"{exc.missing}"
+        )
     return bad
 
 
@@ -1054,6 +1086,8 @@ def _call(
                 return
             except LiftbridgeError as exc:
                 outcome.errors.append(exc)
+                if isinstance(exc, ReplacedHistoryError):
+                    return  # as the operators do: no retry over a replaced history (ADR 8, seed 59919)
                 time.sleep(1.0)  # as a task retry would, a moment later
 
     def consume() -> None:

@@ -54,3 +54,35 @@ def note_batch(messages: list[object]) -> None:
     message to the file ``EO_SEEN``."""
     with open(os.environ["EO_SEEN"], "a") as seen:
         seen.writelines(f"{m.partition} {m.offset}\n" for m in messages)  # type: ignore[attr-defined]
+
+
+#: What ``records_replacing_history`` needs of its test: ``cluster`` (a ``DevServer``), ``stream``;
+#: it counts its calls (the task's tries) in ``tries``.
+HISTORY: dict[str, object] = {}
+
+
+def records_replacing_history(n: int, first: int, keep_to: int) -> Iterator[bytes]:
+    """``n`` payloads; on the first try, once the first ``first`` are committed (the exactly-once
+    publisher reads a batch only once every ack of the batch before is in), a follower of partition
+    0 cuts its log after ``keep_to`` and leads (the dev server's ``replace_history``): the
+    publisher's next batch meets a replaced history. Later tries replace nothing."""
+    from airflow_provider_liftbridge.client import LiftbridgeClient
+    from airflow_provider_liftbridge.devserver import DevServer
+    from tests.margins import wait_until
+
+    cluster, stream = HISTORY["cluster"], str(HISTORY["stream"])
+    assert isinstance(cluster, DevServer)
+    tries = HISTORY["tries"] = int(HISTORY.get("tries", 0)) + 1  # type: ignore[call-overload]
+    for i in range(n):
+        if i == first and tries == 1:
+            with LiftbridgeClient(cluster.addresses, timeout=5.0) as client:
+                wait_until(
+                    lambda c=client: c.fetch_partition_metadata(stream, 0).high_watermark == first - 1,  # type: ignore[misc]
+                    60.0,
+                    "the first records committed",
+                    interval=0.05,
+                )
+                part = client.fetch_metadata([stream]).streams[stream].partitions[0]
+            follower = next(r for r in part.replicas if r != part.leader)
+            cluster.replace_history(stream, 0, cluster.broker_ids.index(follower), keep_to)
+        yield f"rec-{i:06d}".encode()

@@ -26,6 +26,7 @@ from airflow_provider_liftbridge.client import (
     Record,
     UnavailableError,
 )
+from airflow_provider_liftbridge.client.exactly_once import ExactlyOnceResult, HistoryMismatchError, TruncatedLogError
 from airflow_provider_liftbridge.devserver import DevServer
 from tests.netfaults import link_unavailable
 
@@ -240,6 +241,58 @@ def test_the_checker_calls_a_duplicate_of_exactly_once_a_violation() -> None:
     schedule = Schedule(1, "exactly-once", "leader", "kill", "during", 0.5, 1.0, 0.0, 3, 1)
     stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"b"), _Stored(0, 3, b"c")]
     assert check(schedule, Outcome(_RECORDS, written=3), stored) == ["1 record(s) stored more than once"]
+
+
+_EO = Schedule(1, "exactly-once", "leader", "kill", "during", 0.5, 1.0, 0.0, 3, 1)
+_FOUR = [*_RECORDS, Record(b"d")]
+
+
+def _mismatch(missing: int, twice: int, counted: int = 4) -> HistoryMismatchError:
+    result = ExactlyOnceResult("s", "p", written=counted)
+    return HistoryMismatchError("replaced", result, partition=0, missing=missing, twice=twice)
+
+
+def _truncated(newest: int, committed: int, missing: int, counted: int = 4) -> TruncatedLogError:
+    result = ExactlyOnceResult("s", "p", written=counted)
+    return TruncatedLogError(
+        "cut", result, partition=0, newest_offset=newest, committed_offset=committed, missing=missing
+    )
+
+
+def test_the_checker_accepts_what_a_replaced_history_error_reported() -> None:
+    # Seed 59919's first try: the leader's history has b twice and c missing, and the error said
+    # so; the campaign, like the operators, does not try again.
+    stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"b"), _Stored(0, 3, b"d")]
+    assert check(_EO, Outcome(_FOUR, errors=[_mismatch(missing=1, twice=1)]), stored) == []
+    # A log cut after offset 1 below a committed offset 3: c and d gone, reported.
+    cut = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b")]
+    assert check(_EO, Outcome(_FOUR, errors=[_truncated(1, 3, missing=2)]), cut) == []
+    # Records it never counted as stored (not sent, unacknowledged) may be missing.
+    assert check(_EO, Outcome(_FOUR, errors=[_truncated(1, 3, missing=0, counted=2)]), cut) == []
+
+
+def test_the_checker_calls_what_a_replaced_history_error_did_not_report_a_violation() -> None:
+    stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"b"), _Stored(0, 3, b"b")]
+    assert check(_EO, Outcome(_FOUR, errors=[_mismatch(missing=2, twice=1)]), stored) == [
+        "2 record(s) stored more than once, HistoryMismatchError reported 1"
+    ]
+    assert check(_EO, Outcome(_FOUR, errors=[_mismatch(missing=1, twice=2)]), stored) == [
+        "at least 2 record(s) counted as stored are not in the stream, HistoryMismatchError reported 1"
+    ]
+    twice = [*stored[:3], _Stored(0, 3, b"c"), _Stored(0, 4, b"d")]
+    assert check(_EO, Outcome(_FOUR, errors=[_truncated(4, 4, missing=0)]), twice) == [
+        "1 record(s) stored more than once, TruncatedLogError reported 0"
+    ]
+
+
+def test_the_checker_calls_a_success_with_duplicates_a_violation_after_a_replaced_history() -> None:
+    # The retry of seed 59919 on dc61f12: a reported replaced history, then a success over it.
+    stored = [_Stored(0, 0, b"a"), _Stored(0, 1, b"b"), _Stored(0, 2, b"b"), _Stored(0, 3, b"c"), _Stored(0, 4, b"d")]
+    outcome = Outcome(_FOUR, errors=[_mismatch(missing=1, twice=1)], written=4)
+    assert check(_EO, outcome, stored) == ["1 record(s) stored more than once"]
+    # The same count after another kind of failure is no replaced history: a violation.
+    other = Outcome(_FOUR, errors=[LiftbridgeError("x")])
+    assert check(_EO, other, stored) == ["1 record(s) stored more than once"]
 
 
 def test_the_checker_calls_a_skipped_message_a_violation() -> None:

@@ -17,6 +17,7 @@ Before either, each of these calls returned success with 50 acknowledged records
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections import Counter
 
@@ -89,6 +90,7 @@ def test_under_ack_all_a_log_shorter_than_what_was_committed_fails_the_call(
     assert error.result.written == (0 if occ else FIRST)
     assert error.partition == 0 and error.committed_offset == FIRST - 1
     assert error.newest_offset == (KEEP_TO if occ else KEEP_TO + 1)
+    assert (error.missing, error.twice) == (FIRST - KEEP_TO - 1, 0)  # offsets 50-99 lost their records
     text = str(error)
     assert f"stream {stream_name!r}" in text and "partition 0" in text and "Nothing more was sent" in text
 
@@ -145,3 +147,45 @@ def test_a_call_that_saw_the_leader_change_and_lost_nothing_returns_after_readin
         assert _seqs(client, stream_name, "replaced") == Counter(range(2 * FIRST))
     (line,) = [r.getMessage() for r in caplog.records if "read its records again" in r.getMessage()]
     assert line.endswith(f"(partition 0 offsets 0-{2 * FIRST - 1}): 0 missing, 0 twice")
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_an_operator_task_that_finds_a_replaced_history_fails_without_airflow_retries(
+    fast_cluster: DevServer, stream_name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 59919 on dc61f12: the retry of a try that raised ``HistoryMismatchError`` re-sent what
+    the leader lacked, and a replica that kept the other history then held those records twice.
+    A task with ``retries=2`` whose exactly-once publish meets a replaced history is failed once,
+    not retried (before: ``LiftbridgePublishNotAcknowledgedError``, and Airflow retried it)."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_liftbridge.operators.publish import LiftbridgePublishOperator
+    from tests.airflow_support import conn_env_name, liftbridge_conn_json, register_dag
+
+    from . import dag_support
+
+    monkeypatch.setenv(conn_env_name("liftbridge_default"), liftbridge_conn_json(",".join(fast_cluster.addresses)))
+    monkeypatch.setattr(dag_support, "HISTORY", {"cluster": fast_cluster, "stream": stream_name})
+    with LiftbridgeClient(fast_cluster.addresses, timeout=5.0, max_retries=8) as client:
+        client.create_stream(stream_name, stream_name, replication_factor=3)
+    start = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    with DAG(f"eo_replaced_{stream_name}", schedule=None, start_date=start) as dag:
+        LiftbridgePublishOperator(
+            task_id="publish",
+            stream=stream_name,
+            records_callable="tests.reliability.dag_support.records_replacing_history",
+            records_callable_kwargs={"n": 2 * FIRST, "first": FIRST, "keep_to": KEEP_TO},
+            exactly_once=True,
+            options=PublishOptions(path="grpc", ack_policy="all", timeout=5.0),
+            batch_size=FIRST,
+            retries=2,
+            retry_delay=dt.timedelta(seconds=0),
+        )
+    register_dag(dag)
+    dag_run = dag.test()
+    (ti,) = dag_run.get_task_instances()
+    assert (str(dag_run.state), str(ti.state)) == ("failed", "failed")
+    assert dag_support.HISTORY["tries"] == 1 and ti.try_number == 1  # no retry
+    log = capsys.readouterr().out
+    assert "LiftbridgeReplacedHistoryError" in log and "fails without retries" in log
+    assert "TruncatedLogError" in log and "compare the partition's replicas" in log

@@ -1,19 +1,24 @@
 """Exactly-once publishing of a Spark partition (the executor side, ``publish_partition``) against
 the dev server, with real Arrow batches; no SparkSession is needed for this path. A first try that
-died after one batch is resumed by the second try."""
+died after one batch is resumed by the second try; a replaced history is carried to the operator,
+which fails without retries."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
 from airflow_provider_liftbridge.client import AckPolicy, LiftbridgeClient, PublishOptions
-from airflow_provider_liftbridge.spark.errors import SparkOptionError
+from airflow_provider_liftbridge.devserver import DevServer
+from airflow_provider_liftbridge.spark import publish as spark_publish
+from airflow_provider_liftbridge.spark.errors import SparkOptionError, SparkPublishError
 from airflow_provider_liftbridge.spark.plan import PublishPlan
 from airflow_provider_liftbridge.spark.publish import check_between_tasks, merge_summaries, publish_partition
 from airflow_provider_liftbridge.spark.settings import ConnectionSettings
+from tests.margins import wait_until
 
 from .scenarios import count, read_stream, values
 
@@ -84,3 +89,52 @@ def test_spark_partitions_side_by_side_leave_nothing_to_read(
     assert check_between_tasks(settings, stream_name, list(summaries.values())) == 0
     in_stream, lost, dup = count(rows, read_stream(liftbridge_client, stream_name, (0, 1)))
     assert (in_stream, lost, dup) == (40_000, 0, 0)
+
+
+def test_a_replaced_history_in_a_spark_task_fails_the_operator_without_retries(
+    fast_cluster: DevServer, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task's exactly-once publisher meets a replaced history between two groups of rows (a
+    # follower cut after offset 49 leads once offsets 0-99 are committed): its summary says so,
+    # the driver's SparkPublishError carries it, and the operators' shared decision turns it into
+    # an AirflowFailException. Any other failure of a task stays retryable.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_liftbridge.operators.publishing_base import replaced_history_failure
+
+    monkeypatch.setattr(spark_publish, "GROUP_ROWS", 100)  # one group per batch of 100 rows
+    rows, producer = values(200), "dag/t/run"
+    with LiftbridgeClient(fast_cluster.addresses, timeout=5.0, max_retries=8) as client:
+        client.create_stream(stream_name, stream_name, replication_factor=3)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield pa.RecordBatch.from_pydict({"value": rows[:100]})
+            wait_until(
+                lambda: client.fetch_partition_metadata(stream_name, 0).high_watermark == 99,
+                60.0,
+                "the first group committed",
+                interval=0.05,
+            )
+            part = client.fetch_metadata([stream_name]).streams[stream_name].partitions[0]
+            follower = next(r for r in part.replicas if r != part.leader)
+            fast_cluster.replace_history(stream_name, 0, fast_cluster.broker_ids.index(follower), 49)
+            yield pa.RecordBatch.from_pydict({"value": rows[100:]})
+
+        options = PublishOptions(ack_policy=AckPolicy.ALL, timeout=5.0)
+        plan = PublishPlan(
+            stream=stream_name, value_col="value", partitioner="round_robin", partitions=1, options=options
+        )
+        settings = ConnectionSettings(brokers=tuple(fast_cluster.addresses))
+        summary = publish_partition(batches(), plan, settings, spark_partition=0, producer_id=producer)
+    assert summary["replaced_history"] is True and "TruncatedLogError" in summary["error"]
+    with pytest.raises(SparkPublishError) as caught:
+        merge_summaries(stream_name, AckPolicy.ALL, [summary], 1.0, producer_id=producer)
+    assert caught.value.replaced_history
+    failure = replaced_history_failure(stream_name, producer, caught.value)
+    assert isinstance(failure, AirflowFailException)
+    assert f"stream {stream_name!r} as producer {producer!r}" in str(failure) and "TruncatedLogError" in str(failure)
+    other = dict(summary, error="Spark partition 1: UncommittedTailError: ...", replaced_history=False)
+    with pytest.raises(SparkPublishError) as caught_other:
+        merge_summaries(stream_name, AckPolicy.ALL, [other], 1.0, producer_id=producer)
+    assert not caught_other.value.replaced_history
+    assert replaced_history_failure(stream_name, producer, caught_other.value) is None

@@ -265,6 +265,8 @@ class Resumption:
             partition=exc.partition,
             newest_offset=exc.newest_offset,
             committed_offset=exc.committed_offset,
+            # An ack's own offset held a committed record too; a newest offset still holds one.
+            missing=exc.committed_offset - exc.newest_offset + (1 if exc.how == "ack" else 0),
         )
 
     def mismatch(self, result: ExactlyOnceResult, what: str, exc: RecountMismatch) -> HistoryMismatchError:

@@ -103,14 +103,19 @@ class ReplacedHistoryError(ExactlyOncePublishError):
     deposed leader that has not learnt of the change answered from its own, shorter, log.
 
     Nothing more was sent after it was seen: a re-send would store a second copy wherever a
-    replica with the other history leads later. The client cannot undo the loss.
+    replica with the other history leads later. The client cannot undo the loss, and publishing
+    again is no cure either: the operators fail the task without Airflow's retries (ADR 8).
 
     :ivar partition: the partition.
+    :ivar missing: how many records this publisher counted as stored are gone, as far as it saw.
+    :ivar twice: how many sequence numbers it found stored twice, as far as it saw.
     """
 
-    def __init__(self, message: str, result: ExactlyOnceResult, *, partition: int) -> None:
+    def __init__(self, message: str, result: ExactlyOnceResult, *, partition: int, missing: int, twice: int) -> None:
         super().__init__(message, result)
         self.partition = partition
+        self.missing = missing
+        self.twice = twice
 
 
 class TruncatedLogError(ReplacedHistoryError):
@@ -120,12 +125,22 @@ class TruncatedLogError(ReplacedHistoryError):
 
     :ivar newest_offset: the partition's newest offset as read (or the offset the ack named).
     :ivar committed_offset: the offset this publisher had seen committed before.
+    :ivar missing: the offsets seen committed that no longer hold their record (after
+        ``newest_offset``, or from the offset the ack named), up to ``committed_offset``;
+        ``twice`` is 0: nothing was found stored twice.
     """
 
     def __init__(
-        self, message: str, result: ExactlyOnceResult, *, partition: int, newest_offset: int, committed_offset: int
+        self,
+        message: str,
+        result: ExactlyOnceResult,
+        *,
+        partition: int,
+        newest_offset: int,
+        committed_offset: int,
+        missing: int,
     ) -> None:
-        super().__init__(message, result, partition=partition)
+        super().__init__(message, result, partition=partition, missing=missing, twice=0)
         self.newest_offset = newest_offset
         self.committed_offset = committed_offset
 
@@ -142,9 +157,7 @@ class HistoryMismatchError(ReplacedHistoryError):
     """
 
     def __init__(self, message: str, result: ExactlyOnceResult, *, partition: int, missing: int, twice: int) -> None:
-        super().__init__(message, result, partition=partition)
-        self.missing = missing
-        self.twice = twice
+        super().__init__(message, result, partition=partition, missing=missing, twice=twice)
 
 
 class TailNotSettled(ExactlyOnceError):
