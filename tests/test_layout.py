@@ -253,6 +253,7 @@ CORE = (
     "nats_security",
     "connection_fields",
     "extras",
+    "lazy_imports",
 )
 #: What they may never reach, directly or through another module of the package.
 ABOVE_THE_CORE = ("hooks", "operators", "sensors", "triggers", "queues", "spark", "devserver")
