@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def records(n: int) -> Iterator[bytes]:
@@ -57,7 +58,7 @@ def note_batch(messages: list[object]) -> None:
 
 
 #: What ``records_replacing_history`` needs of its test: ``cluster`` (a ``DevServer``), ``stream``;
-#: it counts its calls (the task's tries) in ``tries``.
+#: it and ``rows_held_after_the_first_group`` count their calls (the task's tries) in ``tries``.
 HISTORY: dict[str, object] = {}
 
 
@@ -86,3 +87,53 @@ def records_replacing_history(n: int, first: int, keep_to: int) -> Iterator[byte
             follower = next(r for r in part.replicas if r != part.leader)
             cluster.replace_history(stream, 0, cluster.broker_ids.index(follower), keep_to)
         yield f"rec-{i:06d}".encode()
+
+
+def rows_held_after_the_first_group(spark: Any, rest: int, flag: str, hold: float) -> Any:
+    """``dataframe_callable`` of the Spark replaced-history DAG: one Spark partition whose first
+    group of rows (``spark.publish.GROUP_ROWS`` rounded up to whole Arrow batches of the session,
+    ``spark.sql.execution.arrow.maxRecordsPerBatch``: ``HISTORY["first_group"]``) reaches the
+    publishing Python worker while ``rest`` more rows wait, at most ``hold`` seconds, for the file
+    ``flag``. Values ``r000000``...; counts its calls in ``HISTORY["tries"]``.
+
+    Spark ends a full Arrow batch only once it has the row after it (its ``BatchIterator`` asks
+    ``hasNext`` first), so the JVM's part (``range``) holds one row more than the first group; the
+    Python source of the rest starts once those are read (``coalesce(1)`` reads the union's parts
+    in turn) and waits before it writes anything, so nothing sits in its output buffer meanwhile.
+
+    :raises TimeoutError: (in the Spark task) no ``flag`` within ``hold`` seconds.
+    """
+    from pyspark.sql import functions as F
+
+    from airflow_provider_liftbridge.spark.publish import GROUP_ROWS
+
+    batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+    if batch <= 0:
+        raise ValueError("needs Arrow batches of a bounded size: spark.sql.execution.arrow.maxRecordsPerBatch > 0")
+    first = -(-GROUP_ROWS // batch) * batch  # the worker's first group: whole batches, GROUP_ROWS or more
+    HISTORY["tries"] = int(HISTORY.get("tries", 0)) + 1  # type: ignore[call-overload]
+    HISTORY["first_group"] = first
+    jvm_rows = first + 1
+
+    def held(batches: Iterator[Any]) -> Iterator[Any]:
+        # Pickled by value (a nested function): the Python worker needs no import of tests/.
+        import time
+
+        import pyarrow as pa
+
+        for _ in batches:  # the one row of range(1): the source's only input
+            pass
+        deadline = time.monotonic() + hold
+        while not os.path.exists(flag):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {flag} within {hold} s: the test did not release the rest")
+            time.sleep(0.05)
+        yield pa.RecordBatch.from_pydict(
+            {"value": [f"r{i:06d}".encode() for i in range(jvm_rows, first + rest)]},
+            schema=pa.schema([("value", pa.binary())]),
+        )
+
+    value = F.format_string("r%06d", "id").cast("binary").alias("value")
+    jvm_part = spark.range(jvm_rows, numPartitions=1).select(value)
+    python_part = spark.range(1, numPartitions=1).mapInArrow(held, "value binary")
+    return jvm_part.union(python_part).coalesce(1)
