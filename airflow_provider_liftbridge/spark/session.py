@@ -154,22 +154,41 @@ def spark_session_scope(
     """A session for one job: stopped at the end only if this call started it.
 
     When a session is already running in this process (a notebook, ``@task.pyspark``, a test
-    suite), in whichever thread it was started, it is reused as is and left running; ``master``
-    and ``config`` then do not apply.
+    suite), in whichever thread it was started, it is reused and left running: ``master`` and the
+    static settings of ``config`` do not apply to it. Its runtime settings (``spark.sql.*``) do,
+    as PySpark's ``getOrCreate`` applies them to a running session, and are set back to what they
+    were when the scope ends, so one job's settings do not stay for the next.
     """
     running = _session_running(bool(master and master.startswith("sc://")))
     connect_mode = os.environ.get(_CONNECT_MODE)
+    before = _runtime_settings(build_spark_session(master, app_name=app_name), config) if running and config else {}
     spark = build_spark_session(master, app_name=app_name, config=config)
     try:
         yield spark
     finally:
-        if not running:
+        if running:
+            _set_back(spark, before)
+        else:
             spark.stop()
             # pyspark marks the whole process as Spark Connect when it builds a Connect session
             # (and its children inherit it); stopping a remote one leaves the mark, and a classic
             # session started later in the process then fails with CONNECT_URL_NOT_SET.
             if connect_mode is None:
                 os.environ.pop(_CONNECT_MODE, None)
+
+
+def _runtime_settings(spark: SparkSession, config: Mapping[str, str]) -> dict[str, str | None]:
+    """The running session's values of the runtime settings among ``config`` (``None``: unset)."""
+    return {key: spark.conf.get(key, None) for key in config if spark.conf.isModifiable(key)}
+
+
+def _set_back(spark: SparkSession, before: Mapping[str, str | None]) -> None:
+    """Set each runtime setting back to its value in ``before``; unset the ones that were unset."""
+    for key, value in before.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
 
 
 def _session_running(remote: bool) -> bool:

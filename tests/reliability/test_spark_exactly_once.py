@@ -207,8 +207,7 @@ def test_a_spark_operator_task_that_finds_a_replaced_history_mid_publish_fails_o
             exactly_once=True,
             options=PublishOptions(ack_policy=AckPolicy.ALL, timeout=5.0),
             # Its own session unless one runs in this process already (the Spark suite's, on a
-            # pytest-xdist worker that ran it first): the task then uses that one, and a runtime SQL
-            # setting given here would change it for the tests after this one. So the Arrow batch
+            # pytest-xdist worker that ran it first): the task then uses that one. The Arrow batch
             # size is the session's (10,000 rows by default: a first group of 7 batches).
             spark_config={"spark.master": "local[1]", "spark.ui.enabled": "false"},
             retries=2,

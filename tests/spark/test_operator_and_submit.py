@@ -145,3 +145,16 @@ def test_a_job_in_another_thread_leaves_the_running_session_running(spark: Spark
     worker.join(120)
     assert counted == [2]
     assert spark.sparkContext._jsc is not None and spark.range(3).count() == 3  # not stopped
+
+
+def test_a_job_on_the_running_session_sets_its_runtime_settings_back(spark: SparkSession) -> None:
+    """PySpark's ``getOrCreate`` applies a job's runtime SQL settings to a session that already
+    runs: the job sees them, and the scope sets them back (or unsets them) when it ends, so they do
+    not stay for the next job (before, a job's Arrow batch size stayed in the shared session)."""
+    batch, per_file = "spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.files.maxRecordsPerFile"
+    before = {batch: spark.conf.get(batch, None), per_file: spark.conf.get(per_file, None)}
+    assert before[batch] not in (None, "123") and before[per_file] is None  # the suite sets one, not the other
+    config = {batch: "123", per_file: "77", "spark.ui.enabled": "false"}  # the last one is static
+    with spark_session_scope("local[1]", config=config) as session:
+        assert (session.conf.get(batch), session.conf.get(per_file)) == ("123", "77")
+    assert {batch: spark.conf.get(batch, None), per_file: spark.conf.get(per_file, None)} == before
