@@ -667,10 +667,17 @@ def read_back(addresses: Sequence[str], stream: str, partitions: int, within: fl
         deadline = time.monotonic() + within
         while True:
             try:
-                disagreement = leaders_disagree(addresses, stream, partitions)
+                named = _named_leaders(addresses, stream, range(partitions))
+                disagreement = _disagreement(named)
                 if disagreement:
                     raise _NotSettled(disagreement)
-                with LiftbridgeClient(list(addresses), timeout=5.0, max_retries=8) as reader:
+                # Read through the brokers that named the leader, never one left out: a deposed
+                # leader whose first answer came too late answers the next at once, naming itself,
+                # and serves its own log (seed 59720, docs/reliability.md).
+                answered = [a for a in addresses if any(a in who for by in named.values() for who, _ in by.values())]
+                if not answered:
+                    raise _NotSettled("no broker answered with the stream")
+                with LiftbridgeClient(answered, timeout=5.0, max_retries=8) as reader:
                     out: list[Any] = []
                     for p in range(partitions):
                         info = reader.fetch_partition_metadata(stream, p)
@@ -698,7 +705,11 @@ def leaders_disagree(addresses: Sequence[str], stream: str, partitions: int) -> 
     """Empty when every broker of ``addresses`` that answers names the same leader for each
     partition of ``stream``; else which brokers name which leader (a broker that does not answer,
     or does not know the stream, is left out: a stopped one must not hold the read back)."""
-    named = _named_leaders(addresses, stream, range(partitions))
+    return _disagreement(_named_leaders(addresses, stream, range(partitions)))
+
+
+def _disagreement(named: dict[int, dict[str, tuple[list[str], PartitionInfo]]]) -> str:
+    """Which brokers name which leader, for each partition that has more than one (else empty)."""
     return "; ".join(
         f"partition {p}: " + ", ".join(f"{' and '.join(who)} name {leader}" for leader, (who, _) in sorted(by.items()))
         for p, by in named.items()
