@@ -46,7 +46,6 @@ __all__ = [
 # longer than a resubscription is allowed to wait).
 _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -99,6 +98,11 @@ class ChannelFactory:
             *_BASE_OPTIONS,
             ("grpc.keepalive_time_ms", round(self.keepalive_time * 1000)),
             ("grpc.keepalive_timeout_ms", round(self.keepalive_timeout * 1000)),
+            # gRPC core takes this as the least time a connection attempt gets to finish its
+            # handshake (the server's SETTINGS frame), not as a backoff: at 100 ms a busy broker,
+            # a slow link or a TLS handshake over a long route failed every first attempt with
+            # UNAVAILABLE. A peer silent for keepalive_timeout counts as gone, connecting or not.
+            ("grpc.min_reconnect_backoff_ms", round(self.keepalive_timeout * 1000)),
             # After two PINGs without a DATA or HEADERS frame sent (the default limit), gRPC pings at
             # most once a minute: a subscription sends nothing after its request, so once idle for
             # two PINGs it noticed a silent link a minute late or more. 0 lifts the limit.
