@@ -6,65 +6,27 @@ the busy test run of session 24, a subscription's first call and a Spark task's 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_provider_liftbridge.client import LiftbridgeClient
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(120)
-
-#: How long the proxy holds the server's first bytes (its SETTINGS frame) on each connection.
-HANDSHAKE_DELAY = 0.5
-
-
-def _serve_delayed(upstream: str, ready: list[str], loop: asyncio.AbstractEventLoop) -> None:
-    """A TCP proxy to ``upstream`` that holds the server's first bytes of each connection for
-    :data:`HANDSHAKE_DELAY` s; puts its address in ``ready``, then serves until ``loop`` stops."""
-    host, port = upstream.rsplit(":", 1)
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-        try:
-            while data := await reader.read(65536):
-                if delay:
-                    await asyncio.sleep(delay)
-                    delay = 0.0
-                writer.write(data)
-                await writer.drain()
-        finally:
-            writer.close()
-
-    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        server_reader, server_writer = await asyncio.open_connection(host, int(port))
-        await asyncio.gather(
-            pump(client_reader, server_writer, 0.0),
-            pump(server_reader, client_writer, HANDSHAKE_DELAY),
-            return_exceptions=True,
-        )
-
-    async def start() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        ready.append(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
-
-    asyncio.set_event_loop(loop)
-    loop.run_until_complete(start())
-    loop.run_forever()
 
 
 @pytest.fixture
 def slow_handshake(lb_address: str) -> Iterator[str]:
-    """The address of a proxy to the test broker whose handshake answer comes late."""
-    ready: list[str] = []
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=_serve_delayed, args=(lb_address, ready, loop), daemon=True)
-    thread.start()
-    while not ready and thread.is_alive():
-        threading.Event().wait(0.01)
-    yield ready[0]
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    """The address of a proxy to the test broker that holds every chunk 0.3 s each way, the
+    handshake's too."""
+    proxy = TcpProxy(lb_address)
+    proxy.delay = 0.3
+    proxy.start()
+    try:
+        yield proxy.address
+    finally:
+        proxy.stop()
 
 
 def test_a_broker_slow_to_answer_the_handshake_is_reached_on_the_first_try(slow_handshake: str) -> None:
