@@ -69,6 +69,8 @@ class PeakRss:
         self.jvm = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        #: CPU seconds this sampler's thread spent sampling (it runs on the cores being measured).
+        self.sampler_cpu = 0.0
 
     def _run(self) -> None:
         me = psutil.Process()
@@ -458,6 +460,54 @@ def jvm_thread_role(pid: int, tid: int) -> str:
     return ""
 
 
+#: Clock ticks per second, the unit of ``/proc/<pid>/stat``'s CPU times.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(path: str) -> tuple[int, float] | None:
+    """The parent PID and CPU seconds (user + system) in a ``/proc/<pid>[/task/<tid>]/stat`` file,
+    or None if the process or thread has ended."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # After "pid (comm) ": state, ppid, ... utime and stime are the 12th and 13th fields; comm may
+    # hold spaces and parentheses, so it is skipped by its last ")".
+    fields = data[data.rindex(b")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def tree_of(roots: set[int], parents: dict[int, int]) -> list[int]:
+    """``roots`` that are alive and all their descendants, given each process's parent."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], [pid for pid in roots if pid in parents]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def machine_cpu() -> tuple[float, float]:
+    """Core-seconds the whole machine has spent busy and idle (idle + iowait) since boot (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / CLOCK_TICKS, idle / CLOCK_TICKS
+
+
+def read_text(path: str) -> str:
+    """A ``/proc`` file's text without its trailing newline, or "" if the process has ended."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().rstrip("\n")
+    except OSError:
+        return ""
+
+
 class SplitCpu:
     """CPU seconds of Spark's JVMs (local mode: the driver, which is the executor too; on a
     cluster also the workers' executors) and, apart, of their Python processes: the executors'
@@ -465,55 +515,66 @@ class SplitCpu:
     and garbage collector threads (:func:`jvm_thread_role`). Processes are sampled every 0.1 s, JVM
     threads every 1 s, so those that end are counted up to their last sample.
 
+    Each sample reads ``/proc`` once, whatever the number of roots, and reads only the JIT and GC
+    threads' times: the sampler runs on the cores it measures, and a cluster has five JVMs to
+    local mode's one, so a sampler whose cost grew with them would slow the cluster side (psutil's
+    ``children(recursive=True)`` per root and ``threads()`` per JVM cost 0.4-0.5 µs a published row
+    on the cluster side against 0.2 in local mode). Its own CPU is :attr:`sampler_cpu`.
+
     :param roots: the processes whose trees are counted; by default this process's JVMs.
     """
 
     def __init__(self, roots: list[int] | None = None) -> None:
-        me = psutil.Process()
         if roots is None:
-            self._roots = [c for c in me.children(recursive=True) if c.name() == "java"]
-        else:
-            self._roots = [psutil.Process(pid) for pid in roots]
+            roots = [c.pid for c in psutil.Process().children(recursive=True) if c.name() == "java"]
+        self._roots = set(roots)
         self._cpu: dict[int, float] = {}
         self._kind: dict[int, str] = {}
-        # JVM threads by (pid, tid): CPU seconds and role ("jit", "gc" or "" for the rest).
+        # JVM threads by (pid, tid): CPU seconds of the JIT and GC ones, and every seen thread's role
+        # ("jit", "gc" or "" for the rest), read once per thread.
         self._threads: dict[tuple[int, int], float] = {}
         self._thread_role: dict[tuple[int, int], str] = {}
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        #: CPU seconds this sampler's thread spent sampling (it runs on the cores being measured).
+        self.sampler_cpu = 0.0
 
     def _sample(self, threads: bool = True) -> None:
-        for root in self._roots:
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                continue
-            for proc in tree:
-                try:
-                    if proc.pid not in self._kind:
-                        name = proc.name()
-                        self._kind[proc.pid] = "jvm" if name == "java" else python_role(proc.cmdline())
-                    t = proc.cpu_times()
-                    self._cpu[proc.pid] = t.user + t.system
-                    if threads and self._kind[proc.pid] == "jvm":
-                        self._sample_threads(proc)
-                except psutil.Error:
-                    pass
+        parents: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and (found := proc_stat(f"/proc/{entry.name}/stat")) is not None:
+                parents[int(entry.name)], cpu[int(entry.name)] = found
+        for pid in tree_of(self._roots, parents):
+            if pid not in self._kind:
+                comm = read_text(f"/proc/{pid}/comm")
+                cmdline = read_text(f"/proc/{pid}/cmdline").split("\0")
+                self._kind[pid] = "jvm" if comm == "java" else python_role(cmdline)
+            self._cpu[pid] = cpu[pid]
+            if threads and self._kind[pid] == "jvm":
+                self._sample_threads(pid)
 
-    def _sample_threads(self, proc: psutil.Process) -> None:
-        for thread in proc.threads():
-            key = (proc.pid, thread.id)
+    def _sample_threads(self, pid: int) -> None:
+        try:
+            tids = [int(t.name) for t in os.scandir(f"/proc/{pid}/task")]
+        except OSError:
+            return
+        for tid in tids:
+            key = (pid, tid)
             if key not in self._thread_role:
-                self._thread_role[key] = jvm_thread_role(proc.pid, thread.id)
-            self._threads[key] = thread.user_time + thread.system_time
+                self._thread_role[key] = jvm_thread_role(pid, tid)
+            if self._thread_role[key] and (found := proc_stat(f"/proc/{pid}/task/{tid}/stat")) is not None:
+                self._threads[key] = found[1]
 
     def _run(self) -> None:
         # Threads once a second (a JVM has ~100; reading them all 10 times a second would load the
         # machine being measured): a compiler thread HotSpot retires meanwhile loses < 1 s of CPU.
+        started = time.thread_time()
         while not self._stop.wait(0.1):
             self._samples += 1
             self._sample(threads=self._samples % 10 == 0)
+        self.sampler_cpu = time.thread_time() - started
 
     def __enter__(self) -> SplitCpu:
         self._sample()
@@ -552,6 +613,7 @@ class SplitCpu:
             "planner_cpu": kinds["planner"],
             "jit_cpu": threads["jit"],
             "gc_cpu": threads["gc"],
+            "sampler_cpu": self.sampler_cpu,
         }
 
 
@@ -814,14 +876,17 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
                 with LiftbridgeClient.from_settings(settings) as client:
                     client.create_stream(name, name, partitions=partitions)
                 tasks = executor_tasks(spark)
+                busy, idle = machine_cpu()
                 with SplitCpu(roots) as cpu:
                     started = time.monotonic()
                     count = publish_dataframe(
                         df, name, settings=settings, key_field="customer", options=PublishOptions(window=window)
                     ).count
                     seconds = time.monotonic() - started
+                busy_after, idle_after = machine_cpu()
                 done = executor_tasks(spark)
                 result = {"code": code, "rows": count, "seconds": seconds, **cpu.fields()}
+                result |= {"machine_cpu": busy_after - busy, "machine_idle": idle_after - idle}
                 result["tasks"] = {e: [n - tasks.get(e, [0, 0])[0], blocks] for e, (n, blocks) in done.items()}
                 print("RESULT " + json.dumps(result), flush=True)
             spark.stop()
@@ -920,7 +985,7 @@ def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
             for n in range(rounds + 1):
                 for held in sides:
                     result = held.run()
-                    keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu")
+                    keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu", "sampler_cpu", "machine_cpu")
                     per_row = {k: 1e6 * result[k] / result["rows"] for k in keys}
                     print(
                         f"  {held.side} run {n}: {result['rows'] / result['seconds']:,.0f} rows/s, µs/row "
@@ -1076,19 +1141,25 @@ def per_core(
         print(
             "Each side on one session held for all its runs (warm JVMs); the first run of each session apart "
             "(cold: the executors' JIT and class loading on the publish path). JIT / GC: the JVMs' compiler "
-            "and garbage collector threads, part of the JVM column."
+            "and garbage collector threads, part of the JVM column. Machine: every process's CPU (the server's, "
+            "the sampler's too); idle: core-seconds the machine's cores were idle during a run."
         )
         print(
             "| code | publish_dataframe, standalone cluster, 2 executors of 1 core: rows/s | local[2] rows/s | "
             "cluster / local[2] | µs/row Python worker cluster / local | µs/row JVM cluster / local | "
-            "µs/row JIT cluster / local | µs/row GC cluster / local | first run: rows/s cluster / local, "
+            "µs/row JIT cluster / local | µs/row GC cluster / local | µs/row machine cluster / local | "
+            "idle core-s per run cluster / local | by round cluster / local | first run: rows/s cluster / local, "
             "µs/row JVM cluster / local |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
         for label, r in rows_of("cluster", "local"):
             c, lo = med(r["cluster"], rate), med(r["local"], rate)
             cells = [f"{c:,.0f}", f"{lo:,.0f}", f"{c / lo:.2f}×"]
-            cells += [both(r["cluster"], r["local"], key) for key in ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu")]
+            keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu", "machine_cpu")
+            cells += [both(r["cluster"], r["local"], key) for key in keys]
+            idle = [med(r[side], lambda x: x.get("machine_idle", 0.0)) for side in ("cluster", "local")]
+            cells.append(f"{idle[0]:.2f} / {idle[1]:.2f}")
+            cells.append(", ".join(f"{rate(a) / rate(b):.2f}" for a, b in zip(r["cluster"], r["local"], strict=True)))
             first = [r.get("cluster_first"), r.get("local_first")]
             if all(first):
                 runs = [[f] for f in first]
