@@ -820,8 +820,9 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
     held for all of its runs: ``cluster`` (a master and 2 one-core workers started from the installed
     pyspark, 2 executors of 1 core on the Airflow-free archive) or ``local`` (local[2]). Counts the
     rows once, prints ``READY``, then publishes them to a fresh stream each time ``run`` is read from
-    stdin and prints ``RESULT <json>`` (rows, seconds, CPU of Spark's JVMs and Python processes),
-    until ``stop`` or the end of stdin. Errors go to stderr and end the process.
+    stdin, or runs :func:`encode_in_python` on them for ``control``, and prints ``RESULT <json>``
+    (rows, seconds, CPU of Spark's JVMs and Python processes, of the machine), until ``stop`` or
+    the end of stdin. Errors go to stderr and end the process.
 
     The session is held because a session on a standalone cluster is an application with executor
     JVMs of its own: a session per run would measure the cluster's executors cold (class loading,
@@ -870,18 +871,24 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
             roots = [driver_jvm(), *(cluster.worker_pids if cluster else [])]
             print(f"READY {json.dumps(executor_tasks(spark))}", flush=True)
             for line in sys.stdin:
-                if line.strip() != "run":
+                command = line.strip()
+                if command not in ("run", "control"):
                     break
-                name = f"bench-{uuid.uuid4().hex[:8]}"
-                with LiftbridgeClient.from_settings(settings) as client:
-                    client.create_stream(name, name, partitions=partitions)
+                name = f"bench-{uuid.uuid4().hex[:8]}" if command == "run" else None
+                if name is not None:
+                    with LiftbridgeClient.from_settings(settings) as client:
+                        client.create_stream(name, name, partitions=partitions)
                 tasks = executor_tasks(spark)
                 busy, idle = machine_cpu()
                 with SplitCpu(roots) as cpu:
                     started = time.monotonic()
-                    count = publish_dataframe(
-                        df, name, settings=settings, key_field="customer", options=PublishOptions(window=window)
-                    ).count
+                    if name is not None:
+                        options = PublishOptions(window=window)
+                        count = publish_dataframe(
+                            df, name, settings=settings, key_field="customer", options=options
+                        ).count
+                    else:
+                        count = encode_in_python(df)
                     seconds = time.monotonic() - started
                 busy_after, idle_after = machine_cpu()
                 done = executor_tasks(spark)
@@ -895,6 +902,28 @@ def held_session_child(address: str, nats_url: str, rows: int, window: int, part
                 cluster.stop()
                 # The driver's unpacked copy of the archive (~200 MB, kept by build_spark_session).
                 shutil.rmtree(driver_directory_path(archive), ignore_errors=True)
+
+
+def encode_in_python(df: Any) -> int:
+    """The control job of the ``cluster`` case: the same rows through ``mapInArrow`` into the
+    executors' Python workers, each row JSON-encoded there and nothing published. It is Spark's
+    own cost of a Python-heavy job on each side, without the provider: how a standalone cluster
+    of this machine compares with local[2] for any such job. Returns the rows seen."""
+
+    # Nested, so that cloudpickle ships it by value (the executors cannot import this script).
+    def encode(batches: Any) -> Any:
+        import json
+
+        import pyarrow as pa
+
+        seen = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                json.dumps(row, separators=(",", ":"))
+            seen += batch.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [seen]})
+
+    return sum(row["rows"] for row in df.mapInArrow(encode, "rows long").collect())
 
 
 def executor_tasks(spark: Any) -> dict[str, list[int]]:
@@ -945,10 +974,11 @@ class HeldSession:
         tail = self._log.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"the {self.side} side exited {code} before {marker}:\n{tail}")
 
-    def run(self) -> dict[str, Any]:
-        """One publish of the cached rows to a fresh stream: its result."""
+    def run(self, command: str = "run") -> dict[str, Any]:
+        """One publish of the rows to a fresh stream (``run``), or the control job
+        (``control``, :func:`encode_in_python`): its result."""
         assert self._process.stdin is not None
-        self._process.stdin.write("run\n")
+        self._process.stdin.write(f"{command}\n")
         self._process.stdin.flush()
         found: dict[str, Any] = json.loads(self._answer("RESULT"))
         return found
@@ -970,8 +1000,10 @@ class HeldSession:
 
 def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
     """The ``cluster`` case for one code tree: both sides' sessions started one after the other
-    (each waits for the other to be ready), then ``rounds + 1`` alternating runs of each; the first
-    run of each side (cold JVMs on the publish path) is kept apart as ``<side>_first``.
+    (each waits for the other to be ready), then ``rounds + 1`` rounds: a publish on each side in
+    turn, then the control job (:func:`encode_in_python`) on each, kept as ``<side>_control``. The
+    first round of each (cold JVMs on its path) is kept apart as ``<side>_first`` and
+    ``<side>_control_first``.
 
     :raises RuntimeError: a side failed (its stderr's tail in the message).
     """
@@ -983,20 +1015,21 @@ def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
             for side in HELD_SIDES:
                 sides.append(HeldSession(side, tree, args, Path(logs) / f"{side}.err"))
             for n in range(rounds + 1):
-                for held in sides:
-                    result = held.run()
-                    keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu", "sampler_cpu", "machine_cpu")
-                    per_row = {k: 1e6 * result[k] / result["rows"] for k in keys}
-                    print(
-                        f"  {held.side} run {n}: {result['rows'] / result['seconds']:,.0f} rows/s, µs/row "
-                        + ", ".join(f"{k} {v:.1f}" for k, v in per_row.items())
-                        + f"; tasks, cached blocks by executor {result['tasks']}",
-                        file=sys.stderr,
-                    )
-                    if n:
-                        out[held.side].append(result)
-                    else:
-                        out[f"{held.side}_first"] = result
+                for command, suffix in (("run", ""), ("control", "_control")):
+                    for held in sides:
+                        result = held.run(command)
+                        keys = ("python_cpu", "jvm_cpu", "jit_cpu", "gc_cpu", "sampler_cpu", "machine_cpu")
+                        per_row = {k: 1e6 * result[k] / result["rows"] for k in keys}
+                        print(
+                            f"  {held.side} {command} {n}: {result['rows'] / result['seconds']:,.0f} rows/s, µs/row "
+                            + ", ".join(f"{k} {v:.1f}" for k, v in per_row.items())
+                            + f"; tasks, cached blocks by executor {result['tasks']}",
+                            file=sys.stderr,
+                        )
+                        if n:
+                            out.setdefault(held.side + suffix, []).append(result)
+                        else:
+                            out[f"{held.side}{suffix}_first"] = result
         finally:
             for held in sides:
                 held.stop()
@@ -1166,6 +1199,25 @@ def per_core(
                 cells.append(f"{rate(first[0]):,.0f} / {rate(first[1]):,.0f}, {both(*runs, 'jvm_cpu')}")
             else:
                 cells.append("")
+            print(f"| {label} ({r['code']}) | {' | '.join(cells)} |")
+        print()
+        print(
+            "The control: the same rows through mapInArrow into the executors' Python workers, JSON-encoded "
+            "there, nothing published (encode_in_python): Spark's own cluster / local[2] for such a job, "
+            "on the same sessions, alternating with the runs above."
+        )
+        print(
+            "| code | control, standalone cluster: rows/s | local[2] rows/s | cluster / local[2] | by round "
+            "cluster / local | µs/row Python worker cluster / local | µs/row JVM cluster / local | "
+            "µs/row machine cluster / local |"
+        )
+        print("|---|---:|---:|---:|---|---:|---:|---:|")
+        for label, r in rows_of("cluster_control", "local_control"):
+            runs = r["cluster_control"], r["local_control"]
+            c, lo = med(runs[0], rate), med(runs[1], rate)
+            cells = [f"{c:,.0f}", f"{lo:,.0f}", f"{c / lo:.2f}×"]
+            cells.append(", ".join(f"{rate(a) / rate(b):.2f}" for a, b in zip(*runs, strict=True)))
+            cells += [both(*runs, key) for key in ("python_cpu", "jvm_cpu", "machine_cpu")]
             print(f"| {label} ({r['code']}) | {' | '.join(cells)} |")
         print()
     for failure in failures:
