@@ -69,8 +69,6 @@ class PeakRss:
         self.jvm = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        #: CPU seconds this sampler's thread spent sampling (it runs on the cores being measured).
-        self.sampler_cpu = 0.0
 
     def _run(self) -> None:
         me = psutil.Process()
@@ -449,10 +447,7 @@ def python_role(cmdline: list[str]) -> str:
 def jvm_thread_role(pid: int, tid: int) -> str:
     """``"jit"`` for a HotSpot JIT compiler thread, ``"gc"`` for a garbage collector's, else ``""``
     (from the thread's name, which Linux cuts to 15 characters: "C2 CompilerThre", "GC Thread#0")."""
-    try:
-        name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return ""
+    name = read_text(f"/proc/{pid}/task/{tid}/comm")
     if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
         return "jit"
     if name.startswith(("GC Thread", "G1 ")):
@@ -1008,7 +1003,7 @@ def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
     :raises RuntimeError: a side failed (its stderr's tail in the message).
     """
     tree = Path(code).resolve()
-    out: dict[str, Any] = {"code": str(tree), **{side: [] for side in HELD_SIDES}}
+    out: dict[str, Any] = {"code": str(tree), **{side + job: [] for side in HELD_SIDES for job in ("", "_control")}}
     with tempfile.TemporaryDirectory() as logs:
         sides: list[HeldSession] = []
         try:
@@ -1027,7 +1022,7 @@ def held_rounds(code: str, args: list[str], rounds: int) -> dict[str, Any]:
                             file=sys.stderr,
                         )
                         if n:
-                            out.setdefault(held.side + suffix, []).append(result)
+                            out[held.side + suffix].append(result)
                         else:
                             out[f"{held.side}{suffix}_first"] = result
         finally:
